@@ -1,0 +1,31 @@
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "rdmachan/logging.hpp"
+#include "src/logger.hpp"
+
+namespace rdmachan {
+namespace detail {
+
+spdlog::logger& logger() {
+    static const std::shared_ptr<spdlog::logger> instance = [] {
+        auto created = spdlog::stderr_color_mt("rdmachan");
+        created->set_pattern("[%H:%M:%S.%e] [%n] [%l] [pid %P] %v");
+        const char* level = std::getenv("RDMACHAN_LOG_LEVEL");
+        created->set_level(level != nullptr ? spdlog::level::from_str(level)
+                                            : spdlog::level::warn);
+        return created;
+    }();
+    return *instance;
+}
+
+}  // namespace detail
+
+void set_log_level(std::string_view level) {
+    detail::logger().set_level(spdlog::level::from_str(std::string(level)));
+}
+
+}  // namespace rdmachan

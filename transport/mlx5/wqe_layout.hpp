@@ -1,0 +1,129 @@
+// Byte layouts and constants of the mlx5 send/receive queues and completion queues.
+// Sources: rdma-core 44 infiniband/mlx5dv.h, providers/mlx5 (qp.c, cq.c); see mlx5-facts.md.
+// Written as plain constants so the software device and the data path share one vocabulary
+// without sharing code that could hide a common misunderstanding.
+#pragma once
+
+#include <cstdint>
+
+namespace rdmachan::mlx5 {
+
+inline constexpr std::uint32_t kSendWqeBasicBlockSize = 64;  // one WQEBB
+inline constexpr std::uint32_t kSegmentUnit = 16;            // ds counts 16-byte units
+inline constexpr std::uint32_t kMaxDs = 0x3f;                // ds is 6 bits wide
+
+// Send WQE opcodes (ctrl byte 3).
+enum WqeOpcode : std::uint8_t {
+    kOpcodeNop = 0x00,
+    kOpcodeSendInvalidate = 0x01,
+    kOpcodeRdmaWrite = 0x08,
+    kOpcodeRdmaWriteImmediate = 0x09,
+    kOpcodeSend = 0x0a,
+    kOpcodeSendImmediate = 0x0b,
+    kOpcodeRdmaRead = 0x10,
+    kOpcodeAtomicCompareAndSwap = 0x11,
+    kOpcodeAtomicFetchAndAdd = 0x12,
+    kOpcodeUmr = 0x25,
+};
+
+// ctrl byte 11, fm_ce_se.
+inline constexpr std::uint8_t kCtrlSolicited = 0x02;
+inline constexpr std::uint8_t kCtrlCqUpdate = 0x08;  // generate a CQE
+inline constexpr std::uint8_t kCtrlInitiatorSmallFence = 0x20;
+inline constexpr std::uint8_t kCtrlFence = 0x80;
+
+// Segment sizes.
+inline constexpr std::uint32_t kControlSegmentSize = 16;
+inline constexpr std::uint32_t kRemoteAddressSegmentSize = 16;
+inline constexpr std::uint32_t kAtomicSegmentSize = 16;
+inline constexpr std::uint32_t kDataSegmentSize = 16;
+inline constexpr std::uint32_t kAddressVectorSize = 48;  // full (extended) DC/UD address vector
+inline constexpr std::uint32_t kInlineHeaderSize = 4;
+inline constexpr std::uint32_t kInlineFlag = 0x80000000u;
+
+// Control segment field offsets.
+inline constexpr std::uint32_t kCtrlOpmodIndexOpcode = 0;
+inline constexpr std::uint32_t kCtrlQpnDs = 4;
+inline constexpr std::uint32_t kCtrlSignature = 8;
+inline constexpr std::uint32_t kCtrlStreamChannel = 9;
+inline constexpr std::uint32_t kCtrlFmCeSe = 11;
+inline constexpr std::uint32_t kCtrlImmediate = 12;
+
+// Address vector fields (struct mlx5_wqe_av).
+inline constexpr std::uint32_t kAvDcKey = 0;
+inline constexpr std::uint32_t kAvDqpDct = 8;
+inline constexpr std::uint32_t kAvStatRateSl = 12;
+inline constexpr std::uint32_t kAvFlMlid = 13;
+inline constexpr std::uint32_t kAvRlid = 14;
+inline constexpr std::uint32_t kAvRmac = 20;
+inline constexpr std::uint32_t kAvTclass = 26;
+inline constexpr std::uint32_t kAvHopLimit = 27;
+inline constexpr std::uint32_t kAvGrhGidFl = 28;
+inline constexpr std::uint32_t kAvRgid = 32;
+inline constexpr std::uint32_t kExtendedAddressVector = 0x80000000u;  // MLX5_EXTENDED_UD_AV
+
+// Receive side.
+inline constexpr std::uint32_t kInvalidLkey = 0x100;  // MLX5_INVALID_LKEY terminates an SGE list
+inline constexpr std::uint32_t kSrqNextSegmentSize = 16;
+inline constexpr std::uint32_t kReceiveSignatureSegmentSize = 16;
+
+// Doorbell record words (mlx5dv_qp.dbrec): [0] receive, [1] send. CQ: [0] set_ci, [1] arm.
+inline constexpr std::uint32_t kReceiveDoorbell = 0;
+inline constexpr std::uint32_t kSendDoorbell = 1;
+inline constexpr std::uint32_t kCqSetConsumerIndex = 0;
+inline constexpr std::uint32_t kCqArm = 1;
+
+// CQE (struct mlx5_cqe64) field offsets within the 64-byte CQE. In a 128-byte entry the
+// mlx5_cqe64 is the second half.
+inline constexpr std::uint32_t kCqeSize64 = 64;
+inline constexpr std::uint32_t kCqeSrqnUserIndex = 32;
+inline constexpr std::uint32_t kCqeImmediateInvalidatePkey = 36;
+inline constexpr std::uint32_t kCqeByteCount = 44;
+inline constexpr std::uint32_t kCqeTimestamp = 48;
+inline constexpr std::uint32_t kCqeVendorSyndrome = 54;  // error CQE
+inline constexpr std::uint32_t kCqeSyndrome = 55;        // error CQE
+inline constexpr std::uint32_t kCqeMlPath = 17;          // responder: path bits
+inline constexpr std::uint32_t kCqeSlid = 22;            // responder: be16 source LID
+inline constexpr std::uint32_t kCqeFlagsRemoteQpn = 24;  // responder: sl, grh, remote QPN
+inline constexpr std::uint32_t kCqeSopDropQpn = 56;      // bits 31:24 WQE opcode, 23:0 QPN
+inline constexpr std::uint32_t kCqeWqeCounter = 60;
+inline constexpr std::uint32_t kCqeSignature = 62;
+inline constexpr std::uint32_t kCqeOpOwn = 63;
+
+enum CqeOpcode : std::uint8_t {
+    kCqeRequester = 0,
+    kCqeResponderWriteImmediate = 1,
+    kCqeResponderSend = 2,
+    kCqeResponderSendImmediate = 3,
+    kCqeResponderSendInvalidate = 4,
+    kCqeResize = 5,
+    kCqeNoPacket = 6,
+    kCqeSignatureError = 12,
+    kCqeRequesterError = 13,
+    kCqeResponderError = 14,
+    kCqeInvalid = 15,
+};
+
+// op_own bits 3:2.
+inline constexpr std::uint8_t kCqeFormatInlineScatter32 = 1;
+inline constexpr std::uint8_t kCqeFormatInlineScatter64 = 2;
+inline constexpr std::uint8_t kCqeFormatCompressed = 3;
+
+// Error CQE syndromes (cq.c mlx5_handle_error_cqe).
+enum CqeSyndrome : std::uint8_t {
+    kSyndromeLocalLength = 0x01,
+    kSyndromeLocalQpOperation = 0x02,
+    kSyndromeLocalProtection = 0x04,
+    kSyndromeWorkRequestFlushed = 0x05,
+    kSyndromeMemoryWindowBind = 0x06,
+    kSyndromeBadResponse = 0x10,
+    kSyndromeLocalAccess = 0x11,
+    kSyndromeRemoteInvalidRequest = 0x12,
+    kSyndromeRemoteAccess = 0x13,
+    kSyndromeRemoteOperation = 0x14,
+    kSyndromeTransportRetryExceeded = 0x15,
+    kSyndromeRnrRetryExceeded = 0x16,
+    kSyndromeRemoteAborted = 0x22,
+};
+
+}  // namespace rdmachan::mlx5
