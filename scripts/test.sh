@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the whole rdmachan test suite:
+#   1. a RelWithDebInfo build: every suite, the golden-vector checks, the install test and the
+#      soft-RoCE VM tests (label "vm");
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build: every suite except the VM tests;
+#   3. a ThreadSanitizer build: every suite except the VM tests.
+# Usage: scripts/test.sh [--no-sanitizers] [--no-vm]
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+sanitizers=1
+vm=1
+for argument in "$@"; do
+    case "$argument" in
+        --no-sanitizers) sanitizers=0 ;;
+        --no-vm) vm=0 ;;
+        *) echo "test: unknown option $argument" >&2; exit 2 ;;
+    esac
+done
+
+"$root/scripts/setup.sh"
+
+jobs=$(nproc)
+failed=()
+
+run_suite() {
+    local name=$1 directory=$2 exclude=$3
+    shift 3
+    echo "=== $name: configure and build ($directory)"
+    cmake -S "$root" -B "$directory" -G Ninja "$@" >/dev/null
+    cmake --build "$directory" -j "$jobs"
+    echo "=== $name: run"
+    local exclude_arguments=()
+    [ -n "$exclude" ] && exclude_arguments=(-LE "$exclude")
+    if ! ctest --test-dir "$directory" --output-on-failure -j "$jobs" "${exclude_arguments[@]}"; then
+        failed+=("$name")
+    fi
+}
+
+main_exclude=""
+[ "$vm" -eq 0 ] && main_exclude="vm"
+run_suite "main build" "$root/build/test-main" "$main_exclude" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+if [ "$sanitizers" -eq 1 ]; then
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        run_suite "ASan+UBSan build" "$root/build/test-asan" "vm|install" \
+        -DCMAKE_BUILD_TYPE=Debug -DRDMACHAN_SANITIZE_ADDRESS=ON
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+        run_suite "TSan build" "$root/build/test-tsan" "vm|install" \
+        -DCMAKE_BUILD_TYPE=Debug -DRDMACHAN_SANITIZE_THREAD=ON
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "test: FAILED in: ${failed[*]}" >&2
+    exit 1
+fi
+echo "test: all suites passed"
