@@ -47,6 +47,8 @@ struct SendWorkRequest {
     // DC initiator only: the 48-byte extended address vector, dc_key and dqp_dct already
     // filled in (see make_dc_address_vector). nullptr on RC.
     const std::uint8_t* dc_address_vector = nullptr;
+    // DC initiator only: the DCI stream channel (ctrl bytes 9-10) when the DCI has streams.
+    std::uint16_t dci_stream_id = 0;
 };
 
 struct ReceiveWorkRequest {
