@@ -1,0 +1,28 @@
+// Shared by the receive-side checks: one ibv_poll_cq step replayed through CompletionQueue.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "tools/golden_check/case_result.hpp"
+#include "transport/mlx5/completion_queue.hpp"
+
+namespace rdmachan::golden {
+
+// The harness's QP A (whose queues we model) and QP B (a second QP with none), by user index.
+struct PollQueues {
+    mlx5::SendQueueTracking* send = nullptr;
+    std::uint32_t send_wqe_count = 0;
+    mlx5::ReceiveQueue* receive = nullptr;
+    mlx5::SharedReceiveQueue* shared_receive = nullptr;
+    std::uint32_t qp_a_user_index = 1;
+    std::uint32_t qp_b_user_index = 0;
+};
+
+// `cq`: the case's inputs.cq; `outputs`: a cqe case's outputs or an ibv_poll_cq step.
+CaseResult check_poll(const nlohmann::json& cq, const nlohmann::json& outputs, PollQueues& queues);
+
+std::string compare_srq_links(const mlx5::SharedReceiveQueue& queue, const nlohmann::json& links);
+
+}  // namespace rdmachan::golden
