@@ -1,0 +1,188 @@
+// Test fixture: one RC QP on a software device, driven through the project's mlx5 data path
+// (SendQueue, ReceiveQueue, CompletionQueue) exactly as the channel layer will drive it.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "transport/mlx5/completion_queue.hpp"
+#include "transport/mlx5/receive_queue.hpp"
+#include "transport/mlx5/send_queue.hpp"
+#include "transport/soft/device.hpp"
+
+namespace rdmachan::test {
+
+namespace mlx5 = rdmachan::mlx5;
+
+// What a peer needs to connect to this endpoint; sent through a pipe between processes.
+struct Address {
+    std::uint8_t gid[16];
+    std::uint16_t lid;
+    std::uint32_t qpn;
+    std::uint64_t buffer_addr;
+    std::uint32_t rkey;
+};
+
+struct EndpointOptions {
+    std::uint32_t buffer_size = 1 << 20;
+    std::uint32_t access = soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead | soft::kRemoteAtomic;
+    std::uint32_t max_send_wr = 256;
+    std::uint32_t max_recv_wr = 256;
+    std::uint32_t cq_entries = 1024;
+    std::uint8_t rnr_retry = 7;
+    std::uint8_t min_rnr_timer = 1;
+    std::uint8_t timeout = 14;
+    std::uint8_t retry_cnt = 3;
+};
+
+class SoftEndpoint {
+    // Maps a CQE's QPN to this endpoint's queues; defined first so its type is known below.
+    auto resolver() {
+        return [this](std::uint32_t qpn, std::uint32_t) -> mlx5::CompletionTarget* {
+            return qpn == queue_pair_->qpn() ? &target_ : nullptr;
+        };
+    }
+
+public:
+    explicit SoftEndpoint(std::shared_ptr<soft::Device> device, const EndpointOptions& options = {})
+        : device_(std::move(device)), options_(options), buffer_(options.buffer_size) {
+        domain_ = device_->allocate_protection_domain();
+        region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), soft::kLocalWrite | soft::kRemoteWrite |
+                                                                                      soft::kRemoteRead | soft::kRemoteAtomic);
+        send_cq_ = device_->create_completion_queue(options.cq_entries);
+        recv_cq_ = device_->create_completion_queue(options.cq_entries);
+        soft::QueuePairInit init;
+        init.send_cq = send_cq_;
+        init.recv_cq = recv_cq_;
+        init.capabilities = {options.max_send_wr, options.max_recv_wr, 4, 4, 128};
+        queue_pair_ = device_->create_queue_pair(domain_, init);
+        const mlx5::SendQueueRing& send_ring = queue_pair_->send_ring();
+        send_wr_ids_.resize(send_ring.wqe_count);
+        send_wqe_ends_.resize(send_ring.wqe_count);
+        mlx5::SendQueueConfig config;
+        config.max_sge = 4;
+        config.max_inline_data = 128;
+        send_ = mlx5::SendQueue(send_ring, {send_wr_ids_.data(), send_wqe_ends_.data(), 0, 0}, config);
+        receive_wr_ids_.resize(queue_pair_->receive_ring().wqe_count);
+        receive_ = mlx5::ReceiveQueue(queue_pair_->receive_ring(), receive_wr_ids_.data(), {});
+        send_completions_ = mlx5::CompletionQueue(send_cq_->ring());
+        receive_completions_ = mlx5::CompletionQueue(recv_cq_->ring());
+        target_.send = &send_.tracking();
+        target_.send_wqe_count = send_ring.wqe_count;
+        target_.receive = &receive_;
+        queue_pair_->modify_to_init(1, options.access);
+    }
+
+    Address address() const {
+        Address address{};
+        const auto gid = device_->gid();
+        std::memcpy(address.gid, gid.data(), 16);
+        address.lid = device_->lid();
+        address.qpn = queue_pair_->qpn();
+        address.buffer_addr = reinterpret_cast<std::uint64_t>(buffer_.data());
+        address.rkey = region_->rkey();
+        return address;
+    }
+
+    void connect(const Address& remote) {
+        soft::ReadyToReceiveAttributes receive;
+        std::memcpy(receive.remote.gid.data(), remote.gid, 16);
+        receive.remote.lid = remote.lid;
+        receive.remote.qpn = remote.qpn;
+        receive.rq_psn = 0x1000;
+        receive.min_rnr_timer = options_.min_rnr_timer;
+        queue_pair_->modify_to_ready_to_receive(receive);
+        soft::ReadyToSendAttributes send;
+        send.sq_psn = 0x1000;
+        send.rnr_retry = options_.rnr_retry;
+        send.timeout = options_.timeout;
+        send.retry_cnt = options_.retry_cnt;
+        queue_pair_->modify_to_ready_to_send(send);
+    }
+
+    mlx5::PostResult post(const mlx5::SendWorkRequest* requests, std::uint32_t count, std::uint32_t* posted = nullptr) {
+        const mlx5::PostResult result = send_.post(requests, count, posted);
+        queue_pair_->ring_send_doorbell();
+        return result;
+    }
+
+    mlx5::PostResult post_receive(std::uint64_t wr_id, std::uint64_t offset, std::uint32_t length) {
+        mlx5::ScatterGatherElement element{reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
+        mlx5::ReceiveWorkRequest request{wr_id, &element, 1};
+        return receive_.post(&request, 1, nullptr);
+    }
+
+    mlx5::ScatterGatherElement local(std::uint64_t offset, std::uint32_t length) const {
+        return {reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
+    }
+
+    // Polls until one completion arrives on the send (or receive) CQ, or the deadline passes.
+    std::optional<mlx5::Completion> wait_send(std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+        return wait(send_completions_, deadline);
+    }
+    std::optional<mlx5::Completion> wait_receive(std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+        return wait(receive_completions_, deadline);
+    }
+    std::uint32_t poll_send(mlx5::Completion* completions, std::uint32_t capacity) {
+        return send_completions_.poll(completions, capacity, resolver());
+    }
+
+    std::uint8_t* buffer() { return buffer_.data(); }
+    soft::QueuePair& queue_pair() { return *queue_pair_; }
+    mlx5::SendQueue& send_queue() { return send_; }
+    soft::Device& device() { return *device_; }
+    soft::ProtectionDomain& domain() { return *domain_; }
+    const std::shared_ptr<soft::ProtectionDomain>& domain_pointer() { return domain_; }
+    std::uint32_t lkey() const { return region_->lkey(); }
+    bool receive_cq_overrun() const { return recv_cq_->overrun(); }
+
+private:
+    std::optional<mlx5::Completion> wait(mlx5::CompletionQueue& queue, std::chrono::milliseconds deadline) {
+        const auto until = std::chrono::steady_clock::now() + deadline;
+        mlx5::Completion completion;
+        while (std::chrono::steady_clock::now() < until) {
+            if (queue.poll(&completion, 1, resolver()) == 1) return completion;
+            std::this_thread::yield();
+        }
+        return std::nullopt;
+    }
+
+    std::shared_ptr<soft::Device> device_;
+    EndpointOptions options_;
+    std::vector<std::uint8_t> buffer_;
+    std::shared_ptr<soft::ProtectionDomain> domain_;
+    std::shared_ptr<soft::MemoryRegion> region_;
+    std::shared_ptr<soft::CompletionQueue> send_cq_;
+    std::shared_ptr<soft::CompletionQueue> recv_cq_;
+    std::shared_ptr<soft::QueuePair> queue_pair_;
+    std::vector<std::uint64_t> send_wr_ids_;
+    std::vector<std::uint32_t> send_wqe_ends_;
+    std::vector<std::uint64_t> receive_wr_ids_;
+    mlx5::SendQueue send_;
+    mlx5::ReceiveQueue receive_;
+    mlx5::CompletionQueue send_completions_;
+    mlx5::CompletionQueue receive_completions_;
+    mlx5::CompletionTarget target_;
+};
+
+inline mlx5::SendWorkRequest write_request(std::uint64_t wr_id, const mlx5::ScatterGatherElement* element,
+                                           std::uint64_t remote_addr, std::uint32_t rkey, std::uint32_t flags = mlx5::kSendSignaled) {
+    mlx5::SendWorkRequest request;
+    request.wr_id = wr_id;
+    request.opcode = mlx5::SendOpcode::rdma_write;
+    request.flags = flags;
+    request.sg_list = element;
+    request.num_sge = 1;
+    request.remote_addr = remote_addr;
+    request.rkey = rkey;
+    return request;
+}
+
+}  // namespace rdmachan::test

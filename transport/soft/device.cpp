@@ -1,0 +1,301 @@
+// The software device's control plane: object creation with mlx5 ring layouts, memory
+// registration, and the QP state machine.
+#include "transport/soft/device.hpp"
+
+#include <arpa/inet.h>
+
+#include <random>
+#include <string>
+
+#include "src/logger.hpp"
+#include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/shared_receive_queue.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/device_core.hpp"
+
+namespace rdmachan::soft {
+namespace {
+
+constexpr std::uint32_t kMaxQueueEntries = 32768;
+constexpr std::uint32_t kMaxScatterGatherElements = 30;
+constexpr std::uint32_t kMaxInlineData = 912;
+constexpr std::uint32_t kBlueFlameSize = 256;
+
+std::uint32_t round_up_power_of_two(std::uint32_t value) {
+    std::uint32_t result = 1;
+    while (result < value) result <<= 1;
+    return result;
+}
+
+[[noreturn]] void fail(const std::string& message) { throw SoftDeviceError(message); }
+
+void check_range(const char* call, const char* field, std::uint64_t value, std::uint64_t low, std::uint64_t high) {
+    if (value < low || value > high) {
+        fail(std::string(call) + ": " + field + " = " + std::to_string(value) + " is out of range [" +
+             std::to_string(low) + ", " + std::to_string(high) + "]");
+    }
+}
+
+}  // namespace
+
+const char* to_string(QueuePairState state) {
+    switch (state) {
+        case QueuePairState::reset: return "RESET";
+        case QueuePairState::init: return "INIT";
+        case QueuePairState::ready_to_receive: return "RTR";
+        case QueuePairState::ready_to_send: return "RTS";
+        case QueuePairState::error: return "ERR";
+    }
+    return "unknown";
+}
+
+std::shared_ptr<Device> Device::open(const DeviceOptions& options) {
+    std::shared_ptr<Device> device(new Device());
+    device->core_ = std::make_unique<DeviceCore>(*device, options);
+    detail::logger().info("software mlx5 device {} opened", device->name());
+    return device;
+}
+
+Device::~Device() = default;
+
+std::array<std::uint8_t, 16> Device::gid() const { return core_->gid; }
+std::uint16_t Device::lid() const { return core_->lid; }
+
+std::string Device::name() const {
+    char address[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &core_->ipv4, address, sizeof address);
+    return std::string("soft:") + address + ":" + std::to_string(core_->lid);
+}
+
+std::shared_ptr<ProtectionDomain> Device::allocate_protection_domain() {
+    std::lock_guard lock(core_->mutex);
+    return std::shared_ptr<ProtectionDomain>(new ProtectionDomain(shared_from_this(), core_->next_handle++));
+}
+
+ProtectionDomain::~ProtectionDomain() = default;
+
+std::shared_ptr<MemoryRegion> Device::register_memory(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
+                                                      std::size_t length, std::uint32_t access_flags) {
+    if (domain == nullptr || domain->device().get() != this) fail("register_memory: the protection domain belongs to another device");
+    if (addr == nullptr) fail("register_memory: addr is null");
+    if (length == 0) fail("register_memory: length is 0");
+    if ((access_flags & ~(kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic)) != 0) {
+        fail("register_memory: unknown access flags 0x" + std::to_string(access_flags));
+    }
+    // As verbs requires: remote write or atomic access needs local write access too.
+    if ((access_flags & (kRemoteWrite | kRemoteAtomic)) != 0 && (access_flags & kLocalWrite) == 0) {
+        fail("register_memory: remote write/atomic access requires local write access (access flags " +
+             std::to_string(access_flags) + ")");
+    }
+    std::lock_guard lock(core_->mutex);
+    // The low byte is a per-registration tag, so a stale key of a freed region is not accepted
+    // by the region that reuses its index.
+    static thread_local std::mt19937 random(std::random_device{}());
+    const std::uint32_t key = (core_->next_key_index++ << 8) | (random() & 0xff);
+    core_->memory_regions[key] = MemoryRegionState{domain->handle(), reinterpret_cast<std::uint64_t>(addr), length, access_flags};
+    return std::shared_ptr<MemoryRegion>(new MemoryRegion(domain, reinterpret_cast<std::uint64_t>(addr), length, key));
+}
+
+MemoryRegion::~MemoryRegion() {
+    DeviceCore& core = domain_->device()->core();
+    std::lock_guard lock(core.mutex);
+    core.memory_regions.erase(key_);
+}
+
+std::shared_ptr<CompletionQueue> Device::create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size) {
+    check_range("create_completion_queue", "entries", entries, 1, 4u << 20);
+    if (cqe_size != 64 && cqe_size != 128) fail("create_completion_queue: cqe_size = " + std::to_string(cqe_size) + " (64 or 128)");
+    auto context = std::make_unique<CompletionQueueContext>();
+    const std::uint32_t count = round_up_power_of_two(entries + 1);
+    context->buffer = std::make_unique<AlignedBuffer>(static_cast<std::size_t>(count) * cqe_size);
+    context->doorbell = std::make_unique<AlignedBuffer>(64);
+    // Every entry starts invalid and owned by hardware, as libmlx5 initialises it.
+    for (std::uint32_t i = 0; i < count; ++i) {
+        context->buffer->data[static_cast<std::size_t>(i) * cqe_size + cqe_size - 1] = mlx5::kCqeInvalid << 4;
+    }
+    context->ring.buffer = context->buffer->data;
+    context->ring.cqe_count = count;
+    context->ring.cqe_size = cqe_size;
+    context->ring.doorbell_record = reinterpret_cast<std::uint32_t*>(context->doorbell->data);
+    std::lock_guard lock(core_->mutex);
+    context->ring.cqn = core_->next_handle++;
+    const mlx5::CompletionQueueRing ring = context->ring;
+    core_->completion_queues[ring.cqn] = std::move(context);
+    return std::shared_ptr<CompletionQueue>(new CompletionQueue(shared_from_this(), ring));
+}
+
+CompletionQueue::~CompletionQueue() {
+    std::lock_guard lock(device_->core().mutex);
+    device_->core().completion_queues.erase(ring_.cqn);
+}
+
+bool CompletionQueue::overrun() const {
+    std::lock_guard lock(device_->core().mutex);
+    auto found = device_->core().completion_queues.find(ring_.cqn);
+    return found != device_->core().completion_queues.end() && found->second->overrun.load();
+}
+
+std::shared_ptr<SharedReceiveQueue> Device::create_shared_receive_queue(const std::shared_ptr<ProtectionDomain>& domain,
+                                                                        std::uint32_t max_wr, std::uint32_t max_sge) {
+    check_range("create_shared_receive_queue", "max_wr", max_wr, 1, kMaxQueueEntries - 1);
+    check_range("create_shared_receive_queue", "max_sge", max_sge, 1, kMaxScatterGatherElements);
+    auto context = std::make_unique<SharedReceiveQueueContext>();
+    const std::uint32_t stride = round_up_power_of_two(std::max(32u, mlx5::kSrqNextSegmentSize + 16 * max_sge));
+    // One WQE more than max_wr: the free list's tail is a sentinel that is never posted.
+    const std::uint32_t count = round_up_power_of_two(max_wr + 1);
+    context->buffer = std::make_unique<AlignedBuffer>(static_cast<std::size_t>(count) * stride);
+    context->doorbell = std::make_unique<AlignedBuffer>(64);
+    for (std::uint32_t i = 0; i < count; ++i) {
+        mlx5::store_big16(context->buffer->data + static_cast<std::size_t>(i) * stride + mlx5::kSrqNextWqeIndex,
+                          static_cast<std::uint16_t>(i + 1 < count ? i + 1 : 0));
+    }
+    context->protection_domain = domain->handle();
+    context->ring.buffer = context->buffer->data;
+    context->ring.wqe_count = count;
+    context->ring.stride = stride;
+    context->ring.doorbell_record = reinterpret_cast<std::uint32_t*>(context->doorbell->data);
+    std::lock_guard lock(core_->mutex);
+    context->ring.srqn = core_->next_handle++;
+    const mlx5::SharedReceiveQueueRing ring = context->ring;
+    core_->shared_receive_queues[ring.srqn] = std::move(context);
+    return std::shared_ptr<SharedReceiveQueue>(new SharedReceiveQueue(domain, ring));
+}
+
+SharedReceiveQueue::~SharedReceiveQueue() {
+    DeviceCore& core = domain_->device()->core();
+    std::lock_guard lock(core.mutex);
+    core.shared_receive_queues.erase(ring_.srqn);
+}
+
+std::shared_ptr<QueuePair> Device::create_queue_pair(const std::shared_ptr<ProtectionDomain>& domain, QueuePairInit init) {
+    const QueuePairCapabilities& capabilities = init.capabilities;
+    check_range("create_queue_pair", "max_send_wr", capabilities.max_send_wr, 1, kMaxQueueEntries);
+    check_range("create_queue_pair", "max_send_sge", capabilities.max_send_sge, 1, kMaxScatterGatherElements);
+    check_range("create_queue_pair", "max_inline_data", capabilities.max_inline_data, 0, kMaxInlineData);
+    if (init.srq == nullptr) {
+        check_range("create_queue_pair", "max_recv_wr", capabilities.max_recv_wr, 1, kMaxQueueEntries);
+        check_range("create_queue_pair", "max_recv_sge", capabilities.max_recv_sge, 1, kMaxScatterGatherElements);
+    }
+    if (init.send_cq == nullptr || init.recv_cq == nullptr) fail("create_queue_pair: send_cq and recv_cq are required");
+    if (init.send_cq->ring().buffer == nullptr) fail("create_queue_pair: send_cq has no ring");
+
+    // Send WQE size: ctrl + remote address + atomic + the larger of the SGEs and the inline data.
+    const std::uint32_t data_bytes = std::max(16 * capabilities.max_send_sge,
+                                              capabilities.max_inline_data == 0 ? 0u : ((capabilities.max_inline_data + 4 + 15) / 16) * 16);
+    const std::uint32_t wqe_bytes = 48 + data_bytes;
+    const std::uint32_t wqebbs_per_wqe = (wqe_bytes + 63) / 64;
+    const std::uint32_t send_wqe_count = round_up_power_of_two(capabilities.max_send_wr * wqebbs_per_wqe);
+    std::uint32_t receive_stride = 0;
+    std::uint32_t receive_count = 0;
+    if (init.srq == nullptr) {
+        receive_stride = round_up_power_of_two(16 * std::max(capabilities.max_recv_sge, 1u));
+        receive_count = std::max(round_up_power_of_two(capabilities.max_recv_wr) * receive_stride, 64u) / receive_stride;
+    }
+
+    auto context = std::make_unique<QueuePairContext>();
+    const std::size_t receive_bytes = static_cast<std::size_t>(receive_count) * receive_stride;
+    context->buffer = std::make_unique<AlignedBuffer>(receive_bytes + static_cast<std::size_t>(send_wqe_count) * 64);
+    context->doorbell = std::make_unique<AlignedBuffer>(64);
+    context->blueflame = std::make_unique<AlignedBuffer>(2 * kBlueFlameSize);
+    context->protection_domain = domain->handle();
+    context->user_index = init.user_index;
+    context->receive_ring = {receive_count != 0 ? context->buffer->data : nullptr, receive_count, receive_stride,
+                             reinterpret_cast<std::uint32_t*>(context->doorbell->data)};
+
+    std::lock_guard lock(core_->mutex);
+    context->send_cq = core_->completion_queues.at(init.send_cq->cqn()).get();
+    context->recv_cq = core_->completion_queues.at(init.recv_cq->cqn()).get();
+    if (init.srq != nullptr) context->srq = core_->shared_receive_queues.at(init.srq->srqn()).get();
+    // QP numbers are 24 bits; start above the low numbers the other objects use.
+    context->qpn = 0x100 + core_->next_handle++;
+    context->send_ring = {context->buffer->data + receive_bytes, send_wqe_count, context->qpn,
+                          reinterpret_cast<std::uint32_t*>(context->doorbell->data), context->blueflame->data,
+                          kBlueFlameSize};
+    QueuePairCapabilities granted = capabilities;
+    granted.max_recv_wr = receive_count;
+    std::shared_ptr<QueuePair> queue_pair(
+        new QueuePair(domain, std::move(init), context->send_ring, context->receive_ring, granted));
+    queue_pair->core_ = core_.get();
+    queue_pair->doorbell_pending_ = &context->doorbell_pending;
+    core_->queue_pairs[context->qpn] = std::move(context);
+    return queue_pair;
+}
+
+QueuePair::~QueuePair() {
+    std::lock_guard lock(core_->mutex);
+    core_->queue_pairs.erase(send_ring_.qpn);
+}
+
+QueuePairState QueuePair::state() const {
+    std::lock_guard lock(core_->mutex);
+    return core_->queue_pairs.at(send_ring_.qpn)->state;
+}
+
+void QueuePair::modify_to_init(std::uint8_t port_num, std::uint32_t access_flags) {
+    std::lock_guard lock(core_->mutex);
+    QueuePairContext& context = *core_->queue_pairs.at(send_ring_.qpn);
+    if (context.state != QueuePairState::reset && context.state != QueuePairState::init) {
+        fail("modify_qp(QP " + std::to_string(context.qpn) + "): " + to_string(context.state) + " -> INIT is not a valid transition");
+    }
+    if (port_num != 1) fail("modify_qp(QP " + std::to_string(context.qpn) + ") to INIT: port_num = " + std::to_string(port_num) + ", the software device has port 1 only");
+    context.access = access_flags;
+    context.state = QueuePairState::init;
+}
+
+void QueuePair::modify_to_ready_to_receive(const ReadyToReceiveAttributes& attributes) {
+    std::lock_guard lock(core_->mutex);
+    QueuePairContext& context = *core_->queue_pairs.at(send_ring_.qpn);
+    if (context.state != QueuePairState::init) {
+        fail("modify_qp(QP " + std::to_string(context.qpn) + "): " + to_string(context.state) + " -> RTR is not a valid transition");
+    }
+    check_range("modify_qp to RTR", "remote qpn", attributes.remote.qpn, 1, 0xffffff);
+    check_range("modify_qp to RTR", "rq_psn", attributes.rq_psn, 0, 0xffffff);
+    check_range("modify_qp to RTR", "min_rnr_timer", attributes.min_rnr_timer, 0, 31);
+    const std::uint32_t mtu = attributes.path_mtu_bytes;
+    if (mtu != 256 && mtu != 512 && mtu != 1024 && mtu != 2048 && mtu != 4096) {
+        fail("modify_qp(QP " + std::to_string(context.qpn) + ") to RTR: path_mtu = " + std::to_string(mtu) + " bytes is not an IB MTU");
+    }
+    context.receive_attributes = attributes;
+    context.expected_psn = attributes.rq_psn;
+    context.state = QueuePairState::ready_to_receive;
+}
+
+void QueuePair::modify_to_ready_to_send(const ReadyToSendAttributes& attributes) {
+    std::lock_guard lock(core_->mutex);
+    QueuePairContext& context = *core_->queue_pairs.at(send_ring_.qpn);
+    if (context.state != QueuePairState::ready_to_receive && context.state != QueuePairState::ready_to_send) {
+        fail("modify_qp(QP " + std::to_string(context.qpn) + "): " + to_string(context.state) + " -> RTS is not a valid transition");
+    }
+    check_range("modify_qp to RTS", "sq_psn", attributes.sq_psn, 0, 0xffffff);
+    check_range("modify_qp to RTS", "timeout", attributes.timeout, 0, 31);
+    check_range("modify_qp to RTS", "retry_cnt", attributes.retry_cnt, 0, 7);
+    check_range("modify_qp to RTS", "rnr_retry", attributes.rnr_retry, 0, 7);
+    context.send_attributes = attributes;
+    context.next_psn = attributes.sq_psn;
+    context.rnr_retries_left = attributes.rnr_retry;
+    context.state = QueuePairState::ready_to_send;
+    context.doorbell_pending.store(true);
+    core_->wake();
+}
+
+void QueuePair::modify_to_error() {
+    std::lock_guard lock(core_->mutex);
+    core_->move_to_error(*core_->queue_pairs.at(send_ring_.qpn), "moved to ERR by the application");
+}
+
+void QueuePair::modify_to_reset() {
+    std::lock_guard lock(core_->mutex);
+    QueuePairContext& context = *core_->queue_pairs.at(send_ring_.qpn);
+    // RESET empties both queues: the producer indices restart at 0 on both sides.
+    context.state = QueuePairState::reset;
+    context.in_flight.clear();
+    context.waiting_rnr = false;
+    context.executed = 0;
+    context.receive_consumed = 0;
+    context.send_ring.doorbell_record[mlx5::kSendDoorbell] = 0;
+    context.send_ring.doorbell_record[mlx5::kReceiveDoorbell] = 0;
+}
+
+void QueuePair::ring_send_doorbell() { core_->notify_doorbell(*doorbell_pending_); }
+
+}  // namespace rdmachan::soft

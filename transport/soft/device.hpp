@@ -1,0 +1,227 @@
+// The software mlx5 device: the stand-in for a ConnectX wherever no RDMA NIC exists. It
+// allocates the real mlx5 ring layouts (send and receive queues, SRQs, CQs, doorbell records),
+// executes the WQE bytes the mlx5 data path writes, and writes CQEs as the hardware does.
+// Devices talk to each other over TCP, so peers can be processes on one host or on several.
+// See transport/soft/README.md for what it enforces and how it differs from a ConnectX.
+//
+// Ownership: every object holds its parent (device, protection domain) alive, so children
+// can never outlive parents. Control-plane calls may come from any thread; the data path
+// (writing WQEs, ring_send_doorbell, polling CQEs) takes no lock.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "transport/mlx5/rings.hpp"
+
+namespace rdmachan::soft {
+
+class DeviceCore;
+
+// A control-plane failure: the message names the call, the object and the value.
+class SoftDeviceError : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+enum AccessFlag : std::uint32_t {
+    kLocalWrite = 1u << 0,
+    kRemoteWrite = 1u << 1,
+    kRemoteRead = 1u << 2,
+    kRemoteAtomic = 1u << 3,
+};
+
+enum class QueuePairState : std::uint8_t { reset, init, ready_to_receive, ready_to_send, error };
+const char* to_string(QueuePairState state);
+
+struct DeviceOptions {
+    std::string address = "127.0.0.1";  // IPv4 address the device listens on
+    std::uint16_t port = 0;              // 0: any free port
+};
+
+class Device;
+
+class ProtectionDomain {
+public:
+    ~ProtectionDomain();
+    ProtectionDomain(const ProtectionDomain&) = delete;
+    ProtectionDomain& operator=(const ProtectionDomain&) = delete;
+    std::uint32_t handle() const { return handle_; }
+    const std::shared_ptr<Device>& device() const { return device_; }
+
+private:
+    friend class Device;
+    ProtectionDomain(std::shared_ptr<Device> device, std::uint32_t handle) : device_(std::move(device)), handle_(handle) {}
+    std::shared_ptr<Device> device_;
+    std::uint32_t handle_;
+};
+
+class MemoryRegion {
+public:
+    ~MemoryRegion();
+    MemoryRegion(const MemoryRegion&) = delete;
+    MemoryRegion& operator=(const MemoryRegion&) = delete;
+    std::uint64_t addr() const { return addr_; }
+    std::size_t length() const { return length_; }
+    std::uint32_t lkey() const { return key_; }
+    std::uint32_t rkey() const { return key_; }
+
+private:
+    friend class Device;
+    MemoryRegion(std::shared_ptr<ProtectionDomain> domain, std::uint64_t addr, std::size_t length, std::uint32_t key)
+        : domain_(std::move(domain)), addr_(addr), length_(length), key_(key) {}
+    std::shared_ptr<ProtectionDomain> domain_;
+    std::uint64_t addr_;
+    std::size_t length_;
+    std::uint32_t key_;
+};
+
+class CompletionQueue {
+public:
+    ~CompletionQueue();
+    CompletionQueue(const CompletionQueue&) = delete;
+    CompletionQueue& operator=(const CompletionQueue&) = delete;
+    const mlx5::CompletionQueueRing& ring() const { return ring_; }
+    std::uint32_t cqn() const { return ring_.cqn; }
+    // True once the device had to drop a CQE because the consumer fell a whole ring behind.
+    bool overrun() const;
+
+private:
+    friend class Device;
+    CompletionQueue(std::shared_ptr<Device> device, const mlx5::CompletionQueueRing& ring)
+        : device_(std::move(device)), ring_(ring) {}
+    std::shared_ptr<Device> device_;
+    mlx5::CompletionQueueRing ring_;
+};
+
+class SharedReceiveQueue {
+public:
+    ~SharedReceiveQueue();
+    SharedReceiveQueue(const SharedReceiveQueue&) = delete;
+    SharedReceiveQueue& operator=(const SharedReceiveQueue&) = delete;
+    const mlx5::SharedReceiveQueueRing& ring() const { return ring_; }
+    std::uint32_t srqn() const { return ring_.srqn; }
+    // The free list as the creator leaves it: head 0, tail = the last WQE (never posted).
+    std::uint32_t initial_tail() const { return ring_.wqe_count - 1; }
+
+private:
+    friend class Device;
+    SharedReceiveQueue(std::shared_ptr<ProtectionDomain> domain, const mlx5::SharedReceiveQueueRing& ring)
+        : domain_(std::move(domain)), ring_(ring) {}
+    std::shared_ptr<ProtectionDomain> domain_;
+    mlx5::SharedReceiveQueueRing ring_;
+};
+
+struct QueuePairCapabilities {
+    std::uint32_t max_send_wr = 64;
+    std::uint32_t max_recv_wr = 64;
+    std::uint32_t max_send_sge = 1;
+    std::uint32_t max_recv_sge = 1;
+    std::uint32_t max_inline_data = 0;
+};
+
+struct QueuePairInit {
+    std::shared_ptr<CompletionQueue> send_cq;
+    std::shared_ptr<CompletionQueue> recv_cq;
+    std::shared_ptr<SharedReceiveQueue> srq;  // optional: receives come from the SRQ
+    QueuePairCapabilities capabilities;
+    std::uint32_t user_index = 0;  // written into every CQE's srqn_uidx (CQE version 1)
+};
+
+// Where a remote queue pair lives: the device's GID (IPv4-mapped, names the host) and LID (the
+// device's TCP port), and the QP number.
+struct RemoteQueuePair {
+    std::array<std::uint8_t, 16> gid{};
+    std::uint16_t lid = 0;
+    std::uint32_t qpn = 0;
+};
+
+struct ReadyToReceiveAttributes {
+    RemoteQueuePair remote;
+    std::uint32_t rq_psn = 0;
+    std::uint32_t path_mtu_bytes = 1024;
+    std::uint8_t max_dest_rd_atomic = 1;
+    std::uint8_t min_rnr_timer = 12;  // verbs encoding (12 = 0.64 ms)
+};
+
+struct ReadyToSendAttributes {
+    std::uint32_t sq_psn = 0;
+    std::uint8_t timeout = 14;     // 4.096 us * 2^timeout per try; 0 = wait forever
+    std::uint8_t retry_cnt = 7;
+    std::uint8_t rnr_retry = 7;    // 7 = retry forever
+    std::uint8_t max_rd_atomic = 1;
+};
+
+class QueuePair {
+public:
+    ~QueuePair();
+    QueuePair(const QueuePair&) = delete;
+    QueuePair& operator=(const QueuePair&) = delete;
+
+    std::uint32_t qpn() const { return send_ring_.qpn; }
+    const mlx5::SendQueueRing& send_ring() const { return send_ring_; }
+    const mlx5::ReceiveQueueRing& receive_ring() const { return receive_ring_; }
+    std::uint32_t max_send_sge() const { return capabilities_.max_send_sge; }
+    std::uint32_t max_inline_data() const { return capabilities_.max_inline_data; }
+
+    void modify_to_init(std::uint8_t port_num, std::uint32_t access_flags);
+    void modify_to_ready_to_receive(const ReadyToReceiveAttributes& attributes);
+    void modify_to_ready_to_send(const ReadyToSendAttributes& attributes);
+    void modify_to_error();
+    void modify_to_reset();
+    QueuePairState state() const;
+
+    // The soft equivalent of the NIC seeing the doorbell register write: call it right after
+    // the data path rang the doorbell. Lock-free; wakes the device only if it sleeps.
+    void ring_send_doorbell();
+
+private:
+    friend class Device;
+    QueuePair(std::shared_ptr<ProtectionDomain> domain, QueuePairInit init, const mlx5::SendQueueRing& send_ring,
+              const mlx5::ReceiveQueueRing& receive_ring, const QueuePairCapabilities& capabilities)
+        : domain_(std::move(domain)),
+          init_(std::move(init)),
+          send_ring_(send_ring),
+          receive_ring_(receive_ring),
+          capabilities_(capabilities) {}
+    std::shared_ptr<ProtectionDomain> domain_;
+    DeviceCore* core_ = nullptr;
+    std::atomic<bool>* doorbell_pending_ = nullptr;  // owned by the device's QP context
+    QueuePairInit init_;  // keeps the CQs and SRQ alive as long as the QP
+    mlx5::SendQueueRing send_ring_;
+    mlx5::ReceiveQueueRing receive_ring_;
+    QueuePairCapabilities capabilities_;
+};
+
+class Device : public std::enable_shared_from_this<Device> {
+public:
+    static std::shared_ptr<Device> open(const DeviceOptions& options = {});
+    ~Device();
+    Device(const Device&) = delete;
+    Device& operator=(const Device&) = delete;
+
+    std::array<std::uint8_t, 16> gid() const;  // ::ffff:a.b.c.d of the listening address
+    std::uint16_t lid() const;                 // the listening TCP port
+    std::string name() const;                  // "soft:a.b.c.d:port"
+
+    std::shared_ptr<ProtectionDomain> allocate_protection_domain();
+    std::shared_ptr<MemoryRegion> register_memory(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
+                                                  std::size_t length, std::uint32_t access_flags);
+    std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size = 64);
+    std::shared_ptr<SharedReceiveQueue> create_shared_receive_queue(const std::shared_ptr<ProtectionDomain>& domain,
+                                                                    std::uint32_t max_wr, std::uint32_t max_sge);
+    std::shared_ptr<QueuePair> create_queue_pair(const std::shared_ptr<ProtectionDomain>& domain, QueuePairInit init);
+
+    DeviceCore& core() { return *core_; }
+
+private:
+    Device() = default;
+    std::unique_ptr<DeviceCore> core_;
+};
+
+}  // namespace rdmachan::soft

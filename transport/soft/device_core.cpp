@@ -1,0 +1,362 @@
+// The software device's progress thread and its TCP connections to other devices. The thread
+// blocks in epoll_wait when there is nothing to do: on a doorbell (eventfd), a frame from a
+// peer, or the next retry/timeout deadline.
+#include "transport/soft/device_core.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "src/logger.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+
+namespace rdmachan::soft {
+namespace {
+
+[[noreturn]] void fail_system(const std::string& call) {
+    throw SoftDeviceError("software device: " + call + " failed: " + std::strerror(errno));
+}
+
+void set_non_blocking(int socket) {
+    const int flags = ::fcntl(socket, F_GETFL, 0);
+    ::fcntl(socket, F_SETFL, flags | O_NONBLOCK);
+    const int one = 1;
+    ::setsockopt(socket, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+constexpr std::uint64_t kListenerTag = ~0ull;
+constexpr std::uint64_t kEventTag = ~0ull - 1;
+
+}  // namespace
+
+AlignedBuffer::AlignedBuffer(std::size_t requested) : size(requested) {
+    const std::size_t rounded = (requested + 4095) & ~std::size_t{4095};
+    data = static_cast<std::uint8_t*>(std::aligned_alloc(4096, rounded == 0 ? 4096 : rounded));
+    if (data == nullptr) throw SoftDeviceError("software device: cannot allocate " + std::to_string(requested) + " bytes of ring memory");
+    std::memset(data, 0, rounded == 0 ? 4096 : rounded);
+}
+
+AlignedBuffer::~AlignedBuffer() { std::free(data); }
+
+DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(owner) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(options.port);
+    if (::inet_pton(AF_INET, options.address.c_str(), &address.sin_addr) != 1) {
+        throw SoftDeviceError("software device: listen address '" + options.address + "' is not an IPv4 address");
+    }
+    listen_socket_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listen_socket_ < 0) fail_system("socket");
+    const int one = 1;
+    ::setsockopt(listen_socket_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(listen_socket_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        const std::string why = std::strerror(errno);
+        ::close(listen_socket_);
+        throw SoftDeviceError("software device: cannot listen on " + options.address + ":" + std::to_string(options.port) + ": " + why);
+    }
+    ::listen(listen_socket_, 64);
+    socklen_t length = sizeof address;
+    ::getsockname(listen_socket_, reinterpret_cast<sockaddr*>(&address), &length);
+    set_non_blocking(listen_socket_);
+    lid = ntohs(address.sin_port);
+    ipv4 = address.sin_addr.s_addr;
+    gid[10] = 0xff;
+    gid[11] = 0xff;
+    std::memcpy(gid.data() + 12, &ipv4, 4);
+
+    event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    if (event_fd_ < 0 || epoll_fd_ < 0) fail_system("eventfd/epoll_create1");
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = kListenerTag;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_socket_, &event);
+    event.data.u64 = kEventTag;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &event);
+    thread_ = std::thread([this] { run(); });
+}
+
+DeviceCore::~DeviceCore() {
+    stopping_.store(true);
+    wake();
+    if (thread_.joinable()) thread_.join();
+    for (auto& connection : connections_) {
+        if (connection->socket >= 0) ::close(connection->socket);
+    }
+    ::close(listen_socket_);
+    ::close(event_fd_);
+    ::close(epoll_fd_);
+}
+
+void DeviceCore::wake() {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t written = ::write(event_fd_, &one, sizeof one);
+}
+
+void DeviceCore::notify_doorbell(std::atomic<bool>& queue_pair_flag) {
+    queue_pair_flag.store(true);
+    doorbells_pending_.store(true);
+    // Only a sleeping progress thread needs the system call (seq_cst on both sides: either it
+    // sees our flag before sleeping, or we see it asleep).
+    if (sleeping_.load()) wake();
+}
+
+void DeviceCore::run() {
+    epoll_event events[64];
+    while (!stopping_.load()) {
+        Clock::time_point deadline;
+        {
+            std::lock_guard lock(mutex);
+            execute_pending_doorbells();
+            while (!loopback_.empty()) {
+                std::vector<std::uint8_t> frame = std::move(loopback_.front());
+                loopback_.pop_front();
+                Connection self;
+                self.gid = gid;
+                self.lid = lid;
+                self.identified = true;
+                const auto* header = reinterpret_cast<const wire::FrameHeader*>(frame.data());
+                const std::uint8_t* body = frame.data() + sizeof(wire::FrameHeader);
+                handle_frame(self, header->type, body, body + wire::body_size(header->type), header->payload_length);
+            }
+            service_timers();
+            deadline = next_timer();
+            sleeping_.store(true);
+            if (doorbells_pending_.load() || !loopback_.empty() || stopping_.load()) {
+                sleeping_.store(false);
+                continue;
+            }
+        }
+        int timeout_ms = -1;
+        if (deadline != Clock::time_point{}) {
+            const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+            timeout_ms = wait <= 0 ? 0 : static_cast<int>(std::min<long long>(wait + 1, 1000));
+        }
+        const int ready = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
+        sleeping_.store(false);
+        std::lock_guard lock(mutex);
+        for (int i = 0; i < ready; ++i) {
+            const std::uint64_t tag = events[i].data.u64;
+            if (tag == kListenerTag) {
+                accept_connections();
+            } else if (tag == kEventTag) {
+                std::uint64_t value;
+                while (::read(event_fd_, &value, sizeof value) > 0) {
+                }
+            } else {
+                Connection* connection = reinterpret_cast<Connection*>(tag);
+                if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) read_connection(*connection);
+                if (connection->socket >= 0 && (events[i].events & EPOLLOUT) != 0) write_connection(*connection);
+            }
+        }
+        // Connections closed while handling events are removed here, after no event refers to them.
+        std::erase_if(connections_, [](const std::unique_ptr<Connection>& connection) { return connection->socket < 0; });
+    }
+}
+
+void DeviceCore::accept_connections() {
+    while (true) {
+        const int socket = ::accept4(listen_socket_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (socket < 0) return;
+        set_non_blocking(socket);
+        auto connection = std::make_unique<Connection>();
+        connection->socket = socket;
+        epoll_event event{};
+        event.events = EPOLLIN;
+        event.data.u64 = reinterpret_cast<std::uint64_t>(connection.get());
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket, &event);
+        connections_.push_back(std::move(connection));
+    }
+}
+
+Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
+    for (auto& connection : connections_) {
+        if (connection->outgoing && connection->socket >= 0 && connection->gid == remote_gid && connection->lid == remote_lid) {
+            return connection.get();
+        }
+    }
+    if (remote_gid[10] != 0xff || remote_gid[11] != 0xff) return nullptr;  // not an IPv4-mapped GID
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(remote_lid);
+    std::memcpy(&address.sin_addr, remote_gid.data() + 12, 4);
+    const int socket = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (socket < 0) return nullptr;
+    // A bounded connect: the progress thread never waits more than a second for a peer.
+    if (::connect(socket, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        if (errno != EINPROGRESS) {
+            ::close(socket);
+            return nullptr;
+        }
+        pollfd waiting{socket, POLLOUT, 0};
+        int error = 0;
+        socklen_t length = sizeof error;
+        if (::poll(&waiting, 1, 1000) != 1 || ::getsockopt(socket, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
+            ::close(socket);
+            return nullptr;
+        }
+    }
+    set_non_blocking(socket);
+    auto connection = std::make_unique<Connection>();
+    connection->socket = socket;
+    connection->gid = remote_gid;
+    connection->lid = remote_lid;
+    connection->identified = true;
+    connection->outgoing = true;
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = reinterpret_cast<std::uint64_t>(connection.get());
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket, &event);
+    wire::Hello hello{};
+    std::memcpy(hello.gid, gid.data(), 16);
+    hello.lid = lid;
+    queue_output(*connection, wire::frame(wire::FrameType::hello, hello));
+    connections_.push_back(std::move(connection));
+    return connections_.back().get();
+}
+
+void DeviceCore::queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes) {
+    if (connection.socket < 0) return;
+    connection.output.insert(connection.output.end(), bytes.begin(), bytes.end());
+    write_connection(connection);
+}
+
+void DeviceCore::write_connection(Connection& connection) {
+    while (connection.output_offset < connection.output.size()) {
+        const ssize_t written = ::send(connection.socket, connection.output.data() + connection.output_offset,
+                                       connection.output.size() - connection.output_offset, MSG_NOSIGNAL);
+        if (written > 0) {
+            connection.output_offset += static_cast<std::size_t>(written);
+            continue;
+        }
+        if (written < 0 && errno == EINTR) continue;
+        if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            epoll_event event{};
+            event.events = EPOLLIN | EPOLLOUT;
+            event.data.u64 = reinterpret_cast<std::uint64_t>(&connection);
+            ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.socket, &event);
+            return;
+        }
+        close_connection(connection, "send failed");
+        return;
+    }
+    connection.output.clear();
+    connection.output_offset = 0;
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = reinterpret_cast<std::uint64_t>(&connection);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.socket, &event);
+}
+
+void DeviceCore::read_connection(Connection& connection) {
+    std::uint8_t chunk[65536];
+    while (connection.socket >= 0) {
+        const ssize_t received = ::recv(connection.socket, chunk, sizeof chunk, 0);
+        if (received > 0) {
+            connection.input.insert(connection.input.end(), chunk, chunk + received);
+            continue;
+        }
+        if (received < 0 && errno == EINTR) continue;
+        if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        close_connection(connection, received == 0 ? "peer closed the connection" : "receive failed");
+        return;
+    }
+    std::size_t offset = 0;
+    while (connection.socket >= 0 && connection.input.size() - offset >= sizeof(wire::FrameHeader)) {
+        wire::FrameHeader header;
+        std::memcpy(&header, connection.input.data() + offset, sizeof header);
+        const std::size_t body = wire::body_size(header.type);
+        if (header.magic != wire::kMagic || body == 0 || header.payload_length > wire::kMaxPayload) {
+            close_connection(connection, "malformed frame from peer");
+            return;
+        }
+        const std::size_t total = sizeof header + body + header.payload_length;
+        if (connection.input.size() - offset < total) break;
+        const std::uint8_t* body_bytes = connection.input.data() + offset + sizeof header;
+        handle_frame(connection, header.type, body_bytes, body_bytes + body, header.payload_length);
+        offset += total;
+    }
+    if (connection.socket >= 0) connection.input.erase(connection.input.begin(), connection.input.begin() + offset);
+}
+
+void DeviceCore::close_connection(Connection& connection, const char* why) {
+    if (connection.socket < 0) return;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, connection.socket, nullptr);
+    ::close(connection.socket);
+    connection.socket = -1;
+    if (!connection.identified) return;
+    detail::logger().info("software device {}: connection to lid {} closed: {}", owner_.name(), connection.lid, why);
+    // Requests that were sent to that device will never be answered: the transport gives up on
+    // them, as hardware does once its retries run out.
+    for (auto& [qpn, queue_pair] : queue_pairs) {
+        const RemoteQueuePair& remote = queue_pair->receive_attributes.remote;
+        if (remote.gid == connection.gid && remote.lid == connection.lid && !queue_pair->in_flight.empty() &&
+            queue_pair->state == QueuePairState::ready_to_send) {
+            fail_queue_pair(*queue_pair, mlx5::kSyndromeTransportRetryExceeded, "connection to the peer device lost");
+        }
+    }
+}
+
+void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, const std::uint8_t* body,
+                              const std::uint8_t* payload, std::uint32_t payload_length) {
+    switch (type) {
+        case wire::FrameType::hello: {
+            wire::Hello hello;
+            std::memcpy(&hello, body, sizeof hello);
+            std::memcpy(connection.gid.data(), hello.gid, 16);
+            connection.lid = hello.lid;
+            connection.identified = true;
+            return;
+        }
+        case wire::FrameType::request: {
+            if (!connection.identified) {
+                close_connection(connection, "request before hello");
+                return;
+            }
+            wire::Request request;
+            std::memcpy(&request, body, sizeof request);
+            handle_request(connection, request, payload, payload_length);
+            return;
+        }
+        case wire::FrameType::response: {
+            wire::Response response;
+            std::memcpy(&response, body, sizeof response);
+            handle_response(response, payload, payload_length);
+            return;
+        }
+    }
+}
+
+void DeviceCore::respond(Connection& connection, const wire::Response& response, const void* payload,
+                         std::uint32_t payload_length) {
+    std::vector<std::uint8_t> frame = wire::frame(wire::FrameType::response, response, payload, payload_length);
+    if (connection.socket < 0 && connection.gid == gid && connection.lid == lid) {
+        loopback_.push_back(std::move(frame));
+        return;
+    }
+    queue_output(connection, frame);
+}
+
+bool DeviceCore::send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame) {
+    const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
+    if (remote.gid == gid && remote.lid == lid) {
+        loopback_.push_back(frame);
+        return true;
+    }
+    Connection* connection = connection_to(remote.gid, remote.lid);
+    if (connection == nullptr) return false;
+    queue_output(*connection, frame);
+    return connection->socket >= 0;
+}
+
+}  // namespace rdmachan::soft

@@ -1,0 +1,198 @@
+// The software device's inside: object tables, the progress thread and its connections.
+// Everything here is guarded by `mutex` except the doorbell flags, which the data path sets
+// without a lock.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/soft/device.hpp"
+#include "transport/soft/wire.hpp"
+
+namespace rdmachan::soft {
+
+using Clock = std::chrono::steady_clock;
+
+// Page-aligned, zeroed memory for rings and doorbell records.
+struct AlignedBuffer {
+    explicit AlignedBuffer(std::size_t size);
+    ~AlignedBuffer();
+    AlignedBuffer(const AlignedBuffer&) = delete;
+    AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+    std::uint8_t* data = nullptr;
+    std::size_t size = 0;
+};
+
+struct MemoryRegionState {
+    std::uint32_t protection_domain = 0;
+    std::uint64_t addr = 0;
+    std::uint64_t length = 0;
+    std::uint32_t access = 0;
+};
+
+struct CompletionQueueContext {
+    std::unique_ptr<AlignedBuffer> buffer;
+    std::unique_ptr<AlignedBuffer> doorbell;
+    mlx5::CompletionQueueRing ring;
+    std::uint32_t producer_index = 0;
+    std::atomic<bool> overrun{false};
+};
+
+struct SharedReceiveQueueContext {
+    std::unique_ptr<AlignedBuffer> buffer;
+    std::unique_ptr<AlignedBuffer> doorbell;
+    mlx5::SharedReceiveQueueRing ring;
+    std::uint32_t protection_domain = 0;
+    std::uint32_t next_index = 0;       // the WQE the device consumes next (follows the links)
+    std::uint16_t consumed = 0;         // WQEs consumed, compared with the 16-bit doorbell counter
+};
+
+// One request the initiator sent and has not seen answered.
+struct InFlight {
+    std::uint32_t psn = 0;
+    std::uint16_t wqe_counter = 0;  // the WQE's first WQEBB index
+    std::uint8_t opcode = 0;
+    bool signaled = false;
+    std::vector<std::uint8_t> frame;  // kept for RNR retries
+    // Where read data or an atomic result lands (validated when the WQE was executed).
+    std::vector<std::pair<std::uint8_t*, std::uint32_t>> local_targets;
+    std::uint32_t length = 0;
+};
+
+struct QueuePairContext {
+    std::uint32_t qpn = 0;
+    std::uint32_t protection_domain = 0;
+    std::uint32_t user_index = 0;
+    CompletionQueueContext* send_cq = nullptr;
+    CompletionQueueContext* recv_cq = nullptr;
+    SharedReceiveQueueContext* srq = nullptr;
+    std::unique_ptr<AlignedBuffer> buffer;  // receive queue, then send queue (as libmlx5 lays it out)
+    std::unique_ptr<AlignedBuffer> doorbell;
+    mlx5::SendQueueRing send_ring;
+    mlx5::ReceiveQueueRing receive_ring;
+    std::unique_ptr<AlignedBuffer> blueflame;
+
+    QueuePairState state = QueuePairState::reset;
+    std::uint32_t access = 0;
+    ReadyToReceiveAttributes receive_attributes;
+    ReadyToSendAttributes send_attributes;
+
+    std::uint32_t executed = 0;        // WQEBB index the device reads next (16-bit on the wire)
+    std::uint32_t receive_consumed = 0;  // receive WQEs consumed
+    std::uint32_t next_psn = 0;        // initiator
+    std::uint32_t expected_psn = 0;    // responder
+    std::deque<InFlight> in_flight;
+    Clock::time_point retry_at{};      // RNR: when to resend from in_flight.front()
+    bool waiting_rnr = false;
+    std::uint32_t rnr_retries_left = 0;
+    Clock::time_point progress_deadline{};  // transport timeout for the oldest in-flight request
+    std::atomic<bool> doorbell_pending{false};
+};
+
+struct Connection {
+    int socket = -1;
+    std::array<std::uint8_t, 16> gid{};
+    std::uint16_t lid = 0;
+    bool identified = false;  // hello received (incoming) or sent (outgoing)
+    bool outgoing = false;
+    std::vector<std::uint8_t> input;
+    std::vector<std::uint8_t> output;
+    std::size_t output_offset = 0;
+};
+
+class DeviceCore {
+public:
+    DeviceCore(Device& owner, const DeviceOptions& options);
+    ~DeviceCore();
+
+    // Called by the data path through QueuePair::ring_send_doorbell.
+    void notify_doorbell(std::atomic<bool>& queue_pair_flag);
+
+    std::mutex mutex;
+    std::array<std::uint8_t, 16> gid{};
+    std::uint16_t lid = 0;
+    std::uint32_t ipv4 = 0;  // network order
+    std::map<std::uint32_t, MemoryRegionState> memory_regions;  // by key
+    std::map<std::uint32_t, std::unique_ptr<CompletionQueueContext>> completion_queues;
+    std::map<std::uint32_t, std::unique_ptr<SharedReceiveQueueContext>> shared_receive_queues;
+    std::map<std::uint32_t, std::unique_ptr<QueuePairContext>> queue_pairs;
+    std::uint32_t next_handle = 1;
+    std::uint32_t next_key_index = 1;
+
+    // Control-plane hooks that need the progress machinery (mutex held by the caller).
+    void move_to_error(QueuePairContext& queue_pair, const char* why);
+    void wake();
+
+private:
+    void run();
+    void execute_pending_doorbells();
+    void execute_send_queue(QueuePairContext& queue_pair);
+    bool execute_one(QueuePairContext& queue_pair, std::uint32_t index);
+    void handle_frame(Connection& connection, wire::FrameType type, const std::uint8_t* body,
+                      const std::uint8_t* payload, std::uint32_t payload_length);
+    void handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
+                        std::uint32_t payload_length);
+    void handle_response(const wire::Response& response, const std::uint8_t* payload, std::uint32_t payload_length);
+    void respond(Connection& connection, const wire::Response& response, const void* payload = nullptr,
+                 std::uint32_t payload_length = 0);
+    void complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome);
+    void fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why);
+    void flush_queue_pair(QueuePairContext& queue_pair);
+    void service_timers();
+    Clock::time_point next_timer();
+    bool send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame);
+
+    Connection* connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
+    void accept_connections();
+    void read_connection(Connection& connection);
+    void write_connection(Connection& connection);
+    void close_connection(Connection& connection, const char* why);
+    void queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes);
+
+    // CQE writing, as the hardware writes them.
+    void write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
+                             std::uint8_t wqe_opcode, std::uint32_t byte_count);
+    void write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
+                         std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome);
+    void write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
+                             std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
+                             std::uint32_t source_qpn);
+    std::uint8_t* claim_cqe(CompletionQueueContext& cq);
+    void publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode);
+
+    // Memory checks, as the NIC makes them against its memory translation tables.
+    const MemoryRegionState* find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
+                                         std::uint64_t length, std::uint32_t needed_access) const;
+
+    // Receive WQEs: the next one of the RQ or SRQ, or nothing (receiver not ready).
+    struct ReceiveBuffer {
+        std::uint16_t wqe_counter = 0;
+        std::vector<std::pair<std::uint8_t*, std::uint32_t>> segments;
+        bool valid = false;
+        bool protection_error = false;
+        std::uint64_t capacity = 0;
+    };
+    bool peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffer);
+    void consume_receive(QueuePairContext& queue_pair);
+
+    Device& owner_;
+    int listen_socket_ = -1;
+    int event_fd_ = -1;
+    int epoll_fd_ = -1;
+    std::atomic<bool> sleeping_{false};
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> doorbells_pending_{false};
+    std::vector<std::unique_ptr<Connection>> connections_;
+    std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself
+    std::thread thread_;
+};
+
+}  // namespace rdmachan::soft

@@ -1,0 +1,354 @@
+// What the software device does with WQEs: decode the bytes the data path wrote, check them as
+// the NIC's memory translation would, carry the operation to the responder, and complete it
+// with the CQE a ConnectX writes. Errors move the QP to ERR and flush what follows.
+#include <cstring>
+#include <string>
+
+#include "src/logger.hpp"
+#include "transport/mlx5/barriers.hpp"
+#include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/shared_receive_queue.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/device_core.hpp"
+
+namespace rdmachan::soft {
+namespace {
+
+using namespace rdmachan::mlx5;
+
+// Verbs' encoding of the minimum RNR NAK timer, in microseconds (IB spec table 45).
+constexpr std::uint32_t kRnrTimerMicroseconds[32] = {
+    655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+    2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+// The local ACK timeout: 4.096 us * 2^timeout per try, for retry_cnt retries and the first try.
+Clock::duration transport_timeout(const ReadyToSendAttributes& attributes) {
+    const double per_try_us = 4.096 * static_cast<double>(1ull << attributes.timeout);
+    return std::chrono::microseconds(static_cast<long long>(per_try_us * (attributes.retry_cnt + 1)));
+}
+
+bool is_read_or_atomic(std::uint8_t opcode) {
+    return opcode == kOpcodeRdmaRead || opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd;
+}
+
+// Reads `length` bytes of the send ring starting at `offset` bytes from the ring start, wrapping.
+void copy_from_ring(const SendQueueRing& ring, std::size_t offset, void* destination, std::size_t length) {
+    const std::size_t ring_bytes = static_cast<std::size_t>(ring.wqe_count) * kSendWqeBasicBlockSize;
+    auto* out = static_cast<std::uint8_t*>(destination);
+    for (std::size_t i = 0; i < length; ++i) out[i] = ring.buffer[(offset + i) % ring_bytes];
+}
+
+}  // namespace
+
+const MemoryRegionState* DeviceCore::find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
+                                                 std::uint64_t length, std::uint32_t needed_access) const {
+    auto found = memory_regions.find(key);
+    if (found == memory_regions.end()) return nullptr;
+    const MemoryRegionState& region = found->second;
+    if (region.protection_domain != protection_domain) return nullptr;
+    if (addr < region.addr || length > region.length || addr - region.addr > region.length - length) return nullptr;
+    if ((region.access & needed_access) != needed_access) return nullptr;
+    return &region;
+}
+
+void DeviceCore::execute_pending_doorbells() {
+    if (!doorbells_pending_.exchange(false)) return;
+    for (auto& [qpn, queue_pair] : queue_pairs) {
+        if (queue_pair->doorbell_pending.exchange(false)) execute_send_queue(*queue_pair);
+    }
+}
+
+void DeviceCore::execute_send_queue(QueuePairContext& queue_pair) {
+    if (queue_pair.state != QueuePairState::ready_to_send && queue_pair.state != QueuePairState::error) return;
+    // The doorbell record holds the 16-bit producer index after the last WQE of the batch.
+    const std::uint32_t producer = big_to_host32(load_acquire32(queue_pair.send_ring.doorbell_record + kSendDoorbell)) & 0xffff;
+    while (((producer - queue_pair.executed) & 0xffff) != 0) {
+        if (!execute_one(queue_pair, queue_pair.executed)) break;
+    }
+}
+
+bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) {
+    const SendQueueRing& ring = queue_pair.send_ring;
+    const std::size_t wqe_offset = static_cast<std::size_t>(index & (ring.wqe_count - 1)) * kSendWqeBasicBlockSize;
+    std::uint8_t control[kControlSegmentSize];
+    copy_from_ring(ring, wqe_offset, control, sizeof control);
+    const std::uint32_t opmod_index_opcode = load_big32(control + kCtrlOpmodIndexOpcode);
+    const std::uint8_t opcode = opmod_index_opcode & 0xff;
+    const std::uint16_t wqe_index = static_cast<std::uint16_t>(opmod_index_opcode >> 8);
+    const std::uint32_t qpn_ds = load_big32(control + kCtrlQpnDs);
+    const std::uint32_t ds = qpn_ds & kMaxDs;
+    const bool signaled = (control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0;
+    const std::uint32_t wqebbs = ds == 0 ? 1 : (ds * kSegmentUnit + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
+
+    if (queue_pair.state == QueuePairState::error) {
+        write_error_cqe(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeWorkRequestFlushed);
+        queue_pair.executed += wqebbs;
+        return true;
+    }
+    // A malformed WQE (wrong index, QP number or size) is a local QP operation error, as on
+    // hardware (mlx5-facts.md §9.6).
+    if (wqe_index != (index & 0xffff) || (qpn_ds >> 8) != queue_pair.qpn || ds < 1) {
+        write_error_cqe(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeLocalQpOperation);
+        queue_pair.executed += wqebbs;
+        move_to_error(queue_pair, "malformed send WQE");
+        return false;
+    }
+
+    wire::Request request{};
+    request.source_qpn = queue_pair.qpn;
+    request.destination_qpn = queue_pair.receive_attributes.remote.qpn;
+    request.opcode = opcode;
+    request.solicited = (control[kCtrlFmCeSe] & kCtrlSolicited) != 0;
+    request.immediate = load_big32(control + kCtrlImmediate);
+    std::size_t position = wqe_offset + kControlSegmentSize;
+    std::uint32_t units = 1;
+    auto take = [&](void* destination, std::size_t bytes) {
+        copy_from_ring(ring, position, destination, bytes);
+        position += bytes;
+    };
+    bool has_remote = false;
+    switch (opcode) {
+        case kOpcodeRdmaWrite:
+        case kOpcodeRdmaWriteImmediate:
+        case kOpcodeRdmaRead:
+        case kOpcodeAtomicCompareAndSwap:
+        case kOpcodeAtomicFetchAndAdd: has_remote = true; break;
+        case kOpcodeSend:
+        case kOpcodeSendImmediate:
+        case kOpcodeSendInvalidate:
+        case kOpcodeNop: break;
+        default:
+            write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
+            queue_pair.executed += wqebbs;
+            move_to_error(queue_pair, "unknown send WQE opcode");
+            return false;
+    }
+    if (has_remote) {
+        std::uint8_t segment[kRemoteAddressSegmentSize];
+        take(segment, sizeof segment);
+        request.remote_addr = load_big64(segment);
+        request.rkey = load_big32(segment + 8);
+        ++units;
+    }
+    if (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) {
+        std::uint8_t segment[kAtomicSegmentSize];
+        take(segment, sizeof segment);
+        if (opcode == kOpcodeAtomicCompareAndSwap) {
+            request.swap = load_big64(segment);
+            request.compare_add = load_big64(segment + 8);
+        } else {
+            request.compare_add = load_big64(segment);
+        }
+        ++units;
+    }
+
+    InFlight in_flight;
+    in_flight.wqe_counter = wqe_index;
+    in_flight.opcode = opcode;
+    in_flight.signaled = signaled;
+    std::vector<std::uint8_t> payload;
+    std::uint8_t syndrome = 0;
+    while (units < ds && syndrome == 0) {
+        std::uint8_t segment[kDataSegmentSize];
+        copy_from_ring(ring, position, segment, sizeof segment);
+        const std::uint32_t byte_count = load_big32(segment);
+        if ((byte_count & kInlineFlag) != 0) {
+            const std::uint32_t length = byte_count & ~kInlineFlag;
+            if (kInlineHeaderSize + length > (ds - units) * kSegmentUnit || is_read_or_atomic(opcode)) {
+                syndrome = kSyndromeLocalQpOperation;
+                break;
+            }
+            const std::size_t old_size = payload.size();
+            payload.resize(old_size + length);
+            copy_from_ring(ring, position + kInlineHeaderSize, payload.data() + old_size, length);
+            units += (kInlineHeaderSize + length + kSegmentUnit - 1) / kSegmentUnit;
+            position += ((kInlineHeaderSize + length + kSegmentUnit - 1) / kSegmentUnit) * kSegmentUnit;
+            continue;
+        }
+        const std::uint32_t lkey = load_big32(segment + 4);
+        const std::uint64_t addr = load_big64(segment + 8);
+        position += kDataSegmentSize;
+        ++units;
+        // Read and atomic results are written into local memory: that needs local write access.
+        const std::uint32_t needed = is_read_or_atomic(opcode) ? std::uint32_t{kLocalWrite} : 0u;
+        if (find_region(lkey, queue_pair.protection_domain, addr, byte_count, needed) == nullptr) {
+            syndrome = kSyndromeLocalProtection;
+            break;
+        }
+        if (is_read_or_atomic(opcode)) {
+            in_flight.local_targets.emplace_back(reinterpret_cast<std::uint8_t*>(addr), byte_count);
+            in_flight.length += byte_count;
+        } else {
+            if (payload.size() + byte_count > wire::kMaxPayload) {
+                syndrome = kSyndromeLocalLength;
+                break;
+            }
+            payload.insert(payload.end(), reinterpret_cast<const std::uint8_t*>(addr),
+                           reinterpret_cast<const std::uint8_t*>(addr) + byte_count);
+        }
+    }
+    if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) && in_flight.length != 8) {
+        syndrome = kSyndromeLocalLength;
+    }
+    queue_pair.executed += wqebbs;
+    if (syndrome != 0) {
+        write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, syndrome);
+        move_to_error(queue_pair, "local error in a send WQE");
+        return false;
+    }
+    if (opcode == kOpcodeNop) {
+        if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
+        return true;
+    }
+    request.length = is_read_or_atomic(opcode) ? in_flight.length : static_cast<std::uint32_t>(payload.size());
+    request.psn = queue_pair.next_psn;
+    queue_pair.next_psn = (queue_pair.next_psn + 1) & 0xffffff;
+    in_flight.psn = request.psn;
+    in_flight.frame = wire::frame(wire::FrameType::request, request, payload.data(), static_cast<std::uint32_t>(payload.size()));
+    if (queue_pair.in_flight.empty()) queue_pair.progress_deadline = Clock::now() + transport_timeout(queue_pair.send_attributes);
+    queue_pair.in_flight.push_back(std::move(in_flight));
+    if (!queue_pair.waiting_rnr && !send_request(queue_pair, queue_pair.in_flight.back().frame)) {
+        fail_queue_pair(queue_pair, kSyndromeTransportRetryExceeded, "the peer device cannot be reached");
+        return false;
+    }
+    return true;
+}
+
+void DeviceCore::handle_response(const wire::Response& response, const std::uint8_t* payload, std::uint32_t payload_length) {
+    auto found = queue_pairs.find(response.destination_qpn);
+    if (found == queue_pairs.end()) return;  // the QP is gone: nothing to complete
+    QueuePairContext& queue_pair = *found->second;
+    if (queue_pair.state != QueuePairState::ready_to_send || queue_pair.in_flight.empty() ||
+        queue_pair.in_flight.front().psn != response.psn) {
+        return;  // stale or duplicate: requests complete strictly in order
+    }
+    switch (response.kind) {
+        case wire::ResponseKind::ack: {
+            InFlight done = std::move(queue_pair.in_flight.front());
+            queue_pair.in_flight.pop_front();
+            if (is_read_or_atomic(done.opcode)) {
+                if (payload_length != done.length) {
+                    fail_queue_pair(queue_pair, kSyndromeBadResponse, "response length differs from the request");
+                    return;
+                }
+                std::uint32_t offset = 0;
+                for (auto [address, length] : done.local_targets) {
+                    std::memcpy(address, payload + offset, length);
+                    offset += length;
+                }
+            }
+            queue_pair.rnr_retries_left = queue_pair.send_attributes.rnr_retry;
+            queue_pair.progress_deadline = Clock::now() + transport_timeout(queue_pair.send_attributes);
+            complete_requester(queue_pair, done, 0);
+            return;
+        }
+        case wire::ResponseKind::receiver_not_ready: {
+            const std::uint8_t retry = queue_pair.send_attributes.rnr_retry;
+            if (retry != 7) {
+                if (!queue_pair.waiting_rnr && queue_pair.rnr_retries_left == 0) {
+                    fail_queue_pair(queue_pair, kSyndromeRnrRetryExceeded, "receiver not ready, RNR retries exhausted");
+                    return;
+                }
+                --queue_pair.rnr_retries_left;
+            }
+            queue_pair.waiting_rnr = true;
+            queue_pair.retry_at = Clock::now() + std::chrono::microseconds(kRnrTimerMicroseconds[response.rnr_timer & 31]);
+            return;
+        }
+        case wire::ResponseKind::negative:
+            fail_queue_pair(queue_pair, response.syndrome, "the responder refused the request");
+            return;
+    }
+}
+
+void DeviceCore::complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome) {
+    if (syndrome != 0) {
+        write_error_cqe(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, syndrome);
+        return;
+    }
+    if (!request.signaled) return;
+    std::uint32_t byte_count = 0;
+    if (request.opcode == kOpcodeRdmaRead) byte_count = request.length;
+    if (request.opcode == kOpcodeAtomicCompareAndSwap || request.opcode == kOpcodeAtomicFetchAndAdd) byte_count = 8;
+    write_requester_cqe(*queue_pair.send_cq, queue_pair, request.wqe_counter, request.opcode, byte_count);
+}
+
+void DeviceCore::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why) {
+    if (!queue_pair.in_flight.empty()) {
+        InFlight failed = std::move(queue_pair.in_flight.front());
+        queue_pair.in_flight.pop_front();
+        complete_requester(queue_pair, failed, syndrome);
+    }
+    move_to_error(queue_pair, why);
+}
+
+void DeviceCore::move_to_error(QueuePairContext& queue_pair, const char* why) {
+    if (queue_pair.state == QueuePairState::error) return;
+    detail::logger().info("software device {}: QP {} to ERR: {}", owner_.name(), queue_pair.qpn, why);
+    queue_pair.state = QueuePairState::error;
+    flush_queue_pair(queue_pair);
+}
+
+void DeviceCore::flush_queue_pair(QueuePairContext& queue_pair) {
+    // Everything the NIC still holds completes with a flush error: sent but unanswered
+    // requests, then WQEs not yet executed, then posted receives.
+    for (const InFlight& request : queue_pair.in_flight) {
+        write_error_cqe(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, kSyndromeWorkRequestFlushed);
+    }
+    queue_pair.in_flight.clear();
+    queue_pair.waiting_rnr = false;
+    execute_send_queue(queue_pair);
+    if (queue_pair.srq == nullptr && queue_pair.receive_ring.wqe_count != 0) {
+        const std::uint32_t posted = big_to_host32(load_acquire32(queue_pair.receive_ring.doorbell_record + kReceiveDoorbell)) & 0xffff;
+        while (((posted - queue_pair.receive_consumed) & 0xffff) != 0) {
+            write_error_cqe(*queue_pair.recv_cq, queue_pair, false, static_cast<std::uint16_t>(queue_pair.receive_consumed), 0,
+                            kSyndromeWorkRequestFlushed);
+            ++queue_pair.receive_consumed;
+        }
+    }
+}
+
+void DeviceCore::service_timers() {
+    const Clock::time_point now = Clock::now();
+    for (auto& [qpn, queue_pair] : queue_pairs) {
+        if (queue_pair->state == QueuePairState::error) {
+            flush_queue_pair(*queue_pair);  // receives posted after the QP entered ERR
+            continue;
+        }
+        if (queue_pair->state != QueuePairState::ready_to_send || queue_pair->in_flight.empty()) continue;
+        if (queue_pair->waiting_rnr) {
+            if (now < queue_pair->retry_at) continue;
+            // Go back to the refused request and resend it and everything after it.
+            queue_pair->waiting_rnr = false;
+            queue_pair->progress_deadline = now + transport_timeout(queue_pair->send_attributes);
+            for (const InFlight& request : queue_pair->in_flight) {
+                if (!send_request(*queue_pair, request.frame)) {
+                    fail_queue_pair(*queue_pair, kSyndromeTransportRetryExceeded, "the peer device cannot be reached");
+                    break;
+                }
+            }
+            continue;
+        }
+        if (queue_pair->send_attributes.timeout != 0 && now >= queue_pair->progress_deadline) {
+            fail_queue_pair(*queue_pair, kSyndromeTransportRetryExceeded, "no response within the transport timeout");
+        }
+    }
+}
+
+Clock::time_point DeviceCore::next_timer() {
+    Clock::time_point earliest{};
+    auto consider = [&](Clock::time_point when) {
+        if (earliest == Clock::time_point{} || when < earliest) earliest = when;
+    };
+    for (auto& [qpn, queue_pair] : queue_pairs) {
+        if (queue_pair->state == QueuePairState::error && queue_pair->srq == nullptr) {
+            consider(Clock::now() + std::chrono::milliseconds(20));  // flush receives posted in ERR
+        }
+        if (queue_pair->state != QueuePairState::ready_to_send || queue_pair->in_flight.empty()) continue;
+        if (queue_pair->waiting_rnr) consider(queue_pair->retry_at);
+        else if (queue_pair->send_attributes.timeout != 0) consider(queue_pair->progress_deadline);
+    }
+    return earliest;
+}
+
+}  // namespace rdmachan::soft

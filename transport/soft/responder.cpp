@@ -1,0 +1,270 @@
+// The responder side of the software device: checks a request against the target QP and the
+// memory it names, performs it, consumes receive WQEs, and answers with ACK, RNR NAK or NAK.
+// The target process never calls in: this runs on its device's progress thread.
+#include <cstring>
+
+#include "src/logger.hpp"
+#include "transport/mlx5/barriers.hpp"
+#include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/shared_receive_queue.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/device_core.hpp"
+
+namespace rdmachan::soft {
+namespace {
+
+using namespace rdmachan::mlx5;
+
+wire::Response answer(const wire::Request& request, wire::ResponseKind kind, std::uint8_t syndrome = 0, std::uint8_t rnr_timer = 0) {
+    return wire::Response{request.source_qpn, request.psn, kind, syndrome, rnr_timer};
+}
+
+}  // namespace
+
+bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffer) {
+    const std::uint8_t* wqe = nullptr;
+    std::uint32_t segments = 0;
+    if (queue_pair.srq != nullptr) {
+        SharedReceiveQueueContext& srq = *queue_pair.srq;
+        const std::uint16_t posted = static_cast<std::uint16_t>(big_to_host32(load_acquire32(srq.ring.doorbell_record)));
+        if (posted == srq.consumed) return false;
+        wqe = srq.ring.buffer + static_cast<std::size_t>(srq.next_index) * srq.ring.stride + kSrqNextSegmentSize;
+        segments = (srq.ring.stride - kSrqNextSegmentSize) / kDataSegmentSize;
+        buffer.wqe_counter = static_cast<std::uint16_t>(srq.next_index);
+    } else {
+        const ReceiveQueueRing& ring = queue_pair.receive_ring;
+        if (ring.wqe_count == 0) return false;
+        const std::uint32_t posted = big_to_host32(load_acquire32(ring.doorbell_record + kReceiveDoorbell)) & 0xffff;
+        if (((posted - queue_pair.receive_consumed) & 0xffff) == 0) return false;
+        wqe = ring.buffer + static_cast<std::size_t>(queue_pair.receive_consumed & (ring.wqe_count - 1)) * ring.stride;
+        segments = ring.stride / kDataSegmentSize;
+        buffer.wqe_counter = static_cast<std::uint16_t>(queue_pair.receive_consumed);
+    }
+    buffer.valid = true;
+    const std::uint32_t protection_domain = queue_pair.srq != nullptr ? queue_pair.srq->protection_domain : queue_pair.protection_domain;
+    for (std::uint32_t i = 0; i < segments; ++i) {
+        const std::uint8_t* segment = wqe + i * kDataSegmentSize;
+        const std::uint32_t lkey = load_big32(segment + 4);
+        if (lkey == kInvalidLkey) break;  // the list ends early
+        const std::uint32_t length = load_big32(segment);
+        const std::uint64_t addr = load_big64(segment + 8);
+        if (length == 0) continue;
+        if (find_region(lkey, protection_domain, addr, length, kLocalWrite) == nullptr) {
+            buffer.protection_error = true;
+            return true;
+        }
+        buffer.segments.emplace_back(reinterpret_cast<std::uint8_t*>(addr), length);
+        buffer.capacity += length;
+    }
+    return true;
+}
+
+void DeviceCore::consume_receive(QueuePairContext& queue_pair) {
+    if (queue_pair.srq != nullptr) {
+        SharedReceiveQueueContext& srq = *queue_pair.srq;
+        // The next WQE is wherever this one's link points now (mlx5_wqe_srq_next_seg).
+        const std::uint8_t* wqe = srq.ring.buffer + static_cast<std::size_t>(srq.next_index) * srq.ring.stride;
+        srq.next_index = load_big16(wqe + kSrqNextWqeIndex) & (srq.ring.wqe_count - 1);
+        ++srq.consumed;
+        return;
+    }
+    ++queue_pair.receive_consumed;
+}
+
+void DeviceCore::handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
+                                std::uint32_t payload_length) {
+    auto found = queue_pairs.find(request.destination_qpn);
+    // A request for a QP that does not exist, is not ready, or is connected elsewhere is dropped,
+    // as hardware drops such packets; the initiator's transport timeout reports it.
+    if (found == queue_pairs.end()) return;
+    QueuePairContext& queue_pair = *found->second;
+    const RemoteQueuePair& peer = queue_pair.receive_attributes.remote;
+    if ((queue_pair.state != QueuePairState::ready_to_receive && queue_pair.state != QueuePairState::ready_to_send) ||
+        peer.qpn != request.source_qpn || peer.gid != connection.gid || peer.lid != connection.lid) {
+        return;
+    }
+    if (request.psn != queue_pair.expected_psn) return;  // out of sequence after a NAK: the initiator resends
+
+    const bool carries_payload = request.opcode == kOpcodeRdmaWrite || request.opcode == kOpcodeRdmaWriteImmediate ||
+                                 request.opcode == kOpcodeSend || request.opcode == kOpcodeSendImmediate ||
+                                 request.opcode == kOpcodeSendInvalidate;
+    if (carries_payload && payload_length != request.length) return;  // malformed: dropped
+
+    auto accept = [&] { queue_pair.expected_psn = (queue_pair.expected_psn + 1) & 0xffffff; };
+    auto refuse = [&](std::uint8_t syndrome) {
+        accept();
+        respond(connection, answer(request, wire::ResponseKind::negative, syndrome));
+    };
+    auto remote_memory = [&](std::uint32_t length, std::uint32_t access) -> std::uint8_t* {
+        if ((queue_pair.access & access) != access) return nullptr;
+        if (find_region(request.rkey, queue_pair.protection_domain, request.remote_addr, length, access) == nullptr) return nullptr;
+        return reinterpret_cast<std::uint8_t*>(request.remote_addr);
+    };
+
+    switch (request.opcode) {
+        case kOpcodeRdmaWrite:
+        case kOpcodeRdmaWriteImmediate: {
+            ReceiveBuffer receive;
+            if (request.opcode == kOpcodeRdmaWriteImmediate && !peek_receive(queue_pair, receive)) {
+                respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
+                return;
+            }
+            std::uint8_t* target = request.length == 0 ? nullptr : remote_memory(request.length, kRemoteWrite);
+            if (request.length != 0 && target == nullptr) {
+                refuse(kSyndromeRemoteAccess);  // target memory untouched
+                return;
+            }
+            if (request.length != 0) std::memcpy(target, payload, request.length);
+            if (request.opcode == kOpcodeRdmaWriteImmediate) {
+                consume_receive(queue_pair);
+                write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
+                                    request.length, request.immediate, request.source_qpn);
+            }
+            accept();
+            respond(connection, answer(request, wire::ResponseKind::ack));
+            return;
+        }
+        case kOpcodeSend:
+        case kOpcodeSendImmediate: {
+            ReceiveBuffer receive;
+            if (!peek_receive(queue_pair, receive)) {
+                respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
+                return;
+            }
+            consume_receive(queue_pair);
+            if (receive.protection_error) {
+                write_error_cqe(*queue_pair.recv_cq, queue_pair, false, receive.wqe_counter, 0, kSyndromeLocalProtection);
+                refuse(kSyndromeRemoteOperation);
+                move_to_error(queue_pair, "receive WQE names memory it may not write");
+                return;
+            }
+            if (request.length > receive.capacity) {
+                write_error_cqe(*queue_pair.recv_cq, queue_pair, false, receive.wqe_counter, 0, kSyndromeLocalLength);
+                refuse(kSyndromeRemoteInvalidRequest);
+                move_to_error(queue_pair, "message longer than the receive WQE");
+                return;
+            }
+            std::uint32_t offset = 0;
+            for (auto [address, length] : receive.segments) {
+                if (offset == request.length) break;
+                const std::uint32_t chunk = std::min(length, request.length - offset);
+                std::memcpy(address, payload + offset, chunk);
+                offset += chunk;
+            }
+            const std::uint8_t cqe_opcode = request.opcode == kOpcodeSendImmediate ? kCqeResponderSendImmediate : kCqeResponderSend;
+            write_responder_cqe(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
+                                request.immediate, request.source_qpn);
+            accept();
+            respond(connection, answer(request, wire::ResponseKind::ack));
+            return;
+        }
+        case kOpcodeRdmaRead: {
+            const std::uint8_t* source = request.length == 0 ? nullptr : remote_memory(request.length, kRemoteRead);
+            if (request.length != 0 && source == nullptr) {
+                refuse(kSyndromeRemoteAccess);
+                return;
+            }
+            accept();
+            respond(connection, answer(request, wire::ResponseKind::ack), source, request.length);
+            return;
+        }
+        case kOpcodeAtomicCompareAndSwap:
+        case kOpcodeAtomicFetchAndAdd: {
+            if (request.remote_addr % 8 != 0) {
+                refuse(kSyndromeRemoteInvalidRequest);
+                return;
+            }
+            std::uint8_t* target = remote_memory(8, kRemoteAtomic);
+            if (target == nullptr) {
+                refuse(kSyndromeRemoteAccess);
+                return;
+            }
+            // The 64-bit operand is in the responder's host byte order, and the operation is atomic
+            // with respect to every other atomic the device performs on that word.
+            auto* word = reinterpret_cast<std::uint64_t*>(target);
+            std::uint64_t original;
+            if (request.opcode == kOpcodeAtomicFetchAndAdd) {
+                original = __atomic_fetch_add(word, request.compare_add, __ATOMIC_SEQ_CST);
+            } else {
+                original = request.compare_add;
+                __atomic_compare_exchange_n(word, &original, request.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+            }
+            accept();
+            respond(connection, answer(request, wire::ResponseKind::ack), &original, sizeof original);
+            return;
+        }
+        case kOpcodeSendInvalidate:
+            // The software device has no memory windows or fast-registered regions, the only keys an
+            // invalidation may name: the request is refused as invalid, no receive is consumed.
+            refuse(kSyndromeRemoteInvalidRequest);
+            return;
+        default:
+            refuse(kSyndromeRemoteInvalidRequest);
+            return;
+    }
+}
+
+// CQE writing. The body is written first, the op_own byte last with a release store, so a
+// poller that sees the new owner bit sees a complete CQE (mlx5-facts.md §5).
+std::uint8_t* DeviceCore::claim_cqe(CompletionQueueContext& cq) {
+    const std::uint32_t consumer = big_to_host32(load_acquire32(cq.ring.doorbell_record + kCqSetConsumerIndex)) & 0xffffff;
+    if (((cq.producer_index - consumer) & 0xffffff) >= cq.ring.cqe_count) {
+        if (!cq.overrun.exchange(true)) {
+            detail::logger().error("software device {}: CQ {} overrun: the consumer is {} entries behind; CQE dropped",
+                                   owner_.name(), cq.ring.cqn, cq.ring.cqe_count);
+        }
+        return nullptr;
+    }
+    std::uint8_t* entry = cq.ring.buffer + static_cast<std::size_t>(cq.producer_index & (cq.ring.cqe_count - 1)) * cq.ring.cqe_size;
+    std::uint8_t* cqe64 = entry + (cq.ring.cqe_size - kCqeSize64);
+    std::memset(cqe64, 0, kCqeOpOwn);  // every byte but op_own, which the poller may be reading
+    return cqe64;
+}
+
+void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode) {
+    const std::uint8_t owner = (cq.producer_index / cq.ring.cqe_count) & 1;
+    store_release8(cqe64 + kCqeOpOwn, static_cast<std::uint8_t>(cqe_opcode << 4 | owner));
+    ++cq.producer_index;
+}
+
+void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
+                                     std::uint8_t wqe_opcode, std::uint32_t byte_count) {
+    std::uint8_t* cqe = claim_cqe(cq);
+    if (cqe == nullptr) return;
+    store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
+    store_big32(cqe + kCqeByteCount, byte_count);
+    store_big32(cqe + kCqeSopDropQpn, static_cast<std::uint32_t>(wqe_opcode) << 24 | queue_pair.qpn);
+    store_big16(cqe + kCqeWqeCounter, wqe_counter);
+    publish_cqe(cq, cqe, kCqeRequester);
+}
+
+void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
+                                 std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome) {
+    std::uint8_t* cqe = claim_cqe(cq);
+    if (cqe == nullptr) return;
+    store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
+    cqe[kCqeVendorSyndrome] = 0;  // no vendor detail: the software device has no firmware
+    cqe[kCqeSyndrome] = syndrome;
+    store_big32(cqe + kCqeSopDropQpn, (requester ? static_cast<std::uint32_t>(wqe_opcode) << 24 : 0u) | queue_pair.qpn);
+    store_big16(cqe + kCqeWqeCounter, wqe_counter);
+    publish_cqe(cq, cqe, requester ? kCqeRequesterError : kCqeResponderError);
+}
+
+void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
+                                     std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
+                                     std::uint32_t source_qpn) {
+    std::uint8_t* cqe = claim_cqe(cq);
+    if (cqe == nullptr) return;
+    store_big16(cqe + kCqeSlid, queue_pair.receive_attributes.remote.lid);
+    store_big32(cqe + kCqeFlagsRemoteQpn, source_qpn & 0xffffff);
+    store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
+    if (cqe_opcode == kCqeResponderWriteImmediate || cqe_opcode == kCqeResponderSendImmediate) {
+        store_big32(cqe + kCqeImmediateInvalidatePkey, immediate);
+    }
+    store_big32(cqe + kCqeByteCount, byte_count);
+    store_big32(cqe + kCqeSopDropQpn, queue_pair.qpn);
+    store_big16(cqe + kCqeWqeCounter, wqe_counter);
+    publish_cqe(cq, cqe, cqe_opcode);
+}
+
+}  // namespace rdmachan::soft
