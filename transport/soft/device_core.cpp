@@ -115,6 +115,7 @@ void DeviceCore::run() {
     epoll_event events[64];
     while (!stopping_.load()) {
         Clock::time_point deadline;
+        bool busy = false;
         {
             std::lock_guard lock(mutex);
             execute_pending_doorbells();
@@ -129,16 +130,16 @@ void DeviceCore::run() {
                 const std::uint8_t* body = frame.data() + sizeof(wire::FrameHeader);
                 handle_frame(self, header->type, body, body + wire::body_size(header->type), header->payload_length);
             }
-            service_timers();
             deadline = next_timer();
             sleeping_.store(true);
-            if (doorbells_pending_.load() || !loopback_.empty() || stopping_.load()) {
-                sleeping_.store(false);
-                continue;
-            }
+            // More work already waiting: still look at the sockets (timeout 0), so a stream of
+            // doorbells can never starve the responses and requests from peers.
+            busy = doorbells_pending_.load() || !loopback_.empty() || stopping_.load();
         }
         int timeout_ms = -1;
-        if (deadline != Clock::time_point{}) {
+        if (busy) {
+            timeout_ms = 0;
+        } else if (deadline != Clock::time_point{}) {
             const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
             timeout_ms = wait <= 0 ? 0 : static_cast<int>(std::min<long long>(wait + 1, 1000));
         }
@@ -159,6 +160,9 @@ void DeviceCore::run() {
                 if (connection->socket >= 0 && (events[i].events & EPOLLOUT) != 0) write_connection(*connection);
             }
         }
+        // Timers after the sockets: a response already waiting in a socket is never mistaken for a
+        // missing one.
+        service_timers();
         // Connections closed while handling events are removed here, after no event refers to them.
         std::erase_if(connections_, [](const std::unique_ptr<Connection>& connection) { return connection->socket < 0; });
     }

@@ -62,7 +62,15 @@ void DeviceCore::execute_send_queue(QueuePairContext& queue_pair) {
     if (queue_pair.state != QueuePairState::ready_to_send && queue_pair.state != QueuePairState::error) return;
     // The doorbell record holds the 16-bit producer index after the last WQE of the batch.
     const std::uint32_t producer = big_to_host32(load_acquire32(queue_pair.send_ring.doorbell_record + kSendDoorbell)) & 0xffff;
-    while (((producer - queue_pair.executed) & 0xffff) != 0) {
+    // A bounded batch per turn, as the NIC arbitrates between its QPs: the rest waits for the
+    // next turn of the progress loop, which reads the sockets in between.
+    constexpr int kWqesPerTurn = 64;
+    for (int executed = 0; ((producer - queue_pair.executed) & 0xffff) != 0; ++executed) {
+        if (executed == kWqesPerTurn && queue_pair.state == QueuePairState::ready_to_send) {
+            queue_pair.doorbell_pending.store(true);
+            doorbells_pending_.store(true);
+            return;
+        }
         if (!execute_one(queue_pair, queue_pair.executed)) break;
     }
 }
@@ -220,6 +228,8 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
     QueuePairContext& queue_pair = *found->second;
     if (queue_pair.state != QueuePairState::ready_to_send || queue_pair.in_flight.empty() ||
         queue_pair.in_flight.front().psn != response.psn) {
+        detail::logger().debug("QP {}: response for psn {} ignored (state {}, in flight {})", queue_pair.qpn, response.psn,
+                               to_string(queue_pair.state), queue_pair.in_flight.size());
         return;  // stale or duplicate: requests complete strictly in order
     }
     switch (response.kind) {
@@ -330,6 +340,8 @@ void DeviceCore::service_timers() {
             continue;
         }
         if (queue_pair->send_attributes.timeout != 0 && now >= queue_pair->progress_deadline) {
+            detail::logger().debug("QP {}: transport timeout with {} requests in flight, oldest psn {}", queue_pair->qpn,
+                                   queue_pair->in_flight.size(), queue_pair->in_flight.front().psn);
             fail_queue_pair(*queue_pair, kSyndromeTransportRetryExceeded, "no response within the transport timeout");
         }
     }

@@ -1,0 +1,292 @@
+// Two processes (fork), each with its own software device, moving bytes through the mlx5 data
+// path: a long mixed run that wraps every ring many times, verified byte for byte, and a peer
+// killed mid-transfer.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "tests/soft/soft_endpoint.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+using rdmachan::test::Address;
+using rdmachan::test::SoftEndpoint;
+using rdmachan::test::write_request;
+
+namespace {
+
+// The byte at position i of message `sequence`: both processes compute it independently.
+std::uint8_t pattern(std::uint32_t sequence, std::uint32_t i) { return static_cast<std::uint8_t>(sequence * 131 + i * 7 + 3); }
+
+bool write_all(int descriptor, const void* data, std::size_t length) {
+    return ::write(descriptor, data, length) == static_cast<ssize_t>(length);
+}
+
+// Reads exactly `length` bytes or fails after `seconds` (never blocks forever).
+bool read_all(int descriptor, void* data, std::size_t length, int seconds = 10) {
+    auto* out = static_cast<std::uint8_t*>(data);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (length != 0 && std::chrono::steady_clock::now() < until) {
+        pollfd waiting{descriptor, POLLIN, 0};
+        if (::poll(&waiting, 1, 100) != 1) continue;
+        const ssize_t got = ::read(descriptor, out, length);
+        if (got <= 0) return false;
+        out += got;
+        length -= static_cast<std::size_t>(got);
+    }
+    return length == 0;
+}
+
+struct Child {
+    pid_t pid = -1;
+    int to_child = -1;
+    int from_child = -1;
+};
+
+// The child: a passive peer. It connects, then consumes `sends` messages, checking each one's
+// bytes against the pattern (the immediate names the sequence), reposting receives as it goes.
+// Its exit code is the number of bad messages (0 = all verified), 100+ for set-up failures.
+[[noreturn]] void run_child(int from_parent, int to_parent, std::uint32_t sends) {
+    int bad = 0;
+    {
+        auto device = soft::Device::open();
+        SoftEndpoint endpoint(device);
+        const Address mine = endpoint.address();
+        Address parent{};
+        if (!write_all(to_parent, &mine, sizeof mine) || !read_all(from_parent, &parent, sizeof parent)) ::_exit(100);
+        endpoint.connect(parent);
+        constexpr std::uint32_t kSlots = 128;
+        constexpr std::uint32_t kSlotSize = 4096;
+        for (std::uint32_t slot = 0; slot < kSlots; ++slot) {
+            if (endpoint.post_receive(slot, 512 * 1024 + slot * kSlotSize, kSlotSize) != mlx5::PostResult::ok) ::_exit(101);
+        }
+        const char ready = 'r';
+        if (!write_all(to_parent, &ready, 1)) ::_exit(102);
+        for (std::uint32_t received = 0; received < sends; ++received) {
+            const auto completion = endpoint.wait_receive(std::chrono::seconds(20));
+            if (!completion.has_value() || completion->status != mlx5::CompletionStatus::success) ::_exit(103);
+            const std::uint32_t slot = static_cast<std::uint32_t>(completion->wr_id);
+            const std::uint8_t* bytes = endpoint.buffer() + 512 * 1024 + slot * kSlotSize;
+            for (std::uint32_t i = 0; i < completion->byte_len; ++i) {
+                if (bytes[i] != pattern(completion->immediate, i)) {
+                    ++bad;
+                    break;
+                }
+            }
+            if (endpoint.post_receive(slot, 512 * 1024 + slot * kSlotSize, kSlotSize) != mlx5::PostResult::ok) ::_exit(104);
+        }
+        // Stay alive until the parent has read back what it wrote.
+        char done = 0;
+        read_all(from_parent, &done, 1, 60);
+    }
+    ::_exit(bad > 99 ? 99 : bad);
+}
+
+Child start_child(std::uint32_t sends) {
+    ::signal(SIGPIPE, SIG_IGN);  // a dead child must fail the test, not kill it
+    int down[2];
+    int up[2];
+    REQUIRE(::pipe(down) == 0);
+    REQUIRE(::pipe(up) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::close(down[1]);
+        ::close(up[0]);
+        run_child(down[0], up[1], sends);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    return {pid, down[1], up[0]};
+}
+
+int wait_child(pid_t pid, int seconds) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < until) {
+        const pid_t done = ::waitpid(pid, &status, WNOHANG);
+        if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
+}
+
+}  // namespace
+
+TEST_CASE("two processes: 100,000 mixed operations wrap the rings and every byte arrives") {
+    constexpr std::uint32_t kOperations = 100000;
+    constexpr std::uint32_t kSendEvery = 10;  // every 10th operation is a send the child checks
+    constexpr std::uint32_t kSends = kOperations / kSendEvery;
+    Child child = start_child(kSends);
+
+    auto device = soft::Device::open();
+    rdmachan::test::EndpointOptions options;
+    options.max_send_wr = 64;  // a small ring: 100,000 operations wrap it hundreds of times
+    options.buffer_size = 4 << 20;
+    SoftEndpoint endpoint(device, options);
+    const Address mine = endpoint.address();
+    Address remote{};
+    REQUIRE(read_all(child.from_child, &remote, sizeof remote));
+    REQUIRE(write_all(child.to_child, &mine, sizeof mine));
+    endpoint.connect(remote);
+    char ready = 0;
+    REQUIRE(read_all(child.from_child, &ready, 1));
+    REQUIRE(endpoint.queue_pair().send_ring().wqe_count <= 256);  // see the source-slot rule below
+
+    // The child has 128 receives posted and reposts as it consumes; never run further ahead.
+    std::uint32_t sends_posted = 0;
+    std::uint32_t sends_completed = 0;
+    std::uint32_t signaled = 0;
+    std::uint32_t completed = 0;
+    std::uint32_t errors = 0;
+    std::uint32_t verified_reads = 0;
+    std::uint32_t bad_reads = 0;
+    mlx5::Completion completions[32];
+    constexpr std::uint32_t kSourceArea = 0;
+    constexpr std::uint32_t kReadArea = 3 << 20;
+    constexpr std::uint32_t kTargetSpan = 512 * 1024 - 8192;
+
+    auto drain = [&](bool wait_for_one) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        do {
+            const std::uint32_t got = endpoint.poll_send(completions, 32);
+            for (std::uint32_t i = 0; i < got; ++i) {
+                ++completed;
+                if (completions[i].status != mlx5::CompletionStatus::success) ++errors;
+                if (completions[i].opcode == mlx5::CompletionOpcode::send) ++sends_completed;
+                if (completions[i].opcode == mlx5::CompletionOpcode::rdma_read && completions[i].status == mlx5::CompletionStatus::success) {
+                    // wr_id carries the sequence whose bytes were written and read back.
+                    const std::uint32_t sequence = static_cast<std::uint32_t>(completions[i].wr_id);
+                    const std::uint32_t size = 1 + (sequence * 7919u) % 4096;
+                    bool same = true;
+                    for (std::uint32_t b = 0; b < size; ++b) same &= endpoint.buffer()[kReadArea + b] == pattern(sequence, b);
+                    ++(same ? verified_reads : bad_reads);
+                }
+            }
+            if (got != 0 || !wait_for_one) return got != 0;
+            std::this_thread::yield();
+        } while (std::chrono::steady_clock::now() < until);
+        return false;
+    };
+
+    for (std::uint32_t sequence = 0; sequence < kOperations; ++sequence) {
+        const std::uint32_t size = 1 + (sequence * 7919u) % 4096;
+        // A source buffer is reused only after its WQE must have retired: the ring holds at most
+        // wqe_count WQEs, so 512 slots (twice the ring) are never still in the NIC's hands.
+        const std::uint32_t source = kSourceArea + (sequence % 512) * 4096;
+        for (std::uint32_t b = 0; b < size; ++b) endpoint.buffer()[source + b] = pattern(sequence, b);
+        const mlx5::ScatterGatherElement element = endpoint.local(source, size);
+        mlx5::SendWorkRequest request;
+        request.wr_id = sequence;
+        request.sg_list = &element;
+        request.num_sge = 1;
+        const bool is_send = sequence % kSendEvery == 0;
+        const bool signal = sequence % 16 == 0 || is_send;
+        request.flags = signal ? std::uint32_t{mlx5::kSendSignaled} : 0u;
+        if (size <= 64 && !is_send) request.flags |= mlx5::kSendInline;
+        if (is_send) {
+            request.opcode = mlx5::SendOpcode::send_with_immediate;
+            request.immediate = sequence;
+            ++sends_posted;
+        } else {
+            request.opcode = mlx5::SendOpcode::rdma_write;
+            request.remote_addr = remote.buffer_addr + (sequence * 4096u) % kTargetSpan;
+            request.rkey = remote.rkey;
+        }
+        // Backpressure: never more sends than the child has receives, never a full ring.
+        while (is_send && sends_posted - sends_completed >= 100) REQUIRE(drain(true));
+        mlx5::PostResult result;
+        while ((result = endpoint.post(&request, 1)) == mlx5::PostResult::queue_full) {
+            REQUIRE(drain(true));
+        }
+        REQUIRE(result == mlx5::PostResult::ok);
+        signaled += signal;
+        // Every 1000th write is read back and compared byte for byte.
+        if (!is_send && sequence % 1000 == 1) {
+            const mlx5::ScatterGatherElement read_into = endpoint.local(kReadArea, size);
+            mlx5::SendWorkRequest read = request;
+            read.opcode = mlx5::SendOpcode::rdma_read;
+            read.flags = mlx5::kSendSignaled;
+            read.sg_list = &read_into;
+            while ((result = endpoint.post(&read, 1)) == mlx5::PostResult::queue_full) REQUIRE(drain(true));
+            REQUIRE(result == mlx5::PostResult::ok);
+            ++signaled;
+            while (completed < signaled) REQUIRE(drain(true));
+        }
+    }
+    while (completed < signaled) REQUIRE(drain(true));
+    const char done = 'd';
+    REQUIRE(write_all(child.to_child, &done, 1));
+    const int child_result = wait_child(child.pid, 30);
+    CHECK(errors == 0);
+    CHECK(bad_reads == 0);
+    CHECK(verified_reads >= 90);
+    CHECK(completed == signaled);
+    CHECK(child_result == 0);  // the child verified every send's bytes
+    MESSAGE("operations: " << kOperations << ", signaled completions: " << completed << ", reads verified: " << verified_reads
+                           << ", send ring WQEBBs: " << endpoint.queue_pair().send_ring().wqe_count);
+    ::close(child.to_child);
+    ::close(child.from_child);
+}
+
+TEST_CASE("two processes: a peer killed mid-transfer gives error completions within the deadline") {
+    Child child = start_child(1000000);
+    auto device = soft::Device::open();
+    rdmachan::test::EndpointOptions options;
+    options.timeout = 17;  // 0.54 s per try, 4 tries: the peer's death is noticed by its closed connection first
+    options.retry_cnt = 3;
+    SoftEndpoint endpoint(device, options);
+    const Address mine = endpoint.address();
+    Address remote{};
+    REQUIRE(read_all(child.from_child, &remote, sizeof remote));
+    REQUIRE(write_all(child.to_child, &mine, sizeof mine));
+    endpoint.connect(remote);
+    char ready = 0;
+    REQUIRE(read_all(child.from_child, &ready, 1));
+
+    const mlx5::ScatterGatherElement element = endpoint.local(0, 65536);
+    std::uint32_t posted = 0;
+    std::uint32_t completed = 0;
+    std::uint32_t failed = 0;
+    mlx5::Completion completions[16];
+    bool killed = false;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::chrono::steady_clock::time_point killed_at;
+    while (std::chrono::steady_clock::now() < until) {
+        // Kill it mid-stream: once some writes have completed and more are in flight.
+        if (!killed && completed >= 100) {
+            ::kill(child.pid, SIGKILL);
+            killed = true;
+            killed_at = std::chrono::steady_clock::now();
+        }
+        const mlx5::SendWorkRequest request =
+            write_request(posted, &element, remote.buffer_addr + (posted % 4) * 65536, remote.rkey);
+        if (endpoint.post(&request, 1) == mlx5::PostResult::ok) ++posted;
+        const std::uint32_t got = endpoint.poll_send(completions, 16);
+        for (std::uint32_t i = 0; i < got; ++i) {
+            ++completed;
+            if (completions[i].status != mlx5::CompletionStatus::success && failed++ == 0) {
+                MESSAGE("first failure: " << std::string(mlx5::to_string(completions[i].status)) << " (wr_id "
+                                          << completions[i].wr_id << ")");
+            }
+        }
+        if (killed && completed == posted) break;
+    }
+    CHECK(killed);
+    CHECK(completed == posted);  // nothing is left hanging
+    CHECK(failed > 0);
+    CHECK(completed - failed >= 100);
+    CHECK(std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(5));
+    CHECK(endpoint.queue_pair().state() == soft::QueuePairState::error);
+    MESSAGE("posted " << posted << ", succeeded " << completed - failed << ", failed " << failed << " after the kill");
+    int status = 0;
+    ::waitpid(child.pid, &status, 0);
+    ::close(child.to_child);
+    ::close(child.from_child);
+}
