@@ -24,12 +24,10 @@ enum class SendOpcode : std::uint8_t {
 };
 
 // Bit flags for SendWorkRequest::flags; values are our own, not IBV_SEND_*.
-enum SendFlag : std::uint32_t {
-    kSendSignaled = 1u << 0,
-    kSendSolicited = 1u << 1,
-    kSendFence = 1u << 2,
-    kSendInline = 1u << 3,
-};
+inline constexpr std::uint32_t kSendSignaled = 1u << 0;
+inline constexpr std::uint32_t kSendSolicited = 1u << 1;
+inline constexpr std::uint32_t kSendFence = 1u << 2;
+inline constexpr std::uint32_t kSendInline = 1u << 3;
 
 struct SendWorkRequest {
     std::uint64_t wr_id = 0;

@@ -297,6 +297,9 @@ void DeviceCore::move_to_error(QueuePairContext& queue_pair, const char* why) {
     detail::logger().info("software device {}: QP {} to ERR: {}", owner_.name(), queue_pair.qpn, why);
     queue_pair.state = QueuePairState::error;
     flush_queue_pair(queue_pair);
+    // The progress thread may sleep without a deadline; from now on it must also flush receives
+    // posted to this QP, so it recomputes its timers.
+    wake();
 }
 
 void DeviceCore::flush_queue_pair(QueuePairContext& queue_pair) {
