@@ -1,0 +1,53 @@
+#include "transport/verbs/completion_queue.hpp"
+
+#include <algorithm>
+#include <cerrno>
+
+#include <fmt/format.h>
+
+#include "transport/verbs/verbs_error.hpp"
+#include "transport/verbs/work_request_translation.hpp"
+
+namespace rdmachan::verbs {
+
+namespace {
+// Entries fetched per ibv_poll_cq call; the stack array stays small (48 B per ibv_wc).
+constexpr std::size_t kPollBatch = 32;
+}  // namespace
+
+std::shared_ptr<CompletionQueue> CompletionQueue::create(std::shared_ptr<Context> context, std::uint32_t depth) {
+    errno = 0;
+    ibv_cq* cq = ibv_create_cq(context->handle(), static_cast<int>(depth), nullptr, nullptr, 0);
+    if (cq == nullptr) {
+        throw_from_errno("ibv_create_cq", fmt::format("device '{}' depth {}", context->name(), depth));
+    }
+    return std::shared_ptr<CompletionQueue>(new CompletionQueue(std::move(context), cq, nullptr));
+}
+
+std::shared_ptr<CompletionQueue> CompletionQueue::adopt(std::shared_ptr<Context> context, ibv_cq* cq,
+                                                        std::shared_ptr<const void> keep_alive) {
+    return std::shared_ptr<CompletionQueue>(new CompletionQueue(std::move(context), cq, std::move(keep_alive)));
+}
+
+CompletionQueue::~CompletionQueue() { ibv_destroy_cq(cq_); }
+
+std::uint32_t CompletionQueue::poll(std::span<mlx5::Completion> completions) noexcept {
+    std::uint32_t filled = 0;
+    ibv_wc entries[kPollBatch];
+    while (filled < completions.size()) {
+        const std::size_t wanted = std::min(kPollBatch, completions.size() - filled);
+        const int count = ibv_poll_cq(cq_, static_cast<int>(wanted), entries);
+        if (count < 0) {
+            mlx5::Completion failure;
+            failure.status = mlx5::CompletionStatus::fatal;
+            failure.vendor_error = static_cast<std::uint8_t>(-count);
+            completions[filled++] = failure;
+            break;
+        }
+        for (int i = 0; i < count; ++i) completions[filled++] = from_ibv_wc(entries[i]);
+        if (static_cast<std::size_t>(count) < wanted) break;  // the CQ is empty
+    }
+    return filled;
+}
+
+}  // namespace rdmachan::verbs

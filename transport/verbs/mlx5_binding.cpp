@@ -1,0 +1,181 @@
+#include "transport/verbs/mlx5_binding.hpp"
+
+#include <cerrno>
+
+#include <fmt/format.h>
+
+#include "src/logger.hpp"
+#include "transport/verbs/verbs_error.hpp"
+
+namespace rdmachan::verbs {
+
+namespace {
+
+constexpr std::uint32_t kSendQueueStride = 64;  // one WQEBB (mlx5-facts.md §3)
+
+bool is_power_of_two(std::uint32_t value) { return value != 0 && (value & (value - 1)) == 0; }
+
+void require_power_of_two(std::uint32_t value, const char* what, std::uint32_t number) {
+    if (!is_power_of_two(value)) {
+        throw VerbsError(fmt::format("mlx5 ring mapping: {} {} of queue {:#x} is not a power of two", what, value,
+                                     number),
+                         EINVAL);
+    }
+}
+
+}  // namespace
+
+Mlx5QueuePairRings rings_from_mlx5dv(const mlx5dv_qp& qp, std::uint32_t qpn) {
+    if (qp.sq.wqe_cnt != 0 && qp.sq.stride != kSendQueueStride) {
+        throw VerbsError(fmt::format("mlx5 ring mapping: send stride {} of QP {:#x}, the data path needs 64",
+                                     qp.sq.stride, qpn),
+                         EINVAL);
+    }
+    if (qp.sq.wqe_cnt != 0) require_power_of_two(qp.sq.wqe_cnt, "send wqe_cnt", qpn);
+    if (qp.rq.wqe_cnt != 0) {
+        require_power_of_two(qp.rq.wqe_cnt, "receive wqe_cnt", qpn);
+        require_power_of_two(qp.rq.stride, "receive stride", qpn);
+    }
+    Mlx5QueuePairRings rings;
+    // dbrec is big-endian data the data path writes with its own byte-order helpers; the ring
+    // descriptor carries it as plain 32-bit words.
+    auto* doorbell_record = reinterpret_cast<std::uint32_t*>(qp.dbrec);
+    rings.send.buffer = static_cast<std::uint8_t*>(qp.sq.buf);
+    rings.send.wqe_count = qp.sq.wqe_cnt;
+    rings.send.qpn = qpn;
+    rings.send.doorbell_record = doorbell_record;
+    rings.send.blueflame_register = static_cast<std::uint8_t*>(qp.bf.reg);
+    rings.send.blueflame_size = qp.bf.size;  // 0: no BlueFlame, 8-byte doorbells only
+    if (qp.rq.wqe_cnt != 0) {
+        rings.receive.buffer = static_cast<std::uint8_t*>(qp.rq.buf);
+        rings.receive.wqe_count = qp.rq.wqe_cnt;
+        rings.receive.stride = qp.rq.stride;
+        rings.receive.doorbell_record = doorbell_record;
+    }
+    return rings;
+}
+
+mlx5::CompletionQueueRing ring_from_mlx5dv(const mlx5dv_cq& cq, std::uint32_t cqn_fallback) {
+    require_power_of_two(cq.cqe_cnt, "cqe_cnt", cq.cqn);
+    if (cq.cqe_size != 64 && cq.cqe_size != 128) {
+        throw VerbsError(fmt::format("mlx5 ring mapping: CQE size {} of CQ {:#x}, expected 64 or 128", cq.cqe_size,
+                                     cq.cqn),
+                         EINVAL);
+    }
+    mlx5::CompletionQueueRing ring;
+    ring.buffer = static_cast<std::uint8_t*>(cq.buf);
+    ring.cqe_count = cq.cqe_cnt;
+    ring.cqe_size = cq.cqe_size;
+    ring.cqn = cq.cqn != 0 ? cq.cqn : cqn_fallback;
+    ring.doorbell_record = reinterpret_cast<std::uint32_t*>(cq.dbrec);
+    return ring;
+}
+
+mlx5::SharedReceiveQueueRing ring_from_mlx5dv(const mlx5dv_srq& srq, std::uint32_t wqe_count) {
+    const std::uint32_t number = (srq.comp_mask & MLX5DV_SRQ_MASK_SRQN) ? srq.srqn : 0;
+    require_power_of_two(wqe_count, "SRQ wqe count", number);
+    require_power_of_two(srq.stride, "SRQ stride", number);
+    mlx5::SharedReceiveQueueRing ring;
+    ring.buffer = static_cast<std::uint8_t*>(srq.buf);
+    ring.wqe_count = wqe_count;
+    ring.stride = srq.stride;
+    ring.srqn = number;
+    ring.doorbell_record = reinterpret_cast<std::uint32_t*>(srq.dbrec);
+    return ring;
+}
+
+std::shared_ptr<Mlx5ParentDomain> Mlx5ParentDomain::try_allocate(std::shared_ptr<ProtectionDomain> pd) {
+    ibv_td_init_attr td_attributes{};
+    errno = 0;
+    ibv_td* td = ibv_alloc_td(pd->context()->handle(), &td_attributes);
+    if (td == nullptr) {
+        rdmachan::detail::logger().info("ibv_alloc_td on '{}': {}; QPs share BlueFlame registers",
+                                        pd->context()->name(), describe_error_code(errno));
+        return nullptr;
+    }
+    ibv_parent_domain_init_attr parent_attributes{};
+    parent_attributes.pd = pd->handle();
+    parent_attributes.td = td;
+    errno = 0;
+    ibv_pd* parent = ibv_alloc_parent_domain(pd->context()->handle(), &parent_attributes);
+    if (parent == nullptr) {
+        const int code = errno;
+        ibv_dealloc_td(td);
+        rdmachan::detail::logger().info("ibv_alloc_parent_domain on '{}': {}; QPs share BlueFlame registers",
+                                        pd->context()->name(), describe_error_code(code));
+        return nullptr;
+    }
+    return std::shared_ptr<Mlx5ParentDomain>(new Mlx5ParentDomain(std::move(pd), td, parent));
+}
+
+Mlx5ParentDomain::~Mlx5ParentDomain() {
+    // The parent domain references the thread domain: release it first.
+    ibv_dealloc_pd(parent_);
+    ibv_dealloc_td(td_);
+}
+
+Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context, std::uint32_t depth) {
+    ibv_cq_init_attr_ex attributes{};
+    attributes.cqe = depth;
+    attributes.wc_flags = IBV_WC_STANDARD_FLAGS;
+    mlx5dv_cq_init_attr dv_attributes{};  // comp_mask 0: no CQE compression, default CQE size
+    errno = 0;
+    ibv_cq_ex* cq_ex = mlx5dv_create_cq(context->handle(), &attributes, &dv_attributes);
+    if (cq_ex == nullptr) {
+        throw_from_errno("mlx5dv_create_cq", fmt::format("device '{}' depth {}", context->name(), depth));
+    }
+    ibv_cq* cq = ibv_cq_ex_to_cq(cq_ex);
+    std::shared_ptr<CompletionQueue> owner = CompletionQueue::adopt(context, cq);
+    mlx5dv_cq dv_cq{};
+    mlx5dv_obj object{};
+    object.cq.in = cq;
+    object.cq.out = &dv_cq;
+    check_return_code(mlx5dv_init_obj(&object, MLX5DV_OBJ_CQ), "mlx5dv_init_obj(CQ)",
+                      fmt::format("CQ on device '{}'", context->name()));
+    return {std::move(owner), ring_from_mlx5dv(dv_cq, 0)};
+}
+
+Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents, const QueuePairCapabilities& capabilities,
+                                     std::shared_ptr<Mlx5ParentDomain> parent_domain) {
+    if (!parents.protection_domain || !parents.send_completion_queue || !parents.receive_completion_queue) {
+        throw VerbsError("create mlx5 queue pair: protection domain and both completion queues are required", EINVAL);
+    }
+    const std::shared_ptr<Context>& context = parents.protection_domain->context();
+    ibv_qp_init_attr_ex attributes{};
+    attributes.qp_type = IBV_QPT_RC;
+    attributes.comp_mask = IBV_QP_INIT_ATTR_PD;
+    attributes.pd = parent_domain ? parent_domain->handle() : parents.protection_domain->handle();
+    attributes.send_cq = parents.send_completion_queue->handle();
+    attributes.recv_cq = parents.receive_completion_queue->handle();
+    attributes.srq = parents.shared_receive_queue ? parents.shared_receive_queue->handle() : nullptr;
+    attributes.cap.max_send_wr = capabilities.max_send_wr;
+    attributes.cap.max_recv_wr = attributes.srq != nullptr ? 0 : capabilities.max_recv_wr;
+    attributes.cap.max_send_sge = capabilities.max_send_sge;
+    attributes.cap.max_recv_sge = attributes.srq != nullptr ? 0 : capabilities.max_recv_sge;
+    attributes.cap.max_inline_data = capabilities.max_inline_data;
+    attributes.sq_sig_all = 0;  // with sq_sig_all, requester scatter-to-CQE turns back on
+    mlx5dv_qp_init_attr dv_attributes{};
+    dv_attributes.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
+    dv_attributes.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+    errno = 0;
+    ibv_qp* qp = mlx5dv_create_qp(context->handle(), &attributes, &dv_attributes);
+    if (qp == nullptr) {
+        throw_from_errno("mlx5dv_create_qp", fmt::format("RC QP on device '{}' (max_send_wr {} max_send_sge {})",
+                                                         context->name(), capabilities.max_send_wr,
+                                                         capabilities.max_send_sge));
+    }
+    const QueuePairCapabilities granted{attributes.cap.max_send_wr, attributes.cap.max_recv_wr,
+                                        attributes.cap.max_send_sge, attributes.cap.max_recv_sge,
+                                        attributes.cap.max_inline_data};
+    if (parent_domain) parents.keep_alive = parent_domain;
+    std::shared_ptr<QueuePair> owner = QueuePair::adopt(std::move(parents), qp, granted);
+    mlx5dv_qp dv_qp{};
+    mlx5dv_obj object{};
+    object.qp.in = qp;
+    object.qp.out = &dv_qp;
+    check_return_code(mlx5dv_init_obj(&object, MLX5DV_OBJ_QP), "mlx5dv_init_obj(QP)", owner->describe());
+    Mlx5QueuePairRings rings = rings_from_mlx5dv(dv_qp, qp->qp_num);
+    return {std::move(owner), rings};
+}
+
+}  // namespace rdmachan::verbs

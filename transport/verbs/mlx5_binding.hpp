@@ -1,0 +1,72 @@
+// The mlx5 hardware binding: on a ConnectX, queue pairs and completion queues are created
+// through mlx5dv so that the direct data path (transport/mlx5) can drive their rings, and
+// mlx5dv_init_obj supplies the ring descriptors. Runs only on mlx5 hardware; the mapping
+// functions are pure and unit-tested with filled-in mlx5dv structs.
+#pragma once
+
+#include <infiniband/mlx5dv.h>
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "transport/mlx5/rings.hpp"
+#include "transport/verbs/queue_pair.hpp"
+
+namespace rdmachan::verbs {
+
+struct Mlx5QueuePairRings {
+    mlx5::SendQueueRing send;
+    mlx5::ReceiveQueueRing receive;  // empty (wqe_count 0) when the QP uses an SRQ
+};
+
+// Pure mappings. Throw VerbsError when the layout is not one the data path supports
+// (send stride other than 64 B, counts or strides that are not powers of two).
+Mlx5QueuePairRings rings_from_mlx5dv(const mlx5dv_qp& qp, std::uint32_t qpn);
+mlx5::CompletionQueueRing ring_from_mlx5dv(const mlx5dv_cq& cq, std::uint32_t cqn_fallback);
+// mlx5dv_srq has no entry count; libmlx5 sizes the ring to the granted max_wr + 1 (a power
+// of two), so the caller passes the count it derived from SharedReceiveQueue::max_wr().
+mlx5::SharedReceiveQueueRing ring_from_mlx5dv(const mlx5dv_srq& srq, std::uint32_t wqe_count);
+
+// A thread domain and the parent domain over it. Creating QPs in a parent domain with a
+// thread domain makes libmlx5 give them a dedicated BlueFlame register instead of sharing
+// one of the context's 16 (mlx5-facts.md §9 pitfall 3: concurrent BF writes corrupt).
+class Mlx5ParentDomain {
+public:
+    // Returns null (and logs why) when the provider cannot allocate a thread domain; callers
+    // then create the QP in the plain protection domain and share BlueFlame registers.
+    static std::shared_ptr<Mlx5ParentDomain> try_allocate(std::shared_ptr<ProtectionDomain> pd);
+    ~Mlx5ParentDomain();
+    Mlx5ParentDomain(const Mlx5ParentDomain&) = delete;
+    Mlx5ParentDomain& operator=(const Mlx5ParentDomain&) = delete;
+    ibv_pd* handle() const noexcept { return parent_; }
+
+private:
+    Mlx5ParentDomain(std::shared_ptr<ProtectionDomain> pd, ibv_td* td, ibv_pd* parent)
+        : pd_(std::move(pd)), td_(td), parent_(parent) {}
+    std::shared_ptr<ProtectionDomain> pd_;
+    ibv_td* td_;
+    ibv_pd* parent_;
+};
+
+struct Mlx5CompletionQueue {
+    std::shared_ptr<CompletionQueue> completion_queue;
+    mlx5::CompletionQueueRing ring;
+};
+
+struct Mlx5QueuePair {
+    std::shared_ptr<QueuePair> queue_pair;  // connect() works as for any verbs QP
+    Mlx5QueuePairRings rings;
+};
+
+// mlx5dv_create_cq (no CQE compression: the poller reads plain 64-B CQEs) + mlx5dv_init_obj.
+// After this the CQ is DV-owned: poll it through the ring only (mlx5-facts.md §9 pitfall 7).
+Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context, std::uint32_t depth);
+
+// mlx5dv_create_qp with MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE (small reads and receives
+// must land in the buffers, never inside CQEs: mlx5-facts.md §9 pitfall 2), in the parent
+// domain when one is given, then mlx5dv_init_obj for the rings.
+Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents, const QueuePairCapabilities& capabilities,
+                                     std::shared_ptr<Mlx5ParentDomain> parent_domain);
+
+}  // namespace rdmachan::verbs
