@@ -86,7 +86,51 @@ struct Child {
     ::_exit(bad > 99 ? 99 : bad);
 }
 
-Child start_child(std::uint32_t sends) {
+// The child for the every-operation test: it expects, in order, a write with immediate, a send
+// and a send with immediate, checks each one's bytes, and exits with the number of mismatches.
+[[noreturn]] void run_every_operation_child(int from_parent, int to_parent) {
+    int bad = 0;
+    {
+        auto device = soft::Device::open();
+        SoftEndpoint endpoint(device);
+        const Address mine = endpoint.address();
+        Address parent{};
+        if (!write_all(to_parent, &mine, sizeof mine) || !read_all(from_parent, &parent, sizeof parent)) ::_exit(100);
+        endpoint.connect(parent);
+        std::memset(endpoint.buffer() + 4096, 0x3c, 4096);  // what the parent reads and swaps
+        std::uint64_t counter = 40;
+        std::memcpy(endpoint.buffer() + 8192, &counter, 8);
+        for (std::uint64_t slot = 0; slot < 3; ++slot) {
+            if (endpoint.post_receive(slot, 65536 + slot * 4096, 4096) != mlx5::PostResult::ok) ::_exit(101);
+        }
+        const char ready = 'r';
+        if (!write_all(to_parent, &ready, 1)) ::_exit(102);
+        const mlx5::CompletionOpcode expected[3] = {mlx5::CompletionOpcode::receive_rdma_with_immediate,
+                                                    mlx5::CompletionOpcode::receive, mlx5::CompletionOpcode::receive};
+        for (int i = 0; i < 3; ++i) {
+            const auto completion = endpoint.wait_receive(std::chrono::seconds(20));
+            if (!completion.has_value() || completion->status != mlx5::CompletionStatus::success) ::_exit(103);
+            bad += completion->opcode != expected[i];
+            bad += completion->wr_id != static_cast<std::uint64_t>(i);
+            if (i == 0) {
+                bad += completion->immediate != 0xabcd0001u;
+                for (std::uint32_t b = 0; b < 1000; ++b) bad += endpoint.buffer()[b] != pattern(1, b);
+            } else {
+                const std::uint8_t* bytes = endpoint.buffer() + 65536 + i * 4096;
+                for (std::uint32_t b = 0; b < completion->byte_len; ++b) bad += bytes[b] != pattern(static_cast<std::uint32_t>(i + 1), b);
+                if (i == 2) bad += completion->immediate != 0xabcd0003u || (completion->flags & mlx5::kCompletionWithImmediate) == 0;
+            }
+        }
+        std::uint64_t swapped = 0;
+        char done = 0;
+        read_all(from_parent, &done, 1, 60);
+        std::memcpy(&swapped, endpoint.buffer() + 8192, 8);
+        bad += swapped != 1234;  // fetch-and-add 40 + 2, then compare 42 → swap 1234
+    }
+    ::_exit(bad > 99 ? 99 : bad);
+}
+
+Child start_child(std::uint32_t sends, bool every_operation = false) {
     ::signal(SIGPIPE, SIG_IGN);  // a dead child must fail the test, not kill it
     int down[2];
     int up[2];
@@ -97,6 +141,7 @@ Child start_child(std::uint32_t sends) {
     if (pid == 0) {
         ::close(down[1]);
         ::close(up[0]);
+        if (every_operation) run_every_operation_child(down[0], up[1]);
         run_child(down[0], up[1], sends);
     }
     ::close(down[0]);
@@ -287,6 +332,83 @@ TEST_CASE("two processes: a peer killed mid-transfer gives error completions wit
     MESSAGE("posted " << posted << ", succeeded " << completed - failed << ", failed " << failed << " after the kill");
     int status = 0;
     ::waitpid(child.pid, &status, 0);
+    ::close(child.to_child);
+    ::close(child.from_child);
+}
+
+TEST_CASE("two processes: every operation type crosses between processes") {
+    Child child = start_child(0, true);
+    auto device = soft::Device::open();
+    SoftEndpoint endpoint(device);
+    const Address mine = endpoint.address();
+    Address remote{};
+    REQUIRE(read_all(child.from_child, &remote, sizeof remote));
+    REQUIRE(write_all(child.to_child, &mine, sizeof mine));
+    endpoint.connect(remote);
+    char ready = 0;
+    REQUIRE(read_all(child.from_child, &ready, 1));
+
+    auto run = [&](mlx5::SendWorkRequest request) {
+        request.flags |= mlx5::kSendSignaled;
+        REQUIRE(endpoint.post(&request, 1) == mlx5::PostResult::ok);
+        const auto completion = endpoint.wait_send();
+        REQUIRE(completion.has_value());
+        CHECK(completion->status == mlx5::CompletionStatus::success);
+        return *completion;
+    };
+    // Write with immediate (sequence 1), send (2), send with immediate (3): the child checks them.
+    for (std::uint32_t b = 0; b < 4096; ++b) {
+        endpoint.buffer()[b] = pattern(1, b);
+        endpoint.buffer()[4096 + b] = pattern(2, b);
+        endpoint.buffer()[8192 + b] = pattern(3, b);
+    }
+    const mlx5::ScatterGatherElement first = endpoint.local(0, 1000);
+    mlx5::SendWorkRequest write_with_immediate = write_request(1, &first, remote.buffer_addr, remote.rkey);
+    write_with_immediate.opcode = mlx5::SendOpcode::rdma_write_with_immediate;
+    write_with_immediate.immediate = 0xabcd0001;
+    CHECK(run(write_with_immediate).opcode == mlx5::CompletionOpcode::rdma_write);
+    const mlx5::ScatterGatherElement second = endpoint.local(4096, 3000);
+    mlx5::SendWorkRequest send;
+    send.wr_id = 2;
+    send.opcode = mlx5::SendOpcode::send;
+    send.sg_list = &second;
+    send.num_sge = 1;
+    CHECK(run(send).opcode == mlx5::CompletionOpcode::send);
+    const mlx5::ScatterGatherElement third = endpoint.local(8192, 50);
+    mlx5::SendWorkRequest send_with_immediate = send;
+    send_with_immediate.wr_id = 3;
+    send_with_immediate.opcode = mlx5::SendOpcode::send_with_immediate;
+    send_with_immediate.immediate = 0xabcd0003;
+    send_with_immediate.sg_list = &third;
+    send_with_immediate.flags = mlx5::kSendInline;
+    run(send_with_immediate);
+
+    // Read what the child prepared, then the two atomics on its counter (40).
+    const mlx5::ScatterGatherElement read_into = endpoint.local(65536, 4096);
+    mlx5::SendWorkRequest read = write_request(4, &read_into, remote.buffer_addr + 4096, remote.rkey, 0);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    CHECK(run(read).byte_len == 4096);
+    for (std::uint32_t b = 0; b < 4096; ++b) REQUIRE(endpoint.buffer()[65536 + b] == 0x3c);
+    const mlx5::ScatterGatherElement result = endpoint.local(131072, 8);
+    mlx5::SendWorkRequest add = write_request(5, &result, remote.buffer_addr + 8192, remote.rkey, 0);
+    add.opcode = mlx5::SendOpcode::atomic_fetch_and_add;
+    add.compare_add = 2;
+    run(add);
+    std::uint64_t value = 0;
+    std::memcpy(&value, endpoint.buffer() + 131072, 8);
+    CHECK(value == 40);
+    mlx5::SendWorkRequest swap = add;
+    swap.wr_id = 6;
+    swap.opcode = mlx5::SendOpcode::atomic_compare_and_swap;
+    swap.compare_add = 42;
+    swap.swap = 1234;
+    run(swap);
+    std::memcpy(&value, endpoint.buffer() + 131072, 8);
+    CHECK(value == 42);
+
+    const char done = 'd';
+    REQUIRE(write_all(child.to_child, &done, 1));
+    CHECK(wait_child(child.pid, 30) == 0);  // the child verified every byte it received
     ::close(child.to_child);
     ::close(child.from_child);
 }
