@@ -24,6 +24,10 @@ done
 
 jobs=$(nproc)
 failed=()
+total_passed=0
+total_failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 
 run_suite() {
     local name=$1 directory=$2 exclude=$3
@@ -34,9 +38,22 @@ run_suite() {
     echo "=== $name: run"
     local exclude_arguments=()
     [ -n "$exclude" ] && exclude_arguments=(-LE "$exclude")
-    if ! ctest --test-dir "$directory" --output-on-failure -j "$jobs" "${exclude_arguments[@]}"; then
-        failed+=("$name")
+    local status=0
+    # pipefail (set above) makes a failing ctest fail this pipeline.
+    ctest --test-dir "$directory" --output-on-failure -j "$jobs" "${exclude_arguments[@]}" | tee "$log" || status=1
+    # ctest's summary: "NN% tests passed, F tests failed out of T".
+    local summary
+    summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
+    if [ -n "$summary" ]; then
+        local suite_failed suite_total
+        suite_failed=$(echo "$summary" | sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/')
+        suite_total=$(echo "$summary" | sed -E 's/.* failed out of ([0-9]+).*/\1/')
+        total_passed=$((total_passed + suite_total - suite_failed))
+        total_failed=$((total_failed + suite_failed))
+    else
+        status=1
     fi
+    [ "$status" -eq 0 ] || failed+=("$name")
 }
 
 main_exclude=""
@@ -53,6 +70,7 @@ fi
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "test: FAILED in: ${failed[*]}" >&2
+    echo "tests: $total_passed passed, $total_failed failed"
     exit 1
 fi
-echo "test: all suites passed"
+echo "tests: $total_passed passed, $total_failed failed"
