@@ -32,12 +32,17 @@ constexpr std::chrono::seconds kCompletionDeadline{10};
 inline std::string device_from_environment(const char* variable) {
     const char* value = std::getenv(variable);
     if (value == nullptr || *value == '\0') {
-        FAIL("environment variable " << variable << " is not set: run this test through tests/vm/rxe-vm.sh");
+        FAIL("environment variable " << variable
+                                     << " is not set: run this test through tests/vm/rxe-vm.sh");
     }
     return value;
 }
-inline std::string first_device() { return device_from_environment("RDMACHAN_RXE_DEVICE"); }
-inline std::string second_device() { return device_from_environment("RDMACHAN_RXE_PEER_DEVICE"); }
+inline std::string first_device() {
+    return device_from_environment("RDMACHAN_RXE_DEVICE");
+}
+inline std::string second_device() {
+    return device_from_environment("RDMACHAN_RXE_PEER_DEVICE");
+}
 
 struct FreeDeleter {
     void operator()(void* memory) const noexcept { std::free(memory); }
@@ -56,7 +61,9 @@ struct Side {
     std::uint32_t psn = 0;
 
     std::uint8_t* data() const { return buffer.get(); }
-    std::uint64_t address(std::size_t offset = 0) const { return reinterpret_cast<std::uintptr_t>(data() + offset); }
+    std::uint64_t address(std::size_t offset = 0) const {
+        return reinterpret_cast<std::uintptr_t>(data() + offset);
+    }
 
     RcEndpoint endpoint() const {
         RcEndpoint endpoint;
@@ -87,13 +94,15 @@ inline Side make_side(const std::string& device, const SideOptions& options = {}
         side.shared_receive_queue = SharedReceiveQueue::create(side.protection_domain, 16, 2);
     }
     side.queue_pair = QueuePair::create_reliable_connected(
-        {side.protection_domain, side.completion_queue, side.completion_queue, side.shared_receive_queue, nullptr},
+        {side.protection_domain, side.completion_queue, side.completion_queue,
+         side.shared_receive_queue, nullptr},
         options.capabilities);
     side.buffer.reset(static_cast<std::uint8_t*>(std::aligned_alloc(4096, kBufferSize)));
     std::fill_n(side.buffer.get(), kBufferSize, std::uint8_t{0});
-    side.memory_region = MemoryRegion::register_memory(
-        side.protection_domain, side.buffer.get(), kBufferSize,
-        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+    side.memory_region =
+        MemoryRegion::register_memory(side.protection_domain, side.buffer.get(), kBufferSize,
+                                      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
     side.psn = options.psn;
     return side;
 }
@@ -122,8 +131,8 @@ inline void connect(Side& a, Side& b) {
 }
 
 // Polls until one completion arrives or the deadline passes (then the test fails).
-inline mlx5::Completion wait_for_completion(CompletionQueue& queue,
-                                            std::chrono::steady_clock::duration deadline = kCompletionDeadline) {
+inline mlx5::Completion wait_for_completion(
+    CompletionQueue& queue, std::chrono::steady_clock::duration deadline = kCompletionDeadline) {
     const auto until = std::chrono::steady_clock::now() + deadline;
     mlx5::Completion completion;
     while (std::chrono::steady_clock::now() < until) {
@@ -133,13 +142,15 @@ inline mlx5::Completion wait_for_completion(CompletionQueue& queue,
     return completion;
 }
 
-inline void post_one_receive(Side& side, std::size_t offset, std::uint32_t length, std::uint64_t wr_id) {
-    const mlx5::ScatterGatherElement element{side.address(offset), length, side.memory_region->lkey()};
+inline void post_one_receive(Side& side, std::size_t offset, std::uint32_t length,
+                             std::uint64_t wr_id) {
+    const mlx5::ScatterGatherElement element{side.address(offset), length,
+                                             side.memory_region->lkey()};
     const mlx5::ReceiveWorkRequest request{wr_id, &element, 1};
     std::uint32_t posted = 0;
-    const mlx5::PostResult result = side.shared_receive_queue
-                                        ? side.shared_receive_queue->post_receive({&request, 1}, &posted)
-                                        : side.queue_pair->post_receive({&request, 1}, &posted);
+    const mlx5::PostResult result =
+        side.shared_receive_queue ? side.shared_receive_queue->post_receive({&request, 1}, &posted)
+                                  : side.queue_pair->post_receive({&request, 1}, &posted);
     REQUIRE(result == mlx5::PostResult::ok);
     REQUIRE(posted == 1);
 }

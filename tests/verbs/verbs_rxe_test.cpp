@@ -2,7 +2,6 @@
 // rxe1 inside the VM that tests/vm/rxe-vm.sh boots. rxe0 <-> rxe1 crosses a veth pair;
 // rxe0 <-> rxe0 uses rxe's loopback. Not runnable on a machine without these devices.
 #include <doctest/doctest.h>
-
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 #include "rxe_fixture.hpp"
 #include "transport/verbs/device_list.hpp"
 #include "transport/verbs/device_selection.hpp"
+#include "transport/verbs/mlx5_binding.hpp"
 #include "transport/verbs/verbs_error.hpp"
 
 using namespace rxe_test;
@@ -69,12 +69,14 @@ TEST_CASE("port query returns the kernel's GID table, GID types, active MTU and 
     CHECK_THROWS_WITH_AS(context->query_port(2), doctest::Contains("ports are 1..1"), VerbsError);
 }
 
-TEST_CASE("GID selection on a real RoCE port picks the IPv4-mapped RoCE v2 entry, or the override") {
+TEST_CASE(
+    "GID selection on a real RoCE port picks the IPv4-mapped RoCE v2 entry, or the override") {
     const auto context = Context::open(first_device());
     const PortAttributes port = context->query_port(1);
     const GidChoice automatic = select_gid(port.gid_table, port.link_layer);
     CHECK(automatic.entry.index == 1);
-    CHECK(to_string(automatic.entry.gid) == "0000:0000:0000:0000:0000:ffff:a9fe:4d01");  // 169.254.77.1
+    CHECK(to_string(automatic.entry.gid) ==
+          "0000:0000:0000:0000:0000:ffff:a9fe:4d01");  // 169.254.77.1
     const GidChoice overridden = select_gid(port.gid_table, port.link_layer, 0u);
     CHECK(overridden.entry.index == 0);
     CHECK(is_ipv6_link_local(overridden.entry.gid));
@@ -86,7 +88,8 @@ TEST_CASE("device list, open by name and device selection see the soft-RoCE devi
     REQUIRE_FALSE(list.empty());
     CHECK(list.find(first_device()) != nullptr);
     CHECK(list.find(second_device()) != nullptr);
-    CHECK_THROWS_WITH_AS(Context::open("no_such_device"), doctest::Contains(first_device().c_str()), VerbsError);
+    CHECK_THROWS_WITH_AS(Context::open("no_such_device"), doctest::Contains(first_device().c_str()),
+                         VerbsError);
     const DeviceDecision automatic = select_device_on_this_machine("auto");
     // rxe has no mlx5dv: auto must take the generic verbs path on the first device.
     CHECK(automatic.kind == DeviceKind::verbs);
@@ -95,7 +98,8 @@ TEST_CASE("device list, open by name and device selection see the soft-RoCE devi
     CHECK(named.kind == DeviceKind::verbs);
     CHECK(named.device_name == second_device());
     CHECK(select_device_on_this_machine("soft").kind == DeviceKind::soft);
-    CHECK_THROWS_WITH_AS(select_device_on_this_machine("mlx5_7"), doctest::Contains("no such device"), VerbsError);
+    CHECK_THROWS_WITH_AS(select_device_on_this_machine("mlx5_7"),
+                         doctest::Contains("no such device"), VerbsError);
 }
 
 TEST_CASE("memory registration errors come back as VerbsError with the errno") {
@@ -104,7 +108,8 @@ TEST_CASE("memory registration errors come back as VerbsError with the errno") {
     std::vector<std::uint8_t> memory(4096);
     SUBCASE("remote write without local write is refused (EINVAL)") {
         try {
-            MemoryRegion::register_memory(pd, memory.data(), memory.size(), IBV_ACCESS_REMOTE_WRITE);
+            MemoryRegion::register_memory(pd, memory.data(), memory.size(),
+                                          IBV_ACCESS_REMOTE_WRITE);
             FAIL("registration succeeded");
         } catch (const VerbsError& error) {
             CHECK(error.code() == EINVAL);
@@ -113,7 +118,8 @@ TEST_CASE("memory registration errors come back as VerbsError with the errno") {
         }
     }
     SUBCASE("an unmapped address is refused (EFAULT)") {
-        void* mapping = ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void* mapping =
+            ::mmap(nullptr, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         REQUIRE(mapping != MAP_FAILED);
         REQUIRE(::munmap(mapping, 8192) == 0);
         try {
@@ -124,7 +130,8 @@ TEST_CASE("memory registration errors come back as VerbsError with the errno") {
         }
     }
     SUBCASE("a valid registration yields keys and the exact range") {
-        const auto region = MemoryRegion::register_memory(pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+        const auto region =
+            MemoryRegion::register_memory(pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
         CHECK(region->address() == reinterpret_cast<std::uintptr_t>(memory.data()));
         CHECK(region->length() == memory.size());
         CHECK(region->lkey() != 0);
@@ -150,7 +157,8 @@ TEST_CASE("RC connect errors name the transition, the QP and the return code") {
     }
     SUBCASE("RTS straight from RESET is an illegal transition") {
         try {
-            side.queue_pair->modify(make_ready_to_send_transition(parameters_for(side, remote)), "RTR->RTS");
+            side.queue_pair->modify(make_ready_to_send_transition(parameters_for(side, remote)),
+                                    "RTR->RTS");
             FAIL("modify succeeded");
         } catch (const VerbsError& error) {
             CHECK(std::string(error.what()).find("RTR->RTS") != std::string::npos);
@@ -160,7 +168,8 @@ TEST_CASE("RC connect errors name the transition, the QP and the return code") {
 }
 
 TEST_CASE("every RC operation over the generic verbs data path") {
-    const Topology topologies[] = {{"rxe0 <-> rxe1 across the veth pair", true}, {"rxe0 loopback", false}};
+    const Topology topologies[] = {{"rxe0 <-> rxe1 across the veth pair", true},
+                                   {"rxe0 loopback", false}};
     for (const Topology& topology : topologies) {
         CAPTURE(topology.name);
         Side a, b;
@@ -304,7 +313,8 @@ TEST_CASE("every RC operation over the generic verbs data path") {
         done = wait_for_completion(*a.completion_queue);
         CHECK(done.wr_id == 8);
         CHECK(done.status == mlx5::CompletionStatus::success);
-        for (std::size_t offset : {3100, 3200, 3300}) CHECK(std::memcmp(b.data() + offset, "hello from a", 13) == 0);
+        for (std::size_t offset : {3100, 3200, 3300})
+            CHECK(std::memcmp(b.data() + offset, "hello from a", 13) == 0);
         mlx5::Completion none;
         CHECK(a.completion_queue->poll({&none, 1}) == 0);
     }
@@ -366,13 +376,15 @@ TEST_CASE("a read outside the remote region is refused by the responder") {
     read.remote_addr = b.address(kBufferSize - 16);  // 64 bytes from here run past the region
     read.rkey = b.memory_region->rkey();
     post_one_send(a, read);
-    CHECK(wait_for_completion(*a.completion_queue).status == mlx5::CompletionStatus::remote_access_error);
+    CHECK(wait_for_completion(*a.completion_queue).status ==
+          mlx5::CompletionStatus::remote_access_error);
 }
 
 TEST_CASE("post errors are values: too many SGEs, DC requests on RC, a full receive queue") {
     Side side = make_side(first_device());
     const std::uint32_t max_sge = side.queue_pair->capabilities().max_send_sge;
-    std::vector<mlx5::ScatterGatherElement> elements(max_sge + 1, {side.address(), 8, side.memory_region->lkey()});
+    std::vector<mlx5::ScatterGatherElement> elements(
+        max_sge + 1, {side.address(), 8, side.memory_region->lkey()});
     mlx5::SendWorkRequest too_wide;
     too_wide.opcode = mlx5::SendOpcode::send;
     too_wide.sg_list = elements.data();
@@ -391,19 +403,22 @@ TEST_CASE("post errors are values: too many SGEs, DC requests on RC, a full rece
     const mlx5::ReceiveWorkRequest early{1, &first_element, 1};
     CHECK(side.queue_pair->post_receive({&early, 1}, &posted) == mlx5::PostResult::invalid_request);
     CHECK(posted == 0);
-    side.queue_pair->modify(make_init_transition(parameters_for(side, side.endpoint())), "RESET->INIT");
+    side.queue_pair->modify(make_init_transition(parameters_for(side, side.endpoint())),
+                            "RESET->INIT");
     // The provider may round its ring up (rxe grants 16 but holds more), so fill until it
     // refuses: `posted` must be at least the granted depth, and the queue must stay full.
     const std::uint32_t depth = side.queue_pair->capabilities().max_recv_wr;
     std::vector<mlx5::ReceiveWorkRequest> receives(8 * depth);
-    const mlx5::ScatterGatherElement receive_element{side.address(), 64, side.memory_region->lkey()};
+    const mlx5::ScatterGatherElement receive_element{side.address(), 64,
+                                                     side.memory_region->lkey()};
     for (std::uint32_t i = 0; i < receives.size(); ++i) receives[i] = {i, &receive_element, 1};
     CHECK(side.queue_pair->post_receive(receives, &posted) == mlx5::PostResult::queue_full);
     CHECK(posted >= depth);
     CHECK(posted < receives.size());
     MESSAGE("granted max_recv_wr " << depth << ", receive queue accepted " << posted);
     std::uint32_t posted_after_full = 99;
-    CHECK(side.queue_pair->post_receive({&early, 1}, &posted_after_full) == mlx5::PostResult::queue_full);
+    CHECK(side.queue_pair->post_receive({&early, 1}, &posted_after_full) ==
+          mlx5::PostResult::queue_full);
     CHECK(posted_after_full == 0);
 }
 
@@ -417,7 +432,8 @@ TEST_CASE("a shared receive queue feeds receives to an RC queue pair") {
     const mlx5::ScatterGatherElement element{b.address(), 8, b.memory_region->lkey()};
     const mlx5::ReceiveWorkRequest misplaced{1, &element, 1};
     std::uint32_t posted = 0;
-    CHECK(b.queue_pair->post_receive({&misplaced, 1}, &posted) == mlx5::PostResult::invalid_request);
+    CHECK(b.queue_pair->post_receive({&misplaced, 1}, &posted) ==
+          mlx5::PostResult::invalid_request);
     std::memcpy(a.data(), "via srq", 8);
     const mlx5::ScatterGatherElement source{a.address(), 8, a.memory_region->lkey()};
     mlx5::SendWorkRequest send;
@@ -448,6 +464,24 @@ TEST_CASE("an address handle to the peer's GID can be created") {
     const auto handle = AddressHandle::create(a.protection_domain, attributes);
     CHECK(handle->handle() != nullptr);
     attributes.grh.sgid_index = 200;  // no such source GID
-    CHECK_THROWS_WITH_AS(AddressHandle::create(a.protection_domain, attributes), doctest::Contains("ibv_create_ah"),
-                         VerbsError);
+    CHECK_THROWS_WITH_AS(AddressHandle::create(a.protection_domain, attributes),
+                         doctest::Contains("ibv_create_ah"), VerbsError);
+}
+
+TEST_CASE("the mlx5 binding refuses a non-mlx5 device cleanly") {
+    // rxe has no mlx5dv: every mlx5-only entry point must fail with a named error (or, for
+    // the optional thread domain, fall back), never crash or hand out half-built objects.
+    Side side = make_side(first_device());
+    CHECK(Mlx5ParentDomain::try_allocate(side.protection_domain) == nullptr);
+    CHECK_THROWS_WITH_AS(create_mlx5_completion_queue(side.context, 16),
+                         doctest::Contains("mlx5dv_create_cq"), VerbsError);
+    try {
+        create_mlx5_queue_pair({side.protection_domain, side.completion_queue,
+                                side.completion_queue, nullptr, nullptr},
+                               QueuePairCapabilities{}, nullptr);
+        FAIL("mlx5dv_create_qp succeeded on a soft-RoCE device");
+    } catch (const VerbsError& error) {
+        CHECK(std::string(error.what()).find("mlx5dv_create_qp") != std::string::npos);
+        CHECK(std::string(error.what()).find(first_device()) != std::string::npos);
+    }
 }

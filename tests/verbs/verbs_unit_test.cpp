@@ -1,8 +1,7 @@
 // Host tests of the verbs provider: everything that needs no RDMA device. On this machine
 // there is none, so the "no device" path is exercised for real.
-#include <doctest/doctest.h>
-
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -61,7 +60,8 @@ bool machine_has_rdma_devices() {
 
 TEST_CASE("no RDMA device: the device list is empty, with a reason, and never crashes") {
     if (machine_has_rdma_devices()) {
-        MESSAGE("this machine has RDMA devices; the empty-list path is covered where there are none");
+        MESSAGE(
+            "this machine has RDMA devices; the empty-list path is covered where there are none");
         return;
     }
     DeviceList list;
@@ -115,17 +115,20 @@ TEST_CASE("device selection rules over a fake device list") {
         CHECK(decision.device_name == "mlx5_1");
         CHECK(decision.reason.find("mlx5 direct data path") != std::string::npos);
     }
-    SUBCASE("an empty request means auto") { CHECK(select_device("", mixed).device_name == "mlx5_1"); }
+    SUBCASE("an empty request means auto") {
+        CHECK(select_device("", mixed).device_name == "mlx5_1");
+    }
     SUBCASE("auto without mlx5 takes the first usable verbs device") {
-        const std::vector<DeviceCandidate> verbs_only = {{"rxe0", false, false, ""}, {"rxe1", false, true, ""}};
+        const std::vector<DeviceCandidate> verbs_only = {{"rxe0", false, false, ""},
+                                                         {"rxe1", false, true, ""}};
         const DeviceDecision decision = select_device("auto", verbs_only);
         CHECK(decision.kind == DeviceKind::verbs);
         CHECK(decision.device_name == "rxe1");
         CHECK(decision.reason.find("generic verbs") != std::string::npos);
     }
     SUBCASE("auto with only unusable devices falls back to soft, listing why each was skipped") {
-        const std::vector<DeviceCandidate> broken = {{"mlx5_0", true, false, ""},
-                                                     {"rxe0", false, true, "ibv_open_device failed: EACCES"}};
+        const std::vector<DeviceCandidate> broken = {
+            {"mlx5_0", true, false, ""}, {"rxe0", false, true, "ibv_open_device failed: EACCES"}};
         const DeviceDecision decision = select_device("auto", broken);
         CHECK(decision.kind == DeviceKind::soft);
         CHECK(decision.reason.find("mlx5_0 (no ACTIVE port)") != std::string::npos);
@@ -152,7 +155,8 @@ TEST_CASE("device selection rules over a fake device list") {
         }
     }
     SUBCASE("a named device without an active port is an error, not a silent fallback") {
-        CHECK_THROWS_WITH_AS(select_device("mlx5_0", mixed), doctest::Contains("no ACTIVE port"), VerbsError);
+        CHECK_THROWS_WITH_AS(select_device("mlx5_0", mixed), doctest::Contains("no ACTIVE port"),
+                             VerbsError);
     }
 }
 
@@ -192,8 +196,8 @@ TEST_CASE("GID selection") {
     }
     SUBCASE("an override wins when the entry exists") {
         CHECK(select_gid(roce_table, LinkLayer::ethernet, 1u).entry.index == 1);
-        CHECK_THROWS_WITH_AS(select_gid(roce_table, LinkLayer::ethernet, 9u), doctest::Contains("index 9"),
-                             VerbsError);
+        CHECK_THROWS_WITH_AS(select_gid(roce_table, LinkLayer::ethernet, 9u),
+                             doctest::Contains("index 9"), VerbsError);
     }
     SUBCASE("InfiniBand takes the lowest valid index") {
         const std::vector<GidEntry> ib_table = {{0, link_local(5), GidType::infiniband},
@@ -202,8 +206,8 @@ TEST_CASE("GID selection") {
     }
     SUBCASE("an Ethernet port without RoCE addresses is an error") {
         const std::vector<GidEntry> empty_entries = {{0, Gid{}, GidType::roce_v2}};
-        CHECK_THROWS_WITH_AS(select_gid(empty_entries, LinkLayer::ethernet), doctest::Contains("no RoCE GID"),
-                             VerbsError);
+        CHECK_THROWS_WITH_AS(select_gid(empty_entries, LinkLayer::ethernet),
+                             doctest::Contains("no RoCE GID"), VerbsError);
         CHECK_THROWS_AS(select_gid({}, LinkLayer::infiniband), VerbsError);
     }
     SUBCASE("GID text form matches sysfs") {
@@ -254,8 +258,8 @@ TEST_CASE("RC connect attributes: INIT, RTR and RTS carry exactly the required f
     CHECK(rtr.attributes.ah_attr.grh.sgid_index == 1);
     CHECK(rtr.attributes.ah_attr.grh.dgid.raw[15] == 2);
     CHECK(rtr.attributes.ah_attr.grh.dgid.raw[10] == 0xff);
-    CHECK(rtr.mask == (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                       IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
+    CHECK(rtr.mask == (IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER));
 
     const QueuePairTransition rts = make_ready_to_send_transition(parameters);
     CHECK(rts.attributes.qp_state == IBV_QPS_RTS);
@@ -264,8 +268,8 @@ TEST_CASE("RC connect attributes: INIT, RTR and RTS carry exactly the required f
     CHECK(rts.attributes.retry_cnt == 6);
     CHECK(rts.attributes.rnr_retry == 5);
     CHECK(rts.attributes.max_rd_atomic == 4);
-    CHECK(rts.mask == (IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                       IBV_QP_MAX_QP_RD_ATOMIC));
+    CHECK(rts.mask == (IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                       IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
 
     SUBCASE("InfiniBand without GRH addresses the peer by LID only") {
         parameters.use_global_routing = false;
@@ -277,14 +281,16 @@ TEST_CASE("RC connect attributes: INIT, RTR and RTS carry exactly the required f
     SUBCASE("bad values are rejected naming the transition and the value") {
         ConnectionParameters bad = parameters;
         bad.port_num = 0;
-        CHECK_THROWS_WITH_AS(make_init_transition(bad), doctest::Contains("RESET->INIT: port_num 0"), VerbsError);
+        CHECK_THROWS_WITH_AS(make_init_transition(bad),
+                             doctest::Contains("RESET->INIT: port_num 0"), VerbsError);
         bad = parameters;
         bad.path_mtu = 1500;
-        CHECK_THROWS_WITH_AS(make_ready_to_receive_transition(bad, remote), doctest::Contains("path MTU 1500"),
-                             VerbsError);
+        CHECK_THROWS_WITH_AS(make_ready_to_receive_transition(bad, remote),
+                             doctest::Contains("path MTU 1500"), VerbsError);
         bad = parameters;
         bad.send_psn = 0x1000000;
-        CHECK_THROWS_WITH_AS(make_ready_to_send_transition(bad), doctest::Contains("0x1000000"), VerbsError);
+        CHECK_THROWS_WITH_AS(make_ready_to_send_transition(bad), doctest::Contains("0x1000000"),
+                             VerbsError);
         RcEndpoint bad_remote = remote;
         bad_remote.psn = 0x2000000;
         CHECK_THROWS_WITH_AS(make_ready_to_receive_transition(parameters, bad_remote),
@@ -340,10 +346,13 @@ TEST_CASE("work requests translate to ibv_send_wr field by field") {
 }
 
 TEST_CASE("ibv_wc translates to Completion with the same status and opcode numbers") {
-    static_assert(static_cast<int>(mlx5::CompletionStatus::remote_access_error) == IBV_WC_REM_ACCESS_ERR);
+    static_assert(static_cast<int>(mlx5::CompletionStatus::remote_access_error) ==
+                  IBV_WC_REM_ACCESS_ERR);
     static_assert(static_cast<int>(mlx5::CompletionStatus::general_error) == IBV_WC_GENERAL_ERR);
-    static_assert(static_cast<int>(mlx5::CompletionOpcode::receive_rdma_with_immediate) == IBV_WC_RECV_RDMA_WITH_IMM);
-    static_assert(static_cast<int>(mlx5::CompletionOpcode::atomic_fetch_and_add) == IBV_WC_FETCH_ADD);
+    static_assert(static_cast<int>(mlx5::CompletionOpcode::receive_rdma_with_immediate) ==
+                  IBV_WC_RECV_RDMA_WITH_IMM);
+    static_assert(static_cast<int>(mlx5::CompletionOpcode::atomic_fetch_and_add) ==
+                  IBV_WC_FETCH_ADD);
     ibv_wc wc{};
     wc.wr_id = 5;
     wc.status = IBV_WC_SUCCESS;
@@ -412,10 +421,12 @@ TEST_CASE("mlx5dv structs map to the ring descriptors") {
     }
     SUBCASE("unsupported layouts are refused") {
         qp.sq.stride = 128;
-        CHECK_THROWS_WITH_AS(rings_from_mlx5dv(qp, 0x99), doctest::Contains("send stride 128"), VerbsError);
+        CHECK_THROWS_WITH_AS(rings_from_mlx5dv(qp, 0x99), doctest::Contains("send stride 128"),
+                             VerbsError);
         qp.sq.stride = 64;
         qp.sq.wqe_cnt = 48;
-        CHECK_THROWS_WITH_AS(rings_from_mlx5dv(qp, 0x99), doctest::Contains("not a power of two"), VerbsError);
+        CHECK_THROWS_WITH_AS(rings_from_mlx5dv(qp, 0x99), doctest::Contains("not a power of two"),
+                             VerbsError);
     }
 
     mlx5dv_cq cq{};
@@ -424,14 +435,14 @@ TEST_CASE("mlx5dv structs map to the ring descriptors") {
     cq.cqe_cnt = 32;
     cq.cqe_size = 128;
     cq.cqn = 0x77;
-    const mlx5::CompletionQueueRing cq_ring = ring_from_mlx5dv(cq, 0);
+    const mlx5::CompletionQueueRing cq_ring = ring_from_mlx5dv(cq);
     CHECK(cq_ring.buffer == cq_buffer);
     CHECK(cq_ring.cqe_count == 32);
     CHECK(cq_ring.cqe_size == 128);
     CHECK(cq_ring.cqn == 0x77);
     CHECK(static_cast<void*>(cq_ring.doorbell_record) == static_cast<void*>(doorbell));
     cq.cqe_size = 96;
-    CHECK_THROWS_AS(ring_from_mlx5dv(cq, 0), VerbsError);
+    CHECK_THROWS_AS(ring_from_mlx5dv(cq), VerbsError);
 
     mlx5dv_srq srq{};
     srq.buf = cq_buffer;
@@ -460,8 +471,9 @@ TEST_CASE("verbs error helpers name the call, the object and the code") {
         CHECK(error.code() == EINVAL);
     }
     // Providers that return -errno are reported with the same code.
-    CHECK_THROWS_WITH_AS(check_return_code(-ETIMEDOUT, "ibv_modify_qp", "QP"), doctest::Contains("ETIMEDOUT"),
-                         VerbsError);
+    CHECK_THROWS_WITH_AS(check_return_code(-ETIMEDOUT, "ibv_modify_qp", "QP"),
+                         doctest::Contains("ETIMEDOUT"), VerbsError);
     errno = EFAULT;
-    CHECK_THROWS_WITH_AS(throw_from_errno("ibv_reg_mr", "region 0x0"), doctest::Contains("EFAULT"), VerbsError);
+    CHECK_THROWS_WITH_AS(throw_from_errno("ibv_reg_mr", "region 0x0"), doctest::Contains("EFAULT"),
+                         VerbsError);
 }

@@ -1,9 +1,9 @@
 #include "transport/verbs/completion_queue.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "transport/verbs/verbs_error.hpp"
 #include "transport/verbs/work_request_translation.hpp"
@@ -15,21 +15,27 @@ namespace {
 constexpr std::size_t kPollBatch = 32;
 }  // namespace
 
-std::shared_ptr<CompletionQueue> CompletionQueue::create(std::shared_ptr<Context> context, std::uint32_t depth) {
+std::shared_ptr<CompletionQueue> CompletionQueue::create(std::shared_ptr<Context> context,
+                                                         std::uint32_t depth) {
     errno = 0;
     ibv_cq* cq = ibv_create_cq(context->handle(), static_cast<int>(depth), nullptr, nullptr, 0);
     if (cq == nullptr) {
-        throw_from_errno("ibv_create_cq", fmt::format("device '{}' depth {}", context->name(), depth));
+        throw_from_errno("ibv_create_cq",
+                         fmt::format("device '{}' depth {}", context->name(), depth));
     }
     return std::shared_ptr<CompletionQueue>(new CompletionQueue(std::move(context), cq, nullptr));
 }
 
-std::shared_ptr<CompletionQueue> CompletionQueue::adopt(std::shared_ptr<Context> context, ibv_cq* cq,
+std::shared_ptr<CompletionQueue> CompletionQueue::adopt(std::shared_ptr<Context> context,
+                                                        ibv_cq* cq,
                                                         std::shared_ptr<const void> keep_alive) {
-    return std::shared_ptr<CompletionQueue>(new CompletionQueue(std::move(context), cq, std::move(keep_alive)));
+    return std::shared_ptr<CompletionQueue>(
+        new CompletionQueue(std::move(context), cq, std::move(keep_alive)));
 }
 
-CompletionQueue::~CompletionQueue() { ibv_destroy_cq(cq_); }
+CompletionQueue::~CompletionQueue() {
+    ibv_destroy_cq(cq_);
+}
 
 std::uint32_t CompletionQueue::poll(std::span<mlx5::Completion> completions) noexcept {
     std::uint32_t filled = 0;

@@ -14,9 +14,10 @@
 namespace rdmachan::verbs {
 
 class CompletionQueue {
-public:
+  public:
     // Throws VerbsError naming the device and the requested depth.
-    static std::shared_ptr<CompletionQueue> create(std::shared_ptr<Context> context, std::uint32_t depth);
+    static std::shared_ptr<CompletionQueue> create(std::shared_ptr<Context> context,
+                                                   std::uint32_t depth);
     // Takes ownership of a CQ created elsewhere (e.g. mlx5dv_create_cq); keep_alive holds
     // whatever else the CQ depends on (a parent domain) until after ibv_destroy_cq.
     static std::shared_ptr<CompletionQueue> adopt(std::shared_ptr<Context> context, ibv_cq* cq,
@@ -35,8 +36,9 @@ public:
     // failure reaches the caller as a value like every other data-path error.
     std::uint32_t poll(std::span<mlx5::Completion> completions) noexcept;
 
-private:
-    CompletionQueue(std::shared_ptr<Context> context, ibv_cq* cq, std::shared_ptr<const void> keep_alive)
+  private:
+    CompletionQueue(std::shared_ptr<Context> context, ibv_cq* cq,
+                    std::shared_ptr<const void> keep_alive)
         : context_(std::move(context)), keep_alive_(std::move(keep_alive)), cq_(cq) {}
     std::shared_ptr<Context> context_;
     std::shared_ptr<const void> keep_alive_;

@@ -1,9 +1,9 @@
 #include "transport/verbs/connection.hpp"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "transport/verbs/verbs_error.hpp"
 
@@ -15,12 +15,16 @@ constexpr std::uint32_t kPsnMask = 0xffffff;
 
 void require_port(const ConnectionParameters& parameters, const char* transition) {
     if (parameters.port_num == 0) {
-        throw VerbsError(fmt::format("{}: port_num 0 is not a port (ports are numbered from 1)", transition), EINVAL);
+        throw VerbsError(
+            fmt::format("{}: port_num 0 is not a port (ports are numbered from 1)", transition),
+            EINVAL);
     }
 }
 
 void require_psn(std::uint32_t psn, const char* which, const char* transition) {
-    if (psn > kPsnMask) throw VerbsError(fmt::format("{}: {} {:#x} exceeds 24 bits", transition, which, psn), EINVAL);
+    if (psn > kPsnMask)
+        throw VerbsError(fmt::format("{}: {} {:#x} exceeds 24 bits", transition, which, psn),
+                         EINVAL);
 }
 
 }  // namespace
@@ -42,9 +46,10 @@ QueuePairTransition make_ready_to_receive_transition(const ConnectionParameters&
     require_psn(remote.psn, "remote PSN", "INIT->RTR");
     const int mtu = mtu_from_bytes(parameters.path_mtu);
     if (mtu == 0) {
-        throw VerbsError(fmt::format("INIT->RTR: path MTU {} is not one of 256, 512, 1024, 2048, 4096",
-                                     parameters.path_mtu),
-                         EINVAL);
+        throw VerbsError(
+            fmt::format("INIT->RTR: path MTU {} is not one of 256, 512, 1024, 2048, 4096",
+                        parameters.path_mtu),
+            EINVAL);
     }
     QueuePairTransition transition;
     ibv_qp_attr& attributes = transition.attributes;
@@ -79,8 +84,8 @@ QueuePairTransition make_ready_to_send_transition(const ConnectionParameters& pa
     attributes.rnr_retry = parameters.rnr_retry;
     attributes.sq_psn = parameters.send_psn;
     attributes.max_rd_atomic = parameters.max_read_atomic;
-    transition.mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                      IBV_QP_MAX_QP_RD_ATOMIC;
+    transition.mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                      IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
     return transition;
 }
 

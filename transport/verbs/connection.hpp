@@ -29,8 +29,8 @@ struct ConnectionParameters {
     bool use_global_routing = false;  // RoCE: always (GIDs are mandatory); IB: across subnets
     std::uint8_t source_gid_index = 0;
     std::uint16_t pkey_index = 0;
-    unsigned access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                            IBV_ACCESS_REMOTE_ATOMIC;
+    unsigned access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                            IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
     std::uint8_t hop_limit = 64;
     std::uint8_t traffic_class = 0;
     std::uint8_t service_level = 0;
@@ -52,7 +52,8 @@ struct QueuePairTransition {
 // Each throws VerbsError (EINVAL) naming the bad value: port 0, an MTU verbs cannot express,
 // a PSN wider than 24 bits.
 QueuePairTransition make_init_transition(const ConnectionParameters& parameters);
-QueuePairTransition make_ready_to_receive_transition(const ConnectionParameters& parameters, const RcEndpoint& remote);
+QueuePairTransition make_ready_to_receive_transition(const ConnectionParameters& parameters,
+                                                     const RcEndpoint& remote);
 QueuePairTransition make_ready_to_send_transition(const ConnectionParameters& parameters);
 
 }  // namespace rdmachan::verbs

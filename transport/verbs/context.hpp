@@ -13,7 +13,7 @@
 namespace rdmachan::verbs {
 
 class Context {
-public:
+  public:
     // Throws VerbsError naming the device when it does not exist or cannot be opened; the
     // message lists the devices that do exist.
     static std::shared_ptr<Context> open(std::string_view device_name);
@@ -30,7 +30,7 @@ public:
     // LID, state, active MTU, link layer and the valid GID entries with their types.
     PortAttributes query_port(std::uint8_t port_num) const;
 
-private:
+  private:
     Context(ibv_context* context, std::string name);
     std::vector<GidEntry> query_gid_table(std::uint8_t port_num, std::uint32_t table_length) const;
 

@@ -11,7 +11,7 @@
 namespace rdmachan::verbs {
 
 class DeviceList {
-public:
+  public:
     // Never throws for "no devices": ibv_get_device_list returns NULL (errno ENOSYS when the
     // kernel has no RDMA stack, as on these build machines), which becomes an empty list.
     DeviceList();
@@ -29,7 +29,7 @@ public:
     // Why the list is empty, in words (for logs); empty string when devices were found.
     const std::string& empty_reason() const noexcept { return empty_reason_; }
 
-private:
+  private:
     ibv_device** devices_ = nullptr;  // NULL when none: ibv_free_device_list(NULL) crashes
     std::size_t count_ = 0;
     std::string empty_reason_;

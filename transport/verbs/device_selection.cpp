@@ -1,12 +1,11 @@
 #include "transport/verbs/device_selection.hpp"
 
+#include <fmt/format.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
 #include <cerrno>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 #include "src/logger.hpp"
 #include "transport/verbs/context.hpp"
@@ -17,7 +16,9 @@ namespace rdmachan::verbs {
 
 namespace {
 
-bool usable(const DeviceCandidate& candidate) { return candidate.problem.empty() && candidate.has_active_port; }
+bool usable(const DeviceCandidate& candidate) {
+    return candidate.problem.empty() && candidate.has_active_port;
+}
 
 std::string why_unusable(const DeviceCandidate& candidate) {
     if (!candidate.problem.empty()) return candidate.problem;
@@ -39,14 +40,18 @@ std::string describe_candidates(std::span<const DeviceCandidate> candidates) {
 
 const char* to_string(DeviceKind kind) noexcept {
     switch (kind) {
-        case DeviceKind::mlx5: return "mlx5";
-        case DeviceKind::verbs: return "verbs";
-        case DeviceKind::soft: return "soft";
+        case DeviceKind::mlx5:
+            return "mlx5";
+        case DeviceKind::verbs:
+            return "verbs";
+        case DeviceKind::soft:
+            return "soft";
     }
     return "unknown";
 }
 
-DeviceDecision select_device(std::string_view request, std::span<const DeviceCandidate> candidates) {
+DeviceDecision select_device(std::string_view request,
+                             std::span<const DeviceCandidate> candidates) {
     if (request == "soft") {
         return {DeviceKind::soft, "", "software device requested explicitly"};
     }
@@ -54,16 +59,18 @@ DeviceDecision select_device(std::string_view request, std::span<const DeviceCan
         for (const DeviceCandidate& candidate : candidates) {
             if (usable(candidate) && candidate.mlx5_direct) {
                 return {DeviceKind::mlx5, candidate.name,
-                        fmt::format("auto: {} supports the mlx5 direct data path and has an active port",
-                                    candidate.name)};
+                        fmt::format(
+                            "auto: {} supports the mlx5 direct data path and has an active port",
+                            candidate.name)};
             }
         }
         for (const DeviceCandidate& candidate : candidates) {
             if (usable(candidate)) {
                 return {DeviceKind::verbs, candidate.name,
-                        fmt::format("auto: no usable mlx5 device; {} has an active port, using the generic "
-                                    "verbs data path",
-                                    candidate.name)};
+                        fmt::format(
+                            "auto: no usable mlx5 device; {} has an active port, using the generic "
+                            "verbs data path",
+                            candidate.name)};
             }
         }
         return {DeviceKind::soft, "",
@@ -73,18 +80,20 @@ DeviceDecision select_device(std::string_view request, std::span<const DeviceCan
     for (const DeviceCandidate& candidate : candidates) {
         if (candidate.name != request) continue;
         if (!usable(candidate)) {
-            throw VerbsError(fmt::format("select device '{}': the device exists but cannot be used: {}", request,
-                                         why_unusable(candidate)),
-                             ENODEV);
+            throw VerbsError(
+                fmt::format("select device '{}': the device exists but cannot be used: {}", request,
+                            why_unusable(candidate)),
+                ENODEV);
         }
         const DeviceKind kind = candidate.mlx5_direct ? DeviceKind::mlx5 : DeviceKind::verbs;
         return {kind, candidate.name,
                 fmt::format("device {} requested explicitly ({} data path)", candidate.name,
                             kind == DeviceKind::mlx5 ? "mlx5 direct" : "generic verbs")};
     }
-    throw VerbsError(fmt::format("select device '{}': no such device; expected auto, soft or one of: {}", request,
-                                 describe_candidates(candidates)),
-                     ENODEV);
+    throw VerbsError(
+        fmt::format("select device '{}': no such device; expected auto, soft or one of: {}",
+                    request, describe_candidates(candidates)),
+        ENODEV);
 }
 
 std::string device_request_from_environment() {
@@ -104,7 +113,8 @@ std::vector<DeviceCandidate> discover_device_candidates() {
             const std::shared_ptr<Context> context = Context::open(candidate.name);
             for (std::uint8_t port = 1; port <= context->port_count(); ++port) {
                 ibv_port_attr attributes{};
-                if (ibv_query_port(context->handle(), port, &attributes) == 0 && attributes.state == IBV_PORT_ACTIVE) {
+                if (ibv_query_port(context->handle(), port, &attributes) == 0 &&
+                    attributes.state == IBV_PORT_ACTIVE) {
                     candidate.has_active_port = true;
                     break;
                 }

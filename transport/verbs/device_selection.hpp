@@ -19,7 +19,7 @@ struct DeviceCandidate {
     std::string name;
     bool mlx5_direct = false;  // mlx5dv_is_supported: the direct (ring) data path can drive it
     bool has_active_port = false;
-    std::string problem;       // why it cannot be used (e.g. ibv_open_device failed); empty if fine
+    std::string problem;  // why it cannot be used (e.g. ibv_open_device failed); empty if fine
 };
 
 struct DeviceDecision {

@@ -1,8 +1,8 @@
 #include "transport/verbs/gid_selection.hpp"
 
-#include <cerrno>
-
 #include <fmt/format.h>
+
+#include <cerrno>
 
 #include "transport/verbs/verbs_error.hpp"
 
@@ -24,10 +24,14 @@ std::optional<int> roce_rank(const GidEntry& entry) {
 
 const char* roce_rank_words(int rank) {
     switch (rank) {
-        case 0: return "RoCE v2 with an IPv4-mapped address (preferred on Ethernet)";
-        case 1: return "RoCE v2 with a routable IPv6 address (no IPv4-mapped RoCE v2 GID)";
-        case 2: return "RoCE v2 link-local (no routable RoCE v2 GID)";
-        default: return "RoCE v1 (no RoCE v2 GID)";
+        case 0:
+            return "RoCE v2 with an IPv4-mapped address (preferred on Ethernet)";
+        case 1:
+            return "RoCE v2 with a routable IPv6 address (no IPv4-mapped RoCE v2 GID)";
+        case 2:
+            return "RoCE v2 link-local (no routable RoCE v2 GID)";
+        default:
+            return "RoCE v1 (no RoCE v2 GID)";
     }
 }
 
@@ -42,36 +46,44 @@ GidChoice select_gid(std::span<const GidEntry> table, LinkLayer link_layer,
                                            to_string(entry.type), to_string(entry.gid))};
             }
         }
-        throw VerbsError(fmt::format("select GID: requested GID index {} is not a valid entry of the port's "
-                                     "GID table ({} valid entries)",
-                                     *override_index, table.size()),
-                         EINVAL);
+        throw VerbsError(
+            fmt::format("select GID: requested GID index {} is not a valid entry of the port's "
+                        "GID table ({} valid entries)",
+                        *override_index, table.size()),
+            EINVAL);
     }
     if (link_layer != LinkLayer::ethernet) {
         for (const GidEntry& entry : table) {
             if (!is_zero(entry.gid)) {
-                return {entry, fmt::format("{} link: lowest valid GID index {}", to_string(link_layer), entry.index)};
+                return {entry, fmt::format("{} link: lowest valid GID index {}",
+                                           to_string(link_layer), entry.index)};
             }
         }
-        throw VerbsError(fmt::format("select GID: the {} port has no valid GID", to_string(link_layer)), ENODATA);
+        throw VerbsError(
+            fmt::format("select GID: the {} port has no valid GID", to_string(link_layer)),
+            ENODATA);
     }
     const GidEntry* best = nullptr;
     int best_rank = 0;
     for (const GidEntry& entry : table) {
         const std::optional<int> rank = roce_rank(entry);
         if (!rank) continue;
-        if (best == nullptr || *rank < best_rank || (*rank == best_rank && entry.index < best->index)) {
+        if (best == nullptr || *rank < best_rank ||
+            (*rank == best_rank && entry.index < best->index)) {
             best = &entry;
             best_rank = *rank;
         }
     }
     if (best == nullptr) {
-        throw VerbsError(fmt::format("select GID: the Ethernet port has no RoCE GID ({} entries, none RoCE v1/v2 "
-                                     "with an address; is an IP address configured on the interface?)",
-                                     table.size()),
-                         ENODATA);
+        throw VerbsError(
+            fmt::format(
+                "select GID: the Ethernet port has no RoCE GID ({} entries, none RoCE v1/v2 "
+                "with an address; is an IP address configured on the interface?)",
+                table.size()),
+            ENODATA);
     }
-    return {*best, fmt::format("GID index {} {}: {}", best->index, to_string(best->gid), roce_rank_words(best_rank))};
+    return {*best, fmt::format("GID index {} {}: {}", best->index, to_string(best->gid),
+                               roce_rank_words(best_rank))};
 }
 
 }  // namespace rdmachan::verbs

@@ -1,8 +1,8 @@
 #include "transport/verbs/mlx5_binding.hpp"
 
-#include <cerrno>
-
 #include <fmt/format.h>
+
+#include <cerrno>
 
 #include "src/logger.hpp"
 #include "transport/verbs/verbs_error.hpp"
@@ -13,13 +13,16 @@ namespace {
 
 constexpr std::uint32_t kSendQueueStride = 64;  // one WQEBB (mlx5-facts.md §3)
 
-bool is_power_of_two(std::uint32_t value) { return value != 0 && (value & (value - 1)) == 0; }
+bool is_power_of_two(std::uint32_t value) {
+    return value != 0 && (value & (value - 1)) == 0;
+}
 
 void require_power_of_two(std::uint32_t value, const char* what, std::uint32_t number) {
     if (!is_power_of_two(value)) {
-        throw VerbsError(fmt::format("mlx5 ring mapping: {} {} of queue {:#x} is not a power of two", what, value,
-                                     number),
-                         EINVAL);
+        throw VerbsError(
+            fmt::format("mlx5 ring mapping: {} {} of queue {:#x} is not a power of two", what,
+                        value, number),
+            EINVAL);
     }
 }
 
@@ -27,9 +30,10 @@ void require_power_of_two(std::uint32_t value, const char* what, std::uint32_t n
 
 Mlx5QueuePairRings rings_from_mlx5dv(const mlx5dv_qp& qp, std::uint32_t qpn) {
     if (qp.sq.wqe_cnt != 0 && qp.sq.stride != kSendQueueStride) {
-        throw VerbsError(fmt::format("mlx5 ring mapping: send stride {} of QP {:#x}, the data path needs 64",
-                                     qp.sq.stride, qpn),
-                         EINVAL);
+        throw VerbsError(
+            fmt::format("mlx5 ring mapping: send stride {} of QP {:#x}, the data path needs 64",
+                        qp.sq.stride, qpn),
+            EINVAL);
     }
     if (qp.sq.wqe_cnt != 0) require_power_of_two(qp.sq.wqe_cnt, "send wqe_cnt", qpn);
     if (qp.rq.wqe_cnt != 0) {
@@ -55,18 +59,19 @@ Mlx5QueuePairRings rings_from_mlx5dv(const mlx5dv_qp& qp, std::uint32_t qpn) {
     return rings;
 }
 
-mlx5::CompletionQueueRing ring_from_mlx5dv(const mlx5dv_cq& cq, std::uint32_t cqn_fallback) {
+mlx5::CompletionQueueRing ring_from_mlx5dv(const mlx5dv_cq& cq) {
     require_power_of_two(cq.cqe_cnt, "cqe_cnt", cq.cqn);
     if (cq.cqe_size != 64 && cq.cqe_size != 128) {
-        throw VerbsError(fmt::format("mlx5 ring mapping: CQE size {} of CQ {:#x}, expected 64 or 128", cq.cqe_size,
-                                     cq.cqn),
-                         EINVAL);
+        throw VerbsError(
+            fmt::format("mlx5 ring mapping: CQE size {} of CQ {:#x}, expected 64 or 128",
+                        cq.cqe_size, cq.cqn),
+            EINVAL);
     }
     mlx5::CompletionQueueRing ring;
     ring.buffer = static_cast<std::uint8_t*>(cq.buf);
     ring.cqe_count = cq.cqe_cnt;
     ring.cqe_size = cq.cqe_size;
-    ring.cqn = cq.cqn != 0 ? cq.cqn : cqn_fallback;
+    ring.cqn = cq.cqn;
     ring.doorbell_record = reinterpret_cast<std::uint32_t*>(cq.dbrec);
     return ring;
 }
@@ -84,7 +89,8 @@ mlx5::SharedReceiveQueueRing ring_from_mlx5dv(const mlx5dv_srq& srq, std::uint32
     return ring;
 }
 
-std::shared_ptr<Mlx5ParentDomain> Mlx5ParentDomain::try_allocate(std::shared_ptr<ProtectionDomain> pd) {
+std::shared_ptr<Mlx5ParentDomain> Mlx5ParentDomain::try_allocate(
+    std::shared_ptr<ProtectionDomain> pd) {
     ibv_td_init_attr td_attributes{};
     errno = 0;
     ibv_td* td = ibv_alloc_td(pd->context()->handle(), &td_attributes);
@@ -101,8 +107,9 @@ std::shared_ptr<Mlx5ParentDomain> Mlx5ParentDomain::try_allocate(std::shared_ptr
     if (parent == nullptr) {
         const int code = errno;
         ibv_dealloc_td(td);
-        rdmachan::detail::logger().info("ibv_alloc_parent_domain on '{}': {}; QPs share BlueFlame registers",
-                                        pd->context()->name(), describe_error_code(code));
+        rdmachan::detail::logger().info(
+            "ibv_alloc_parent_domain on '{}': {}; QPs share BlueFlame registers",
+            pd->context()->name(), describe_error_code(code));
         return nullptr;
     }
     return std::shared_ptr<Mlx5ParentDomain>(new Mlx5ParentDomain(std::move(pd), td, parent));
@@ -114,7 +121,8 @@ Mlx5ParentDomain::~Mlx5ParentDomain() {
     ibv_dealloc_td(td_);
 }
 
-Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context, std::uint32_t depth) {
+Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context,
+                                                 std::uint32_t depth) {
     ibv_cq_init_attr_ex attributes{};
     attributes.cqe = depth;
     attributes.wc_flags = IBV_WC_STANDARD_FLAGS;
@@ -122,7 +130,8 @@ Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> contex
     errno = 0;
     ibv_cq_ex* cq_ex = mlx5dv_create_cq(context->handle(), &attributes, &dv_attributes);
     if (cq_ex == nullptr) {
-        throw_from_errno("mlx5dv_create_cq", fmt::format("device '{}' depth {}", context->name(), depth));
+        throw_from_errno("mlx5dv_create_cq",
+                         fmt::format("device '{}' depth {}", context->name(), depth));
     }
     ibv_cq* cq = ibv_cq_ex_to_cq(cq_ex);
     std::shared_ptr<CompletionQueue> owner = CompletionQueue::adopt(context, cq);
@@ -132,13 +141,31 @@ Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> contex
     object.cq.out = &dv_cq;
     check_return_code(mlx5dv_init_obj(&object, MLX5DV_OBJ_CQ), "mlx5dv_init_obj(CQ)",
                       fmt::format("CQ on device '{}'", context->name()));
-    return {std::move(owner), ring_from_mlx5dv(dv_cq, 0)};
+    return {std::move(owner), ring_from_mlx5dv(dv_cq)};
 }
 
-Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents, const QueuePairCapabilities& capabilities,
+mlx5::SharedReceiveQueueRing mlx5_shared_receive_queue_ring(const SharedReceiveQueue& queue) {
+    const std::string object =
+        fmt::format("SRQ on device '{}'", queue.protection_domain()->context()->name());
+    ibv_srq_attr attributes{};
+    check_return_code(ibv_query_srq(queue.handle(), &attributes), "ibv_query_srq", object);
+    mlx5dv_srq dv_srq{};
+    mlx5dv_obj object_description{};
+    object_description.srq.in = queue.handle();
+    object_description.srq.out = &dv_srq;
+    check_return_code(mlx5dv_init_obj(&object_description, MLX5DV_OBJ_SRQ), "mlx5dv_init_obj(SRQ)",
+                      object);
+    return ring_from_mlx5dv(dv_srq, attributes.max_wr + 1);
+}
+
+Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents,
+                                     const QueuePairCapabilities& capabilities,
                                      std::shared_ptr<Mlx5ParentDomain> parent_domain) {
-    if (!parents.protection_domain || !parents.send_completion_queue || !parents.receive_completion_queue) {
-        throw VerbsError("create mlx5 queue pair: protection domain and both completion queues are required", EINVAL);
+    if (!parents.protection_domain || !parents.send_completion_queue ||
+        !parents.receive_completion_queue) {
+        throw VerbsError(
+            "create mlx5 queue pair: protection domain and both completion queues are required",
+            EINVAL);
     }
     const std::shared_ptr<Context>& context = parents.protection_domain->context();
     ibv_qp_init_attr_ex attributes{};
@@ -147,7 +174,8 @@ Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents, const QueuePairCa
     attributes.pd = parent_domain ? parent_domain->handle() : parents.protection_domain->handle();
     attributes.send_cq = parents.send_completion_queue->handle();
     attributes.recv_cq = parents.receive_completion_queue->handle();
-    attributes.srq = parents.shared_receive_queue ? parents.shared_receive_queue->handle() : nullptr;
+    attributes.srq =
+        parents.shared_receive_queue ? parents.shared_receive_queue->handle() : nullptr;
     attributes.cap.max_send_wr = capabilities.max_send_wr;
     attributes.cap.max_recv_wr = attributes.srq != nullptr ? 0 : capabilities.max_recv_wr;
     attributes.cap.max_send_sge = capabilities.max_send_sge;
@@ -160,9 +188,10 @@ Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents, const QueuePairCa
     errno = 0;
     ibv_qp* qp = mlx5dv_create_qp(context->handle(), &attributes, &dv_attributes);
     if (qp == nullptr) {
-        throw_from_errno("mlx5dv_create_qp", fmt::format("RC QP on device '{}' (max_send_wr {} max_send_sge {})",
-                                                         context->name(), capabilities.max_send_wr,
-                                                         capabilities.max_send_sge));
+        throw_from_errno(
+            "mlx5dv_create_qp",
+            fmt::format("RC QP on device '{}' (max_send_wr {} max_send_sge {})", context->name(),
+                        capabilities.max_send_wr, capabilities.max_send_sge));
     }
     const QueuePairCapabilities granted{attributes.cap.max_send_wr, attributes.cap.max_recv_wr,
                                         attributes.cap.max_send_sge, attributes.cap.max_recv_sge,
@@ -173,7 +202,8 @@ Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents, const QueuePairCa
     mlx5dv_obj object{};
     object.qp.in = qp;
     object.qp.out = &dv_qp;
-    check_return_code(mlx5dv_init_obj(&object, MLX5DV_OBJ_QP), "mlx5dv_init_obj(QP)", owner->describe());
+    check_return_code(mlx5dv_init_obj(&object, MLX5DV_OBJ_QP), "mlx5dv_init_obj(QP)",
+                      owner->describe());
     Mlx5QueuePairRings rings = rings_from_mlx5dv(dv_qp, qp->qp_num);
     return {std::move(owner), rings};
 }

@@ -23,16 +23,17 @@ struct Mlx5QueuePairRings {
 // Pure mappings. Throw VerbsError when the layout is not one the data path supports
 // (send stride other than 64 B, counts or strides that are not powers of two).
 Mlx5QueuePairRings rings_from_mlx5dv(const mlx5dv_qp& qp, std::uint32_t qpn);
-mlx5::CompletionQueueRing ring_from_mlx5dv(const mlx5dv_cq& cq, std::uint32_t cqn_fallback);
-// mlx5dv_srq has no entry count; libmlx5 sizes the ring to the granted max_wr + 1 (a power
-// of two), so the caller passes the count it derived from SharedReceiveQueue::max_wr().
+mlx5::CompletionQueueRing ring_from_mlx5dv(const mlx5dv_cq& cq);
+// mlx5dv_srq has no entry count, and the max_wr ibv_create_srq hands back is not it either:
+// libmlx5 appends a "wait queue" to the ring and reports only the application's share
+// (rdma-core providers/mlx5/verbs.c mlx5_create_srq). The caller passes the real count.
 mlx5::SharedReceiveQueueRing ring_from_mlx5dv(const mlx5dv_srq& srq, std::uint32_t wqe_count);
 
 // A thread domain and the parent domain over it. Creating QPs in a parent domain with a
 // thread domain makes libmlx5 give them a dedicated BlueFlame register instead of sharing
 // one of the context's 16 (mlx5-facts.md §9 pitfall 3: concurrent BF writes corrupt).
 class Mlx5ParentDomain {
-public:
+  public:
     // Returns null (and logs why) when the provider cannot allocate a thread domain; callers
     // then create the QP in the plain protection domain and share BlueFlame registers.
     static std::shared_ptr<Mlx5ParentDomain> try_allocate(std::shared_ptr<ProtectionDomain> pd);
@@ -41,7 +42,7 @@ public:
     Mlx5ParentDomain& operator=(const Mlx5ParentDomain&) = delete;
     ibv_pd* handle() const noexcept { return parent_; }
 
-private:
+  private:
     Mlx5ParentDomain(std::shared_ptr<ProtectionDomain> pd, ibv_td* td, ibv_pd* parent)
         : pd_(std::move(pd)), td_(td), parent_(parent) {}
     std::shared_ptr<ProtectionDomain> pd_;
@@ -61,12 +62,19 @@ struct Mlx5QueuePair {
 
 // mlx5dv_create_cq (no CQE compression: the poller reads plain 64-B CQEs) + mlx5dv_init_obj.
 // After this the CQ is DV-owned: poll it through the ring only (mlx5-facts.md §9 pitfall 7).
-Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context, std::uint32_t depth);
+Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context,
+                                                 std::uint32_t depth);
+
+// mlx5dv_init_obj on an SRQ. The ring's entry count is ibv_query_srq's max_wr + 1: libmlx5
+// told the kernel max_wr = ring size - 1 at creation (wait queue included), and the kernel
+// reports that value back, whereas ibv_create_srq's answer excludes the wait queue.
+mlx5::SharedReceiveQueueRing mlx5_shared_receive_queue_ring(const SharedReceiveQueue& queue);
 
 // mlx5dv_create_qp with MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE (small reads and receives
 // must land in the buffers, never inside CQEs: mlx5-facts.md §9 pitfall 2), in the parent
 // domain when one is given, then mlx5dv_init_obj for the rings.
-Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents, const QueuePairCapabilities& capabilities,
+Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents,
+                                     const QueuePairCapabilities& capabilities,
                                      std::shared_ptr<Mlx5ParentDomain> parent_domain);
 
 }  // namespace rdmachan::verbs

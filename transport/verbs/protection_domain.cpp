@@ -1,8 +1,8 @@
 #include "transport/verbs/protection_domain.hpp"
 
-#include <cerrno>
-
 #include <fmt/format.h>
+
+#include <cerrno>
 
 #include "transport/verbs/verbs_error.hpp"
 
@@ -11,23 +11,30 @@ namespace rdmachan::verbs {
 std::shared_ptr<ProtectionDomain> ProtectionDomain::allocate(std::shared_ptr<Context> context) {
     errno = 0;
     ibv_pd* pd = ibv_alloc_pd(context->handle());
-    if (pd == nullptr) throw_from_errno("ibv_alloc_pd", fmt::format("device '{}'", context->name()));
+    if (pd == nullptr)
+        throw_from_errno("ibv_alloc_pd", fmt::format("device '{}'", context->name()));
     return std::shared_ptr<ProtectionDomain>(new ProtectionDomain(std::move(context), pd));
 }
 
-ProtectionDomain::~ProtectionDomain() { ibv_dealloc_pd(pd_); }
+ProtectionDomain::~ProtectionDomain() {
+    ibv_dealloc_pd(pd_);
+}
 
-std::shared_ptr<MemoryRegion> MemoryRegion::register_memory(std::shared_ptr<ProtectionDomain> pd, void* address,
-                                                            std::size_t length, unsigned access) {
+std::shared_ptr<MemoryRegion> MemoryRegion::register_memory(std::shared_ptr<ProtectionDomain> pd,
+                                                            void* address, std::size_t length,
+                                                            unsigned access) {
     errno = 0;
     ibv_mr* mr = ibv_reg_mr(pd->handle(), address, length, static_cast<int>(access));
     if (mr == nullptr) {
-        throw_from_errno("ibv_reg_mr", fmt::format("region {} length {} access {:#x} on device '{}'", address, length,
-                                                   access, pd->context()->name()));
+        throw_from_errno("ibv_reg_mr",
+                         fmt::format("region {} length {} access {:#x} on device '{}'", address,
+                                     length, access, pd->context()->name()));
     }
     return std::shared_ptr<MemoryRegion>(new MemoryRegion(std::move(pd), mr, access));
 }
 
-MemoryRegion::~MemoryRegion() { ibv_dereg_mr(mr_); }
+MemoryRegion::~MemoryRegion() {
+    ibv_dereg_mr(mr_);
+}
 
 }  // namespace rdmachan::verbs

@@ -13,7 +13,7 @@
 namespace rdmachan::verbs {
 
 class ProtectionDomain {
-public:
+  public:
     static std::shared_ptr<ProtectionDomain> allocate(std::shared_ptr<Context> context);
     ~ProtectionDomain();
     ProtectionDomain(const ProtectionDomain&) = delete;
@@ -22,18 +22,20 @@ public:
     ibv_pd* handle() const noexcept { return pd_; }
     const std::shared_ptr<Context>& context() const noexcept { return context_; }
 
-private:
-    ProtectionDomain(std::shared_ptr<Context> context, ibv_pd* pd) : context_(std::move(context)), pd_(pd) {}
+  private:
+    ProtectionDomain(std::shared_ptr<Context> context, ibv_pd* pd)
+        : context_(std::move(context)), pd_(pd) {}
     std::shared_ptr<Context> context_;
     ibv_pd* pd_;
 };
 
 class MemoryRegion {
-public:
+  public:
     // access: IBV_ACCESS_* bits. Throws VerbsError naming the address, length and access
     // (e.g. EINVAL for remote write without local write, EFAULT for unmapped memory).
-    static std::shared_ptr<MemoryRegion> register_memory(std::shared_ptr<ProtectionDomain> pd, void* address,
-                                                         std::size_t length, unsigned access);
+    static std::shared_ptr<MemoryRegion> register_memory(std::shared_ptr<ProtectionDomain> pd,
+                                                         void* address, std::size_t length,
+                                                         unsigned access);
     ~MemoryRegion();
     MemoryRegion(const MemoryRegion&) = delete;
     MemoryRegion& operator=(const MemoryRegion&) = delete;
@@ -45,7 +47,7 @@ public:
     std::uint32_t rkey() const noexcept { return mr_->rkey; }
     unsigned access() const noexcept { return access_; }
 
-private:
+  private:
     MemoryRegion(std::shared_ptr<ProtectionDomain> pd, ibv_mr* mr, unsigned access)
         : pd_(std::move(pd)), mr_(mr), access_(access) {}
     std::shared_ptr<ProtectionDomain> pd_;

@@ -36,10 +36,10 @@ struct QueuePairParents {
 };
 
 class QueuePair {
-public:
+  public:
     // Throws VerbsError naming the device and capabilities when ibv_create_qp fails.
-    static std::shared_ptr<QueuePair> create_reliable_connected(QueuePairParents parents,
-                                                                const QueuePairCapabilities& capabilities);
+    static std::shared_ptr<QueuePair> create_reliable_connected(
+        QueuePairParents parents, const QueuePairCapabilities& capabilities);
     // Takes ownership of a queue pair created elsewhere (mlx5dv_create_qp).
     static std::shared_ptr<QueuePair> adopt(QueuePairParents parents, ibv_qp* qp,
                                             const QueuePairCapabilities& granted);
@@ -63,11 +63,12 @@ public:
 
     // Data path: no allocation, lock of ours, or exception. Posts the requests in order,
     // stops at the first one refused; *posted (if given) says how many were accepted.
-    mlx5::PostResult post_send(std::span<const mlx5::SendWorkRequest> requests, std::uint32_t* posted) noexcept;
+    mlx5::PostResult post_send(std::span<const mlx5::SendWorkRequest> requests,
+                               std::uint32_t* posted) noexcept;
     mlx5::PostResult post_receive(std::span<const mlx5::ReceiveWorkRequest> requests,
                                   std::uint32_t* posted) noexcept;
 
-private:
+  private:
     QueuePair(QueuePairParents parents, ibv_qp* qp, const QueuePairCapabilities& capabilities)
         : parents_(std::move(parents)), qp_(qp), capabilities_(capabilities) {}
     QueuePairParents parents_;

@@ -25,8 +25,9 @@ inline mlx5::PostResult result_from_post_error(int code) noexcept {
 
 // post(first, &bad) is ibv_post_recv or ibv_post_srq_recv bound to its queue.
 template <typename Post>
-mlx5::PostResult post_receive_chunks(std::span<const mlx5::ReceiveWorkRequest> requests, std::uint32_t max_sge,
-                                     std::uint32_t* posted, Post&& post) noexcept {
+mlx5::PostResult post_receive_chunks(std::span<const mlx5::ReceiveWorkRequest> requests,
+                                     std::uint32_t max_sge, std::uint32_t* posted,
+                                     Post&& post) noexcept {
     ibv_recv_wr work_requests[kRequestsPerChunk];
     ibv_sge elements[kElementsPerChunk];
     std::size_t done = 0;
@@ -46,7 +47,8 @@ mlx5::PostResult post_receive_chunks(std::span<const mlx5::ReceiveWorkRequest> r
             out.wr_id = request.wr_id;
             out.sg_list = elements + used_elements;
             out.num_sge = static_cast<int>(request.num_sge);
-            for (std::uint32_t i = 0; i < request.num_sge; ++i) to_ibv_sge(request.sg_list[i], elements[used_elements++]);
+            for (std::uint32_t i = 0; i < request.num_sge; ++i)
+                to_ibv_sge(request.sg_list[i], elements[used_elements++]);
             if (count > 0) work_requests[count - 1].next = &out;
             ++count;
         }

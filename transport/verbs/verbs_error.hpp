@@ -9,12 +9,13 @@
 namespace rdmachan::verbs {
 
 class VerbsError : public std::runtime_error {
-public:
-    VerbsError(std::string message, int code) : std::runtime_error(std::move(message)), code_(code) {}
+  public:
+    VerbsError(std::string message, int code)
+        : std::runtime_error(std::move(message)), code_(code) {}
     // The errno value the failing call reported (0 when the failure is not from a verbs call).
     int code() const noexcept { return code_; }
 
-private:
+  private:
     int code_;
 };
 

@@ -13,14 +13,30 @@ namespace rdmachan::verbs {
 // false when the opcode has no RC verbs equivalent (never for the current SendOpcode set).
 inline bool to_ibv_opcode(mlx5::SendOpcode opcode, ibv_wr_opcode& out) noexcept {
     switch (opcode) {
-        case mlx5::SendOpcode::rdma_write: out = IBV_WR_RDMA_WRITE; return true;
-        case mlx5::SendOpcode::rdma_write_with_immediate: out = IBV_WR_RDMA_WRITE_WITH_IMM; return true;
-        case mlx5::SendOpcode::send: out = IBV_WR_SEND; return true;
-        case mlx5::SendOpcode::send_with_immediate: out = IBV_WR_SEND_WITH_IMM; return true;
-        case mlx5::SendOpcode::send_with_invalidate: out = IBV_WR_SEND_WITH_INV; return true;
-        case mlx5::SendOpcode::rdma_read: out = IBV_WR_RDMA_READ; return true;
-        case mlx5::SendOpcode::atomic_compare_and_swap: out = IBV_WR_ATOMIC_CMP_AND_SWP; return true;
-        case mlx5::SendOpcode::atomic_fetch_and_add: out = IBV_WR_ATOMIC_FETCH_AND_ADD; return true;
+        case mlx5::SendOpcode::rdma_write:
+            out = IBV_WR_RDMA_WRITE;
+            return true;
+        case mlx5::SendOpcode::rdma_write_with_immediate:
+            out = IBV_WR_RDMA_WRITE_WITH_IMM;
+            return true;
+        case mlx5::SendOpcode::send:
+            out = IBV_WR_SEND;
+            return true;
+        case mlx5::SendOpcode::send_with_immediate:
+            out = IBV_WR_SEND_WITH_IMM;
+            return true;
+        case mlx5::SendOpcode::send_with_invalidate:
+            out = IBV_WR_SEND_WITH_INV;
+            return true;
+        case mlx5::SendOpcode::rdma_read:
+            out = IBV_WR_RDMA_READ;
+            return true;
+        case mlx5::SendOpcode::atomic_compare_and_swap:
+            out = IBV_WR_ATOMIC_CMP_AND_SWP;
+            return true;
+        case mlx5::SendOpcode::atomic_fetch_and_add:
+            out = IBV_WR_ATOMIC_FETCH_AND_ADD;
+            return true;
     }
     return false;
 }
@@ -54,8 +70,11 @@ inline bool to_ibv_send_wr(const mlx5::SendWorkRequest& request, ibv_send_wr& ou
             // verbs takes the immediate in network order; ours is host order.
             out.imm_data = htonl(request.immediate);
             break;
-        case mlx5::SendOpcode::send_with_invalidate: out.invalidate_rkey = request.immediate; break;
-        default: break;
+        case mlx5::SendOpcode::send_with_invalidate:
+            out.invalidate_rkey = request.immediate;
+            break;
+        default:
+            break;
     }
     switch (request.opcode) {
         case mlx5::SendOpcode::rdma_write:
@@ -71,7 +90,8 @@ inline bool to_ibv_send_wr(const mlx5::SendWorkRequest& request, ibv_send_wr& ou
             out.wr.atomic.compare_add = request.compare_add;
             out.wr.atomic.swap = request.swap;
             break;
-        default: break;
+        default:
+            break;
     }
     return true;
 }
