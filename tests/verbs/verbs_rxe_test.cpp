@@ -485,3 +485,28 @@ TEST_CASE("the mlx5 binding refuses a non-mlx5 device cleanly") {
         CHECK(std::string(error.what()).find(first_device()) != std::string::npos);
     }
 }
+
+TEST_CASE("RTR towards a GID nobody answers for fails at INIT->RTR, naming the QP") {
+    Side side = make_side(first_device());
+    RcEndpoint unreachable = side.endpoint();
+    // ::ffff:169.254.77.99 is on the veth subnet but no interface owns it: address resolution
+    // (ARP) for the RoCE v2 destination gets no answer.
+    unreachable.gid[15] = 99;
+    const auto started = std::chrono::steady_clock::now();
+    try {
+        side.queue_pair->connect(parameters_for(side, unreachable), unreachable);
+        FAIL("connect to an unreachable GID succeeded");
+    } catch (const VerbsError& error) {
+        const std::string message = error.what();
+        MESSAGE(message);
+        CHECK(message.find("INIT->RTR") != std::string::npos);
+        CHECK(message.find(side.queue_pair->describe()) != std::string::npos);
+        // The kernel's address resolution gives up after about a second.
+        CHECK(error.code() == ETIMEDOUT);
+        CHECK(message.find("address resolution") != std::string::npos);
+    }
+    CHECK(side.queue_pair->state() == IBV_QPS_INIT);
+    MESSAGE("failed after "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+            << " s");
+}

@@ -84,8 +84,12 @@ kernel_dir=$cache_dir/$kernel_package
 if [ ! -f "$kernel_dir/ready" ]; then
     note "downloading $kernel_package"
     rm -rf "$kernel_dir" && mkdir -p "$kernel_dir/tree"
-    (cd "$kernel_dir" && apt-get download "$kernel_package" >/dev/null 2>&1) ||
-        vm_fail "apt-get download $kernel_package failed"
+    download() { (cd "$kernel_dir" && apt-get download "$kernel_package" >download.log 2>&1); }
+    # Stale package lists (a fresh CI image) make the download fail once: refresh, retry.
+    if ! download && ! { as_root apt-get update -qq >/dev/null 2>&1; download; }; then
+        grep -v '^W: Download is performed unsandboxed' "$kernel_dir/download.log" >&2
+        vm_fail "apt-get download $kernel_package failed (apt-get's words above)"
+    fi
     dpkg-deb -x "$kernel_dir"/*.deb "$kernel_dir/tree" || vm_fail "cannot unpack $kernel_package"
     cp "$kernel_dir/tree/boot/vmlinuz-$kernel_version" "$kernel_dir/bzImage"
     # Under TCG, decompressing the bzImage costs seconds at every boot. Debian builds with
