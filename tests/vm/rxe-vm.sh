@@ -83,15 +83,15 @@ kernel_version=${kernel_package#linux-image-}
 kernel_dir=$cache_dir/$kernel_package
 if [ ! -f "$kernel_dir/ready" ]; then
     note "downloading $kernel_package"
-    rm -rf "$kernel_dir" && mkdir -p "$kernel_dir/tree"
+    rm -rf "$kernel_dir" && mkdir -p "$kernel_dir"
     download() { (cd "$kernel_dir" && apt-get download "$kernel_package" >download.log 2>&1); }
     # Stale package lists (a fresh CI image) make the download fail once: refresh, retry.
     if ! download && ! { as_root apt-get update -qq >/dev/null 2>&1; download; }; then
         grep -v '^W: Download is performed unsandboxed' "$kernel_dir/download.log" >&2
         vm_fail "apt-get download $kernel_package failed (apt-get's words above)"
     fi
-    dpkg-deb -x "$kernel_dir"/*.deb "$kernel_dir/tree" || vm_fail "cannot unpack $kernel_package"
-    cp "$kernel_dir/tree/boot/vmlinuz-$kernel_version" "$kernel_dir/bzImage"
+    dpkg-deb --fsys-tarfile "$kernel_dir"/*.deb | tar -xO "./boot/vmlinuz-$kernel_version" \
+        >"$kernel_dir/bzImage" || vm_fail "cannot unpack the kernel image from $kernel_package"
     # Under TCG, decompressing the bzImage costs seconds at every boot. Debian builds with
     # CONFIG_PVH, so the raw ELF inside (xz-compressed after a fixed header) boots directly
     # through qboot's PVH entry; keep it when it can be extracted, else boot the bzImage.
@@ -103,7 +103,6 @@ if [ ! -f "$kernel_dir/ready" ]; then
         [ "$(head -c 4 "$kernel_dir/vmlinux" | od -An -tx1 | tr -d ' ')" = 7f454c46 ] ||
             rm -f "$kernel_dir/vmlinux"
     fi
-    depmod -b "$kernel_dir/tree" "$kernel_version" || vm_fail "depmod failed"
     touch "$kernel_dir/ready"
 fi
 
@@ -114,6 +113,10 @@ initramfs=$cache_dir/initramfs-$kernel_version-$script_hash.cpio
 if [ ! -f "$initramfs" ]; then
     note "building $initramfs"
     root=$(mktemp -d "$cache_dir/root.XXXXXX")
+    # The module tree (~400 MB unpacked) is needed only while building; keep just the .deb.
+    modules_tree=$(mktemp -d "$cache_dir/modules.XXXXXX")
+    dpkg-deb -x "$kernel_dir"/*.deb "$modules_tree" || vm_fail "cannot unpack $kernel_package"
+    depmod -b "$modules_tree" "$kernel_version" || vm_fail "depmod failed"
     mkdir -p "$root"/{usr/bin,usr/lib,usr/lib64,proc,sys,dev,tmp,run,etc/libibverbs.d,hostroot,share}
     for link in bin sbin lib lib64; do
         target=usr/$link; [ "$link" = sbin ] && target=usr/bin
@@ -140,7 +143,7 @@ if [ ! -f "$initramfs" ]; then
         [ -e "$root/usr/bin/$applet" ] || ln -s busybox "$root/usr/bin/$applet"
     done
     for module in rdma_rxe veth 9p 9pnet_virtio virtio_pci crc32_generic; do
-        modprobe -d "$kernel_dir/tree" -S "$kernel_version" --show-depends "$module" |
+        modprobe -d "$modules_tree" -S "$kernel_version" --show-depends "$module" |
             awk '$1 == "insmod" { print $2 }'
     done | awk '!seen[$0]++' >"$root/etc/module-paths"
     mkdir -p "$root/modules"
@@ -206,7 +209,7 @@ report $status
 GUEST_INIT
     (cd "$root" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$initramfs.partial"
     mv "$initramfs.partial" "$initramfs"
-    rm -rf "$root"
+    rm -rf "$root" "$modules_tree"
     find "$cache_dir" -maxdepth 1 -name 'initramfs-*.cpio' ! -path "$initramfs" -delete
 fi
 flock -u 8
