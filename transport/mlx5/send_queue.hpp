@@ -3,6 +3,10 @@
 // mlx5-facts.md §1, §3 and §4; the bytes are checked against libmlx5's own by
 // mlx5-golden-check. Header-only and free of exceptions, allocation and locks, so that it
 // also runs as CUDA device code. One SendQueue is used by one thread at a time.
+//
+// The common WQE (no inline payload, not reaching the ring end, room to spare) takes a fast
+// path with no per-segment wrap checks; everything else goes through one out-of-line general
+// path. Both are the same encoder template, so they cannot drift apart.
 #pragma once
 
 #include <cstdint>
@@ -15,31 +19,100 @@
 #include "transport/mlx5/work_request.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
+// The general path stays out of line so that the hot loop keeps its registers.
+#if defined(__CUDACC__)
+#define RDMACHAN_SEND_COLD __noinline__
+#else
+#define RDMACHAN_SEND_COLD __attribute__((noinline, cold))
+#endif
+
 namespace rdmachan::mlx5 {
 
 struct SendQueueConfig {
     std::uint32_t max_sge = 1;
     std::uint32_t max_inline_data = 0;
-    bool signal_all = false;        // sq_sig_all: every WQE asks for a CQE
-    bool prefer_blueflame = true;   // BlueFlame for every eligible single-WQE post, not only inline
-    bool dc_initiator = false;      // WQEs carry a 48-byte address vector after the ctrl segment
-    bool wqe_signature = false;     // the QP was created with WQ signatures (rarely used)
+    bool signal_all = false;       // sq_sig_all: every WQE asks for a CQE
+    bool prefer_blueflame = true;  // BlueFlame for every eligible single-WQE post, not only inline
+    bool dc_initiator = false;     // WQEs carry a 48-byte address vector after the ctrl segment
+    bool wqe_signature = false;    // the QP was created with WQ signatures (rarely used)
 };
 
 // The 48-byte extended address vector of a DC work request: the base vector of the peer's
 // address handle (mlx5dv_ah.av on hardware) with the DCT number and DC key filled in, as
 // rdma-core's mlx5_send_wr_set_dc_addr does (mlx5-facts.md §1).
-RDMACHAN_HOST_DEVICE inline void make_dc_address_vector(std::uint8_t (&address_vector)[kAddressVectorSize],
-                                                        const std::uint8_t* base_address_vector,
-                                                        std::uint32_t dctn, std::uint64_t dc_key) {
+RDMACHAN_HOST_DEVICE inline void make_dc_address_vector(
+    std::uint8_t (&address_vector)[kAddressVectorSize], const std::uint8_t* base_address_vector,
+    std::uint32_t dctn, std::uint64_t dc_key) {
     std::memcpy(address_vector, base_address_vector, kAddressVectorSize);
     store_big64(address_vector + kAvDcKey, dc_key);
     const std::uint32_t dqp_dct = load_big32(address_vector + kAvDqpDct);
     store_big32(address_vector + kAvDqpDct, dqp_dct | kExtendedAddressVector | (dctn & 0xffffff));
 }
 
+namespace detail {
+
+// Per-opcode facts packed into one byte each, and the bytes into one 64-bit constant, so the
+// encoder needs one shift instead of a switch (and no table in memory, which CUDA device code
+// could not read): bits 4:0 the mlx5 opcode, bits 6:5 how many 16-byte header segments
+// follow ctrl (1 = remote address, 2 = remote address + atomic), bit 7 whether ctrl.imm
+// carries the request's immediate (or the rkey to invalidate).
+inline constexpr std::uint32_t kTraitOpcodeMask = 0x1f;
+inline constexpr std::uint32_t kTraitSegmentsShift = 5;
+inline constexpr std::uint32_t kTraitImmediate = 1u << 7;
+inline constexpr std::uint32_t kSendOpcodeCount = 8;
+
+constexpr std::uint32_t opcode_traits(SendOpcode opcode) {
+    switch (opcode) {
+        case SendOpcode::rdma_write:
+            return kOpcodeRdmaWrite | 1u << kTraitSegmentsShift;
+        case SendOpcode::rdma_write_with_immediate:
+            return kOpcodeRdmaWriteImmediate | 1u << kTraitSegmentsShift | kTraitImmediate;
+        case SendOpcode::send:
+            return kOpcodeSend;
+        case SendOpcode::send_with_immediate:
+            return kOpcodeSendImmediate | kTraitImmediate;
+        case SendOpcode::send_with_invalidate:
+            return kOpcodeSendInvalidate | kTraitImmediate;
+        case SendOpcode::rdma_read:
+            return kOpcodeRdmaRead | 1u << kTraitSegmentsShift;
+        case SendOpcode::atomic_compare_and_swap:
+            return kOpcodeAtomicCompareAndSwap | 2u << kTraitSegmentsShift;
+        case SendOpcode::atomic_fetch_and_add:
+            return kOpcodeAtomicFetchAndAdd | 2u << kTraitSegmentsShift;
+    }
+    return 0;
+}
+
+constexpr std::uint64_t pack_opcode_traits() {
+    std::uint64_t table = 0;
+    for (std::uint32_t index = 0; index < kSendOpcodeCount; ++index) {
+        table |= static_cast<std::uint64_t>(opcode_traits(static_cast<SendOpcode>(index)))
+                 << (8 * index);
+    }
+    return table;
+}
+inline constexpr std::uint64_t kOpcodeTraits = pack_opcode_traits();
+
+// ctrl.fm_ce_se for each combination of the three flag bits signaled, solicited, fence.
+static_assert(kSendSignaled == 1 && kSendSolicited == 2 && kSendFence == 4,
+              "the fm_ce_se table is indexed by these three flag bits");
+constexpr std::uint64_t pack_fm_ce_se() {
+    std::uint64_t table = 0;
+    for (std::uint32_t flags = 0; flags < 8; ++flags) {
+        std::uint32_t value = 0;
+        if ((flags & kSendSignaled) != 0) value |= kCtrlCqUpdate;
+        if ((flags & kSendSolicited) != 0) value |= kCtrlSolicited;
+        if ((flags & kSendFence) != 0) value |= kCtrlFence;
+        table |= static_cast<std::uint64_t>(value) << (8 * flags);
+    }
+    return table;
+}
+inline constexpr std::uint64_t kFmCeSe = pack_fm_ce_se();
+
+}  // namespace detail
+
 class SendQueue {
-public:
+  public:
     SendQueue() = default;
 
     RDMACHAN_HOST_DEVICE SendQueue(const SendQueueRing& ring, const SendQueueTracking& tracking,
@@ -47,187 +120,97 @@ public:
         : ring_(ring),
           tracking_(tracking),
           config_(config),
-          ring_end_(ring.buffer + static_cast<std::size_t>(ring.wqe_count) * kSendWqeBasicBlockSize),
-          mask_(ring.wqe_count - 1) {}
+          ring_end_(ring.buffer +
+                    static_cast<std::size_t>(ring.wqe_count) * kSendWqeBasicBlockSize),
+          mask_(ring.wqe_count - 1),
+          qpn_big_(host_to_big32(ring.qpn << 8)),
+          header_units_(config.dc_initiator ? 1 + kAddressVectorSize / kSegmentUnit : 1),
+          // ctrl bytes 8-11 as a little-endian word: fm_ce_se is the top byte.
+          signal_all_word_(config.signal_all ? static_cast<std::uint32_t>(kCtrlCqUpdate) << 24 : 0),
+          // Up to this many SGEs a WQE can neither exceed max_sge nor the 6-bit ds (ctrl, AV,
+          // remote address and atomic take at most 6 units). A WQ signature is computed over
+          // the finished WQE, which only the general path does, so it gets no fast path.
+          fast_path_max_sge_(config.wqe_signature ? 0 : minimum(config.max_sge, kMaxDs - 6)),
+          blueflame_max_ds_(ring.blueflame_size / kSegmentUnit),
+          blueflame_preferred_max_ds_(config.prefer_blueflame ? ring.blueflame_size / kSegmentUnit
+                                                              : 0),
+          pending_blueflame_max_ds_(blueflame_preferred_max_ds_),
+          pending_start_(tracking.producer_index) {}
 
-    // Writes up to `count` WQEs and rings one doorbell for all that were written. Stops at the
-    // first request that is refused; *posted says how many were written.
+    // Writes up to `count` WQEs and rings one doorbell for all of them (and for any written
+    // earlier with write()). Stops at the first request that is refused; *posted says how many
+    // were written.
     RDMACHAN_HOST_DEVICE PostResult post(const SendWorkRequest* requests, std::uint32_t count,
                                          std::uint32_t* posted) {
         PostResult result = PostResult::ok;
         std::uint32_t written = 0;
         for (; written < count; ++written) {
             result = write(requests[written]);
-            if (result != PostResult::ok) break;
+            if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
         }
-        if (written != 0) ring_doorbell();
+        ring_doorbell();
         if (posted != nullptr) *posted = written;
         return result;
     }
 
     // Writes one WQE without ringing the doorbell, so callers can batch across calls. A refused
     // request writes nothing into the ring.
-    RDMACHAN_HOST_DEVICE PostResult write(const SendWorkRequest& request) {
-        const bool is_inline = (request.flags & kSendInline) != 0;
-        std::uint8_t opcode = 0;
-        std::uint32_t header_units = 1;  // ctrl
-        if (config_.dc_initiator) {
-            if (request.dc_address_vector == nullptr) return PostResult::invalid_request;
-            header_units += kAddressVectorSize / kSegmentUnit;
-        }
-        bool has_remote_address = false;
-        bool is_atomic = false;
-        std::uint32_t immediate_field = 0;
-        switch (request.opcode) {
-            case SendOpcode::rdma_write: opcode = kOpcodeRdmaWrite; has_remote_address = true; break;
-            case SendOpcode::rdma_write_with_immediate:
-                opcode = kOpcodeRdmaWriteImmediate;
-                has_remote_address = true;
-                immediate_field = request.immediate;
-                break;
-            case SendOpcode::send: opcode = kOpcodeSend; break;
-            case SendOpcode::send_with_immediate:
-                opcode = kOpcodeSendImmediate;
-                immediate_field = request.immediate;
-                break;
-            case SendOpcode::send_with_invalidate:
-                opcode = kOpcodeSendInvalidate;
-                immediate_field = request.immediate;
-                break;
-            case SendOpcode::rdma_read:
-                if (is_inline) return PostResult::invalid_request;
-                opcode = kOpcodeRdmaRead;
-                has_remote_address = true;
-                break;
-            case SendOpcode::atomic_compare_and_swap:
-            case SendOpcode::atomic_fetch_and_add:
-                if (is_inline) return PostResult::invalid_request;
-                opcode = request.opcode == SendOpcode::atomic_compare_and_swap
-                             ? kOpcodeAtomicCompareAndSwap
-                             : kOpcodeAtomicFetchAndAdd;
-                has_remote_address = true;
-                is_atomic = true;
-                break;
-            default: return PostResult::invalid_request;
-        }
-        if (has_remote_address) header_units += kRemoteAddressSegmentSize / kSegmentUnit;
-        if (is_atomic) header_units += kAtomicSegmentSize / kSegmentUnit;
-        if (request.num_sge > config_.max_sge) return PostResult::too_many_sge;
-
-        // Size the data part before writing a byte: a refused request must leave the ring as it
-        // was, and the WQE must fit in the free WQEBBs.
-        std::uint32_t data_units = 0;
-        std::uint32_t inline_length = 0;
-        if (is_inline) {
-            for (std::uint32_t i = 0; i < request.num_sge; ++i) inline_length += request.sg_list[i].length;
-            if (inline_length > config_.max_inline_data) return PostResult::inline_too_large;
-            // A zero-length inline payload adds no segment at all (libmlx5 set_data_inl_seg).
-            if (inline_length != 0) data_units = (inline_length + kInlineHeaderSize + kSegmentUnit - 1) / kSegmentUnit;
-        } else {
-            for (std::uint32_t i = 0; i < request.num_sge; ++i) data_units += request.sg_list[i].length != 0;
-        }
-        const std::uint32_t ds = header_units + data_units;
-        if (ds > kMaxDs) return PostResult::invalid_request;
-        const std::uint32_t wqebbs = (ds * kSegmentUnit + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
-        if (wqebbs > free_wqebbs()) return PostResult::queue_full;
-
+    RDMACHAN_ALWAYS_INLINE PostResult write(const SendWorkRequest& request) {
+        const std::uint32_t opcode_index = static_cast<std::uint32_t>(request.opcode);
+        if (RDMACHAN_UNLIKELY(opcode_index >= detail::kSendOpcodeCount))
+            return PostResult::invalid_request;
+        const std::uint32_t traits =
+            static_cast<std::uint32_t>(detail::kOpcodeTraits >> (8 * opcode_index)) & 0xff;
+        const std::uint32_t num_sge = request.num_sge;
+        // Zero-length SGEs make the WQE smaller, never larger, so this bound is safe for the
+        // checks that decide the fast path; the exact size is counted while encoding.
+        const std::uint32_t ds_bound =
+            header_units_ + (traits >> detail::kTraitSegmentsShift & 3) + num_sge;
+        const std::uint32_t wqebbs_bound = (ds_bound + 3) / 4;
         const std::uint32_t producer_index = tracking_.producer_index;
-        std::uint8_t* const wqe = ring_.buffer + static_cast<std::size_t>(producer_index & mask_) * kSendWqeBasicBlockSize;
-
-        std::uint8_t fm_ce_se = 0;
-        if ((request.flags & kSendSignaled) != 0 || config_.signal_all) fm_ce_se |= kCtrlCqUpdate;
-        if ((request.flags & kSendSolicited) != 0) fm_ce_se |= kCtrlSolicited;
-        if ((request.flags & kSendFence) != 0) fm_ce_se |= kCtrlFence;
-
-        store_big32(wqe + kCtrlOpmodIndexOpcode, ((producer_index & 0xffff) << 8) | opcode);
-        store_big32(wqe + kCtrlQpnDs, (ring_.qpn << 8) | ds);
-        // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
-        // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
-        store_big32(wqe + kCtrlSignature, (static_cast<std::uint32_t>(request.dci_stream_id) << 8) | fm_ce_se);
-        store_big32(wqe + kCtrlImmediate, immediate_field);
-
-        // Segments start on 16-byte boundaries and the ring end is 64-byte aligned, so a
-        // segment either fits before the end or starts exactly at it (mlx5-facts.md §3).
-        std::uint8_t* segment = wqe + kControlSegmentSize;
-        if (config_.dc_initiator) {
-            // ctrl + AV is exactly 64 bytes: it fills this WQEBB.
-            std::memcpy(segment, request.dc_address_vector, kAddressVectorSize);
-            segment = wrap(segment + kAddressVectorSize);
-        }
-        if (has_remote_address) {
-            store_big64(segment, request.remote_addr);
-            store_big32(segment + 8, request.rkey);
-            store_big32(segment + 12, 0);
-            segment = wrap(segment + kRemoteAddressSegmentSize);
-        }
-        if (is_atomic) {
-            if (request.opcode == SendOpcode::atomic_compare_and_swap) {
-                store_big64(segment, request.swap);
-                store_big64(segment + 8, request.compare_add);
-            } else {
-                store_big64(segment, request.compare_add);  // the compare field is unused
-            }
-            segment = wrap(segment + kAtomicSegmentSize);
-        }
-        if (is_inline) {
-            if (inline_length != 0) write_inline(segment, request, inline_length);
-        } else {
-            for (std::uint32_t i = 0; i < request.num_sge; ++i) {
-                const ScatterGatherElement& element = request.sg_list[i];
-                if (element.length == 0) continue;  // a zero-length SGE is skipped, not encoded
-                store_big32(segment, element.length);
-                store_big32(segment + 4, element.lkey);
-                store_big64(segment + 8, element.addr);
-                segment = wrap(segment + kDataSegmentSize);
-            }
-        }
-        if (config_.wqe_signature) wqe[kCtrlSignature] = signature(wqe, ds * kSegmentUnit);
-
-        const std::uint32_t slot = producer_index & mask_;
-        tracking_.wr_id[slot] = request.wr_id;
-        tracking_.wqe_end[slot] = producer_index + wqebbs;
-        tracking_.producer_index = producer_index + wqebbs;
-
-        pending_last_wqe_ = wqe;
-        pending_last_ds_ = ds;
-        pending_last_inline_ = is_inline;
-        ++pending_count_;
+        const std::uint32_t wqe_count = ring_.wqe_count;
+        const bool fast = num_sge <= fast_path_max_sge_ && (request.flags & kSendInline) == 0 &&
+                          (producer_index & mask_) + wqebbs_bound <= wqe_count &&
+                          wqebbs_bound <= wqe_count - (producer_index - tracking_.consumer_index) &&
+                          (header_units_ == 1 || request.dc_address_vector != nullptr);
+        if (RDMACHAN_UNLIKELY(!fast)) return write_general(request, traits);
+        encode<false, false>(request, traits, producer_index, 0);
         return PostResult::ok;
     }
 
     // Makes every WQE written since the last doorbell visible to the NIC (mlx5-facts.md §4).
-    RDMACHAN_HOST_DEVICE void ring_doorbell() {
-        if (pending_count_ == 0) return;
+    RDMACHAN_ALWAYS_INLINE void ring_doorbell() {
+        const std::uint32_t producer_index = tracking_.producer_index;
+        if (producer_index == pending_start_) return;  // nothing written since the last doorbell
         to_device_barrier();
-        store_release32(ring_.doorbell_record + kSendDoorbell, host_to_big32(tracking_.producer_index & 0xffff));
+        store_release32(ring_.doorbell_record + kSendDoorbell,
+                        host_to_big32(producer_index & 0xffff));
         flush_writes();
-        std::uint8_t* const destination = ring_.blueflame_register + blueflame_offset_;
-        const std::uint32_t wqe_bytes = pending_last_ds_ * kSegmentUnit;
-        const bool blueflame = ring_.blueflame_size != 0 && pending_count_ == 1 && pending_last_ds_ > 1 &&
-                               wqe_bytes <= ring_.blueflame_size &&
-                               (pending_last_inline_ || config_.prefer_blueflame);
-        if (blueflame) {
-            // Ordered 64-bit stores, never memcpy: string moves may reorder or merge the writes
-            // into the write-combining buffer (rdma-core util/mmio.h).
-            const std::uint8_t* source = pending_last_wqe_;
-            const std::uint32_t blocks = (wqe_bytes + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
-            for (std::uint32_t block = 0; block < blocks; ++block) {
-                std::uint8_t* target = destination + block * kSendWqeBasicBlockSize;
-                for (std::uint32_t word = 0; word < kSendWqeBasicBlockSize; word += 8) {
-                    std::uint64_t value;
-                    std::memcpy(&value, source + word, sizeof value);
-                    mmio_write64(target + word, value);
-                }
-                source = wrap(source + kSendWqeBasicBlockSize);
+        std::uint8_t* destination = ring_.blueflame_register + blueflame_offset_;
+        const std::uint8_t* source = pending_last_wqe_;
+        // One WQE since the last doorbell exactly when the last one starts where they began.
+        const bool single =
+            source == ring_.buffer +
+                          static_cast<std::size_t>(pending_start_ & mask_) * kSendWqeBasicBlockSize;
+        const std::uint32_t ds = source[kCtrlQpnDs + 3] & kMaxDs;
+        if (single && ds > 1 && ds <= pending_blueflame_max_ds_) {
+            // The whole WQE in 64-byte blocks; the source wraps at the ring end like the WQE.
+            for (std::uint32_t blocks = (ds + 3) / 4; blocks != 0; --blocks) {
+                copy_blueflame_block(destination, source);
+                destination += kSendWqeBasicBlockSize;
+                source += kSendWqeBasicBlockSize;
+                if (source == ring_end_) source = ring_.buffer;
             }
         } else {
+            // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
             std::uint64_t value;
-            std::memcpy(&value, pending_last_wqe_, sizeof value);
+            std::memcpy(&value, source, sizeof value);
             mmio_write64(destination, value);
         }
         flush_writes();
         blueflame_offset_ ^= ring_.blueflame_size;
-        pending_count_ = 0;
+        pending_start_ = producer_index;
+        pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
     }
 
     RDMACHAN_HOST_DEVICE std::uint32_t free_wqebbs() const {
@@ -237,19 +220,187 @@ public:
     RDMACHAN_HOST_DEVICE SendQueueTracking& tracking() { return tracking_; }
     RDMACHAN_HOST_DEVICE const SendQueueRing& ring() const { return ring_; }
     RDMACHAN_HOST_DEVICE std::uint32_t blueflame_offset() const { return blueflame_offset_; }
-    RDMACHAN_HOST_DEVICE void set_blueflame_offset(std::uint32_t offset) { blueflame_offset_ = offset; }
+    RDMACHAN_HOST_DEVICE void set_blueflame_offset(std::uint32_t offset) {
+        blueflame_offset_ = offset;
+    }
+    // Whether WQEs were written with write() that no doorbell covers yet.
+    RDMACHAN_HOST_DEVICE bool doorbell_pending() const {
+        return tracking_.producer_index != pending_start_;
+    }
 
     // After a QP is reset (DCI recovery), the producer index restarts at 0 (mlx5-facts.md §6).
     RDMACHAN_HOST_DEVICE void reset() {
         tracking_.producer_index = 0;
         tracking_.consumer_index = 0;
-        pending_count_ = 0;
+        pending_start_ = 0;
+        pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
     }
 
-private:
-    template <typename Pointer>
-    RDMACHAN_ALWAYS_INLINE Pointer wrap(Pointer position) const {
-        return position == ring_end_ ? ring_.buffer : position;
+  private:
+    // Inline payloads, WQ signatures, WQEs that reach the ring end, and every refusal: sized
+    // exactly before a byte is written, then encoded with wrap checks.
+    RDMACHAN_SEND_COLD RDMACHAN_HOST_DEVICE PostResult write_general(const SendWorkRequest& request,
+                                                                     std::uint32_t traits) {
+        if (request.num_sge > config_.max_sge) return PostResult::too_many_sge;
+        const bool is_inline = (request.flags & kSendInline) != 0;
+        const std::uint32_t header_segments = traits >> detail::kTraitSegmentsShift & 3;
+        // Reads and atomics have no outgoing payload to carry inline.
+        if (is_inline && (request.opcode == SendOpcode::rdma_read || header_segments == 2)) {
+            return PostResult::invalid_request;
+        }
+        if (header_units_ != 1 && request.dc_address_vector == nullptr)
+            return PostResult::invalid_request;
+        std::uint32_t data_units = 0;
+        std::uint32_t inline_length = 0;
+        if (is_inline) {
+            for (std::uint32_t i = 0; i < request.num_sge; ++i)
+                inline_length += request.sg_list[i].length;
+            if (inline_length > config_.max_inline_data) return PostResult::inline_too_large;
+            // A zero-length inline payload adds no segment at all (libmlx5 set_data_inl_seg).
+            if (inline_length != 0)
+                data_units = (inline_length + kInlineHeaderSize + kSegmentUnit - 1) / kSegmentUnit;
+        } else {
+            for (std::uint32_t i = 0; i < request.num_sge; ++i)
+                data_units += request.sg_list[i].length != 0;
+        }
+        const std::uint32_t ds = header_units_ + header_segments + data_units;
+        if (ds > kMaxDs) return PostResult::invalid_request;
+        const std::uint32_t wqebbs = (ds + 3) / 4;
+        if (wqebbs > free_wqebbs()) return PostResult::queue_full;
+        if (is_inline) {
+            encode<true, true>(request, traits, tracking_.producer_index, inline_length);
+            // BlueFlame carries inline WQEs even when it is not preferred for others.
+            pending_blueflame_max_ds_ = blueflame_max_ds_;
+        } else {
+            encode<true, false>(request, traits, tracking_.producer_index, 0);
+            pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+        }
+        return PostResult::ok;
+    }
+
+    // Writes the WQE at producer_index and accounts for it. The caller has checked that it fits.
+    // Segments start on 16-byte boundaries and the ring end is 64-byte aligned, so a segment
+    // either fits before the end or starts exactly at it (mlx5-facts.md §3): with kMayWrap a
+    // segment pointer that reaches the end continues at the ring start.
+    template <bool kMayWrap, bool kInline>
+    RDMACHAN_ALWAYS_INLINE void encode(const SendWorkRequest& request, std::uint32_t traits,
+                                       std::uint32_t producer_index, std::uint32_t inline_length) {
+        // Stores into the ring may alias any member, so what the encoder needs is read once.
+        std::uint8_t* const buffer = ring_.buffer;
+        std::uint8_t* const ring_end = ring_end_;
+        const std::uint32_t slot = producer_index & mask_;
+        std::uint8_t* const wqe = buffer + static_cast<std::size_t>(slot) * kSendWqeBasicBlockSize;
+        std::uint32_t ds = header_units_;
+        const std::uint32_t fm_ce_se = (detail::kFmCeSe >> (8 * (request.flags & 7))) & 0xff;
+        // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
+        // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
+        std::uint32_t word_signature_stream_flags = (fm_ce_se << 24) | signal_all_word_;
+
+        std::uint8_t* segment = wqe + kControlSegmentSize;
+        if (header_units_ != 1) {
+            // ctrl + address vector is exactly 64 bytes: it fills this WQEBB.
+            std::memcpy(segment, request.dc_address_vector, kAddressVectorSize);
+            segment = next_segment<kMayWrap>(segment + kAddressVectorSize, buffer, ring_end);
+            word_signature_stream_flags |=
+                static_cast<std::uint32_t>(byte_swap16(request.dci_stream_id)) << 8;
+        }
+        const std::uint32_t header_segments = traits >> detail::kTraitSegmentsShift & 3;
+        if (header_segments != 0) {
+            store_big64(segment, request.remote_addr);
+            store_big32(segment + 8, request.rkey);
+            store_big32(segment + 12, 0);
+            segment = next_segment<kMayWrap>(segment + kRemoteAddressSegmentSize, buffer, ring_end);
+            ds += header_segments;
+            if (header_segments == 2) {
+                if (request.opcode == SendOpcode::atomic_compare_and_swap) {
+                    store_big64(segment, request.swap);
+                    store_big64(segment + 8, request.compare_add);
+                } else {
+                    store_big64(segment, request.compare_add);  // the compare field is unused
+                }
+                segment = next_segment<kMayWrap>(segment + kAtomicSegmentSize, buffer, ring_end);
+            }
+        }
+        if constexpr (kInline) {
+            if (inline_length != 0) {
+                write_inline(segment, request, inline_length);
+                ds += (inline_length + kInlineHeaderSize + kSegmentUnit - 1) / kSegmentUnit;
+            }
+        } else {
+            // A zero-length SGE is skipped, not encoded (libmlx5 set_data_ptr_seg callers).
+            const ScatterGatherElement* element = request.sg_list;
+            const std::uint32_t num_sge = request.num_sge;
+            if (num_sge == 1) {  // the common case, without the loop
+                if (RDMACHAN_LIKELY(element->length != 0)) {
+                    store_data_segment(segment, *element);
+                    ++ds;
+                }
+            } else {
+                for (const ScatterGatherElement* const end = element + num_sge; element != end;
+                     ++element) {
+                    if (RDMACHAN_UNLIKELY(element->length == 0)) continue;
+                    store_data_segment(segment, *element);
+                    segment = next_segment<kMayWrap>(segment + kDataSegmentSize, buffer, ring_end);
+                    ++ds;
+                }
+            }
+        }
+        const std::uint32_t opcode_word =
+            ((producer_index & 0xffff) << 8) | (traits & detail::kTraitOpcodeMask);
+        store_big32(wqe + kCtrlOpmodIndexOpcode, opcode_word);
+        const std::uint32_t qpn_ds =
+            qpn_big_ | (ds << 24);  // ds is the last byte of a big-endian word
+        std::memcpy(wqe + kCtrlQpnDs, &qpn_ds, sizeof qpn_ds);
+        std::memcpy(wqe + kCtrlSignature, &word_signature_stream_flags,
+                    sizeof word_signature_stream_flags);
+        store_big32(wqe + kCtrlImmediate,
+                    (traits & detail::kTraitImmediate) != 0 ? request.immediate : 0);
+        if constexpr (kMayWrap) {
+            if (config_.wqe_signature) wqe[kCtrlSignature] = signature(wqe, ds * kSegmentUnit);
+        }
+
+        const std::uint32_t wqebbs = (ds + 3) / 4;
+        tracking_.wr_id[slot] = request.wr_id;
+        tracking_.wqe_end[slot] = producer_index + wqebbs;
+        tracking_.producer_index = producer_index + wqebbs;
+        pending_last_wqe_ = wqe;
+    }
+
+    RDMACHAN_ALWAYS_INLINE static void store_data_segment(std::uint8_t* segment,
+                                                          const ScatterGatherElement& element) {
+        store_big32(segment, element.length);
+        store_big32(segment + 4, element.lkey);
+        store_big64(segment + 8, element.addr);
+    }
+
+    RDMACHAN_ALWAYS_INLINE static std::uint32_t minimum(std::uint32_t a, std::uint32_t b) {
+        return a < b ? a : b;
+    }
+
+    template <bool kMayWrap>
+    RDMACHAN_ALWAYS_INLINE static std::uint8_t* next_segment(std::uint8_t* position,
+                                                             std::uint8_t* buffer,
+                                                             std::uint8_t* ring_end) {
+        if constexpr (kMayWrap) {
+            if (position == ring_end) return buffer;
+        }
+        return position;
+    }
+
+    // Eight ordered 64-bit stores, never memcpy: string moves may reorder or merge the writes
+    // into the write-combining buffer (rdma-core util/mmio.h, mmio_memcpy_x64).
+    RDMACHAN_ALWAYS_INLINE static void copy_blueflame_block(std::uint8_t* destination,
+                                                            const std::uint8_t* source) {
+#if defined(__CUDACC__)
+#pragma unroll
+#else
+#pragma GCC unroll 8
+#endif
+        for (std::uint32_t word = 0; word < kSendWqeBasicBlockSize; word += 8) {
+            std::uint64_t value;
+            std::memcpy(&value, source + word, sizeof value);
+            mmio_write64(destination + word, value);
+        }
     }
 
     // Inline payload: a 4-byte header, then the SGEs' bytes back to back, split at the ring end
@@ -260,7 +411,8 @@ private:
         store_big32(segment, inline_length | kInlineFlag);
         std::uint8_t* position = segment + kInlineHeaderSize;
         for (std::uint32_t i = 0; i < request.num_sge; ++i) {
-            const std::uint8_t* source = reinterpret_cast<const std::uint8_t*>(request.sg_list[i].addr);
+            const std::uint8_t* source =
+                reinterpret_cast<const std::uint8_t*>(request.sg_list[i].addr);
             std::uint32_t remaining = request.sg_list[i].length;
             while (remaining != 0) {
                 const std::uint32_t room = static_cast<std::uint32_t>(ring_end_ - position);
@@ -275,7 +427,8 @@ private:
     }
 
     // WQ signature: the complement of the XOR of the WQE's ds*16 bytes, taken in ring order.
-    RDMACHAN_HOST_DEVICE std::uint8_t signature(const std::uint8_t* wqe, std::uint32_t length) const {
+    RDMACHAN_HOST_DEVICE std::uint8_t signature(const std::uint8_t* wqe,
+                                                std::uint32_t length) const {
         std::uint8_t value = 0;
         const std::uint8_t* position = wqe;
         for (std::uint32_t i = 0; i < length; ++i) {
@@ -288,14 +441,21 @@ private:
     SendQueueRing ring_{};
     SendQueueTracking tracking_{};
     SendQueueConfig config_{};
+    // Per-queue constants, computed once so that the data path does not.
     std::uint8_t* ring_end_ = nullptr;
     std::uint32_t mask_ = 0;
+    std::uint32_t qpn_big_ = 0;          // ctrl bytes 4-6 (qpn) as stored, ds byte zero
+    std::uint32_t header_units_ = 1;     // ctrl, plus the address vector on a DCI
+    std::uint32_t signal_all_word_ = 0;  // CQ update bit in the ctrl bytes 8-11 word
+    std::uint32_t fast_path_max_sge_ = 0;
+    std::uint32_t blueflame_max_ds_ = 0;            // largest WQE (in ds) that BlueFlame can carry
+    std::uint32_t blueflame_preferred_max_ds_ = 0;  // the same for WQEs without inline data
     std::uint32_t blueflame_offset_ = 0;
-    // The WQEs written since the last doorbell: how many, and the last one's place and size.
+    // The WQEs written since the last doorbell: the producer index they began at, where the
+    // last one is, and the largest BlueFlame copy its kind allows (inline or not).
+    std::uint32_t pending_blueflame_max_ds_ = 0;
+    std::uint32_t pending_start_ = 0;
     std::uint8_t* pending_last_wqe_ = nullptr;
-    std::uint32_t pending_last_ds_ = 0;
-    std::uint32_t pending_count_ = 0;
-    bool pending_last_inline_ = false;
 };
 
 }  // namespace rdmachan::mlx5
