@@ -1,0 +1,260 @@
+// Channel: one reliable-connected queue pair to one peer.
+//
+//   rdmachan::PreparedChannel prepared = rdmachan::ChannelBuilder().max_send_wr(128).build();
+//   send_to_peer(prepared.endpoint());                  // any out-of-band exchange
+//   rdmachan::Channel channel = std::move(prepared).handshake(endpoint_from_peer);
+//   auto region = channel.register_memory(buffer, size, rdmachan::Access::remote_all);
+//   rdmachan::WorkResult result = channel.write(region.slice(0, 4096), remote.slice(0, 4096));
+//
+// Three levels for every operation: blocking calls (`write`), scoped polling
+// (`channel.scope([&](rdmachan::Scope& s) { auto w = s.post_write(...); ... })`) and unpolled
+// handles (`channel.post_write(...)` returning PendingWork).
+//
+// Threading: a Channel (and its scopes and handles) is used by one thread at a time; different
+// channels may be used from different threads. Memory handed to an operation must stay valid and
+// unchanged until the operation's completion has been seen (or the handle is destroyed).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rdmachan/error.hpp"
+#include "rdmachan/memory.hpp"
+
+namespace rdmachan {
+
+namespace detail {
+class ChannelCore;
+}
+
+// What a peer needs to connect to this channel's queue pair.
+struct ChannelEndpoint {
+    std::array<std::uint8_t, 16> gid{};
+    std::uint16_t lid = 0;
+    std::uint32_t qpn = 0;
+    std::uint32_t psn = 0;
+    std::uint32_t mtu = 1024;  // bytes
+    std::string device;        // e.g. "soft:127.0.0.1:4711", for messages
+};
+
+void to_json(nlohmann::json& json, const ChannelEndpoint& endpoint);
+void from_json(const nlohmann::json& json, ChannelEndpoint& endpoint);  // throws rdmachan::Error naming the field
+
+struct ChannelSettings {
+    std::string device = "auto";  // auto | soft (verbs devices come with the verbs provider)
+    std::uint32_t cq_entries = 256;
+    std::uint32_t max_send_wr = 128;
+    std::uint32_t max_recv_wr = 128;
+    std::uint32_t max_send_sge = 1;
+    std::uint32_t max_recv_sge = 1;
+    std::uint32_t max_inline_data = 64;
+    std::uint32_t mtu = 4096;          // the lower of both sides' is used
+    std::uint8_t ack_timeout = 17;     // 4.096 us * 2^ack_timeout per try
+    std::uint8_t retry_count = 7;
+    std::uint8_t rnr_retry = 7;        // 7 = retry forever
+    std::uint8_t min_rnr_timer = 12;   // verbs encoding: 12 = 0.64 ms
+    std::uint8_t max_rd_atomic = 1;
+    std::optional<std::uint32_t> psn;  // random when not set
+    std::uint8_t port = 1;
+    std::uint8_t gid_index = 0;
+    Access access = Access::remote_all;
+    std::chrono::milliseconds deadline{10000};  // every wait, and each scope's drain
+};
+
+struct WorkCompletion {
+    std::uint32_t bytes = 0;
+    std::optional<std::uint32_t> immediate;
+};
+
+// The outcome of one operation: a completion, or the error that names what failed.
+class WorkResult {
+public:
+    static WorkResult success(WorkCompletion completion) { return WorkResult(completion); }
+    static WorkResult failure(WorkError error) { return WorkResult(std::move(error)); }
+    bool ok() const { return !error_.has_value(); }
+    explicit operator bool() const { return ok(); }
+    const WorkCompletion& completion() const { return completion_; }
+    const WorkError& error() const { return *error_; }
+
+private:
+    explicit WorkResult(WorkCompletion completion) : completion_(completion) {}
+    explicit WorkResult(WorkError error) : error_(std::move(error)) {}
+    WorkCompletion completion_;
+    std::optional<WorkError> error_;
+};
+
+// One posted operation whose completion has not been taken yet. Its destructor waits for the
+// completion under the channel's deadline; if that passes, the QP is moved to ERR so the NIC
+// lets go of the buffers.
+class PendingWork {
+public:
+    PendingWork() = default;
+    PendingWork(PendingWork&& other) noexcept;
+    PendingWork& operator=(PendingWork&& other) noexcept;
+    ~PendingWork();
+
+    // Waits for the completion (at most the deadline) and returns it. Once only.
+    WorkResult wait();
+    WorkResult wait(std::chrono::milliseconds deadline);
+    // The completion if it is there already (polls once); nothing otherwise.
+    std::optional<WorkResult> poll();
+    bool pending() const { return core_ != nullptr; }
+
+private:
+    friend class Channel;
+    friend class Scope;
+    std::uint64_t release_ticket();  // the scope takes over the completion
+    PendingWork(std::shared_ptr<detail::ChannelCore> core, std::uint64_t ticket, Operation operation)
+        : core_(std::move(core)), ticket_(ticket), operation_(operation) {}
+    std::shared_ptr<detail::ChannelCore> core_;
+    std::uint64_t ticket_ = 0;
+    Operation operation_ = Operation::send;
+};
+
+class Channel;
+
+// One operation posted in a scope: a small value (copy it freely) naming the operation's
+// completion, which the channel caches by work-request id until it is taken.
+class ScopedWork {
+public:
+    ScopedWork() = default;
+    // Waits for the completion (at most the channel's deadline) and takes it. Once only; a
+    // second call throws rdmachan::Error.
+    WorkResult wait();
+    // Takes the completion if it is there (polls once); nothing otherwise.
+    std::optional<WorkResult> poll();
+
+private:
+    friend class Scope;
+    ScopedWork(std::shared_ptr<detail::ChannelCore> core, std::uint64_t ticket) : core_(std::move(core)), ticket_(ticket) {}
+    std::shared_ptr<detail::ChannelCore> core_;
+    std::uint64_t ticket_ = 0;
+};
+
+// Work posted inside Channel::scope. Its handles may be waited for in any order; whatever is
+// still pending when the scope ends is drained then, also when the scope's function throws.
+class Scope {
+public:
+    ScopedWork post_send(const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
+    ScopedWork post_receive(const LocalSlice& local);
+    ScopedWork post_write(const LocalSlice& local, const RemoteMemoryRegion& remote,
+                          std::optional<std::uint32_t> immediate = std::nullopt);
+    ScopedWork post_read(const LocalSlice& local, const RemoteMemoryRegion& remote);
+    ScopedWork post_fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add);
+    ScopedWork post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
+                                     std::uint64_t swap);
+
+private:
+    friend class Channel;
+    Scope(Channel& channel, std::uint32_t id) : channel_(channel), id_(id) {}
+    ScopedWork adopt(PendingWork work);
+    Channel& channel_;
+    std::uint32_t id_;
+};
+
+class Channel {
+public:
+    Channel(Channel&&) noexcept;
+    Channel& operator=(Channel&&) noexcept;
+    ~Channel();
+
+    MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+
+    // Blocking: post, wait, return the completion or the error.
+    WorkResult send(const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
+    WorkResult receive(const LocalSlice& local);
+    WorkResult write(const LocalSlice& local, const RemoteMemoryRegion& remote,
+                     std::optional<std::uint32_t> immediate = std::nullopt);
+    WorkResult read(const LocalSlice& local, const RemoteMemoryRegion& remote);
+    WorkResult fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add);
+    WorkResult compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
+                                std::uint64_t swap);
+
+    // Unpolled: the caller owns the handle (and the buffers' lifetime until its completion).
+    PendingWork post_send(const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
+    PendingWork post_receive(const LocalSlice& local);
+    PendingWork post_write(const LocalSlice& local, const RemoteMemoryRegion& remote,
+                           std::optional<std::uint32_t> immediate = std::nullopt);
+    PendingWork post_read(const LocalSlice& local, const RemoteMemoryRegion& remote);
+    PendingWork post_fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add);
+    PendingWork post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
+                                      std::uint64_t swap);
+
+    // Scoped polling. Everything still pending when `body` returns or throws is drained under the
+    // deadline; if the deadline passes, the QP is moved to ERR and flushed, and rdmachan::Error
+    // says so (after `body`'s own exception, if any, which is rethrown instead).
+    void scope(const std::function<void(Scope&)>& body);
+    // Like scope, but work left unpolled is an error (reported after draining it).
+    void manual_scope(const std::function<void(Scope&)>& body);
+
+    const ChannelEndpoint& local_endpoint() const;
+    const ChannelEndpoint& remote_endpoint() const;
+    std::string peer() const;  // how errors name the peer
+    bool healthy() const;      // false once the QP is in ERR
+
+private:
+    friend class PreparedChannel;
+    explicit Channel(std::shared_ptr<detail::ChannelCore> core);
+    void run_scope(const std::function<void(Scope&)>& body, bool strict);
+    std::shared_ptr<detail::ChannelCore> core_;
+};
+
+class PreparedChannel {
+public:
+    PreparedChannel(PreparedChannel&&) noexcept;
+    PreparedChannel& operator=(PreparedChannel&&) noexcept;
+    ~PreparedChannel();
+
+    const ChannelEndpoint& endpoint() const;
+    MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+    // Connects to the peer's endpoint (INIT → RTR → RTS). Loopback: pass endpoint() itself.
+    Channel handshake(const ChannelEndpoint& remote) &&;
+
+private:
+    friend class ChannelBuilder;
+    explicit PreparedChannel(std::shared_ptr<detail::ChannelCore> core);
+    std::shared_ptr<detail::ChannelCore> core_;
+};
+
+// Named settings with defaults; each setter checks its range and throws rdmachan::Error naming
+// the setting and the value.
+class ChannelBuilder {
+public:
+    ChannelBuilder() = default;
+    explicit ChannelBuilder(ChannelSettings settings);
+
+    ChannelBuilder& device(std::string name);
+    ChannelBuilder& cq_entries(std::uint32_t value);
+    ChannelBuilder& max_send_wr(std::uint32_t value);
+    ChannelBuilder& max_recv_wr(std::uint32_t value);
+    ChannelBuilder& max_send_sge(std::uint32_t value);
+    ChannelBuilder& max_recv_sge(std::uint32_t value);
+    ChannelBuilder& max_inline_data(std::uint32_t value);
+    ChannelBuilder& mtu(std::uint32_t bytes);
+    ChannelBuilder& ack_timeout(std::uint8_t value);
+    ChannelBuilder& retry_count(std::uint8_t value);
+    ChannelBuilder& rnr_retry(std::uint8_t value);
+    ChannelBuilder& min_rnr_timer(std::uint8_t value);
+    ChannelBuilder& max_rd_atomic(std::uint8_t value);
+    ChannelBuilder& psn(std::uint32_t value);
+    ChannelBuilder& port(std::uint8_t value);
+    ChannelBuilder& gid_index(std::uint8_t value);
+    ChannelBuilder& access(Access value);
+    ChannelBuilder& deadline(std::chrono::milliseconds value);
+
+    const ChannelSettings& settings() const { return settings_; }
+    PreparedChannel build() const;
+
+private:
+    ChannelSettings settings_;
+};
+
+}  // namespace rdmachan

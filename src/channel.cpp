@@ -1,0 +1,399 @@
+// Channel, its builder and prepared form, scopes and pending work: the public face of
+// ChannelCore.
+#include "rdmachan/channel.hpp"
+
+#include <exception>
+
+#include "src/channel_core.hpp"
+#include "src/logger.hpp"
+#include "transport/mlx5/completion.hpp"
+
+namespace rdmachan {
+namespace {
+
+template <typename Value>
+void check_range(const char* setting, Value value, std::uint64_t low, std::uint64_t high) {
+    const auto number = static_cast<std::uint64_t>(value);
+    if (number < low || number > high) {
+        throw Error(std::string("ChannelBuilder::") + setting + ": " + std::to_string(number) + " is out of range [" +
+                    std::to_string(low) + ", " + std::to_string(high) + "]");
+    }
+}
+
+mlx5::ScatterGatherElement element_of(const LocalSlice& local) { return {local.addr(), local.length(), local.lkey()}; }
+
+}  // namespace
+
+// ---- errors ---------------------------------------------------------------------------------
+
+const char* to_string(Operation operation) {
+    switch (operation) {
+        case Operation::send: return "send";
+        case Operation::send_with_immediate: return "send with immediate";
+        case Operation::receive: return "receive";
+        case Operation::rdma_write: return "RDMA write";
+        case Operation::rdma_write_with_immediate: return "RDMA write with immediate";
+        case Operation::rdma_read: return "RDMA read";
+        case Operation::atomic_fetch_and_add: return "atomic fetch-and-add";
+        case Operation::atomic_compare_and_swap: return "atomic compare-and-swap";
+    }
+    return "operation";
+}
+
+std::string WorkError::message() const {
+    std::string text = std::string(to_string(operation)) + " with " + peer + " failed: ";
+    if (deadline_expired) return text + "no completion before the deadline";
+    char detail[64];
+    std::snprintf(detail, sizeof detail, " (status %u, syndrome 0x%02x, vendor syndrome 0x%02x)", status, syndrome,
+                  vendor_syndrome);
+    return text + mlx5::to_string(static_cast<mlx5::CompletionStatus>(status)) + detail;
+}
+
+// ---- endpoints ------------------------------------------------------------------------------
+
+void to_json(nlohmann::json& json, const ChannelEndpoint& endpoint) {
+    static const char digits[] = "0123456789abcdef";
+    std::string gid;
+    for (std::uint8_t byte : endpoint.gid) {
+        gid += digits[byte >> 4];
+        gid += digits[byte & 0xf];
+    }
+    json = {{"gid", gid}, {"lid", endpoint.lid}, {"qpn", endpoint.qpn}, {"psn", endpoint.psn},
+            {"mtu", endpoint.mtu}, {"device", endpoint.device}};
+}
+
+void from_json(const nlohmann::json& json, ChannelEndpoint& endpoint) {
+    auto field = [&](const char* name) -> const nlohmann::json& {
+        if (!json.is_object() || !json.contains(name)) throw Error(std::string("channel endpoint: field '") + name + "' is missing");
+        return json.at(name);
+    };
+    auto number = [&](const char* name, std::uint64_t high) {
+        const nlohmann::json& value = field(name);
+        if (!value.is_number_unsigned()) {
+            throw Error(std::string("channel endpoint: field '") + name + "' = " + value.dump() + " is not a non-negative integer");
+        }
+        const auto result = value.get<std::uint64_t>();
+        if (result > high) {
+            throw Error(std::string("channel endpoint: field '") + name + "' = " + std::to_string(result) +
+                        " is out of range (at most " + std::to_string(high) + ")");
+        }
+        return result;
+    };
+    const nlohmann::json& gid = field("gid");
+    if (!gid.is_string() || gid.get<std::string>().size() != 32) {
+        throw Error("channel endpoint: field 'gid' = " + gid.dump() + " is not 32 hex digits");
+    }
+    const std::string text = gid.get<std::string>();
+    for (std::size_t i = 0; i < 16; ++i) {
+        auto nibble = [&](char c) -> int {
+            if (c >= '0' && c <= '9') return c - '0';
+            if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+            if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+            throw Error("channel endpoint: field 'gid' = \"" + text + "\" has a character that is not hex");
+        };
+        endpoint.gid[i] = static_cast<std::uint8_t>(nibble(text[2 * i]) << 4 | nibble(text[2 * i + 1]));
+    }
+    endpoint.lid = static_cast<std::uint16_t>(number("lid", 0xffff));
+    endpoint.qpn = static_cast<std::uint32_t>(number("qpn", 0xffffff));
+    endpoint.psn = static_cast<std::uint32_t>(number("psn", 0xffffff));
+    endpoint.mtu = static_cast<std::uint32_t>(number("mtu", 4096));
+    if (endpoint.mtu != 256 && endpoint.mtu != 512 && endpoint.mtu != 1024 && endpoint.mtu != 2048 && endpoint.mtu != 4096) {
+        throw Error("channel endpoint: field 'mtu' = " + std::to_string(endpoint.mtu) + " is not 256, 512, 1024, 2048 or 4096");
+    }
+    if (endpoint.qpn == 0) throw Error("channel endpoint: field 'qpn' = 0 is not a queue pair number");
+    endpoint.device = json.contains("device") && json.at("device").is_string() ? json.at("device").get<std::string>() : "";
+}
+
+// ---- builder --------------------------------------------------------------------------------
+
+ChannelBuilder::ChannelBuilder(ChannelSettings settings) : settings_(std::move(settings)) {}
+
+ChannelBuilder& ChannelBuilder::device(std::string name) {
+    if (name.empty()) throw Error("ChannelBuilder::device: the device name is empty");
+    settings_.device = std::move(name);
+    return *this;
+}
+ChannelBuilder& ChannelBuilder::cq_entries(std::uint32_t value) { check_range("cq_entries", value, 2, 1u << 20); settings_.cq_entries = value; return *this; }
+ChannelBuilder& ChannelBuilder::max_send_wr(std::uint32_t value) { check_range("max_send_wr", value, 1, 32768); settings_.max_send_wr = value; return *this; }
+ChannelBuilder& ChannelBuilder::max_recv_wr(std::uint32_t value) { check_range("max_recv_wr", value, 1, 32768); settings_.max_recv_wr = value; return *this; }
+ChannelBuilder& ChannelBuilder::max_send_sge(std::uint32_t value) { check_range("max_send_sge", value, 1, 30); settings_.max_send_sge = value; return *this; }
+ChannelBuilder& ChannelBuilder::max_recv_sge(std::uint32_t value) { check_range("max_recv_sge", value, 1, 30); settings_.max_recv_sge = value; return *this; }
+ChannelBuilder& ChannelBuilder::max_inline_data(std::uint32_t value) { check_range("max_inline_data", value, 0, 912); settings_.max_inline_data = value; return *this; }
+ChannelBuilder& ChannelBuilder::mtu(std::uint32_t bytes) {
+    if (bytes != 256 && bytes != 512 && bytes != 1024 && bytes != 2048 && bytes != 4096) {
+        throw Error("ChannelBuilder::mtu: " + std::to_string(bytes) + " bytes is not 256, 512, 1024, 2048 or 4096");
+    }
+    settings_.mtu = bytes;
+    return *this;
+}
+ChannelBuilder& ChannelBuilder::ack_timeout(std::uint8_t value) { check_range("ack_timeout", value, 0, 31); settings_.ack_timeout = value; return *this; }
+ChannelBuilder& ChannelBuilder::retry_count(std::uint8_t value) { check_range("retry_count", value, 0, 7); settings_.retry_count = value; return *this; }
+ChannelBuilder& ChannelBuilder::rnr_retry(std::uint8_t value) { check_range("rnr_retry", value, 0, 7); settings_.rnr_retry = value; return *this; }
+ChannelBuilder& ChannelBuilder::min_rnr_timer(std::uint8_t value) { check_range("min_rnr_timer", value, 0, 31); settings_.min_rnr_timer = value; return *this; }
+ChannelBuilder& ChannelBuilder::max_rd_atomic(std::uint8_t value) { check_range("max_rd_atomic", value, 1, 16); settings_.max_rd_atomic = value; return *this; }
+ChannelBuilder& ChannelBuilder::psn(std::uint32_t value) { check_range("psn", value, 0, 0xffffff); settings_.psn = value; return *this; }
+ChannelBuilder& ChannelBuilder::port(std::uint8_t value) { check_range("port", value, 1, 255); settings_.port = value; return *this; }
+ChannelBuilder& ChannelBuilder::gid_index(std::uint8_t value) { settings_.gid_index = value; return *this; }
+ChannelBuilder& ChannelBuilder::access(Access value) { settings_.access = value; return *this; }
+ChannelBuilder& ChannelBuilder::deadline(std::chrono::milliseconds value) {
+    if (value.count() <= 0) throw Error("ChannelBuilder::deadline: " + std::to_string(value.count()) + " ms is not a positive deadline");
+    settings_.deadline = value;
+    return *this;
+}
+
+PreparedChannel ChannelBuilder::build() const {
+    try {
+        return PreparedChannel(std::make_shared<detail::ChannelCore>(settings_));
+    } catch (const soft::SoftDeviceError& error) {
+        throw Error(std::string("ChannelBuilder::build: ") + error.what());
+    }
+}
+
+// ---- prepared channel -----------------------------------------------------------------------
+
+PreparedChannel::PreparedChannel(std::shared_ptr<detail::ChannelCore> core) : core_(std::move(core)) {}
+PreparedChannel::PreparedChannel(PreparedChannel&&) noexcept = default;
+PreparedChannel& PreparedChannel::operator=(PreparedChannel&&) noexcept = default;
+PreparedChannel::~PreparedChannel() = default;
+
+const ChannelEndpoint& PreparedChannel::endpoint() const { return core_->local_endpoint(); }
+
+MemoryRegion PreparedChannel::register_memory(void* data, std::size_t length, Access access) {
+    return core_->register_memory(data, length, access);
+}
+
+Channel PreparedChannel::handshake(const ChannelEndpoint& remote) && {
+    if (core_ == nullptr) throw Error("PreparedChannel::handshake: this prepared channel was already used");
+    core_->connect(remote);
+    return Channel(std::move(core_));
+}
+
+// ---- pending work ---------------------------------------------------------------------------
+
+PendingWork::PendingWork(PendingWork&& other) noexcept
+    : core_(std::move(other.core_)), ticket_(other.ticket_), operation_(other.operation_) {}
+
+PendingWork& PendingWork::operator=(PendingWork&& other) noexcept {
+    if (this != &other) {
+        if (core_ != nullptr) (void)wait();
+        core_ = std::move(other.core_);
+        ticket_ = other.ticket_;
+        operation_ = other.operation_;
+    }
+    return *this;
+}
+
+PendingWork::~PendingWork() {
+    if (core_ == nullptr) return;
+    const WorkResult result = wait();
+    if (!result.ok() && result.error().deadline_expired) {
+        // wait() already moved the QP to ERR; say which handle it was.
+        detail::logger().warn("pending {} dropped unfinished: {}", to_string(operation_), result.error().message());
+    }
+}
+
+WorkResult PendingWork::wait() { return wait(core_ != nullptr ? core_->settings().deadline : std::chrono::milliseconds(0)); }
+
+WorkResult PendingWork::wait(std::chrono::milliseconds deadline) {
+    if (core_ == nullptr) throw Error("PendingWork::wait: this handle holds no pending work (already waited for, or moved)");
+    std::shared_ptr<detail::ChannelCore> core = std::move(core_);
+    WorkResult result = core->wait(ticket_, deadline);
+    if (!result.ok() && result.error().deadline_expired) {
+        // The NIC may still use the buffers: take them back by failing the QP and flushing.
+        core->fail_and_flush("a completion did not arrive before the deadline");
+        if (std::optional<WorkResult> flushed = core->try_take(ticket_)) (void)flushed;
+    }
+    return result;
+}
+
+std::optional<WorkResult> PendingWork::poll() {
+    if (core_ == nullptr) return std::nullopt;
+    std::optional<WorkResult> result = core_->try_take(ticket_);
+    if (result.has_value()) core_.reset();
+    return result;
+}
+
+// ---- channel --------------------------------------------------------------------------------
+
+Channel::Channel(std::shared_ptr<detail::ChannelCore> core) : core_(std::move(core)) {}
+Channel::Channel(Channel&&) noexcept = default;
+Channel& Channel::operator=(Channel&&) noexcept = default;
+Channel::~Channel() = default;
+
+MemoryRegion Channel::register_memory(void* data, std::size_t length, Access access) {
+    return core_->register_memory(data, length, access);
+}
+
+const ChannelEndpoint& Channel::local_endpoint() const { return core_->local_endpoint(); }
+const ChannelEndpoint& Channel::remote_endpoint() const { return core_->remote_endpoint(); }
+std::string Channel::peer() const { return core_->peer(); }
+bool Channel::healthy() const { return core_->healthy(); }
+
+PendingWork Channel::post_send(const LocalSlice& local, std::optional<std::uint32_t> immediate) {
+    const mlx5::ScatterGatherElement element = element_of(local);
+    mlx5::SendWorkRequest request;
+    request.opcode = immediate.has_value() ? mlx5::SendOpcode::send_with_immediate : mlx5::SendOpcode::send;
+    request.immediate = immediate.value_or(0);
+    request.sg_list = &element;
+    request.num_sge = 1;
+    if (local.length() <= core_->settings().max_inline_data) request.flags |= mlx5::kSendInline;
+    const Operation operation = immediate.has_value() ? Operation::send_with_immediate : Operation::send;
+    return PendingWork(core_, core_->post_send_request(request, operation), operation);
+}
+
+PendingWork Channel::post_receive(const LocalSlice& local) {
+    return PendingWork(core_, core_->post_receive_request(local), Operation::receive);
+}
+
+PendingWork Channel::post_write(const LocalSlice& local, const RemoteMemoryRegion& remote, std::optional<std::uint32_t> immediate) {
+    if (local.length() > remote.length) {
+        throw Error("Channel::post_write: " + std::to_string(local.length()) + " bytes do not fit the remote region of " +
+                    std::to_string(remote.length) + " bytes");
+    }
+    const mlx5::ScatterGatherElement element = element_of(local);
+    mlx5::SendWorkRequest request;
+    request.opcode = immediate.has_value() ? mlx5::SendOpcode::rdma_write_with_immediate : mlx5::SendOpcode::rdma_write;
+    request.immediate = immediate.value_or(0);
+    request.sg_list = &element;
+    request.num_sge = 1;
+    request.remote_addr = remote.addr;
+    request.rkey = remote.rkey;
+    if (local.length() <= core_->settings().max_inline_data) request.flags |= mlx5::kSendInline;
+    const Operation operation = immediate.has_value() ? Operation::rdma_write_with_immediate : Operation::rdma_write;
+    return PendingWork(core_, core_->post_send_request(request, operation), operation);
+}
+
+PendingWork Channel::post_read(const LocalSlice& local, const RemoteMemoryRegion& remote) {
+    if (local.length() > remote.length) {
+        throw Error("Channel::post_read: " + std::to_string(local.length()) + " bytes are more than the remote region's " +
+                    std::to_string(remote.length));
+    }
+    const mlx5::ScatterGatherElement element = element_of(local);
+    mlx5::SendWorkRequest request;
+    request.opcode = mlx5::SendOpcode::rdma_read;
+    request.sg_list = &element;
+    request.num_sge = 1;
+    request.remote_addr = remote.addr;
+    request.rkey = remote.rkey;
+    return PendingWork(core_, core_->post_send_request(request, Operation::rdma_read), Operation::rdma_read);
+}
+
+namespace {
+void check_atomic(const char* call, const LocalSlice& result, const RemoteMemoryRegion& remote) {
+    if (result.length() != 8) throw Error(std::string(call) + ": the result slice is " + std::to_string(result.length()) + " bytes, not 8");
+    if (remote.length < 8) throw Error(std::string(call) + ": the remote region is shorter than 8 bytes");
+    if (remote.addr % 8 != 0) throw Error(std::string(call) + ": remote address " + std::to_string(remote.addr) + " is not 8-byte aligned");
+}
+}  // namespace
+
+PendingWork Channel::post_fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add) {
+    check_atomic("Channel::post_fetch_and_add", result, remote);
+    const mlx5::ScatterGatherElement element = element_of(result);
+    mlx5::SendWorkRequest request;
+    request.opcode = mlx5::SendOpcode::atomic_fetch_and_add;
+    request.sg_list = &element;
+    request.num_sge = 1;
+    request.remote_addr = remote.addr;
+    request.rkey = remote.rkey;
+    request.compare_add = add;
+    return PendingWork(core_, core_->post_send_request(request, Operation::atomic_fetch_and_add), Operation::atomic_fetch_and_add);
+}
+
+PendingWork Channel::post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
+                                           std::uint64_t swap) {
+    check_atomic("Channel::post_compare_and_swap", result, remote);
+    const mlx5::ScatterGatherElement element = element_of(result);
+    mlx5::SendWorkRequest request;
+    request.opcode = mlx5::SendOpcode::atomic_compare_and_swap;
+    request.sg_list = &element;
+    request.num_sge = 1;
+    request.remote_addr = remote.addr;
+    request.rkey = remote.rkey;
+    request.compare_add = compare;
+    request.swap = swap;
+    return PendingWork(core_, core_->post_send_request(request, Operation::atomic_compare_and_swap),
+                       Operation::atomic_compare_and_swap);
+}
+
+WorkResult Channel::send(const LocalSlice& local, std::optional<std::uint32_t> immediate) { return post_send(local, immediate).wait(); }
+WorkResult Channel::receive(const LocalSlice& local) { return post_receive(local).wait(); }
+WorkResult Channel::write(const LocalSlice& local, const RemoteMemoryRegion& remote, std::optional<std::uint32_t> immediate) {
+    return post_write(local, remote, immediate).wait();
+}
+WorkResult Channel::read(const LocalSlice& local, const RemoteMemoryRegion& remote) { return post_read(local, remote).wait(); }
+WorkResult Channel::fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add) {
+    return post_fetch_and_add(result, remote, add).wait();
+}
+WorkResult Channel::compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
+                                     std::uint64_t swap) {
+    return post_compare_and_swap(result, remote, compare, swap).wait();
+}
+
+// ---- scopes ---------------------------------------------------------------------------------
+
+std::uint64_t PendingWork::release_ticket() {
+    core_.reset();
+    return ticket_;
+}
+
+WorkResult ScopedWork::wait() {
+    if (core_ == nullptr) throw Error("ScopedWork::wait: this handle holds no work");
+    if (!core_->outstanding(ticket_)) throw Error("ScopedWork::wait: this operation's completion was already taken");
+    WorkResult result = core_->wait(ticket_, core_->settings().deadline);
+    if (!result.ok() && result.error().deadline_expired) {
+        core_->fail_and_flush("a completion did not arrive before the deadline");
+        (void)core_->try_take(ticket_);
+    }
+    return result;
+}
+
+std::optional<WorkResult> ScopedWork::poll() {
+    if (core_ == nullptr) return std::nullopt;
+    return core_->try_take(ticket_);
+}
+
+ScopedWork Scope::adopt(PendingWork work) {
+    std::shared_ptr<detail::ChannelCore> core = work.core_;
+    const std::uint64_t ticket = work.release_ticket();
+    core->adopt(ticket, id_);
+    return ScopedWork(std::move(core), ticket);
+}
+
+ScopedWork Scope::post_send(const LocalSlice& local, std::optional<std::uint32_t> immediate) { return adopt(channel_.post_send(local, immediate)); }
+ScopedWork Scope::post_receive(const LocalSlice& local) { return adopt(channel_.post_receive(local)); }
+ScopedWork Scope::post_write(const LocalSlice& local, const RemoteMemoryRegion& remote, std::optional<std::uint32_t> immediate) {
+    return adopt(channel_.post_write(local, remote, immediate));
+}
+ScopedWork Scope::post_read(const LocalSlice& local, const RemoteMemoryRegion& remote) { return adopt(channel_.post_read(local, remote)); }
+ScopedWork Scope::post_fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add) {
+    return adopt(channel_.post_fetch_and_add(result, remote, add));
+}
+ScopedWork Scope::post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
+                                        std::uint64_t swap) {
+    return adopt(channel_.post_compare_and_swap(result, remote, compare, swap));
+}
+
+void Channel::scope(const std::function<void(Scope&)>& body) { run_scope(body, false); }
+void Channel::manual_scope(const std::function<void(Scope&)>& body) { run_scope(body, true); }
+
+void Channel::run_scope(const std::function<void(Scope&)>& body, bool strict) {
+    Scope scope(*this, core_->open_scope());
+    std::exception_ptr thrown;
+    try {
+        body(scope);
+    } catch (...) {
+        thrown = std::current_exception();
+    }
+    // Drain everything the body left, whatever happened in it.
+    const detail::ChannelCore::DrainReport report = core_->close_scope(scope.id_);
+    if (thrown) std::rethrow_exception(thrown);
+    if (report.failure.has_value()) {
+        throw Error("scope drain: " + report.failure->message() + "; the QP was moved to ERR and flushed");
+    }
+    if (strict && report.unpolled != 0) {
+        throw Error("manual_scope: " + std::to_string(report.unpolled) + " operation(s) on the channel to " + peer() +
+                    " were left unpolled (drained at the end of the scope)");
+    }
+}
+
+}  // namespace rdmachan

@@ -1,0 +1,257 @@
+// Channel through its public API, on the software device: every operation at every level,
+// immediates, scopes that throw, manual scopes, deadlines, bounds and key errors.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <numeric>
+#include <stdexcept>
+
+#include "rdmachan/channel.hpp"
+
+using rdmachan::Access;
+using rdmachan::Channel;
+using rdmachan::ChannelBuilder;
+using rdmachan::MemoryRegion;
+using rdmachan::RemoteMemoryRegion;
+using rdmachan::WorkResult;
+
+namespace {
+
+struct ConnectedPair {
+    Channel a;
+    Channel b;
+};
+
+ConnectedPair connect_pair(ChannelBuilder builder = ChannelBuilder().deadline(std::chrono::seconds(5))) {
+    rdmachan::PreparedChannel first = builder.build();
+    rdmachan::PreparedChannel second = builder.build();
+    // Endpoints cross as JSON, as they would between processes.
+    const nlohmann::json first_endpoint = first.endpoint();
+    const nlohmann::json second_endpoint = second.endpoint();
+    Channel a = std::move(first).handshake(second_endpoint.get<rdmachan::ChannelEndpoint>());
+    Channel b = std::move(second).handshake(first_endpoint.get<rdmachan::ChannelEndpoint>());
+    return {std::move(a), std::move(b)};
+}
+
+void fill(std::vector<std::uint8_t>& bytes, std::uint8_t seed) {
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>(seed + i * 3);
+}
+
+}  // namespace
+
+TEST_CASE("blocking: send/receive with immediate, write, write with immediate, read, atomics") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> a_memory(1 << 16), b_memory(1 << 16);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    const RemoteMemoryRegion b_remote = b_region.remote();
+
+    // send + receive (the receive is posted unpolled first, then waited for)
+    fill(a_memory, 1);
+    rdmachan::PendingWork receive = pair.b.post_receive(b_region.slice(0, 4096));
+    WorkResult sent = pair.a.send(a_region.slice(0, 1000), 0x1234);
+    REQUIRE(sent.ok());
+    WorkResult received = receive.wait();
+    REQUIRE(received.ok());
+    CHECK(received.completion().bytes == 1000);
+    REQUIRE(received.completion().immediate.has_value());
+    CHECK(*received.completion().immediate == 0x1234);
+    CHECK(std::memcmp(b_memory.data(), a_memory.data(), 1000) == 0);
+
+    // write, then read it back into another place
+    fill(a_memory, 7);
+    REQUIRE(pair.a.write(a_region.slice(0, 8192), b_remote.slice(8192, 8192)).ok());
+    CHECK(std::memcmp(b_memory.data() + 8192, a_memory.data(), 8192) == 0);
+    WorkResult read = pair.a.read(a_region.slice(32768, 8192), b_remote.slice(8192, 8192));
+    REQUIRE(read.ok());
+    CHECK(read.completion().bytes == 8192);
+    CHECK(std::memcmp(a_memory.data() + 32768, a_memory.data(), 8192) == 0);
+
+    // write with immediate consumes a receive on the other side and carries the immediate
+    rdmachan::PendingWork notification = pair.b.post_receive(b_region.slice(0, 16));
+    REQUIRE(pair.a.write(a_region.slice(0, 64), b_remote.slice(100, 64), 99u).ok());
+    WorkResult noticed = notification.wait();
+    REQUIRE(noticed.ok());
+    CHECK(noticed.completion().immediate.value_or(0) == 99u);
+    CHECK(noticed.completion().bytes == 64);
+
+    // atomics on an 8-byte word of b
+    std::uint64_t start = 10;
+    std::memcpy(b_memory.data() + 40960, &start, 8);
+    REQUIRE(pair.a.fetch_and_add(a_region.slice(0, 8), b_remote.slice(40960, 8), 5).ok());
+    std::uint64_t value = 0;
+    std::memcpy(&value, a_memory.data(), 8);
+    CHECK(value == 10);
+    REQUIRE(pair.a.compare_and_swap(a_region.slice(0, 8), b_remote.slice(40960, 8), 15, 100).ok());
+    std::memcpy(&value, b_memory.data() + 40960, 8);
+    CHECK(value == 100);
+    CHECK(pair.a.healthy());
+    CHECK(pair.b.healthy());
+}
+
+TEST_CASE("unpolled handles complete in any order") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> a_memory(1 << 16), b_memory(1 << 16);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    fill(a_memory, 3);
+    std::vector<rdmachan::PendingWork> writes;
+    for (std::uint64_t i = 0; i < 16; ++i) writes.push_back(pair.a.post_write(a_region.slice(i * 1024, 1024), b_region.remote(i * 1024, 1024)));
+    for (std::size_t i = writes.size(); i-- > 0;) REQUIRE(writes[i].wait().ok());
+    CHECK(std::memcmp(a_memory.data(), b_memory.data(), 16 * 1024) == 0);
+    CHECK_THROWS_WITH_AS(writes[0].wait(), doctest::Contains("no pending work"), rdmachan::Error);
+}
+
+TEST_CASE("scoped polling: handles in any order, the rest drained at the end") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> a_memory(1 << 16), b_memory(1 << 16);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    fill(a_memory, 5);
+    pair.a.scope([&](rdmachan::Scope& scope) {
+        rdmachan::ScopedWork first = scope.post_write(a_region.slice(0, 100), b_region.remote(0, 100));
+        rdmachan::ScopedWork second = scope.post_write(a_region.slice(100, 100), b_region.remote(100, 100));
+        scope.post_write(a_region.slice(200, 100), b_region.remote(200, 100));  // never waited: drained
+        CHECK(second.wait().ok());
+        CHECK(first.wait().ok());
+        CHECK_THROWS_AS(first.wait(), rdmachan::Error);
+    });
+    CHECK(std::memcmp(a_memory.data(), b_memory.data(), 300) == 0);
+}
+
+TEST_CASE("a scope that throws still drains its work, and the exception comes through") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> a_memory(4096), b_memory(4096);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    fill(a_memory, 9);
+    CHECK_THROWS_WITH_AS(pair.a.scope([&](rdmachan::Scope& scope) {
+        scope.post_write(a_region.slice(0, 4096), b_region.remote());
+        throw std::runtime_error("user code failed");
+    }),
+                         "user code failed", std::runtime_error);
+    // The write was drained before the exception left the scope: the bytes are there and the
+    // channel is still usable.
+    CHECK(std::memcmp(a_memory.data(), b_memory.data(), 4096) == 0);
+    CHECK(pair.a.write(a_region.slice(0, 8), b_region.remote(0, 8)).ok());
+}
+
+TEST_CASE("manual_scope reports work left unpolled") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> a_memory(4096), b_memory(4096);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    CHECK_THROWS_WITH_AS(pair.a.manual_scope([&](rdmachan::Scope& scope) {
+        scope.post_write(a_region.slice(0, 8), b_region.remote(0, 8));
+        scope.post_write(a_region.slice(8, 8), b_region.remote(8, 8));
+    }),
+                         doctest::Contains("2 operation(s)"), rdmachan::Error);
+    // Polling everything is fine.
+    CHECK_NOTHROW(pair.a.manual_scope([&](rdmachan::Scope& scope) {
+        CHECK(scope.post_write(a_region.slice(0, 8), b_region.remote(0, 8)).wait().ok());
+    }));
+}
+
+TEST_CASE("a deadline that passes moves the QP to ERR and flushes, and the error says so") {
+    ConnectedPair pair = connect_pair(ChannelBuilder().deadline(std::chrono::milliseconds(200)));
+    std::vector<std::uint8_t> memory(4096);
+    MemoryRegion region = pair.a.register_memory(memory.data(), memory.size());
+    // Nobody sends: the receive can only complete by being flushed.
+    CHECK_THROWS_WITH_AS(pair.a.scope([&](rdmachan::Scope& scope) { scope.post_receive(region.slice(0, 64)); }),
+                         doctest::Contains("moved to ERR"), rdmachan::Error);
+    CHECK_FALSE(pair.a.healthy());
+    // Everything after that fails with a flush error naming the operation and the peer.
+    WorkResult after = pair.a.send(region.slice(0, 8));
+    REQUIRE_FALSE(after.ok());
+    CHECK(after.error().status == 5);
+    CHECK(after.error().message().find("send with") != std::string::npos);
+    CHECK(after.error().message().find("work request flushed") != std::string::npos);
+}
+
+TEST_CASE("a bad rkey: remote access error naming the operation and peer, target unchanged") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> a_memory(4096, 0x77), b_memory(4096, 0);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    RemoteMemoryRegion wrong = b_region.remote();
+    wrong.rkey ^= 0x5500;
+    WorkResult result = pair.a.write(a_region.slice(0, 4096), wrong);
+    REQUIRE_FALSE(result.ok());
+    CHECK(result.error().status == 10);
+    CHECK(result.error().message().find("RDMA write with") != std::string::npos);
+    CHECK(result.error().message().find("remote access error") != std::string::npos);
+    CHECK(result.error().message().find(pair.a.peer()) != std::string::npos);
+    CHECK(std::all_of(b_memory.begin(), b_memory.end(), [](std::uint8_t byte) { return byte == 0; }));
+}
+
+TEST_CASE("slices outside their region are rejected before anything is posted") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> memory(4096);
+    MemoryRegion region = pair.a.register_memory(memory.data(), memory.size());
+    CHECK_THROWS_WITH_AS(region.slice(4000, 100), doctest::Contains("outside the registered region"), rdmachan::Error);
+    CHECK_THROWS_WITH_AS(region.remote().slice(1, 4096), doctest::Contains("outside the region"), rdmachan::Error);
+    CHECK_THROWS_WITH_AS(pair.a.post_write(region.slice(0, 4096), region.remote(0, 16)), doctest::Contains("do not fit"),
+                         rdmachan::Error);
+    CHECK_THROWS_WITH_AS(pair.a.fetch_and_add(region.slice(0, 4), region.remote(0, 8), 1), doctest::Contains("not 8"),
+                         rdmachan::Error);
+}
+
+TEST_CASE("loopback: a channel connected to its own endpoint") {
+    rdmachan::PreparedChannel prepared = ChannelBuilder().build();
+    const rdmachan::ChannelEndpoint self = prepared.endpoint();
+    Channel channel = std::move(prepared).handshake(self);
+    std::vector<std::uint8_t> memory(8192);
+    fill(memory, 1);
+    MemoryRegion region = channel.register_memory(memory.data(), memory.size());
+    REQUIRE(channel.write(region.slice(0, 4096), region.remote(4096, 4096)).ok());
+    CHECK(std::memcmp(memory.data(), memory.data() + 4096, 4096) == 0);
+}
+
+TEST_CASE("builder settings are range-checked and endpoints are validated by field") {
+    CHECK_THROWS_WITH_AS(ChannelBuilder().mtu(1500), doctest::Contains("1500 bytes"), rdmachan::Error);
+    CHECK_THROWS_WITH_AS(ChannelBuilder().retry_count(8), doctest::Contains("retry_count: 8"), rdmachan::Error);
+    CHECK_THROWS_WITH_AS(ChannelBuilder().psn(1u << 24), doctest::Contains("psn"), rdmachan::Error);
+    CHECK_THROWS_WITH_AS(ChannelBuilder().max_send_sge(31), doctest::Contains("max_send_sge"), rdmachan::Error);
+    CHECK_THROWS_WITH_AS(ChannelBuilder().device("mlx5_0").build(), doctest::Contains("mlx5_0"), rdmachan::Error);
+    nlohmann::json endpoint = ChannelBuilder().psn(77).build().endpoint();
+    CHECK(endpoint.at("psn") == 77);
+    nlohmann::json bad = endpoint;
+    bad["qpn"] = 1u << 24;
+    CHECK_THROWS_WITH_AS(bad.get<rdmachan::ChannelEndpoint>(), doctest::Contains("'qpn'"), rdmachan::Error);
+    bad = endpoint;
+    bad["gid"] = "zz";
+    CHECK_THROWS_WITH_AS(bad.get<rdmachan::ChannelEndpoint>(), doctest::Contains("'gid'"), rdmachan::Error);
+    bad = endpoint;
+    bad["mtu"] = -1;
+    CHECK_THROWS_WITH_AS(bad.get<rdmachan::ChannelEndpoint>(), doctest::Contains("'mtu'"), rdmachan::Error);
+    bad = endpoint;
+    bad.erase("lid");
+    CHECK_THROWS_WITH_AS(bad.get<rdmachan::ChannelEndpoint>(), doctest::Contains("'lid' is missing"), rdmachan::Error);
+    // Two channels built without a PSN get different random ones (24 bits).
+    CHECK(ChannelBuilder().build().endpoint().psn <= 0xffffff);
+}
+
+TEST_CASE("1,000,000 small writes through scoped posting: no send-queue overflow") {
+    ConnectedPair pair = connect_pair(ChannelBuilder().max_send_wr(64).deadline(std::chrono::seconds(10)));
+    std::vector<std::uint8_t> a_memory(64 * 8), b_memory(64 * 8);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    constexpr int kWrites = 1000000;
+    constexpr int kBatch = 64;
+    int failures = 0;
+    pair.a.scope([&](rdmachan::Scope& scope) {
+        rdmachan::ScopedWork batch[kBatch];
+        for (int posted = 0; posted < kWrites; posted += kBatch) {
+            for (int i = 0; i < kBatch; ++i) {
+                std::uint64_t value = static_cast<std::uint64_t>(posted + i);
+                std::memcpy(a_memory.data() + i * 8, &value, 8);
+                batch[i] = scope.post_write(a_region.slice(i * 8, 8), b_region.remote(i * 8, 8));
+            }
+            for (int i = kBatch; i-- > 0;) failures += !batch[i].wait().ok();
+        }
+    });
+    CHECK(failures == 0);
+    std::uint64_t last = 0;
+    std::memcpy(&last, b_memory.data() + 63 * 8, 8);
+    CHECK(last == kWrites - 1);
+}
