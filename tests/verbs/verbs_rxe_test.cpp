@@ -215,7 +215,40 @@ TEST_CASE("every RC operation over the generic verbs data path") {
         CHECK(received.immediate == 0xc0ffee01);
         CHECK(std::memcmp(b.data() + 200, "hello from a", 13) == 0);
 
-        // write: b is not involved.
+        // inline send: the payload is copied at post time, so the source may change at once.
+        post_one_receive(b, 400, 64, 504);
+        char inline_payload[] = "inline bytes";
+        const mlx5::ScatterGatherElement inline_element{
+            reinterpret_cast<std::uintptr_t>(inline_payload), sizeof(inline_payload), 0};
+        mlx5::SendWorkRequest send_inline = send;
+        send_inline.wr_id = 20;
+        send_inline.flags = mlx5::kSendSignaled | mlx5::kSendInline;
+        send_inline.sg_list = &inline_element;
+        post_one_send(a, send_inline);
+        std::memset(inline_payload, 'x', sizeof(inline_payload) - 1);
+        CHECK(wait_for_completion(*a.completion_queue).status == mlx5::CompletionStatus::success);
+        received = wait_for_completion(*b.completion_queue);
+        CHECK(received.wr_id == 504);
+        CHECK(received.byte_len == sizeof(inline_payload));
+        CHECK(std::strcmp(reinterpret_cast<const char*>(b.data() + 400), "inline bytes") == 0);
+
+        // write: b is not involved. Two SGEs are gathered into one contiguous remote range.
+        std::memcpy(a.data() + 600, "-gathered", 10);
+        const mlx5::ScatterGatherElement gather[2] = {
+            {a.address(), 12, a.memory_region->lkey()},
+            {a.address(600), 10, a.memory_region->lkey()}};
+        mlx5::SendWorkRequest gathered_write = send;
+        gathered_write.wr_id = 21;
+        gathered_write.opcode = mlx5::SendOpcode::rdma_write;
+        gathered_write.sg_list = gather;
+        gathered_write.num_sge = 2;
+        gathered_write.remote_addr = b.address(1500);
+        gathered_write.rkey = b.memory_region->rkey();
+        post_one_send(a, gathered_write);
+        CHECK(wait_for_completion(*a.completion_queue).status == mlx5::CompletionStatus::success);
+        CHECK(std::strcmp(reinterpret_cast<const char*>(b.data() + 1500),
+                          "hello from a-gathered") == 0);
+
         mlx5::SendWorkRequest write = send;
         write.wr_id = 3;
         write.opcode = mlx5::SendOpcode::rdma_write;
@@ -396,6 +429,18 @@ TEST_CASE("post errors are values: too many SGEs, DC requests on RC, a full rece
     mlx5::SendWorkRequest dc;
     dc.dc_address_vector = address_vector;
     CHECK(side.queue_pair->post_send({&dc, 1}, &posted) == mlx5::PostResult::invalid_request);
+    const std::uint32_t max_inline = side.queue_pair->capabilities().max_inline_data;
+    std::vector<std::uint8_t> large(max_inline + 1);
+    const mlx5::ScatterGatherElement large_element{reinterpret_cast<std::uintptr_t>(large.data()),
+                                                   static_cast<std::uint32_t>(large.size()), 0};
+    mlx5::SendWorkRequest too_large;
+    too_large.opcode = mlx5::SendOpcode::send;
+    too_large.flags = mlx5::kSendInline;
+    too_large.sg_list = &large_element;
+    too_large.num_sge = 1;
+    CHECK(side.queue_pair->post_send({&too_large, 1}, &posted) ==
+          mlx5::PostResult::inline_too_large);
+    CHECK(posted == 0);
 
     // A QP in RESET refuses receives (the provider's EINVAL becomes invalid_request, nothing
     // posted); from INIT on they are accepted before the peer is known.
