@@ -284,7 +284,7 @@ TEST_CASE("two processes: a peer killed mid-transfer gives error completions wit
     Child child = start_child(1000000);
     auto device = soft::Device::open();
     rdmachan::test::EndpointOptions options;
-    options.timeout = 17;  // 0.54 s per try, 4 tries: the peer's death is noticed by its closed connection first
+    options.timeout = 18;  // 1.07 s per try, 4 tries: the peer's death is noticed by its closed connection first
     options.retry_cnt = 3;
     SoftEndpoint endpoint(device, options);
     const Address mine = endpoint.address();
@@ -301,11 +301,12 @@ TEST_CASE("two processes: a peer killed mid-transfer gives error completions wit
     std::uint32_t failed = 0;
     mlx5::Completion completions[16];
     bool killed = false;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::uint32_t failed_before_kill = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     std::chrono::steady_clock::time_point killed_at;
     while (std::chrono::steady_clock::now() < until) {
         // Kill it mid-stream: once some writes have completed and more are in flight.
-        if (!killed && completed >= 100) {
+        if (!killed && completed - failed >= 100) {
             ::kill(child.pid, SIGKILL);
             killed = true;
             killed_at = std::chrono::steady_clock::now();
@@ -316,6 +317,7 @@ TEST_CASE("two processes: a peer killed mid-transfer gives error completions wit
         const std::uint32_t got = endpoint.poll_send(completions, 16);
         for (std::uint32_t i = 0; i < got; ++i) {
             ++completed;
+            if (completions[i].status != mlx5::CompletionStatus::success && !killed) ++failed_before_kill;
             if (completions[i].status != mlx5::CompletionStatus::success && failed++ == 0) {
                 MESSAGE("first failure: " << std::string(mlx5::to_string(completions[i].status)) << " (wr_id "
                                           << completions[i].wr_id << ")");
@@ -327,6 +329,7 @@ TEST_CASE("two processes: a peer killed mid-transfer gives error completions wit
     CHECK(completed == posted);  // nothing is left hanging
     CHECK(failed > 0);
     CHECK(completed - failed >= 100);
+    CHECK(failed_before_kill == 0);
     CHECK(std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(5));
     CHECK(endpoint.queue_pair().state() == soft::QueuePairState::error);
     MESSAGE("posted " << posted << ", succeeded " << completed - failed << ", failed " << failed << " after the kill");
