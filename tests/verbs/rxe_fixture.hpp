@@ -130,6 +130,18 @@ inline void connect(Side& a, Side& b) {
     b.queue_pair->connect(parameters_for(b, a_endpoint), a_endpoint);
 }
 
+// a on the first device; b on the second (cross = true, over the veth pair) or also on the
+// first (rxe loopback). Connected with distinct PSNs so a PSN mix-up cannot go unnoticed.
+inline void make_pair(bool cross, Side& a, Side& b, const SideOptions& b_options = {}) {
+    SideOptions a_options;
+    a_options.psn = 0x1234;
+    a = make_side(first_device(), a_options);
+    SideOptions options_for_b = b_options;
+    options_for_b.psn = 0xabcde;
+    b = make_side(cross ? second_device() : first_device(), options_for_b);
+    connect(a, b);
+}
+
 // Polls until one completion arrives or the deadline passes (then the test fails).
 inline mlx5::Completion wait_for_completion(
     CompletionQueue& queue, std::chrono::steady_clock::duration deadline = kCompletionDeadline) {
