@@ -135,7 +135,9 @@ class SendQueue {
           blueflame_preferred_max_ds_(config.prefer_blueflame ? ring.blueflame_size / kSegmentUnit
                                                               : 0),
           pending_blueflame_max_ds_(blueflame_preferred_max_ds_),
-          pending_start_(tracking.producer_index) {}
+          pending_start_(tracking.producer_index) {
+        refresh_fast_room();
+    }
 
     // Writes up to `count` WQEs and rings one doorbell for all of them (and for any written
     // earlier with write()). Stops at the first request that is refused; *posted says how many
@@ -167,14 +169,11 @@ class SendQueue {
         const std::uint32_t ds_bound =
             header_units_ + (traits >> detail::kTraitSegmentsShift & 3) + num_sge;
         const std::uint32_t wqebbs_bound = (ds_bound + 3) / 4;
-        const std::uint32_t producer_index = tracking_.producer_index;
-        const std::uint32_t wqe_count = ring_.wqe_count;
         const bool fast = num_sge <= fast_path_max_sge_ && (request.flags & kSendInline) == 0 &&
-                          (producer_index & mask_) + wqebbs_bound <= wqe_count &&
-                          wqebbs_bound <= wqe_count - (producer_index - tracking_.consumer_index) &&
+                          wqebbs_bound <= fast_room_ &&
                           (header_units_ == 1 || request.dc_address_vector != nullptr);
         if (RDMACHAN_UNLIKELY(!fast)) return write_general(request, traits);
-        encode<false, false>(request, traits, producer_index, 0);
+        encode<false, false>(request, traits, tracking_.producer_index, 0);
         return PostResult::ok;
     }
 
@@ -234,6 +233,7 @@ class SendQueue {
         tracking_.consumer_index = 0;
         pending_start_ = 0;
         pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+        refresh_fast_room();
     }
 
   private:
@@ -275,7 +275,17 @@ class SendQueue {
             encode<true, false>(request, traits, tracking_.producer_index, 0);
             pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
         }
+        refresh_fast_room();
         return PostResult::ok;
+    }
+
+    // Completions only ever add free WQEBBs, so a room computed earlier is never too large: when
+    // it runs out, the general path takes the next WQE and computes it afresh.
+    RDMACHAN_HOST_DEVICE void refresh_fast_room() {
+        const std::uint32_t producer_index = tracking_.producer_index;
+        const std::uint32_t before_ring_end = ring_.wqe_count - (producer_index & mask_);
+        const std::uint32_t free = free_wqebbs();
+        fast_room_ = free < before_ring_end ? free : before_ring_end;
     }
 
     // Writes the WQE at producer_index and accounts for it. The caller has checked that it fits.
@@ -298,8 +308,10 @@ class SendQueue {
 
         std::uint8_t* segment = wqe + kControlSegmentSize;
         if (header_units_ != 1) {
-            // ctrl + address vector is exactly 64 bytes: it fills this WQEBB.
-            std::memcpy(segment, request.dc_address_vector, kAddressVectorSize);
+            // ctrl + address vector is exactly 64 bytes: it fills this WQEBB. Both paths have
+            // refused a DCI request without one; the test keeps the compiler sure of it.
+            const std::uint8_t* const address_vector = request.dc_address_vector;
+            if (address_vector != nullptr) std::memcpy(segment, address_vector, kAddressVectorSize);
             segment = next_segment<kMayWrap>(segment + kAddressVectorSize, buffer, ring_end);
             word_signature_stream_flags |=
                 static_cast<std::uint32_t>(byte_swap16(request.dci_stream_id)) << 8;
@@ -345,8 +357,10 @@ class SendQueue {
                 }
             }
         }
+        // The WQE index is the producer index's low 16 bits; opmod (byte 0) stays 0.
         const std::uint32_t opcode_word =
-            ((producer_index & 0xffff) << 8) | (traits & detail::kTraitOpcodeMask);
+            static_cast<std::uint32_t>(static_cast<std::uint16_t>(producer_index)) << 8 |
+            (traits & detail::kTraitOpcodeMask);
         store_big32(wqe + kCtrlOpmodIndexOpcode, opcode_word);
         const std::uint32_t qpn_ds =
             qpn_big_ | (ds << 24);  // ds is the last byte of a big-endian word
@@ -363,6 +377,7 @@ class SendQueue {
         tracking_.wr_id[slot] = request.wr_id;
         tracking_.wqe_end[slot] = producer_index + wqebbs;
         tracking_.producer_index = producer_index + wqebbs;
+        if constexpr (!kMayWrap) fast_room_ -= wqebbs;
         pending_last_wqe_ = wqe;
     }
 
@@ -448,6 +463,8 @@ class SendQueue {
     std::uint32_t header_units_ = 1;     // ctrl, plus the address vector on a DCI
     std::uint32_t signal_all_word_ = 0;  // CQ update bit in the ctrl bytes 8-11 word
     std::uint32_t fast_path_max_sge_ = 0;
+    // WQEBBs the fast path may still fill: free, and before the ring end (so nothing wraps).
+    std::uint32_t fast_room_ = 0;
     std::uint32_t blueflame_max_ds_ = 0;            // largest WQE (in ds) that BlueFlame can carry
     std::uint32_t blueflame_preferred_max_ds_ = 0;  // the same for WQEs without inline data
     std::uint32_t blueflame_offset_ = 0;
