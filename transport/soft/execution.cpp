@@ -253,6 +253,7 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
             return;
         }
         case wire::ResponseKind::receiver_not_ready: {
+            detail::logger().debug("QP {}: receiver not ready for psn {}", queue_pair.qpn, response.psn);
             const std::uint8_t retry = queue_pair.send_attributes.rnr_retry;
             if (retry != 7) {
                 if (!queue_pair.waiting_rnr && queue_pair.rnr_retries_left == 0) {
