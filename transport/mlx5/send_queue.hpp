@@ -51,15 +51,13 @@ RDMACHAN_HOST_DEVICE inline void make_dc_address_vector(
 
 namespace detail {
 
-// Per-opcode facts packed into one byte each, and the bytes into one 64-bit constant, so the
-// encoder needs one shift instead of a switch (and no table in memory, which CUDA device code
-// could not read): bits 4:0 the mlx5 opcode, bits 6:5 how many 16-byte header segments
-// follow ctrl (1 = remote address, 2 = remote address + atomic), bit 7 whether ctrl.imm
-// carries the request's immediate (or the rkey to invalidate).
+// Per-opcode facts in one byte, a compile-time constant in each case of SendQueue::write's
+// switch: bits 4:0 the mlx5 opcode, bits 6:5 how many 16-byte header segments follow ctrl
+// (1 = remote address, 2 = remote address + atomic), bit 7 whether ctrl.imm carries the
+// request's immediate (or the rkey to invalidate).
 inline constexpr std::uint32_t kTraitOpcodeMask = 0x1f;
 inline constexpr std::uint32_t kTraitSegmentsShift = 5;
 inline constexpr std::uint32_t kTraitImmediate = 1u << 7;
-inline constexpr std::uint32_t kSendOpcodeCount = 8;
 
 constexpr std::uint32_t opcode_traits(SendOpcode opcode) {
     switch (opcode) {
@@ -83,31 +81,11 @@ constexpr std::uint32_t opcode_traits(SendOpcode opcode) {
     return 0;
 }
 
-constexpr std::uint64_t pack_opcode_traits() {
-    std::uint64_t table = 0;
-    for (std::uint32_t index = 0; index < kSendOpcodeCount; ++index) {
-        table |= static_cast<std::uint64_t>(opcode_traits(static_cast<SendOpcode>(index)))
-                 << (8 * index);
-    }
-    return table;
-}
-inline constexpr std::uint64_t kOpcodeTraits = pack_opcode_traits();
-
-// ctrl.fm_ce_se for each combination of the three flag bits signaled, solicited, fence.
-static_assert(kSendSignaled == 1 && kSendSolicited == 2 && kSendFence == 4,
-              "the fm_ce_se table is indexed by these three flag bits");
-constexpr std::uint64_t pack_fm_ce_se() {
-    std::uint64_t table = 0;
-    for (std::uint32_t flags = 0; flags < 8; ++flags) {
-        std::uint32_t value = 0;
-        if ((flags & kSendSignaled) != 0) value |= kCtrlCqUpdate;
-        if ((flags & kSendSolicited) != 0) value |= kCtrlSolicited;
-        if ((flags & kSendFence) != 0) value |= kCtrlFence;
-        table |= static_cast<std::uint64_t>(value) << (8 * flags);
-    }
-    return table;
-}
-inline constexpr std::uint64_t kFmCeSe = pack_fm_ce_se();
+// The request flags that are ctrl.fm_ce_se bits as they stand.
+static_assert(kSendSignaled == kCtrlCqUpdate && kSendSolicited == kCtrlSolicited &&
+                  kSendFence == kCtrlFence && (kSendInline & 0xff) == 0,
+              "the encoder copies these request flags into fm_ce_se unchanged");
+inline constexpr std::uint32_t kFmCeSeFlags = kSendSignaled | kSendSolicited | kSendFence;
 
 }  // namespace detail
 
@@ -158,23 +136,27 @@ class SendQueue {
     // Writes one WQE without ringing the doorbell, so callers can batch across calls. A refused
     // request writes nothing into the ring.
     RDMACHAN_ALWAYS_INLINE PostResult write(const SendWorkRequest& request) {
-        const std::uint32_t opcode_index = static_cast<std::uint32_t>(request.opcode);
-        if (RDMACHAN_UNLIKELY(opcode_index >= detail::kSendOpcodeCount))
-            return PostResult::invalid_request;
-        const std::uint32_t traits =
-            static_cast<std::uint32_t>(detail::kOpcodeTraits >> (8 * opcode_index)) & 0xff;
-        const std::uint32_t num_sge = request.num_sge;
-        // Zero-length SGEs make the WQE smaller, never larger, so this bound is safe for the
-        // checks that decide the fast path; the exact size is counted while encoding.
-        const std::uint32_t ds_bound =
-            header_units_ + (traits >> detail::kTraitSegmentsShift & 3) + num_sge;
-        const std::uint32_t wqebbs_bound = (ds_bound + 3) / 4;
-        const bool fast = num_sge <= fast_path_max_sge_ && (request.flags & kSendInline) == 0 &&
-                          wqebbs_bound <= fast_room_ &&
-                          (header_units_ == 1 || request.dc_address_vector != nullptr);
-        if (RDMACHAN_UNLIKELY(!fast)) return write_general(request, traits);
-        encode<false, false>(request, traits, tracking_.producer_index, 0);
-        return PostResult::ok;
+        // One switch; each case gets an encoder with its segment layout known at compile time.
+        using detail::opcode_traits;
+        switch (request.opcode) {
+            case SendOpcode::rdma_write:
+                return write_fast<opcode_traits(SendOpcode::rdma_write)>(request);
+            case SendOpcode::rdma_write_with_immediate:
+                return write_fast<opcode_traits(SendOpcode::rdma_write_with_immediate)>(request);
+            case SendOpcode::send:
+                return write_fast<opcode_traits(SendOpcode::send)>(request);
+            case SendOpcode::send_with_immediate:
+                return write_fast<opcode_traits(SendOpcode::send_with_immediate)>(request);
+            case SendOpcode::send_with_invalidate:
+                return write_fast<opcode_traits(SendOpcode::send_with_invalidate)>(request);
+            case SendOpcode::rdma_read:
+                return write_fast<opcode_traits(SendOpcode::rdma_read)>(request);
+            case SendOpcode::atomic_compare_and_swap:
+                return write_fast<opcode_traits(SendOpcode::atomic_compare_and_swap)>(request);
+            case SendOpcode::atomic_fetch_and_add:
+                return write_fast<opcode_traits(SendOpcode::atomic_fetch_and_add)>(request);
+        }
+        return PostResult::invalid_request;
     }
 
     // Makes every WQE written since the last doorbell visible to the NIC (mlx5-facts.md §4).
@@ -237,6 +219,21 @@ class SendQueue {
     }
 
   private:
+    template <std::uint32_t kTraits>
+    RDMACHAN_ALWAYS_INLINE PostResult write_fast(const SendWorkRequest& request) {
+        const std::uint32_t num_sge = request.num_sge;
+        // Zero-length SGEs make the WQE smaller, never larger, so this bound is safe for the
+        // checks that decide the fast path; the exact size is counted while encoding.
+        const std::uint32_t wqebbs_bound =
+            (header_units_ + (kTraits >> detail::kTraitSegmentsShift & 3) + num_sge + 3) / 4;
+        const bool fast = num_sge <= fast_path_max_sge_ && (request.flags & kSendInline) == 0 &&
+                          wqebbs_bound <= fast_room_ &&
+                          (header_units_ == 1 || request.dc_address_vector != nullptr);
+        if (RDMACHAN_UNLIKELY(!fast)) return write_general(request, kTraits);
+        encode<false, false>(request, kTraits, tracking_.producer_index, 0);
+        return PostResult::ok;
+    }
+
     // Inline payloads, WQ signatures, WQEs that reach the ring end, and every refusal: sized
     // exactly before a byte is written, then encoded with wrap checks.
     RDMACHAN_SEND_COLD RDMACHAN_HOST_DEVICE PostResult write_general(const SendWorkRequest& request,
@@ -301,7 +298,7 @@ class SendQueue {
         const std::uint32_t slot = producer_index & mask_;
         std::uint8_t* const wqe = buffer + static_cast<std::size_t>(slot) * kSendWqeBasicBlockSize;
         std::uint32_t ds = header_units_;
-        const std::uint32_t fm_ce_se = (detail::kFmCeSe >> (8 * (request.flags & 7))) & 0xff;
+        const std::uint32_t fm_ce_se = request.flags & detail::kFmCeSeFlags;
         // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
         // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
         std::uint32_t word_signature_stream_flags = (fm_ce_se << 24) | signal_all_word_;

@@ -23,11 +23,13 @@ enum class SendOpcode : std::uint8_t {
     atomic_fetch_and_add,
 };
 
-// Bit flags for SendWorkRequest::flags; values are our own, not IBV_SEND_*.
-inline constexpr std::uint32_t kSendSignaled = 1u << 0;
-inline constexpr std::uint32_t kSendSolicited = 1u << 1;
-inline constexpr std::uint32_t kSendFence = 1u << 2;
-inline constexpr std::uint32_t kSendInline = 1u << 3;
+// Bit flags for SendWorkRequest::flags; values are our own, not IBV_SEND_*. The first three
+// equal their mlx5 ctrl fm_ce_se bits (CQ update 0x08, solicited 0x02, fence 0x80), so the
+// encoder copies them with one AND (send_queue.hpp asserts it).
+inline constexpr std::uint32_t kSendSignaled = 0x08;
+inline constexpr std::uint32_t kSendSolicited = 0x02;
+inline constexpr std::uint32_t kSendFence = 0x80;
+inline constexpr std::uint32_t kSendInline = 1u << 8;
 
 struct SendWorkRequest {
     std::uint64_t wr_id = 0;
