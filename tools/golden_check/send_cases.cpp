@@ -37,11 +37,16 @@ std::uint32_t flags_from_names(const json& names) {
     std::uint32_t flags = 0;
     for (const json& name : names) {
         const std::string flag = name.get<std::string>();
-        if (flag == "IBV_SEND_SIGNALED") flags |= mlx5::kSendSignaled;
-        else if (flag == "IBV_SEND_SOLICITED") flags |= mlx5::kSendSolicited;
-        else if (flag == "IBV_SEND_FENCE") flags |= mlx5::kSendFence;
-        else if (flag == "IBV_SEND_INLINE") flags |= mlx5::kSendInline;
-        else throw Unsupported{"send flag " + flag};
+        if (flag == "IBV_SEND_SIGNALED")
+            flags |= mlx5::kSendSignaled;
+        else if (flag == "IBV_SEND_SOLICITED")
+            flags |= mlx5::kSendSolicited;
+        else if (flag == "IBV_SEND_FENCE")
+            flags |= mlx5::kSendFence;
+        else if (flag == "IBV_SEND_INLINE")
+            flags |= mlx5::kSendInline;
+        else
+            throw Unsupported{"send flag " + flag};
     }
     return flags;
 }
@@ -60,7 +65,8 @@ mlx5::SendOpcode opcode_from_name(const std::string& name) {
 
 // The wire-order immediate bytes "12345678" are the big-endian number 0x12345678.
 std::uint32_t immediate_from(const json& object) {
-    return static_cast<std::uint32_t>(std::stoul(object.at("imm_data_be_bytes").get<std::string>(), nullptr, 16));
+    return static_cast<std::uint32_t>(
+        std::stoul(object.at("imm_data_be_bytes").get<std::string>(), nullptr, 16));
 }
 
 void add_element(RequestStorage& storage, const json& element) {
@@ -68,7 +74,8 @@ void add_element(RequestStorage& storage, const json& element) {
     sge.length = static_cast<std::uint32_t>(number(element.at("length")));
     sge.lkey = static_cast<std::uint32_t>(number_or(element, "lkey", 0));
     if (element.contains("data_hex")) {
-        storage.inline_payloads.push_back(bytes_from_hex(element.at("data_hex").get<std::string>()));
+        storage.inline_payloads.push_back(
+            bytes_from_hex(element.at("data_hex").get<std::string>()));
         sge.addr = reinterpret_cast<std::uint64_t>(storage.inline_payloads.back().data());
     } else {
         sge.addr = number(element.at("addr"));
@@ -79,7 +86,8 @@ void add_element(RequestStorage& storage, const json& element) {
 void finish(RequestStorage& storage) {
     storage.request.sg_list = storage.elements.data();
     storage.request.num_sge = static_cast<std::uint32_t>(storage.elements.size());
-    if (!storage.address_vector.empty()) storage.request.dc_address_vector = storage.address_vector.data();
+    if (!storage.address_vector.empty())
+        storage.request.dc_address_vector = storage.address_vector.data();
 }
 
 // ibv_post_send: one work request of its wr_list.
@@ -92,7 +100,8 @@ RequestStorage request_from_post_send(const json& wr) {
     request.remote_addr = number_or(wr, "remote_addr", 0);
     request.rkey = static_cast<std::uint32_t>(number_or(wr, "rkey", 0));
     if (wr.contains("imm_data_be_bytes")) request.immediate = immediate_from(wr);
-    if (wr.contains("invalidate_rkey")) request.immediate = static_cast<std::uint32_t>(number(wr.at("invalidate_rkey")));
+    if (wr.contains("invalidate_rkey"))
+        request.immediate = static_cast<std::uint32_t>(number(wr.at("invalidate_rkey")));
     request.compare_add = number_or(wr, "compare_add", 0);
     request.swap = number_or(wr, "swap", 0);
     storage.elements.reserve(wr.at("sg_list").size());
@@ -127,11 +136,16 @@ void append_wr_api_call(const json& step, Call& call, std::uint64_t& wr_id, std:
         call.requests.push_back(std::move(storage));
         return &call.requests.back().request;
     };
-    if (name == "ibv_wr_rdma_write") start(mlx5::SendOpcode::rdma_write);
-    else if (name == "ibv_wr_rdma_write_imm") start(mlx5::SendOpcode::rdma_write_with_immediate)->immediate = immediate_from(step);
-    else if (name == "ibv_wr_send") start(mlx5::SendOpcode::send);
-    else if (name == "ibv_wr_send_imm") start(mlx5::SendOpcode::send_with_immediate)->immediate = immediate_from(step);
-    else if (name == "ibv_wr_rdma_read") start(mlx5::SendOpcode::rdma_read);
+    if (name == "ibv_wr_rdma_write")
+        start(mlx5::SendOpcode::rdma_write);
+    else if (name == "ibv_wr_rdma_write_imm")
+        start(mlx5::SendOpcode::rdma_write_with_immediate)->immediate = immediate_from(step);
+    else if (name == "ibv_wr_send")
+        start(mlx5::SendOpcode::send);
+    else if (name == "ibv_wr_send_imm")
+        start(mlx5::SendOpcode::send_with_immediate)->immediate = immediate_from(step);
+    else if (name == "ibv_wr_rdma_read")
+        start(mlx5::SendOpcode::rdma_read);
     else if (name == "ibv_wr_atomic_cmp_swp") {
         mlx5::SendWorkRequest* request = start(mlx5::SendOpcode::atomic_compare_and_swap);
         request->compare_add = number(step.at("compare"));
@@ -159,11 +173,16 @@ void append_wr_api_call(const json& step, Call& call, std::uint64_t& wr_id, std:
 
 int errno_of(mlx5::PostResult result) {
     switch (result) {
-        case mlx5::PostResult::ok: return 0;
-        case mlx5::PostResult::queue_full: return ENOMEM;
-        case mlx5::PostResult::inline_too_large: return ENOMEM;
-        case mlx5::PostResult::too_many_sge: return EINVAL;
-        case mlx5::PostResult::invalid_request: return EINVAL;
+        case mlx5::PostResult::ok:
+            return 0;
+        case mlx5::PostResult::queue_full:
+            return ENOMEM;
+        case mlx5::PostResult::inline_too_large:
+            return ENOMEM;
+        case mlx5::PostResult::too_many_sge:
+            return EINVAL;
+        case mlx5::PostResult::invalid_request:
+            return EINVAL;
     }
     return EINVAL;
 }
@@ -174,8 +193,10 @@ std::string hex_byte(std::uint8_t value) {
 }
 
 // Compares `actual` with `expected` where mask is ff and the byte is outside every stale range.
-std::string compare_masked(const std::vector<std::uint8_t>& actual, const std::vector<std::uint8_t>& expected,
-                           const std::vector<std::uint8_t>* mask, const json* stale_ranges, const std::string& what) {
+std::string compare_masked(const std::vector<std::uint8_t>& actual,
+                           const std::vector<std::uint8_t>& expected,
+                           const std::vector<std::uint8_t>* mask, const json* stale_ranges,
+                           const std::string& what) {
     for (std::size_t i = 0; i < expected.size(); ++i) {
         if (mask != nullptr && (*mask)[i] != 0xff) continue;
         bool stale = false;
@@ -186,8 +207,9 @@ std::string compare_masked(const std::vector<std::uint8_t>& actual, const std::v
         }
         if (stale) continue;
         if (i >= actual.size() || actual[i] != expected[i]) {
-            return "at byte " + std::to_string(i) + " of " + what + ": expected " + hex_byte(expected[i]) +
-                   ", wrote " + (i < actual.size() ? hex_byte(actual[i]) : std::string("nothing"));
+            return "at byte " + std::to_string(i) + " (" + what + ": expected " +
+                   hex_byte(expected[i]) + ", wrote " +
+                   (i < actual.size() ? hex_byte(actual[i]) : std::string("nothing")) + ")";
         }
     }
     return {};
@@ -195,18 +217,22 @@ std::string compare_masked(const std::vector<std::uint8_t>& actual, const std::v
 
 CaseResult replay(const json& one_case) {
     const json& state = one_case.at("inputs").at("qp_state_before");
-    if (number_or(state, "fm_cache", 0) != 0) return CaseResult::unsupported("pending fence from LOCAL_INV/UMR");
+    if (number_or(state, "fm_cache", 0) != 0)
+        return CaseResult::unsupported("pending fence from LOCAL_INV/UMR");
 
     const std::uint32_t wqe_count = static_cast<std::uint32_t>(number(state.at("wqe_cnt")));
     const std::uint32_t producer_index = static_cast<std::uint32_t>(number(state.at("cur_post")));
     const json& blueflame = state.at("bf");
     const json& context = state.at("ctx");
-    const std::uint32_t blueflame_buffer_size = static_cast<std::uint32_t>(number(blueflame.at("buf_size")));
+    const std::uint32_t blueflame_buffer_size =
+        static_cast<std::uint32_t>(number(blueflame.at("buf_size")));
     // uuarn 0 has no BlueFlame register (mlx5dv_qp.bf.size is 0) and shut_up_bf forbids its use:
     // both leave 8-byte doorbells only.
-    const bool blueflame_usable = number(blueflame.at("uuarn")) != 0 && number(context.at("shut_up_bf")) == 0;
+    const bool blueflame_usable =
+        number(blueflame.at("uuarn")) != 0 && number(context.at("shut_up_bf")) == 0;
 
-    std::vector<std::uint8_t> ring(static_cast<std::size_t>(wqe_count) * mlx5::kSendWqeBasicBlockSize, kRingPoison);
+    std::vector<std::uint8_t> ring(
+        static_cast<std::size_t>(wqe_count) * mlx5::kSendWqeBasicBlockSize, kRingPoison);
     std::vector<std::uint8_t> registers(2 * 4096, kRegisterPoison);
     std::uint32_t doorbell_record[2] = {kDoorbellRecordPoison, kDoorbellRecordPoison};
     std::vector<std::uint64_t> wr_ids(wqe_count);
@@ -237,7 +263,8 @@ CaseResult replay(const json& one_case) {
 
     std::vector<std::uint8_t> base_address_vector;
     if (config.dc_initiator) {
-        base_address_vector = bytes_from_hex(state.at("address_handle").at("mlx5_wqe_av_bytes_hex").get<std::string>());
+        base_address_vector = bytes_from_hex(
+            state.at("address_handle").at("mlx5_wqe_av_bytes_hex").get<std::string>());
     }
 
     // Inside the captured span, bytes libmlx5 did not write keep the contents its ring had there.
@@ -252,7 +279,8 @@ CaseResult replay(const json& one_case) {
         wqe_mask = bytes_from_hex(one_case.at("wqe_written_mask_hex").get<std::string>());
         for (std::size_t i = 0; i < expected_wqe_bytes.size(); ++i) {
             if (wqe_mask[i] == 0xff) continue;
-            ring[(static_cast<std::size_t>(first) * mlx5::kSendWqeBasicBlockSize + i) % ring.size()] = expected_wqe_bytes[i];
+            ring[(static_cast<std::size_t>(first) * mlx5::kSendWqeBasicBlockSize + i) %
+                 ring.size()] = expected_wqe_bytes[i];
         }
     }
 
@@ -268,7 +296,8 @@ CaseResult replay(const json& one_case) {
         if (name == "ibv_post_send") {
             Call call;
             call.requests.reserve(step.at("wr_list").size());
-            for (const json& wr : step.at("wr_list")) call.requests.push_back(request_from_post_send(wr));
+            for (const json& wr : step.at("wr_list"))
+                call.requests.push_back(request_from_post_send(wr));
             calls.push_back(std::move(call));
         } else if (name == "ibv_wr_start") {
             calls.emplace_back();
@@ -282,12 +311,14 @@ CaseResult replay(const json& one_case) {
     }
 
     const json& doorbells = one_case.at("doorbells");
-    if (doorbells.size() != calls.size()) return CaseResult::unsupported("calls and doorbell records do not pair up");
+    if (doorbells.size() != calls.size())
+        return CaseResult::unsupported("calls and doorbell records do not pair up");
     bool differs_on_purpose = false;
     std::uint32_t last_posted = 0;
     for (std::size_t index = 0; index < calls.size(); ++index) {
         std::vector<mlx5::SendWorkRequest> requests;
-        for (const RequestStorage& storage : calls[index].requests) requests.push_back(storage.request);
+        for (const RequestStorage& storage : calls[index].requests)
+            requests.push_back(storage.request);
         std::fill(registers.begin(), registers.end(), kRegisterPoison);
         std::uint32_t posted = 0;
         const mlx5::PostResult result =
@@ -295,35 +326,47 @@ CaseResult replay(const json& one_case) {
         last_posted = posted;
         const json& doorbell = doorbells[index];
         if (static_cast<std::uint64_t>(errno_of(result)) != number(doorbell.at("return_code"))) {
-            return CaseResult::mismatch("in the return code of call " + std::to_string(index) + ": expected " +
-                                        doorbell.at("return_code").dump() + ", got " +
-                                        std::to_string(errno_of(result)));
+            return CaseResult::mismatch("in the return code (call " + std::to_string(index) +
+                                        ": expected " + doorbell.at("return_code").dump() +
+                                        ", got " + std::to_string(errno_of(result)) + ")");
         }
         if (doorbell.at("bf_write_kind").is_null()) {
-            for (std::uint8_t byte : registers) {
-                if (byte != kRegisterPoison) return CaseResult::mismatch("a register write where libmlx5 made none");
+            for (std::size_t i = 0; i < registers.size(); ++i) {
+                if (registers[i] != kRegisterPoison) {
+                    return CaseResult::mismatch(
+                        "at byte " + std::to_string(i) + " (of the BlueFlame page, call " +
+                        std::to_string(index) + ": written where libmlx5 made no register write)");
+                }
             }
             continue;
         }
-        if (doorbell.contains("bf_from_last_posted_wqe") && !doorbell.at("bf_from_last_posted_wqe").get<bool>()) {
+        if (doorbell.contains("bf_from_last_posted_wqe") &&
+            !doorbell.at("bf_from_last_posted_wqe").get<bool>()) {
             // libmlx5 v44 hands the failed WR's ctrl to post_send_db (a provider bug): we ring the
             // doorbell with the last WQE really posted, so this register write differs on purpose.
             differs_on_purpose = true;
             continue;
         }
-        const std::uint32_t offset = static_cast<std::uint32_t>(number(doorbell.at("bf_write_offset_from_bf_reg")));
-        const std::vector<std::uint8_t> expected = bytes_from_hex(doorbell.at("bf_written_hex").get<std::string>());
-        const std::vector<std::uint8_t> written(registers.begin() + offset, registers.begin() + offset + expected.size());
-        const json* stale = doorbell.contains("bf_stale_ranges") ? &doorbell.at("bf_stale_ranges") : nullptr;
-        std::string difference = compare_masked(written, expected, nullptr, stale,
-                                                "the register write of call " + std::to_string(index));
+        const std::uint32_t offset =
+            static_cast<std::uint32_t>(number(doorbell.at("bf_write_offset_from_bf_reg")));
+        const std::vector<std::uint8_t> expected =
+            bytes_from_hex(doorbell.at("bf_written_hex").get<std::string>());
+        const std::vector<std::uint8_t> written(registers.begin() + offset,
+                                                registers.begin() + offset + expected.size());
+        const json* stale =
+            doorbell.contains("bf_stale_ranges") ? &doorbell.at("bf_stale_ranges") : nullptr;
+        std::string difference =
+            compare_masked(written, expected, nullptr, stale,
+                           "of the register write of call " + std::to_string(index));
         if (!difference.empty()) return CaseResult::mismatch(difference);
         // Nothing beyond what libmlx5 wrote: an 8-byte doorbell must not become a BlueFlame copy.
         for (std::size_t i = 0; i < registers.size(); ++i) {
             if ((i < offset || i >= offset + expected.size()) && registers[i] != kRegisterPoison) {
-                return CaseResult::mismatch("at register byte " + std::to_string(i) +
-                                            ": written, but libmlx5 wrote only " + std::to_string(expected.size()) +
-                                            " bytes at offset " + std::to_string(offset));
+                return CaseResult::mismatch(
+                    "at byte " + std::to_string(i) +
+                    " (of the BlueFlame page: written, but libmlx5 wrote only " +
+                    std::to_string(expected.size()) + " bytes at offset " + std::to_string(offset) +
+                    ")");
             }
         }
     }
@@ -340,38 +383,47 @@ CaseResult replay(const json& one_case) {
             actual[i] = ring[ring_offset];
             in_span[ring_offset] = true;
         }
-        std::string difference = compare_masked(actual, expected, &mask, nullptr, "the WQE bytes");
+        std::string difference =
+            compare_masked(actual, expected, &mask, nullptr, "of the WQE bytes");
         if (!difference.empty()) return CaseResult::mismatch(difference);
     }
     // We never write outside the WQEs we post (libmlx5 leaves partial bytes of refused WRs).
     for (std::size_t i = 0; i < ring.size(); ++i) {
         if (!in_span[i] && ring[i] != kRingPoison) {
-            return CaseResult::mismatch("at ring byte " + std::to_string(i) + ": written outside the posted WQEs");
+            return CaseResult::mismatch("at byte " + std::to_string(i) +
+                                        " (of the send ring: written outside the posted WQEs)");
         }
     }
 
     const json& expected_doorbell_record = one_case.at("dbrec_send_value");
     const std::uint32_t written_doorbell_record = doorbell_record[mlx5::kSendDoorbell];
     if (expected_doorbell_record.is_null()) {
-        if (written_doorbell_record != kDoorbellRecordPoison) return CaseResult::mismatch("doorbell record written, libmlx5 wrote none");
+        if (written_doorbell_record != kDoorbellRecordPoison) {
+            return CaseResult::mismatch(
+                "at byte 0 (of the send doorbell record: written, libmlx5 wrote none)");
+        }
     } else if (mlx5::big_to_host32(written_doorbell_record) != number(expected_doorbell_record)) {
-        return CaseResult::mismatch("in the doorbell record: expected " + expected_doorbell_record.dump() + ", wrote " +
-                                    std::to_string(mlx5::big_to_host32(written_doorbell_record)));
+        return CaseResult::mismatch(
+            "in the send doorbell record (expected " + expected_doorbell_record.dump() +
+            ", wrote " + std::to_string(mlx5::big_to_host32(written_doorbell_record)) + ")");
     }
     if (doorbell_record[mlx5::kReceiveDoorbell] != kDoorbellRecordPoison) {
-        return CaseResult::mismatch("the receive doorbell record was written by a send");
+        return CaseResult::mismatch(
+            "at byte 0 (of the receive doorbell record: written by a send)");
     }
     // bad_wr_index is the refused request's index within its ibv_post_send call (-1 for the
     // wr API, which has none).
     if (one_case.contains("bad_wr_index") && !one_case.at("bad_wr_index").is_null() &&
         one_case.at("bad_wr_index").get<long long>() >= 0 &&
         number(one_case.at("bad_wr_index")) != last_posted) {
-        return CaseResult::mismatch("in bad_wr_index: expected " + one_case.at("bad_wr_index").dump() + ", refused request " +
-                                    std::to_string(last_posted));
+        return CaseResult::mismatch("in bad_wr_index (expected " +
+                                    one_case.at("bad_wr_index").dump() + ", refused request " +
+                                    std::to_string(last_posted) + ")");
     }
     if (differs_on_purpose) {
         return CaseResult::unsupported(
-            "differs on purpose — WQEs and doorbell record match; libmlx5 v44 rings the doorbell with the failed "
+            "differs on purpose — WQEs and doorbell record match; libmlx5 v44 rings the doorbell "
+            "with the failed "
             "WR's control segment, we ring it with the last WQE posted");
     }
     return CaseResult::matched();
