@@ -59,7 +59,7 @@ inline constexpr std::uint32_t kTraitOpcodeMask = 0x1f;
 inline constexpr std::uint32_t kTraitSegmentsShift = 5;
 inline constexpr std::uint32_t kTraitImmediate = 1u << 7;
 
-constexpr std::uint32_t opcode_traits(SendOpcode opcode) {
+RDMACHAN_HOST_DEVICE constexpr std::uint32_t opcode_traits(SendOpcode opcode) {
     switch (opcode) {
         case SendOpcode::rdma_write:
             return kOpcodeRdmaWrite | 1u << kTraitSegmentsShift;
