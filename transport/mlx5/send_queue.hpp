@@ -169,11 +169,9 @@ class SendQueue {
         flush_writes();
         std::uint8_t* destination = ring_.blueflame_register + blueflame_offset_;
         const std::uint8_t* source = pending_last_wqe_;
-        // One WQE since the last doorbell exactly when the last one starts where they began.
-        const bool single =
-            source == ring_.buffer +
-                          static_cast<std::size_t>(pending_start_ & mask_) * kSendWqeBasicBlockSize;
-        const std::uint32_t ds = source[kCtrlQpnDs + 3] & kMaxDs;
+        const std::uint32_t ds = source[kCtrlQpnDs + 3] & kMaxDs;  // ctrl byte 7
+        // One WQE since the last doorbell exactly when the last one covers all the new WQEBBs.
+        const bool single = pending_start_ + (ds + 3) / 4 == producer_index;
         if (single && ds > 1 && ds <= pending_blueflame_max_ds_) {
             // The whole WQE in 64-byte blocks; the source wraps at the ring end like the WQE.
             for (std::uint32_t blocks = (ds + 3) / 4; blocks != 0; --blocks) {
