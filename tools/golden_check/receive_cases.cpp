@@ -10,6 +10,7 @@
 
 #include "tools/golden_check/completion_check.hpp"
 #include "tools/golden_check/hex.hpp"
+#include "tools/golden_check/verbs_names.hpp"
 #include "transport/mlx5/send_queue.hpp"
 
 namespace rdmachan::golden {
@@ -237,15 +238,9 @@ CaseResult check_shared_receive_wqe(const json& one_case) {
 }
 
 mlx5::SendOpcode send_opcode(const std::string& name) {
-    if (name == "IBV_WR_RDMA_WRITE") return mlx5::SendOpcode::rdma_write;
-    if (name == "IBV_WR_RDMA_WRITE_WITH_IMM") return mlx5::SendOpcode::rdma_write_with_immediate;
-    if (name == "IBV_WR_SEND") return mlx5::SendOpcode::send;
-    if (name == "IBV_WR_SEND_WITH_IMM") return mlx5::SendOpcode::send_with_immediate;
-    if (name == "IBV_WR_SEND_WITH_INV") return mlx5::SendOpcode::send_with_invalidate;
-    if (name == "IBV_WR_RDMA_READ") return mlx5::SendOpcode::rdma_read;
-    if (name == "IBV_WR_ATOMIC_CMP_AND_SWP") return mlx5::SendOpcode::atomic_compare_and_swap;
-    if (name == "IBV_WR_ATOMIC_FETCH_AND_ADD") return mlx5::SendOpcode::atomic_fetch_and_add;
-    throw std::runtime_error("unsupported send opcode " + name);
+    const std::optional<mlx5::SendOpcode> opcode = send_opcode_from_name(name);
+    if (!opcode.has_value()) throw std::runtime_error("unsupported send opcode " + name);
+    return *opcode;
 }
 
 CaseResult check_completion_case(const json& one_case) {

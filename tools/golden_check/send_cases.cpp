@@ -9,6 +9,7 @@
 
 #include "tools/golden_check/case_result.hpp"
 #include "tools/golden_check/hex.hpp"
+#include "tools/golden_check/verbs_names.hpp"
 #include "transport/mlx5/send_queue.hpp"
 
 namespace rdmachan::golden {
@@ -52,15 +53,9 @@ std::uint32_t flags_from_names(const json& names) {
 }
 
 mlx5::SendOpcode opcode_from_name(const std::string& name) {
-    if (name == "IBV_WR_RDMA_WRITE") return mlx5::SendOpcode::rdma_write;
-    if (name == "IBV_WR_RDMA_WRITE_WITH_IMM") return mlx5::SendOpcode::rdma_write_with_immediate;
-    if (name == "IBV_WR_SEND") return mlx5::SendOpcode::send;
-    if (name == "IBV_WR_SEND_WITH_IMM") return mlx5::SendOpcode::send_with_immediate;
-    if (name == "IBV_WR_SEND_WITH_INV") return mlx5::SendOpcode::send_with_invalidate;
-    if (name == "IBV_WR_RDMA_READ") return mlx5::SendOpcode::rdma_read;
-    if (name == "IBV_WR_ATOMIC_CMP_AND_SWP") return mlx5::SendOpcode::atomic_compare_and_swap;
-    if (name == "IBV_WR_ATOMIC_FETCH_AND_ADD") return mlx5::SendOpcode::atomic_fetch_and_add;
-    throw Unsupported{"opcode " + name + " (LOCAL_INV/UMR and memory windows are not encoded)"};
+    const std::optional<mlx5::SendOpcode> opcode = send_opcode_from_name(name);
+    if (!opcode.has_value()) throw Unsupported{"opcode " + name + " (LOCAL_INV/UMR and memory windows are not encoded)"};
+    return *opcode;
 }
 
 // The wire-order immediate bytes "12345678" are the big-endian number 0x12345678.
