@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
+#include <thread>
 
 #include "rdmachan/channel.hpp"
 
@@ -254,4 +255,26 @@ TEST_CASE("1,000,000 small writes through scoped posting: no send-queue overflow
     std::uint64_t last = 0;
     std::memcpy(&last, b_memory.data() + 63 * 8, 8);
     CHECK(last == kWrites - 1);
+}
+
+TEST_CASE("threading contract: channels on different threads share the process's device without locks") {
+    // Each thread owns its own pair of channels; all four share one software device.
+    auto worker = [](int seed, int* failures) {
+        ConnectedPair pair = connect_pair();
+        std::vector<std::uint8_t> a_memory(4096), b_memory(4096);
+        MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+        MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+        for (int i = 0; i < 2000; ++i) {
+            a_memory[i % 4096] = static_cast<std::uint8_t>(seed + i);
+            if (!pair.a.write(a_region.slice(0, 4096), b_region.remote()).ok()) ++*failures;
+            if (b_memory[i % 4096] != static_cast<std::uint8_t>(seed + i)) ++*failures;
+        }
+    };
+    int failures[2] = {0, 0};
+    std::thread first(worker, 1, &failures[0]);
+    std::thread second(worker, 100, &failures[1]);
+    first.join();
+    second.join();
+    CHECK(failures[0] == 0);
+    CHECK(failures[1] == 0);
 }
