@@ -121,10 +121,12 @@ struct Child {
                 if (i == 2) bad += completion->immediate != 0xabcd0003u || (completion->flags & mlx5::kCompletionWithImmediate) == 0;
             }
         }
-        std::uint64_t swapped = 0;
         char done = 0;
         read_all(from_parent, &done, 1, 60);
-        std::memcpy(&swapped, endpoint.buffer() + 8192, 8);
+        // The parent's "done" (through the pipe) says the atomics completed; that ordering crosses
+        // processes, so read the word atomically, as the device wrote it.
+        const std::uint64_t swapped =
+            __atomic_load_n(reinterpret_cast<const std::uint64_t*>(endpoint.buffer() + 8192), __ATOMIC_ACQUIRE);
         bad += swapped != 1234;  // fetch-and-add 40 + 2, then compare 42 → swap 1234
     }
     ::_exit(bad > 99 ? 99 : bad);
