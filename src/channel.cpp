@@ -1,10 +1,10 @@
 // Channel, its builder and prepared form, scopes and pending work: the public face of
-// ChannelCore.
+// the engine (src/engine.hpp) with one peer.
 #include "rdmachan/channel.hpp"
 
 #include <exception>
 
-#include "src/channel_core.hpp"
+#include "src/engine.hpp"
 #include "src/logger.hpp"
 #include "transport/mlx5/completion.hpp"
 
@@ -36,6 +36,7 @@ const char* to_string(Operation operation) {
         case Operation::rdma_read: return "RDMA read";
         case Operation::atomic_fetch_and_add: return "atomic fetch-and-add";
         case Operation::atomic_compare_and_swap: return "atomic compare-and-swap";
+        case Operation::batch: return "batch";
     }
     return "operation";
 }
@@ -143,20 +144,20 @@ ChannelBuilder& ChannelBuilder::deadline(std::chrono::milliseconds value) {
 
 PreparedChannel ChannelBuilder::build() const {
     try {
-        return PreparedChannel(std::make_shared<detail::ChannelCore>(settings_));
-    } catch (const soft::SoftDeviceError& error) {
+        return PreparedChannel(std::make_shared<detail::Engine>(settings_, 1));
+    } catch (const Error& error) {
         throw Error(std::string("ChannelBuilder::build: ") + error.what());
     }
 }
 
 // ---- prepared channel -----------------------------------------------------------------------
 
-PreparedChannel::PreparedChannel(std::shared_ptr<detail::ChannelCore> core) : core_(std::move(core)) {}
+PreparedChannel::PreparedChannel(std::shared_ptr<detail::Engine> core) : core_(std::move(core)) {}
 PreparedChannel::PreparedChannel(PreparedChannel&&) noexcept = default;
 PreparedChannel& PreparedChannel::operator=(PreparedChannel&&) noexcept = default;
 PreparedChannel::~PreparedChannel() = default;
 
-const ChannelEndpoint& PreparedChannel::endpoint() const { return core_->local_endpoint(); }
+const ChannelEndpoint& PreparedChannel::endpoint() const { return core_->local_endpoint(0); }
 
 MemoryRegion PreparedChannel::register_memory(void* data, std::size_t length, Access access) {
     return core_->register_memory(data, length, access);
@@ -164,7 +165,7 @@ MemoryRegion PreparedChannel::register_memory(void* data, std::size_t length, Ac
 
 Channel PreparedChannel::handshake(const ChannelEndpoint& remote) && {
     if (core_ == nullptr) throw Error("PreparedChannel::handshake: this prepared channel was already used");
-    core_->connect(remote);
+    core_->connect(0, remote);
     return Channel(std::move(core_));
 }
 
@@ -196,11 +197,13 @@ WorkResult PendingWork::wait() { return wait(core_ != nullptr ? core_->settings(
 
 WorkResult PendingWork::wait(std::chrono::milliseconds deadline) {
     if (core_ == nullptr) throw Error("PendingWork::wait: this handle holds no pending work (already waited for, or moved)");
-    std::shared_ptr<detail::ChannelCore> core = std::move(core_);
+    std::shared_ptr<detail::Engine> core = std::move(core_);
     WorkResult result = core->wait(ticket_, deadline);
     if (!result.ok() && result.error().deadline_expired) {
         // The NIC may still use the buffers: take them back by failing the QP and flushing.
-        core->fail_and_flush("a completion did not arrive before the deadline");
+        if (std::optional<std::uint32_t> peer = core->peer_of(ticket_)) {
+            core->fail_and_flush(*peer, "a completion did not arrive before the deadline");
+        }
         if (std::optional<WorkResult> flushed = core->try_take(ticket_)) (void)flushed;
     }
     return result;
@@ -215,7 +218,7 @@ std::optional<WorkResult> PendingWork::poll() {
 
 // ---- channel --------------------------------------------------------------------------------
 
-Channel::Channel(std::shared_ptr<detail::ChannelCore> core) : core_(std::move(core)) {}
+Channel::Channel(std::shared_ptr<detail::Engine> core) : core_(std::move(core)) {}
 Channel::Channel(Channel&&) noexcept = default;
 Channel& Channel::operator=(Channel&&) noexcept = default;
 Channel::~Channel() = default;
@@ -224,10 +227,10 @@ MemoryRegion Channel::register_memory(void* data, std::size_t length, Access acc
     return core_->register_memory(data, length, access);
 }
 
-const ChannelEndpoint& Channel::local_endpoint() const { return core_->local_endpoint(); }
-const ChannelEndpoint& Channel::remote_endpoint() const { return core_->remote_endpoint(); }
-std::string Channel::peer() const { return core_->peer(); }
-bool Channel::healthy() const { return core_->healthy(); }
+const ChannelEndpoint& Channel::local_endpoint() const { return core_->local_endpoint(0); }
+const ChannelEndpoint& Channel::remote_endpoint() const { return core_->remote_endpoint(0); }
+std::string Channel::peer() const { return core_->peer_name(0); }
+bool Channel::healthy() const { return core_->healthy(0); }
 
 PendingWork Channel::post_send(const LocalSlice& local, std::optional<std::uint32_t> immediate) {
     const mlx5::ScatterGatherElement element = element_of(local);
@@ -238,11 +241,11 @@ PendingWork Channel::post_send(const LocalSlice& local, std::optional<std::uint3
     request.num_sge = 1;
     if (local.length() <= core_->settings().max_inline_data) request.flags |= mlx5::kSendInline;
     const Operation operation = immediate.has_value() ? Operation::send_with_immediate : Operation::send;
-    return PendingWork(core_, core_->post_send_request(request, operation), operation);
+    return PendingWork(core_, core_->post_send(0, &request, 1, operation), operation);
 }
 
 PendingWork Channel::post_receive(const LocalSlice& local) {
-    return PendingWork(core_, core_->post_receive_request(local), Operation::receive);
+    return PendingWork(core_, core_->post_receive(0, local), Operation::receive);
 }
 
 PendingWork Channel::post_write(const LocalSlice& local, const RemoteMemoryRegion& remote, std::optional<std::uint32_t> immediate) {
@@ -260,7 +263,7 @@ PendingWork Channel::post_write(const LocalSlice& local, const RemoteMemoryRegio
     request.rkey = remote.rkey;
     if (local.length() <= core_->settings().max_inline_data) request.flags |= mlx5::kSendInline;
     const Operation operation = immediate.has_value() ? Operation::rdma_write_with_immediate : Operation::rdma_write;
-    return PendingWork(core_, core_->post_send_request(request, operation), operation);
+    return PendingWork(core_, core_->post_send(0, &request, 1, operation), operation);
 }
 
 PendingWork Channel::post_read(const LocalSlice& local, const RemoteMemoryRegion& remote) {
@@ -275,7 +278,7 @@ PendingWork Channel::post_read(const LocalSlice& local, const RemoteMemoryRegion
     request.num_sge = 1;
     request.remote_addr = remote.addr;
     request.rkey = remote.rkey;
-    return PendingWork(core_, core_->post_send_request(request, Operation::rdma_read), Operation::rdma_read);
+    return PendingWork(core_, core_->post_send(0, &request, 1, Operation::rdma_read), Operation::rdma_read);
 }
 
 namespace {
@@ -296,7 +299,7 @@ PendingWork Channel::post_fetch_and_add(const LocalSlice& result, const RemoteMe
     request.remote_addr = remote.addr;
     request.rkey = remote.rkey;
     request.compare_add = add;
-    return PendingWork(core_, core_->post_send_request(request, Operation::atomic_fetch_and_add), Operation::atomic_fetch_and_add);
+    return PendingWork(core_, core_->post_send(0, &request, 1, Operation::atomic_fetch_and_add), Operation::atomic_fetch_and_add);
 }
 
 PendingWork Channel::post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
@@ -311,9 +314,23 @@ PendingWork Channel::post_compare_and_swap(const LocalSlice& result, const Remot
     request.rkey = remote.rkey;
     request.compare_add = compare;
     request.swap = swap;
-    return PendingWork(core_, core_->post_send_request(request, Operation::atomic_compare_and_swap),
+    return PendingWork(core_, core_->post_send(0, &request, 1, Operation::atomic_compare_and_swap),
                        Operation::atomic_compare_and_swap);
 }
+
+PendingWork Channel::post_batch(const WorkBatch& batch) {
+    if (batch.empty()) throw Error("Channel::post_batch: the batch is empty");
+    if (batch.size() > core_->settings().max_send_wr) {
+        throw Error("Channel::post_batch: " + std::to_string(batch.size()) + " operations are more than max_send_wr (" +
+                    std::to_string(core_->settings().max_send_wr) + ")");
+    }
+    return PendingWork(core_, core_->post_batch(0, batch.entries().data(), static_cast<std::uint32_t>(batch.size())),
+                       Operation::batch);
+}
+
+WorkResult Channel::execute(const WorkBatch& batch) { return post_batch(batch).wait(); }
+PeerCounters Channel::counters() const { return core_->counters(0); }
+std::string Channel::device_name() const { return core_->device_name(); }
 
 WorkResult Channel::send(const LocalSlice& local, std::optional<std::uint32_t> immediate) { return post_send(local, immediate).wait(); }
 WorkResult Channel::receive(const LocalSlice& local) { return post_receive(local).wait(); }
@@ -341,7 +358,9 @@ WorkResult ScopedWork::wait() {
     if (!core_->outstanding(ticket_)) throw Error("ScopedWork::wait: this operation's completion was already taken");
     WorkResult result = core_->wait(ticket_, core_->settings().deadline);
     if (!result.ok() && result.error().deadline_expired) {
-        core_->fail_and_flush("a completion did not arrive before the deadline");
+        if (std::optional<std::uint32_t> peer = core_->peer_of(ticket_)) {
+            core_->fail_and_flush(*peer, "a completion did not arrive before the deadline");
+        }
         (void)core_->try_take(ticket_);
     }
     return result;
@@ -353,7 +372,7 @@ std::optional<WorkResult> ScopedWork::poll() {
 }
 
 ScopedWork Scope::adopt(PendingWork work) {
-    std::shared_ptr<detail::ChannelCore> core = work.core_;
+    std::shared_ptr<detail::Engine> core = work.core_;
     const std::uint64_t ticket = work.release_ticket();
     core->adopt(ticket, id_);
     return ScopedWork(std::move(core), ticket);
@@ -368,6 +387,8 @@ ScopedWork Scope::post_read(const LocalSlice& local, const RemoteMemoryRegion& r
 ScopedWork Scope::post_fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add) {
     return adopt(channel_.post_fetch_and_add(result, remote, add));
 }
+ScopedWork Scope::post_batch(const WorkBatch& batch) { return adopt(channel_.post_batch(batch)); }
+
 ScopedWork Scope::post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
                                         std::uint64_t swap) {
     return adopt(channel_.post_compare_and_swap(result, remote, compare, swap));
@@ -385,7 +406,7 @@ void Channel::run_scope(const std::function<void(Scope&)>& body, bool strict) {
         thrown = std::current_exception();
     }
     // Drain everything the body left, whatever happened in it.
-    const detail::ChannelCore::DrainReport report = core_->close_scope(scope.id_);
+    const detail::Engine::DrainReport report = core_->close_scope(scope.id_);
     if (thrown) std::rethrow_exception(thrown);
     if (report.failure.has_value()) {
         throw Error("scope drain: " + report.failure->message() + "; the QP was moved to ERR and flushed");

@@ -28,11 +28,13 @@
 
 #include "rdmachan/error.hpp"
 #include "rdmachan/memory.hpp"
+#include "rdmachan/peer_counters.hpp"
+#include "rdmachan/work_batch.hpp"
 
 namespace rdmachan {
 
 namespace detail {
-class ChannelCore;
+class Engine;
 }
 
 // What a peer needs to connect to this channel's queue pair.
@@ -49,7 +51,9 @@ void to_json(nlohmann::json& json, const ChannelEndpoint& endpoint);
 void from_json(const nlohmann::json& json, ChannelEndpoint& endpoint);  // throws rdmachan::Error naming the field
 
 struct ChannelSettings {
-    std::string device = "auto";  // auto | soft (verbs devices come with the verbs provider)
+    // auto (RDMACHAN_DEVICE, else an mlx5 device, another verbs device, the software device)
+    // | soft | a verbs device name such as mlx5_0 or rxe0
+    std::string device = "auto";
     std::uint32_t cq_entries = 256;
     std::uint32_t max_send_wr = 128;
     std::uint32_t max_recv_wr = 128;
@@ -64,7 +68,7 @@ struct ChannelSettings {
     std::uint8_t max_rd_atomic = 1;
     std::optional<std::uint32_t> psn;  // random when not set
     std::uint8_t port = 1;
-    std::uint8_t gid_index = 0;
+    std::optional<std::uint8_t> gid_index;  // the port's best GID when not set (RoCE v2 IPv4 first)
     Access access = Access::remote_all;
     std::chrono::milliseconds deadline{10000};  // every wait, and each scope's drain
 };
@@ -112,9 +116,9 @@ private:
     friend class Channel;
     friend class Scope;
     std::uint64_t release_ticket();  // the scope takes over the completion
-    PendingWork(std::shared_ptr<detail::ChannelCore> core, std::uint64_t ticket, Operation operation)
+    PendingWork(std::shared_ptr<detail::Engine> core, std::uint64_t ticket, Operation operation)
         : core_(std::move(core)), ticket_(ticket), operation_(operation) {}
-    std::shared_ptr<detail::ChannelCore> core_;
+    std::shared_ptr<detail::Engine> core_;
     std::uint64_t ticket_ = 0;
     Operation operation_ = Operation::send;
 };
@@ -134,8 +138,8 @@ public:
 
 private:
     friend class Scope;
-    ScopedWork(std::shared_ptr<detail::ChannelCore> core, std::uint64_t ticket) : core_(std::move(core)), ticket_(ticket) {}
-    std::shared_ptr<detail::ChannelCore> core_;
+    ScopedWork(std::shared_ptr<detail::Engine> core, std::uint64_t ticket) : core_(std::move(core)), ticket_(ticket) {}
+    std::shared_ptr<detail::Engine> core_;
     std::uint64_t ticket_ = 0;
 };
 
@@ -151,6 +155,7 @@ public:
     ScopedWork post_fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add);
     ScopedWork post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
                                      std::uint64_t swap);
+    ScopedWork post_batch(const WorkBatch& batch);
 
 private:
     friend class Channel;
@@ -188,6 +193,12 @@ public:
     PendingWork post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
                                       std::uint64_t swap);
 
+    // Batches: one doorbell for all, one completion for the batch (see work_batch.hpp). A batch
+    // may hold at most max_send_wr operations (rdmachan::Error otherwise, before anything is
+    // posted).
+    PendingWork post_batch(const WorkBatch& batch);
+    WorkResult execute(const WorkBatch& batch);
+
     // Scoped polling. Everything still pending when `body` returns or throws is drained under the
     // deadline; if the deadline passes, the QP is moved to ERR and flushed, and rdmachan::Error
     // says so (after `body`'s own exception, if any, which is rethrown instead).
@@ -199,12 +210,14 @@ public:
     const ChannelEndpoint& remote_endpoint() const;
     std::string peer() const;  // how errors name the peer
     bool healthy() const;      // false once the QP is in ERR
+    PeerCounters counters() const;
+    std::string device_name() const;
 
 private:
     friend class PreparedChannel;
-    explicit Channel(std::shared_ptr<detail::ChannelCore> core);
+    explicit Channel(std::shared_ptr<detail::Engine> core);
     void run_scope(const std::function<void(Scope&)>& body, bool strict);
-    std::shared_ptr<detail::ChannelCore> core_;
+    std::shared_ptr<detail::Engine> core_;
 };
 
 class PreparedChannel {
@@ -220,8 +233,8 @@ public:
 
 private:
     friend class ChannelBuilder;
-    explicit PreparedChannel(std::shared_ptr<detail::ChannelCore> core);
-    std::shared_ptr<detail::ChannelCore> core_;
+    explicit PreparedChannel(std::shared_ptr<detail::Engine> core);
+    std::shared_ptr<detail::Engine> core_;
 };
 
 // Named settings with defaults; each setter checks its range and throws rdmachan::Error naming

@@ -23,6 +23,7 @@ enum class Operation : std::uint8_t {
     rdma_read,
     atomic_fetch_and_add,
     atomic_compare_and_swap,
+    batch,  // several operations under one doorbell (WorkBatch)
 };
 
 const char* to_string(Operation operation);

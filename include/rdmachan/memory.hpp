@@ -57,7 +57,7 @@ public:
     LocalSlice all() const;
 
 private:
-    friend class ChannelCoreAccess;
+    friend class EngineAccess;
     MemoryRegion(std::shared_ptr<void> owner, void* data, std::size_t length, std::uint32_t lkey, std::uint32_t rkey)
         : owner_(std::move(owner)), data_(data), length_(length), lkey_(lkey), rkey_(rkey) {}
     std::shared_ptr<void> owner_;  // the device's registration: deregistered with the last copy

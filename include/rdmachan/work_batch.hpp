@@ -1,0 +1,52 @@
+// Several operations to one peer, posted together under one doorbell. Only the last one asks
+// for a completion, so a batch costs the NIC one CQE and the CPU one poll; if an earlier one
+// fails, the batch's result is that failure.
+//
+//   rdmachan::WorkBatch batch;
+//   for (auto& piece : pieces) batch.write(piece.local, piece.remote);
+//   channel.execute(batch);          // or s.post_batch(batch) in a scope, channel.post_batch(batch)
+//
+// A batch is a reusable list (clear() keeps its storage): build it once, post it many times.
+// Its buffers follow the same rule as every operation's: valid until the batch completes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "rdmachan/memory.hpp"
+
+namespace rdmachan {
+
+class WorkBatch {
+public:
+    enum class Kind : std::uint8_t { send, write, read };
+    struct Entry {
+        Kind kind = Kind::write;
+        std::uint64_t local_addr = 0;
+        std::uint32_t local_length = 0;
+        std::uint32_t lkey = 0;
+        std::uint64_t remote_addr = 0;
+        std::uint32_t rkey = 0;
+        std::optional<std::uint32_t> immediate;
+    };
+
+    WorkBatch() = default;
+    explicit WorkBatch(std::size_t capacity) { entries_.reserve(capacity); }
+
+    // Each checks its arguments like the single operation does (rdmachan::Error otherwise).
+    WorkBatch& send(const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
+    WorkBatch& write(const LocalSlice& local, const RemoteMemoryRegion& remote,
+                     std::optional<std::uint32_t> immediate = std::nullopt);
+    WorkBatch& read(const LocalSlice& local, const RemoteMemoryRegion& remote);
+
+    std::size_t size() const { return entries_.size(); }
+    bool empty() const { return entries_.empty(); }
+    void clear() { entries_.clear(); }
+    const std::vector<Entry>& entries() const { return entries_; }
+
+private:
+    std::vector<Entry> entries_;
+};
+
+}  // namespace rdmachan

@@ -1,0 +1,437 @@
+#include "src/engine.hpp"
+
+#include <algorithm>
+#include <random>
+#include <thread>
+
+#include "src/logger.hpp"
+
+namespace rdmachan {
+
+// Builds MemoryRegion values (their constructor is private to keep them honest).
+class EngineAccess {
+public:
+    static MemoryRegion make(std::shared_ptr<void> owner, void* data, std::size_t length, std::uint32_t lkey,
+                             std::uint32_t rkey) {
+        return MemoryRegion(std::move(owner), data, length, lkey, rkey);
+    }
+};
+
+namespace detail {
+namespace {
+
+// The last request of a batch carries its ticket with this bit set: only its completion ends the
+// operation. Slots are numbered far below it.
+constexpr std::uint64_t kFinalRequest = 1ull << 31;
+constexpr std::uint64_t kNoTicket = ~0ull;
+
+std::uint32_t saturating_product(std::uint32_t left, std::uint32_t right) {
+    const std::uint64_t product = static_cast<std::uint64_t>(left) * right;
+    return product > (1u << 22) ? (1u << 22) : static_cast<std::uint32_t>(product);
+}
+
+}  // namespace
+
+Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count) : settings_(settings) {
+    device_ = transport::open_device(settings.device);
+    port_ = device_->port_identity(settings.port, settings.gid_index);
+    domain_ = device_->allocate_protection_domain();
+    // Every request may complete with an error or a flush, signaled or not: the queues hold
+    // everything every queue pair can have in flight.
+    send_completions_ = domain_->create_completion_queue(
+        std::max(settings.cq_entries, saturating_product(peer_count, settings.max_send_wr)));
+    receive_completions_ = domain_->create_completion_queue(
+        std::max(settings.cq_entries, saturating_product(peer_count, settings.max_recv_wr)));
+
+    transport::QueuePairSettings queue_pair_settings;
+    queue_pair_settings.max_send_wr = settings.max_send_wr;
+    queue_pair_settings.max_recv_wr = settings.max_recv_wr;
+    queue_pair_settings.max_send_sge = settings.max_send_sge;
+    queue_pair_settings.max_recv_sge = settings.max_recv_sge;
+    queue_pair_settings.max_inline_data = settings.max_inline_data;
+    queue_pair_settings.port = settings.port;
+    queue_pair_settings.access = static_cast<std::uint32_t>(settings.access);
+
+    std::random_device random;
+    peers_.resize(peer_count);
+    for (std::uint32_t index = 0; index < peer_count; ++index) {
+        Peer& peer = peers_[index];
+        peer.queue_pair = domain_->create_queue_pair(queue_pair_settings, send_completions_, receive_completions_);
+        peer.local.gid = port_.gid;
+        peer.local.lid = port_.lid;
+        peer.local.qpn = peer.queue_pair->qpn();
+        peer.local.psn = settings.psn.has_value() ? *settings.psn : (random() & 0xffffff);
+        peer.local.mtu = std::min(settings.mtu, port_.active_mtu);
+        peer.local.device = device_->name();
+        peer.name = peer_count == 1 ? "unconnected peer" : "peer " + std::to_string(index);
+    }
+
+    scratch_requests_.resize(settings.max_send_wr);
+    scratch_elements_.resize(settings.max_send_wr);
+
+    // One slot per request the budgets admit: a slot is free whenever a post can proceed.
+    const std::uint64_t capacity =
+        static_cast<std::uint64_t>(peer_count) * (settings.max_send_wr + settings.max_recv_wr);
+    if (capacity >= kFinalRequest) throw Error("Engine: too many outstanding operations to track");
+    slots_.resize(capacity);
+    free_slots_.reserve(capacity);
+    for (std::uint64_t slot = capacity; slot-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(slot));
+}
+
+Engine::~Engine() {
+    // Nothing may be left in the NIC's hands when the buffers go away.
+    for (std::uint32_t peer = 0; peer < peers_.size(); ++peer) {
+        if (peers_[peer].outstanding != 0) fail_and_flush(peer, "channel destroyed with work outstanding");
+    }
+}
+
+PeerCounters Engine::counters(std::uint32_t peer) const {
+    PeerCounters counters = peers_[peer].counters;
+    counters.outstanding = peers_[peer].outstanding;
+    return counters;
+}
+
+MemoryRegion Engine::register_memory(void* data, std::size_t length, Access access) {
+    transport::Registration registration = domain_->register_memory(data, length, static_cast<std::uint32_t>(access));
+    return EngineAccess::make(std::move(registration.owner), data, length, registration.lkey, registration.rkey);
+}
+
+void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
+    Peer& peer = peers_[index];
+    if (peer.connected) throw Error("connect " + peer.name + ": already connected");
+    std::string name = remote.device.empty() ? "qpn " + std::to_string(remote.qpn)
+                                             : remote.device + " qpn " + std::to_string(remote.qpn);
+    peer.name = peers_.size() == 1 ? name : "peer " + std::to_string(index) + " (" + name + ")";
+    transport::ConnectSettings connect;
+    connect.remote_gid = remote.gid;
+    connect.remote_lid = remote.lid;
+    connect.remote_qpn = remote.qpn;
+    connect.remote_psn = remote.psn;
+    connect.local_psn = peer.local.psn;
+    connect.path_mtu = std::min(peer.local.mtu, remote.mtu);
+    connect.ack_timeout = settings_.ack_timeout;
+    connect.retry_count = settings_.retry_count;
+    connect.rnr_retry = settings_.rnr_retry;
+    connect.min_rnr_timer = settings_.min_rnr_timer;
+    connect.max_rd_atomic = settings_.max_rd_atomic;
+    connect.max_dest_rd_atomic = settings_.max_rd_atomic;
+    connect.source_gid_index = port_.gid_index;
+    try {
+        peer.queue_pair->connect(connect);
+    } catch (const std::exception& error) {
+        throw Error("handshake with " + peer.name + ": " + error.what());
+    }
+    peer.remote = remote;
+    peer.connected = true;
+}
+
+std::uint64_t Engine::claim_slot(std::uint32_t peer, Operation operation) {
+    std::uint32_t round = 0;
+    const auto until = std::chrono::steady_clock::now() + settings_.deadline;
+    while (free_slots_.empty()) {
+        poll_once();
+        if (std::chrono::steady_clock::now() >= until) return kNoTicket;
+        backoff(round);
+    }
+    const std::uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    Slot& entry = slots_[slot];
+    entry.state = SlotState::pending;
+    entry.error_seen = false;
+    entry.operation = operation;
+    entry.peer = peer;
+    entry.send_requests = 0;
+    entry.scope = 0;
+    entry.bytes = 0;
+    entry.completion = {};
+    ++outstanding_;
+    ++peers_[peer].outstanding;
+    return static_cast<std::uint64_t>(entry.generation) << 32 | slot;
+}
+
+void Engine::release(std::uint32_t slot) {
+    Slot& entry = slots_[slot];
+    entry.state = SlotState::free;
+    ++entry.generation;  // a stale ticket can never take the next operation's completion
+    free_slots_.push_back(slot);
+}
+
+Engine::Slot* Engine::slot_for(std::uint64_t ticket) {
+    const auto slot = static_cast<std::uint32_t>(ticket & (kFinalRequest - 1));
+    if (ticket == kNoTicket || slot >= slots_.size()) return nullptr;
+    Slot& entry = slots_[slot];
+    if (entry.generation != static_cast<std::uint32_t>(ticket >> 32) || entry.state == SlotState::free) return nullptr;
+    return &entry;
+}
+
+std::optional<std::uint32_t> Engine::peer_of(std::uint64_t ticket) {
+    if (Slot* entry = slot_for(ticket)) return entry->peer;
+    return std::nullopt;
+}
+
+void Engine::finish(Slot& slot, const mlx5::Completion& completion) {
+    Peer& peer = peers_[slot.peer];
+    if (!slot.error_seen) slot.completion = completion;
+    slot.state = SlotState::done;
+    peer.send_in_flight -= slot.send_requests;
+    --peer.outstanding;
+    --outstanding_;
+    if (slot.completion.status == mlx5::CompletionStatus::success) {
+        ++peer.counters.operations;
+        peer.counters.bytes += slot.completion.is_receive ? slot.completion.byte_len : slot.bytes;
+    } else {
+        ++peer.counters.errors;
+    }
+}
+
+std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status) {
+    Slot& entry = slots_[static_cast<std::uint32_t>(ticket & (kFinalRequest - 1))];
+    mlx5::Completion completion;
+    completion.status = status;
+    entry.error_seen = false;
+    finish(entry, completion);
+    return ticket;
+}
+
+bool Engine::reserve_send_budget(Peer& peer, std::uint32_t count) {
+    std::uint32_t round = 0;
+    const auto until = std::chrono::steady_clock::now() + settings_.deadline;
+    while (peer.send_in_flight + count > settings_.max_send_wr) {
+        if (poll_once()) continue;
+        if (std::chrono::steady_clock::now() >= until) return false;
+        backoff(round);
+    }
+    return true;
+}
+
+std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requests, std::uint32_t count,
+                                Operation operation) {
+    Peer& peer = peers_[index];
+    const std::uint64_t ticket = claim_slot(index, operation);
+    if (ticket == kNoTicket) return ticket;
+    Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
+    if (!peer.connected) return fail_immediately(ticket, mlx5::CompletionStatus::general_error);
+    if (!reserve_send_budget(peer, count)) return fail_immediately(ticket, mlx5::CompletionStatus::general_error);
+    for (std::uint32_t i = 0; i < count; ++i) {
+        requests[i].wr_id = ticket;
+        requests[i].flags &= ~static_cast<std::uint32_t>(mlx5::kSendSignaled);
+        for (std::uint32_t element = 0; element < requests[i].num_sge; ++element) {
+            slot.bytes += requests[i].sg_list[element].length;
+        }
+    }
+    requests[count - 1].wr_id = ticket | kFinalRequest;
+    requests[count - 1].flags |= mlx5::kSendSignaled;
+    slot.send_requests = count;
+    peer.send_in_flight += count;
+
+    std::uint32_t done = 0;
+    std::uint32_t round = 0;
+    const auto until = std::chrono::steady_clock::now() + settings_.deadline;
+    while (done < count) {
+        std::uint32_t posted = 0;
+        const mlx5::PostResult result = peer.queue_pair->post_send(requests + done, count - done, &posted);
+        done += posted;
+        if (result == mlx5::PostResult::ok) break;
+        const bool retry = result == mlx5::PostResult::queue_full && std::chrono::steady_clock::now() < until;
+        if (!retry) {
+            const auto status = result == mlx5::PostResult::queue_full ? mlx5::CompletionStatus::general_error
+                                                                       : mlx5::CompletionStatus::local_length_error;
+            if (done != 0) {
+                // Part of the batch is in the NIC without its final request: take it back.
+                finish(slot, [&] { mlx5::Completion failed; failed.status = status; return failed; }());
+                fail_and_flush(index, "a batch could only be posted in part");
+                return ticket;
+            }
+            return fail_immediately(ticket, status);
+        }
+        if (!poll_once()) backoff(round);  // the ring frees as completions arrive
+    }
+    return ticket;
+}
+
+std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count) {
+    for (std::uint32_t i = 0; i < count; ++i) {
+        const WorkBatch::Entry& entry = entries[i];
+        mlx5::ScatterGatherElement& element = scratch_elements_[i];
+        element = {entry.local_addr, entry.local_length, entry.lkey};
+        mlx5::SendWorkRequest& request = scratch_requests_[i];
+        request = {};
+        request.sg_list = &element;
+        request.num_sge = 1;
+        request.remote_addr = entry.remote_addr;
+        request.rkey = entry.rkey;
+        request.immediate = entry.immediate.value_or(0);
+        switch (entry.kind) {
+            case WorkBatch::Kind::send:
+                request.opcode = entry.immediate ? mlx5::SendOpcode::send_with_immediate : mlx5::SendOpcode::send;
+                break;
+            case WorkBatch::Kind::write:
+                request.opcode =
+                    entry.immediate ? mlx5::SendOpcode::rdma_write_with_immediate : mlx5::SendOpcode::rdma_write;
+                break;
+            case WorkBatch::Kind::read:
+                request.opcode = mlx5::SendOpcode::rdma_read;
+                break;
+        }
+        // Small payloads travel inside the WQE: no DMA read of the buffer, which is free at once.
+        if (entry.kind != WorkBatch::Kind::read && entry.local_length <= settings_.max_inline_data) {
+            request.flags |= mlx5::kSendInline;
+        }
+    }
+    return post_send(peer, scratch_requests_.data(), count, Operation::batch);
+}
+
+std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local) {
+    Peer& peer = peers_[index];
+    const std::uint64_t ticket = claim_slot(index, Operation::receive);
+    if (ticket == kNoTicket) return ticket;
+    const mlx5::ScatterGatherElement element{local.addr(), local.length(), local.lkey()};
+    const mlx5::ReceiveWorkRequest request{ticket | kFinalRequest, &element, 1};
+    std::uint32_t round = 0;
+    const auto until = std::chrono::steady_clock::now() + settings_.deadline;
+    while (true) {
+        std::uint32_t posted = 0;
+        const mlx5::PostResult result = peer.queue_pair->post_receive(&request, 1, &posted);
+        if (result == mlx5::PostResult::ok) return ticket;
+        if (result != mlx5::PostResult::queue_full || std::chrono::steady_clock::now() >= until) {
+            return fail_immediately(ticket, mlx5::CompletionStatus::general_error);
+        }
+        if (!poll_once()) backoff(round);
+    }
+}
+
+void Engine::deliver(const mlx5::Completion& completion) {
+    Slot* entry = slot_for(completion.wr_id);
+    if (completion.status != mlx5::CompletionStatus::success && entry != nullptr) peers_[entry->peer].healthy = false;
+    if (entry == nullptr || entry->state != SlotState::pending) return;  // a taken or failed operation's stragglers
+    if ((completion.wr_id & kFinalRequest) != 0) {
+        finish(*entry, completion);
+    } else if (completion.status != mlx5::CompletionStatus::success && !entry->error_seen) {
+        // An earlier request of a batch failed: that is the batch's outcome. The final request
+        // still completes (flushed), and only then are the batch's buffers free.
+        entry->completion = completion;
+        entry->error_seen = true;
+    }
+}
+
+bool Engine::poll_once() {
+    mlx5::Completion completions[16];
+    bool any = false;
+    for (transport::CompletionQueue* queue : {send_completions_.get(), receive_completions_.get()}) {
+        const std::uint32_t count = queue->poll(completions, 16);
+        for (std::uint32_t i = 0; i < count; ++i) deliver(completions[i]);
+        any = any || count != 0;
+    }
+    return any;
+}
+
+// Spin briefly, then yield, then sleep: 16 processes on 2 cores must all make progress.
+void Engine::backoff(std::uint32_t& round) const {
+    ++round;
+    if (round < 64) return;
+    if (round < 256) {
+        std::this_thread::yield();
+        return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+}
+
+WorkResult Engine::result_of(const Slot& slot) const {
+    const mlx5::Completion& completion = slot.completion;
+    if (completion.status == mlx5::CompletionStatus::success) {
+        WorkCompletion work;
+        work.bytes = slot.completion.is_receive ? completion.byte_len : static_cast<std::uint32_t>(slot.bytes);
+        if ((completion.flags & mlx5::kCompletionWithImmediate) != 0) work.immediate = completion.immediate;
+        return WorkResult::success(work);
+    }
+    WorkError error;
+    error.operation = slot.operation;
+    error.status = static_cast<std::uint8_t>(completion.status);
+    error.syndrome = completion.syndrome;
+    error.vendor_syndrome = completion.vendor_error;
+    error.peer = peers_[slot.peer].name;
+    return WorkResult::failure(std::move(error));
+}
+
+std::optional<WorkResult> Engine::try_take(std::uint64_t ticket) {
+    Slot* entry = slot_for(ticket);
+    if (entry == nullptr) return std::nullopt;
+    if (entry->state != SlotState::done) poll_once();
+    if (entry->state != SlotState::done) return std::nullopt;
+    WorkResult result = result_of(*entry);
+    release(static_cast<std::uint32_t>(ticket));
+    return result;
+}
+
+WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline) {
+    Slot* entry = slot_for(ticket);
+    if (entry == nullptr) {
+        WorkError error;
+        error.status = static_cast<std::uint8_t>(mlx5::CompletionStatus::general_error);
+        error.peer = "(no operation: it could not be posted, or its completion was already taken)";
+        return WorkResult::failure(error);
+    }
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    std::uint32_t round = 0;
+    while (entry->state != SlotState::done) {
+        if (poll_once()) continue;
+        if (std::chrono::steady_clock::now() >= until) {
+            WorkError error;
+            error.operation = entry->operation;
+            error.deadline_expired = true;
+            error.peer = peers_[entry->peer].name;
+            return WorkResult::failure(error);
+        }
+        backoff(round);
+    }
+    WorkResult result = result_of(*entry);
+    release(static_cast<std::uint32_t>(ticket));
+    return result;
+}
+
+void Engine::fail_and_flush(std::uint32_t index, const char* why) {
+    Peer& peer = peers_[index];
+    logger().warn("{}: moving QP {} to ERR: {}", peer.name, peer.local.qpn, why);
+    peer.healthy = false;
+    try {
+        peer.queue_pair->move_to_error();
+    } catch (const std::exception& error) {
+        logger().error("{}: modify to ERR failed: {}", peer.name, error.what());
+    }
+    // The device flushes everything it holds; collect those completions so no slot stays pending.
+    const auto until = std::chrono::steady_clock::now() + settings_.deadline;
+    std::uint32_t round = 0;
+    while (peer.outstanding != 0 && std::chrono::steady_clock::now() < until) {
+        if (!poll_once()) backoff(round);
+    }
+    if (peer.outstanding != 0) {
+        logger().error("{}: {} operations not flushed within the deadline", peer.name, peer.outstanding);
+    }
+}
+
+std::uint32_t Engine::open_scope() { return next_scope_++; }
+
+void Engine::adopt(std::uint64_t ticket, std::uint32_t scope) {
+    if (Slot* entry = slot_for(ticket)) entry->scope = scope;
+}
+
+Engine::DrainReport Engine::close_scope(std::uint32_t scope) {
+    DrainReport report;
+    for (std::uint32_t slot = 0; slot < slots_.size(); ++slot) {
+        Slot& entry = slots_[slot];
+        if (entry.state == SlotState::free || entry.scope != scope) continue;
+        ++report.unpolled;
+        const std::uint64_t ticket = static_cast<std::uint64_t>(entry.generation) << 32 | slot;
+        const std::uint32_t peer = entry.peer;
+        WorkResult result = wait(ticket, settings_.deadline);
+        if (!result.ok() && result.error().deadline_expired) {
+            if (!report.failure.has_value()) report.failure = result.error();
+            fail_and_flush(peer, "a scope's work did not complete before the deadline");
+            if (slot_for(ticket) != nullptr) release(slot);
+        }
+    }
+    return report;
+}
+
+}  // namespace detail
+}  // namespace rdmachan

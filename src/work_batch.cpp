@@ -1,0 +1,56 @@
+#include "rdmachan/work_batch.hpp"
+
+#include <string>
+
+#include "rdmachan/error.hpp"
+
+namespace rdmachan {
+
+WorkBatch& WorkBatch::send(const LocalSlice& local, std::optional<std::uint32_t> immediate) {
+    Entry entry;
+    entry.kind = Kind::send;
+    entry.local_addr = local.addr();
+    entry.local_length = local.length();
+    entry.lkey = local.lkey();
+    entry.immediate = immediate;
+    entries_.push_back(entry);
+    return *this;
+}
+
+WorkBatch& WorkBatch::write(const LocalSlice& local, const RemoteMemoryRegion& remote,
+                            std::optional<std::uint32_t> immediate) {
+    if (local.length() > remote.length) {
+        throw Error("WorkBatch::write (entry " + std::to_string(entries_.size()) + "): " +
+                    std::to_string(local.length()) + " bytes do not fit the remote region of " +
+                    std::to_string(remote.length) + " bytes");
+    }
+    Entry entry;
+    entry.kind = Kind::write;
+    entry.local_addr = local.addr();
+    entry.local_length = local.length();
+    entry.lkey = local.lkey();
+    entry.remote_addr = remote.addr;
+    entry.rkey = remote.rkey;
+    entry.immediate = immediate;
+    entries_.push_back(entry);
+    return *this;
+}
+
+WorkBatch& WorkBatch::read(const LocalSlice& local, const RemoteMemoryRegion& remote) {
+    if (local.length() > remote.length) {
+        throw Error("WorkBatch::read (entry " + std::to_string(entries_.size()) + "): " +
+                    std::to_string(local.length()) + " bytes are more than the remote region's " +
+                    std::to_string(remote.length));
+    }
+    Entry entry;
+    entry.kind = Kind::read;
+    entry.local_addr = local.addr();
+    entry.local_length = local.length();
+    entry.lkey = local.lkey();
+    entry.remote_addr = remote.addr;
+    entry.rkey = remote.rkey;
+    entries_.push_back(entry);
+    return *this;
+}
+
+}  // namespace rdmachan

@@ -1,0 +1,134 @@
+// What the channel core needs from a device, whatever executes it: the software mlx5 device, a
+// ConnectX driven through the mlx5 direct data path, or any verbs NIC through libibverbs.
+// Providers implement it (transport/provider); the channel core never names a provider.
+//
+// Cost rule for the data path: one indirect call per posted batch and per poll; nothing here
+// allocates, locks or throws once a queue pair exists. Control-plane calls throw
+// rdmachan::Error naming the call, the object and the value.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "transport/mlx5/completion.hpp"
+#include "transport/mlx5/work_request.hpp"
+
+namespace rdmachan::transport {
+
+using Gid = std::array<std::uint8_t, 16>;
+
+// Registration and queue-pair access rights, the same bits as rdmachan::Access.
+enum AccessBit : std::uint32_t {
+    kAccessLocalWrite = 1u << 0,
+    kAccessRemoteWrite = 1u << 1,
+    kAccessRemoteRead = 1u << 2,
+    kAccessRemoteAtomic = 1u << 3,
+};
+
+enum class DeviceKind : std::uint8_t { soft, mlx5, verbs };
+const char* to_string(DeviceKind kind) noexcept;
+
+// The local port as a peer must address it.
+struct PortIdentity {
+    Gid gid{};
+    std::uint16_t lid = 0;          // 0 on RoCE
+    std::uint32_t active_mtu = 0;   // bytes
+    std::uint8_t port = 1;
+    std::uint8_t gid_index = 0;
+    bool ethernet = true;           // RoCE (global routing always) or InfiniBand
+};
+
+struct QueuePairSettings {
+    std::uint32_t max_send_wr = 128;
+    std::uint32_t max_recv_wr = 128;
+    std::uint32_t max_send_sge = 1;
+    std::uint32_t max_recv_sge = 1;
+    std::uint32_t max_inline_data = 0;
+    std::uint8_t port = 1;
+    std::uint32_t access = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+};
+
+// INIT -> RTR -> RTS towards one remote queue pair.
+struct ConnectSettings {
+    Gid remote_gid{};
+    std::uint16_t remote_lid = 0;
+    std::uint32_t remote_qpn = 0;
+    std::uint32_t remote_psn = 0;  // the first PSN the peer sends with: our receive PSN
+    std::uint32_t local_psn = 0;
+    std::uint32_t path_mtu = 1024;  // bytes, already negotiated
+    std::uint8_t ack_timeout = 17;
+    std::uint8_t retry_count = 7;
+    std::uint8_t rnr_retry = 7;
+    std::uint8_t min_rnr_timer = 12;
+    std::uint8_t max_rd_atomic = 1;
+    std::uint8_t max_dest_rd_atomic = 1;
+    std::uint8_t source_gid_index = 0;  // PortIdentity::gid_index of the local port
+};
+
+// A registration: owner keeps it alive; dropping the last owner deregisters.
+struct Registration {
+    std::shared_ptr<void> owner;
+    std::uint32_t lkey = 0;
+    std::uint32_t rkey = 0;
+};
+
+class CompletionQueue {
+public:
+    virtual ~CompletionQueue() = default;
+    // Fills up to `capacity` completions; wr_id is what the work request carried.
+    virtual std::uint32_t poll(mlx5::Completion* completions, std::uint32_t capacity) noexcept = 0;
+    virtual std::uint32_t depth() const noexcept = 0;
+};
+
+class QueuePair {
+public:
+    virtual ~QueuePair() = default;
+    virtual std::uint32_t qpn() const noexcept = 0;
+    // Posts requests in order under one doorbell, stopping at the first one refused; *posted
+    // says how many were accepted (they will complete even if a later one was refused).
+    virtual mlx5::PostResult post_send(const mlx5::SendWorkRequest* requests, std::uint32_t count,
+                                       std::uint32_t* posted) noexcept = 0;
+    virtual mlx5::PostResult post_receive(const mlx5::ReceiveWorkRequest* requests, std::uint32_t count,
+                                          std::uint32_t* posted) noexcept = 0;
+    // The send queue's capacity in work requests as the device granted it.
+    virtual std::uint32_t max_send_wr() const noexcept = 0;
+    virtual std::uint32_t max_recv_wr() const noexcept = 0;
+    virtual void connect(const ConnectSettings& settings) = 0;
+    // Moves the QP to ERR: the device flushes everything it holds with completions.
+    virtual void move_to_error() = 0;
+};
+
+class ProtectionDomain {
+public:
+    virtual ~ProtectionDomain() = default;
+    // access: AccessBit values. Throws rdmachan::Error naming the address, length and access.
+    virtual Registration register_memory(void* data, std::size_t length, std::uint32_t access) = 0;
+    virtual std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) = 0;
+    // The QP is in INIT when returned, so receives may be posted before it connects. The send
+    // and receive queues may be one completion queue.
+    virtual std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,
+                                                         std::shared_ptr<CompletionQueue> send_queue,
+                                                         std::shared_ptr<CompletionQueue> receive_queue) = 0;
+};
+
+class Device {
+public:
+    virtual ~Device() = default;
+    virtual DeviceKind kind() const noexcept = 0;
+    virtual std::string name() const = 0;  // "soft:127.0.0.1:4711", "mlx5_0", "rxe0"
+    // gid_index: the caller's choice, or the device's best GID for this port when not given.
+    virtual PortIdentity port_identity(std::uint8_t port, std::optional<std::uint8_t> gid_index) const = 0;
+    virtual std::shared_ptr<ProtectionDomain> allocate_protection_domain() = 0;
+};
+
+// request: "auto" | "soft" | a verbs device name. "auto" also reads RDMACHAN_DEVICE, then picks
+// an mlx5 device, another verbs device, or the software device, and logs which and why.
+// A device is opened once per process and shared by everything that asks for it.
+std::shared_ptr<Device> open_device(std::string_view request);
+
+}  // namespace rdmachan::transport

@@ -1,0 +1,66 @@
+#include "transport/provider/ring_queues.hpp"
+
+#include <algorithm>
+
+namespace rdmachan::transport {
+
+RingCompletionQueue::RingCompletionQueue(const mlx5::CompletionQueueRing& ring, std::shared_ptr<void> owner)
+    : ring_(ring), owner_(std::move(owner)), queue_(ring) {}
+
+mlx5::CompletionTarget* RingCompletionQueue::find(std::uint32_t qpn) const noexcept {
+    const auto found = std::lower_bound(targets_.begin(), targets_.end(), qpn,
+                                        [](const auto& entry, std::uint32_t key) { return entry.first < key; });
+    return found != targets_.end() && found->first == qpn ? found->second : nullptr;
+}
+
+std::uint32_t RingCompletionQueue::poll(mlx5::Completion* completions, std::uint32_t capacity) noexcept {
+    return queue_.poll(completions, capacity, [this](std::uint32_t qpn, std::uint32_t) { return find(qpn); });
+}
+
+void RingCompletionQueue::attach(std::uint32_t qpn, mlx5::CompletionTarget* target) {
+    const auto position = std::lower_bound(targets_.begin(), targets_.end(), qpn,
+                                           [](const auto& entry, std::uint32_t key) { return entry.first < key; });
+    targets_.insert(position, {qpn, target});
+}
+
+void RingCompletionQueue::detach(std::uint32_t qpn) {
+    std::erase_if(targets_, [qpn](const auto& entry) { return entry.first == qpn; });
+}
+
+RingQueuePair::RingQueuePair(RingQueuePairInit init)
+    : init_(std::move(init)),
+      send_wr_ids_(init_.send_ring.wqe_count),
+      send_wqe_ends_(init_.send_ring.wqe_count),
+      receive_wr_ids_(init_.receive_ring.wqe_count) {
+    mlx5::SendQueueConfig config;
+    config.max_sge = init_.max_send_sge;
+    config.max_inline_data = init_.max_inline_data;
+    send_ = mlx5::SendQueue(init_.send_ring, {send_wr_ids_.data(), send_wqe_ends_.data(), 0, 0}, config);
+    receive_ = mlx5::ReceiveQueue(init_.receive_ring, receive_wr_ids_.data(), {});
+    target_.send = &send_.tracking();
+    target_.send_wqe_count = init_.send_ring.wqe_count;
+    target_.receive = &receive_;
+    init_.send_queue->attach(qpn(), &target_);
+    if (init_.receive_queue != init_.send_queue) init_.receive_queue->attach(qpn(), &target_);
+}
+
+RingQueuePair::~RingQueuePair() {
+    init_.send_queue->detach(qpn());
+    if (init_.receive_queue != init_.send_queue) init_.receive_queue->detach(qpn());
+}
+
+mlx5::PostResult RingQueuePair::post_send(const mlx5::SendWorkRequest* requests, std::uint32_t count,
+                                          std::uint32_t* posted) noexcept {
+    std::uint32_t accepted = 0;
+    const mlx5::PostResult result = send_.post(requests, count, &accepted);
+    if (accepted != 0 && notify_ != nullptr) notify_(notify_context_);
+    if (posted != nullptr) *posted = accepted;
+    return result;
+}
+
+mlx5::PostResult RingQueuePair::post_receive(const mlx5::ReceiveWorkRequest* requests, std::uint32_t count,
+                                             std::uint32_t* posted) noexcept {
+    return receive_.post(requests, count, posted);
+}
+
+}  // namespace rdmachan::transport

@@ -1,0 +1,158 @@
+#include "transport/provider/soft_provider.hpp"
+
+#include "rdmachan/error.hpp"
+#include "transport/provider/ring_queues.hpp"
+
+namespace rdmachan::transport {
+namespace {
+
+std::uint32_t soft_access(std::uint32_t access) {
+    std::uint32_t flags = 0;
+    if ((access & kAccessLocalWrite) != 0) flags |= soft::kLocalWrite;
+    if ((access & kAccessRemoteWrite) != 0) flags |= soft::kRemoteWrite;
+    if ((access & kAccessRemoteRead) != 0) flags |= soft::kRemoteRead;
+    if ((access & kAccessRemoteAtomic) != 0) flags |= soft::kRemoteAtomic;
+    return flags;
+}
+
+class SoftQueuePair final : public RingQueuePair {
+public:
+    SoftQueuePair(RingQueuePairInit init, std::shared_ptr<soft::QueuePair> queue_pair)
+        : RingQueuePair(std::move(init)), queue_pair_(std::move(queue_pair)) {
+        set_doorbell_notification([](void* context) { static_cast<soft::QueuePair*>(context)->ring_send_doorbell(); },
+                                  queue_pair_.get());
+    }
+
+    void connect(const ConnectSettings& settings) override {
+        soft::ReadyToReceiveAttributes receive;
+        receive.remote.gid = settings.remote_gid;
+        receive.remote.lid = settings.remote_lid;
+        receive.remote.qpn = settings.remote_qpn;
+        receive.rq_psn = settings.remote_psn;
+        receive.path_mtu_bytes = settings.path_mtu;
+        receive.max_dest_rd_atomic = settings.max_dest_rd_atomic;
+        receive.min_rnr_timer = settings.min_rnr_timer;
+        soft::ReadyToSendAttributes send;
+        send.sq_psn = settings.local_psn;
+        send.timeout = settings.ack_timeout;
+        send.retry_cnt = settings.retry_count;
+        send.rnr_retry = settings.rnr_retry;
+        send.max_rd_atomic = settings.max_rd_atomic;
+        try {
+            queue_pair_->modify_to_ready_to_receive(receive);
+            queue_pair_->modify_to_ready_to_send(send);
+        } catch (const soft::SoftDeviceError& error) {
+            throw Error(std::string("connect QP ") + std::to_string(qpn()) + ": " + error.what());
+        }
+    }
+
+    void move_to_error() override { queue_pair_->modify_to_error(); }
+
+private:
+    std::shared_ptr<soft::QueuePair> queue_pair_;
+};
+
+class SoftProtectionDomain final : public ProtectionDomain {
+public:
+    SoftProtectionDomain(std::shared_ptr<soft::Device> device, std::shared_ptr<soft::ProtectionDomain> domain)
+        : device_(std::move(device)), domain_(std::move(domain)) {}
+
+    Registration register_memory(void* data, std::size_t length, std::uint32_t access) override {
+        try {
+            std::shared_ptr<soft::MemoryRegion> region = device_->register_memory(domain_, data, length, soft_access(access));
+            Registration registration;
+            registration.lkey = region->lkey();
+            registration.rkey = region->rkey();
+            registration.owner = std::move(region);
+            return registration;
+        } catch (const soft::SoftDeviceError& error) {
+            throw Error("register_memory on " + device_->name() + ": " + error.what());
+        }
+    }
+
+    std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) override {
+        try {
+            std::shared_ptr<soft::CompletionQueue> queue = device_->create_completion_queue(depth);
+            const mlx5::CompletionQueueRing ring = queue->ring();
+            return std::make_shared<RingCompletionQueue>(ring, std::move(queue));
+        } catch (const soft::SoftDeviceError& error) {
+            throw Error("create_completion_queue(" + std::to_string(depth) + ") on " + device_->name() + ": " +
+                        error.what());
+        }
+    }
+
+    std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,
+                                                 std::shared_ptr<CompletionQueue> send_queue,
+                                                 std::shared_ptr<CompletionQueue> receive_queue) override {
+        auto send_ring_queue = std::dynamic_pointer_cast<RingCompletionQueue>(send_queue);
+        auto receive_ring_queue = std::dynamic_pointer_cast<RingCompletionQueue>(receive_queue);
+        if (send_ring_queue == nullptr || receive_ring_queue == nullptr) {
+            throw Error("create_queue_pair on " + device_->name() + ": completion queues come from another device");
+        }
+        soft::QueuePairInit init;
+        init.send_cq = std::static_pointer_cast<soft::CompletionQueue>(soft_owner(*send_ring_queue));
+        init.recv_cq = std::static_pointer_cast<soft::CompletionQueue>(soft_owner(*receive_ring_queue));
+        init.capabilities = {settings.max_send_wr, settings.max_recv_wr, settings.max_send_sge, settings.max_recv_sge,
+                             settings.max_inline_data};
+        try {
+            std::shared_ptr<soft::QueuePair> queue_pair = device_->create_queue_pair(domain_, init);
+            queue_pair->modify_to_init(settings.port, soft_access(settings.access));
+            RingQueuePairInit ring;
+            ring.send_ring = queue_pair->send_ring();
+            ring.receive_ring = queue_pair->receive_ring();
+            ring.max_send_wr = settings.max_send_wr;
+            ring.max_recv_wr = settings.max_recv_wr;
+            ring.max_send_sge = queue_pair->max_send_sge();
+            ring.max_inline_data = queue_pair->max_inline_data();
+            ring.send_queue = std::move(send_ring_queue);
+            ring.receive_queue = std::move(receive_ring_queue);
+            return std::make_shared<SoftQueuePair>(std::move(ring), std::move(queue_pair));
+        } catch (const soft::SoftDeviceError& error) {
+            throw Error("create_queue_pair on " + device_->name() + ": " + error.what());
+        }
+    }
+
+private:
+    static std::shared_ptr<void> soft_owner(RingCompletionQueue& queue) { return queue.owner(); }
+
+    std::shared_ptr<soft::Device> device_;
+    std::shared_ptr<soft::ProtectionDomain> domain_;
+};
+
+class SoftDevice final : public Device {
+public:
+    explicit SoftDevice(std::shared_ptr<soft::Device> device) : device_(std::move(device)) {}
+    DeviceKind kind() const noexcept override { return DeviceKind::soft; }
+    std::string name() const override { return device_->name(); }
+
+    PortIdentity port_identity(std::uint8_t port, std::optional<std::uint8_t> gid_index) const override {
+        // One port, one GID: the device's IPv4-mapped address, as RoCE v2 would publish it.
+        if (port != 1) throw Error("port " + std::to_string(port) + " does not exist on " + name() + " (it has port 1)");
+        if (gid_index.has_value() && *gid_index != 0) {
+            throw Error("GID index " + std::to_string(*gid_index) + " does not exist on " + name() + " (it has index 0)");
+        }
+        PortIdentity identity;
+        identity.gid = device_->gid();
+        identity.lid = device_->lid();
+        identity.active_mtu = 4096;
+        identity.port = port;
+        identity.gid_index = 0;
+        identity.ethernet = true;
+        return identity;
+    }
+
+    std::shared_ptr<ProtectionDomain> allocate_protection_domain() override {
+        return std::make_shared<SoftProtectionDomain>(device_, device_->allocate_protection_domain());
+    }
+
+private:
+    std::shared_ptr<soft::Device> device_;
+};
+
+}  // namespace
+
+std::shared_ptr<Device> make_soft_device(std::shared_ptr<soft::Device> device) {
+    return std::make_shared<SoftDevice>(std::move(device));
+}
+
+}  // namespace rdmachan::transport

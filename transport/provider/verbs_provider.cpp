@@ -1,0 +1,294 @@
+#include "transport/provider/verbs_provider.hpp"
+
+#include <fmt/format.h>
+
+#include "rdmachan/error.hpp"
+#include "transport/provider/ring_queues.hpp"
+#include "transport/verbs/completion_queue.hpp"
+#include "transport/verbs/context.hpp"
+#include "transport/verbs/gid_selection.hpp"
+#include "transport/verbs/mlx5_binding.hpp"
+#include "transport/verbs/protection_domain.hpp"
+#include "transport/verbs/queue_pair.hpp"
+#include "transport/verbs/verbs_error.hpp"
+
+namespace rdmachan::transport {
+namespace {
+
+unsigned verbs_access(std::uint32_t access) {
+    unsigned flags = 0;
+    if ((access & kAccessLocalWrite) != 0) flags |= IBV_ACCESS_LOCAL_WRITE;
+    if ((access & kAccessRemoteWrite) != 0) flags |= IBV_ACCESS_REMOTE_WRITE;
+    if ((access & kAccessRemoteRead) != 0) flags |= IBV_ACCESS_REMOTE_READ;
+    if ((access & kAccessRemoteAtomic) != 0) flags |= IBV_ACCESS_REMOTE_ATOMIC;
+    return flags;
+}
+
+// What connect() needs to know about the local port, fixed when the QP is created.
+struct LocalPort {
+    std::uint8_t port = 1;
+    bool ethernet = true;
+    unsigned access = 0;
+};
+
+verbs::ConnectionParameters connection_parameters(const LocalPort& port, const ConnectSettings& settings) {
+    verbs::ConnectionParameters parameters;
+    parameters.port_num = port.port;
+    parameters.path_mtu = settings.path_mtu;
+    parameters.send_psn = settings.local_psn;
+    // RoCE needs the GRH on every packet; on InfiniBand a GID is only needed across subnets,
+    // which a LID of 0 from the peer implies.
+    parameters.use_global_routing = port.ethernet || settings.remote_lid == 0;
+    parameters.source_gid_index = settings.source_gid_index;
+    parameters.access_flags = port.access;
+    parameters.timeout = settings.ack_timeout;
+    parameters.retry_count = settings.retry_count;
+    parameters.rnr_retry = settings.rnr_retry;
+    parameters.min_rnr_timer = settings.min_rnr_timer;
+    parameters.max_read_atomic = settings.max_rd_atomic;
+    parameters.max_dest_read_atomic = settings.max_dest_rd_atomic;
+    return parameters;
+}
+
+verbs::RcEndpoint remote_endpoint(const ConnectSettings& settings) {
+    verbs::RcEndpoint remote;
+    remote.qpn = settings.remote_qpn;
+    remote.psn = settings.remote_psn;
+    remote.lid = settings.remote_lid;
+    remote.gid = settings.remote_gid;
+    remote.mtu = settings.path_mtu;
+    return remote;
+}
+
+// RTR and RTS (the QP was moved to INIT when it was created, so receives could be posted).
+void connect_verbs_queue_pair(verbs::QueuePair& queue_pair, const LocalPort& port, const ConnectSettings& settings) {
+    try {
+        const verbs::ConnectionParameters parameters = connection_parameters(port, settings);
+        queue_pair.modify(verbs::make_ready_to_receive_transition(parameters, remote_endpoint(settings)), "INIT->RTR");
+        queue_pair.modify(verbs::make_ready_to_send_transition(parameters), "RTR->RTS");
+    } catch (const verbs::VerbsError& error) {
+        throw Error(error.what());
+    }
+}
+
+void move_verbs_queue_pair_to_error(verbs::QueuePair& queue_pair) {
+    verbs::QueuePairTransition transition;
+    transition.attributes.qp_state = IBV_QPS_ERR;
+    transition.mask = IBV_QP_STATE;
+    try {
+        queue_pair.modify(transition, "->ERR");
+    } catch (const verbs::VerbsError& error) {
+        throw Error(error.what());
+    }
+}
+
+void move_to_init(verbs::QueuePair& queue_pair, const LocalPort& port) {
+    verbs::ConnectionParameters parameters;
+    parameters.port_num = port.port;
+    parameters.access_flags = port.access;
+    parameters.path_mtu = 1024;  // not used by INIT; the builder checks it
+    queue_pair.modify(verbs::make_init_transition(parameters), "RESET->INIT");
+}
+
+class VerbsCompletionQueue final : public CompletionQueue {
+public:
+    explicit VerbsCompletionQueue(std::shared_ptr<verbs::CompletionQueue> queue) : queue_(std::move(queue)) {}
+    std::uint32_t poll(mlx5::Completion* completions, std::uint32_t capacity) noexcept override {
+        return queue_->poll(std::span<mlx5::Completion>(completions, capacity));
+    }
+    std::uint32_t depth() const noexcept override { return queue_->depth(); }
+    const std::shared_ptr<verbs::CompletionQueue>& queue() const { return queue_; }
+
+private:
+    std::shared_ptr<verbs::CompletionQueue> queue_;
+};
+
+class VerbsQueuePair final : public QueuePair {
+public:
+    VerbsQueuePair(std::shared_ptr<verbs::QueuePair> queue_pair, LocalPort port)
+        : queue_pair_(std::move(queue_pair)), port_(port) {}
+    std::uint32_t qpn() const noexcept override { return queue_pair_->qpn(); }
+    mlx5::PostResult post_send(const mlx5::SendWorkRequest* requests, std::uint32_t count,
+                               std::uint32_t* posted) noexcept override {
+        return queue_pair_->post_send(std::span<const mlx5::SendWorkRequest>(requests, count), posted);
+    }
+    mlx5::PostResult post_receive(const mlx5::ReceiveWorkRequest* requests, std::uint32_t count,
+                                  std::uint32_t* posted) noexcept override {
+        return queue_pair_->post_receive(std::span<const mlx5::ReceiveWorkRequest>(requests, count), posted);
+    }
+    std::uint32_t max_send_wr() const noexcept override { return queue_pair_->capabilities().max_send_wr; }
+    std::uint32_t max_recv_wr() const noexcept override { return queue_pair_->capabilities().max_recv_wr; }
+    void connect(const ConnectSettings& settings) override { connect_verbs_queue_pair(*queue_pair_, port_, settings); }
+    void move_to_error() override { move_verbs_queue_pair_to_error(*queue_pair_); }
+
+private:
+    std::shared_ptr<verbs::QueuePair> queue_pair_;
+    LocalPort port_;
+};
+
+class Mlx5RingQueuePair final : public RingQueuePair {
+public:
+    Mlx5RingQueuePair(RingQueuePairInit init, std::shared_ptr<verbs::QueuePair> queue_pair, LocalPort port)
+        : RingQueuePair(std::move(init)), queue_pair_(std::move(queue_pair)), port_(port) {}
+    void connect(const ConnectSettings& settings) override { connect_verbs_queue_pair(*queue_pair_, port_, settings); }
+    void move_to_error() override { move_verbs_queue_pair_to_error(*queue_pair_); }
+
+private:
+    std::shared_ptr<verbs::QueuePair> queue_pair_;
+    LocalPort port_;
+};
+
+// The verbs owner of a ring CQ: kept alive by the ring queue's owner pointer.
+struct Mlx5CompletionQueueOwner {
+    std::shared_ptr<verbs::CompletionQueue> queue;
+};
+
+class VerbsProtectionDomain final : public ProtectionDomain {
+public:
+    VerbsProtectionDomain(std::shared_ptr<verbs::ProtectionDomain> domain, bool direct)
+        : domain_(std::move(domain)), direct_(direct) {
+        if (direct_) parent_domain_ = verbs::Mlx5ParentDomain::try_allocate(domain_);
+    }
+
+    Registration register_memory(void* data, std::size_t length, std::uint32_t access) override {
+        try {
+            auto region = verbs::MemoryRegion::register_memory(domain_, data, length, verbs_access(access));
+            Registration registration;
+            registration.lkey = region->lkey();
+            registration.rkey = region->rkey();
+            registration.owner = std::move(region);
+            return registration;
+        } catch (const verbs::VerbsError& error) {
+            throw Error(error.what());
+        }
+    }
+
+    std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) override {
+        try {
+            if (direct_) {
+                verbs::Mlx5CompletionQueue created = verbs::create_mlx5_completion_queue(domain_->context(), depth);
+                auto owner = std::make_shared<Mlx5CompletionQueueOwner>(Mlx5CompletionQueueOwner{created.completion_queue});
+                return std::make_shared<RingCompletionQueue>(created.ring, std::move(owner));
+            }
+            return std::make_shared<VerbsCompletionQueue>(verbs::CompletionQueue::create(domain_->context(), depth));
+        } catch (const verbs::VerbsError& error) {
+            throw Error(error.what());
+        }
+    }
+
+    std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,
+                                                 std::shared_ptr<CompletionQueue> send_queue,
+                                                 std::shared_ptr<CompletionQueue> receive_queue) override {
+        const verbs::QueuePairCapabilities capabilities{settings.max_send_wr, settings.max_recv_wr,
+                                                        settings.max_send_sge, settings.max_recv_sge,
+                                                        settings.max_inline_data};
+        LocalPort port;
+        port.port = settings.port;
+        port.access = verbs_access(settings.access);
+        try {
+            port.ethernet = domain_->context()->query_port(settings.port).link_layer == verbs::LinkLayer::ethernet;
+            if (direct_) return create_direct(capabilities, port, send_queue, receive_queue);
+            auto send = std::dynamic_pointer_cast<VerbsCompletionQueue>(send_queue);
+            auto receive = std::dynamic_pointer_cast<VerbsCompletionQueue>(receive_queue);
+            if (send == nullptr || receive == nullptr) {
+                throw Error("create_queue_pair on " + domain_->context()->name() +
+                            ": completion queues come from another device");
+            }
+            verbs::QueuePairParents parents;
+            parents.protection_domain = domain_;
+            parents.send_completion_queue = send->queue();
+            parents.receive_completion_queue = receive->queue();
+            auto queue_pair = verbs::QueuePair::create_reliable_connected(std::move(parents), capabilities);
+            move_to_init(*queue_pair, port);
+            return std::make_shared<VerbsQueuePair>(std::move(queue_pair), port);
+        } catch (const verbs::VerbsError& error) {
+            throw Error(error.what());
+        }
+    }
+
+private:
+    std::shared_ptr<QueuePair> create_direct(const verbs::QueuePairCapabilities& capabilities, const LocalPort& port,
+                                             const std::shared_ptr<CompletionQueue>& send_queue,
+                                             const std::shared_ptr<CompletionQueue>& receive_queue) {
+        auto send = std::dynamic_pointer_cast<RingCompletionQueue>(send_queue);
+        auto receive = std::dynamic_pointer_cast<RingCompletionQueue>(receive_queue);
+        if (send == nullptr || receive == nullptr) {
+            throw Error("create_queue_pair on " + domain_->context()->name() + ": completion queues come from another device");
+        }
+        verbs::QueuePairParents parents;
+        parents.protection_domain = domain_;
+        parents.send_completion_queue = std::static_pointer_cast<Mlx5CompletionQueueOwner>(send->owner())->queue;
+        parents.receive_completion_queue = std::static_pointer_cast<Mlx5CompletionQueueOwner>(receive->owner())->queue;
+        verbs::Mlx5QueuePair created = verbs::create_mlx5_queue_pair(std::move(parents), capabilities, parent_domain_);
+        move_to_init(*created.queue_pair, port);
+        RingQueuePairInit ring;
+        ring.send_ring = created.rings.send;
+        ring.receive_ring = created.rings.receive;
+        const verbs::QueuePairCapabilities& granted = created.queue_pair->capabilities();
+        ring.max_send_wr = granted.max_send_wr;
+        ring.max_recv_wr = granted.max_recv_wr;
+        ring.max_send_sge = granted.max_send_sge;
+        ring.max_inline_data = granted.max_inline_data;
+        ring.send_queue = std::move(send);
+        ring.receive_queue = std::move(receive);
+        return std::make_shared<Mlx5RingQueuePair>(std::move(ring), std::move(created.queue_pair), port);
+    }
+
+    std::shared_ptr<verbs::ProtectionDomain> domain_;
+    bool direct_;
+    std::shared_ptr<verbs::Mlx5ParentDomain> parent_domain_;
+};
+
+class VerbsDevice final : public Device {
+public:
+    VerbsDevice(std::shared_ptr<verbs::Context> context, bool direct) : context_(std::move(context)), direct_(direct) {}
+    DeviceKind kind() const noexcept override { return direct_ ? DeviceKind::mlx5 : DeviceKind::verbs; }
+    std::string name() const override { return context_->name(); }
+
+    PortIdentity port_identity(std::uint8_t port, std::optional<std::uint8_t> gid_index) const override {
+        try {
+            if (port == 0 || port > context_->port_count()) {
+                throw Error(fmt::format("port {} does not exist on {} (ports 1..{})", port, name(), context_->port_count()));
+            }
+            const verbs::PortAttributes attributes = context_->query_port(port);
+            if (!attributes.active) throw Error(fmt::format("port {} of {} is not active", port, name()));
+            const std::optional<std::uint32_t> override_index =
+                gid_index.has_value() ? std::optional<std::uint32_t>(*gid_index) : std::nullopt;
+            const verbs::GidChoice choice = verbs::select_gid(attributes.gid_table, attributes.link_layer, override_index);
+            PortIdentity identity;
+            identity.gid = choice.entry.gid;
+            identity.lid = attributes.lid;
+            identity.active_mtu = attributes.active_mtu;
+            identity.port = port;
+            identity.gid_index = static_cast<std::uint8_t>(choice.entry.index);
+            identity.ethernet = attributes.link_layer == verbs::LinkLayer::ethernet;
+            return identity;
+        } catch (const verbs::VerbsError& error) {
+            throw Error(error.what());
+        }
+    }
+
+    std::shared_ptr<ProtectionDomain> allocate_protection_domain() override {
+        try {
+            return std::make_shared<VerbsProtectionDomain>(verbs::ProtectionDomain::allocate(context_), direct_);
+        } catch (const verbs::VerbsError& error) {
+            throw Error(error.what());
+        }
+    }
+
+private:
+    std::shared_ptr<verbs::Context> context_;
+    bool direct_;
+};
+
+}  // namespace
+
+std::shared_ptr<Device> open_verbs_device(std::string_view name, bool direct) {
+    try {
+        return std::make_shared<VerbsDevice>(verbs::Context::open(name), direct);
+    } catch (const verbs::VerbsError& error) {
+        throw Error(error.what());
+    }
+}
+
+}  // namespace rdmachan::transport
