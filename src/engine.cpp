@@ -177,7 +177,7 @@ void Engine::finish(Slot& slot, const mlx5::Completion& completion) {
     --peer.outstanding;
     --outstanding_;
     if (slot.completion.status == mlx5::CompletionStatus::success) {
-        ++peer.counters.operations;
+        peer.counters.operations += slot.send_requests == 0 ? 1 : slot.send_requests;
         peer.counters.bytes += slot.completion.is_receive ? slot.completion.byte_len : slot.bytes;
     } else {
         ++peer.counters.errors;
