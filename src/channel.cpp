@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "src/engine.hpp"
+#include "src/operations.hpp"
 #include "src/logger.hpp"
 #include "transport/mlx5/completion.hpp"
 
@@ -19,8 +20,6 @@ void check_range(const char* setting, Value value, std::uint64_t low, std::uint6
                     std::to_string(low) + ", " + std::to_string(high) + "]");
     }
 }
-
-mlx5::ScatterGatherElement element_of(const LocalSlice& local) { return {local.addr(), local.length(), local.lkey()}; }
 
 }  // namespace
 
@@ -233,15 +232,7 @@ std::string Channel::peer() const { return core_->peer_name(0); }
 bool Channel::healthy() const { return core_->healthy(0); }
 
 PendingWork Channel::post_send(const LocalSlice& local, std::optional<std::uint32_t> immediate) {
-    const mlx5::ScatterGatherElement element = element_of(local);
-    mlx5::SendWorkRequest request;
-    request.opcode = immediate.has_value() ? mlx5::SendOpcode::send_with_immediate : mlx5::SendOpcode::send;
-    request.immediate = immediate.value_or(0);
-    request.sg_list = &element;
-    request.num_sge = 1;
-    if (local.length() <= core_->settings().max_inline_data) request.flags |= mlx5::kSendInline;
-    const Operation operation = immediate.has_value() ? Operation::send_with_immediate : Operation::send;
-    return PendingWork(core_, core_->post_send(0, &request, 1, operation), operation);
+    return PendingWork(core_, detail::post_send_operation(*core_, 0, local, immediate), detail::send_operation(immediate));
 }
 
 PendingWork Channel::post_receive(const LocalSlice& local) {
@@ -249,83 +240,29 @@ PendingWork Channel::post_receive(const LocalSlice& local) {
 }
 
 PendingWork Channel::post_write(const LocalSlice& local, const RemoteMemoryRegion& remote, std::optional<std::uint32_t> immediate) {
-    if (local.length() > remote.length) {
-        throw Error("Channel::post_write: " + std::to_string(local.length()) + " bytes do not fit the remote region of " +
-                    std::to_string(remote.length) + " bytes");
-    }
-    const mlx5::ScatterGatherElement element = element_of(local);
-    mlx5::SendWorkRequest request;
-    request.opcode = immediate.has_value() ? mlx5::SendOpcode::rdma_write_with_immediate : mlx5::SendOpcode::rdma_write;
-    request.immediate = immediate.value_or(0);
-    request.sg_list = &element;
-    request.num_sge = 1;
-    request.remote_addr = remote.addr;
-    request.rkey = remote.rkey;
-    if (local.length() <= core_->settings().max_inline_data) request.flags |= mlx5::kSendInline;
-    const Operation operation = immediate.has_value() ? Operation::rdma_write_with_immediate : Operation::rdma_write;
-    return PendingWork(core_, core_->post_send(0, &request, 1, operation), operation);
+    return PendingWork(core_, detail::post_write_operation(*core_, 0, "Channel::post_write", local, remote, immediate),
+                       detail::write_operation(immediate));
 }
 
 PendingWork Channel::post_read(const LocalSlice& local, const RemoteMemoryRegion& remote) {
-    if (local.length() > remote.length) {
-        throw Error("Channel::post_read: " + std::to_string(local.length()) + " bytes are more than the remote region's " +
-                    std::to_string(remote.length));
-    }
-    const mlx5::ScatterGatherElement element = element_of(local);
-    mlx5::SendWorkRequest request;
-    request.opcode = mlx5::SendOpcode::rdma_read;
-    request.sg_list = &element;
-    request.num_sge = 1;
-    request.remote_addr = remote.addr;
-    request.rkey = remote.rkey;
-    return PendingWork(core_, core_->post_send(0, &request, 1, Operation::rdma_read), Operation::rdma_read);
+    return PendingWork(core_, detail::post_read_operation(*core_, 0, "Channel::post_read", local, remote), Operation::rdma_read);
 }
-
-namespace {
-void check_atomic(const char* call, const LocalSlice& result, const RemoteMemoryRegion& remote) {
-    if (result.length() != 8) throw Error(std::string(call) + ": the result slice is " + std::to_string(result.length()) + " bytes, not 8");
-    if (remote.length < 8) throw Error(std::string(call) + ": the remote region is shorter than 8 bytes");
-    if (remote.addr % 8 != 0) throw Error(std::string(call) + ": remote address " + std::to_string(remote.addr) + " is not 8-byte aligned");
-}
-}  // namespace
 
 PendingWork Channel::post_fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add) {
-    check_atomic("Channel::post_fetch_and_add", result, remote);
-    const mlx5::ScatterGatherElement element = element_of(result);
-    mlx5::SendWorkRequest request;
-    request.opcode = mlx5::SendOpcode::atomic_fetch_and_add;
-    request.sg_list = &element;
-    request.num_sge = 1;
-    request.remote_addr = remote.addr;
-    request.rkey = remote.rkey;
-    request.compare_add = add;
-    return PendingWork(core_, core_->post_send(0, &request, 1, Operation::atomic_fetch_and_add), Operation::atomic_fetch_and_add);
+    return PendingWork(core_, detail::post_fetch_and_add_operation(*core_, 0, "Channel::post_fetch_and_add", result, remote, add),
+                       Operation::atomic_fetch_and_add);
 }
 
 PendingWork Channel::post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
                                            std::uint64_t swap) {
-    check_atomic("Channel::post_compare_and_swap", result, remote);
-    const mlx5::ScatterGatherElement element = element_of(result);
-    mlx5::SendWorkRequest request;
-    request.opcode = mlx5::SendOpcode::atomic_compare_and_swap;
-    request.sg_list = &element;
-    request.num_sge = 1;
-    request.remote_addr = remote.addr;
-    request.rkey = remote.rkey;
-    request.compare_add = compare;
-    request.swap = swap;
-    return PendingWork(core_, core_->post_send(0, &request, 1, Operation::atomic_compare_and_swap),
+    return PendingWork(core_,
+                       detail::post_compare_and_swap_operation(*core_, 0, "Channel::post_compare_and_swap", result, remote,
+                                                               compare, swap),
                        Operation::atomic_compare_and_swap);
 }
 
 PendingWork Channel::post_batch(const WorkBatch& batch) {
-    if (batch.empty()) throw Error("Channel::post_batch: the batch is empty");
-    if (batch.size() > core_->settings().max_send_wr) {
-        throw Error("Channel::post_batch: " + std::to_string(batch.size()) + " operations are more than max_send_wr (" +
-                    std::to_string(core_->settings().max_send_wr) + ")");
-    }
-    return PendingWork(core_, core_->post_batch(0, batch.entries().data(), static_cast<std::uint32_t>(batch.size())),
-                       Operation::batch);
+    return PendingWork(core_, detail::post_batch_operation(*core_, 0, "Channel::post_batch", batch), Operation::batch);
 }
 
 WorkResult Channel::execute(const WorkBatch& batch) { return post_batch(batch).wait(); }

@@ -63,7 +63,7 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count) : sett
         peer.local.psn = settings.psn.has_value() ? *settings.psn : (random() & 0xffffff);
         peer.local.mtu = std::min(settings.mtu, port_.active_mtu);
         peer.local.device = device_->name();
-        peer.name = peer_count == 1 ? "unconnected peer" : "peer " + std::to_string(index);
+        peer.name = peer_count == 1 ? "unconnected peer" : "rank " + std::to_string(index);
     }
 
     scratch_requests_.resize(settings.max_send_wr);
@@ -101,7 +101,7 @@ void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
     if (peer.connected) throw Error("connect " + peer.name + ": already connected");
     std::string name = remote.device.empty() ? "qpn " + std::to_string(remote.qpn)
                                              : remote.device + " qpn " + std::to_string(remote.qpn);
-    peer.name = peers_.size() == 1 ? name : "peer " + std::to_string(index) + " (" + name + ")";
+    peer.name = peers_.size() == 1 ? name : "rank " + std::to_string(index) + " (" + name + ")";
     transport::ConnectSettings connect;
     connect.remote_gid = remote.gid;
     connect.remote_lid = remote.lid;
@@ -249,7 +249,8 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     return ticket;
 }
 
-std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count) {
+std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count,
+                                 Operation operation) {
     for (std::uint32_t i = 0; i < count; ++i) {
         const WorkBatch::Entry& entry = entries[i];
         mlx5::ScatterGatherElement& element = scratch_elements_[i];
@@ -278,7 +279,7 @@ std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* ent
             request.flags |= mlx5::kSendInline;
         }
     }
-    return post_send(peer, scratch_requests_.data(), count, Operation::batch);
+    return post_send(peer, scratch_requests_.data(), count, operation);
 }
 
 std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local) {

@@ -53,7 +53,8 @@ public:
                             Operation operation);
     // The entries become requests in the engine's own scratch space (no allocation); at most
     // max_send_wr of them (callers check).
-    std::uint64_t post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count);
+    std::uint64_t post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count,
+                             Operation operation);
     std::uint64_t post_receive(std::uint32_t peer, const LocalSlice& local);
     WorkResult wait(std::uint64_t ticket, std::chrono::milliseconds deadline);
     std::optional<WorkResult> try_take(std::uint64_t ticket);

@@ -115,6 +115,8 @@ public:
 private:
     friend class Channel;
     friend class Scope;
+    friend class MultiChannel;
+    friend class MultiScope;
     std::uint64_t release_ticket();  // the scope takes over the completion
     PendingWork(std::shared_ptr<detail::Engine> core, std::uint64_t ticket, Operation operation)
         : core_(std::move(core)), ticket_(ticket), operation_(operation) {}
@@ -138,6 +140,7 @@ public:
 
 private:
     friend class Scope;
+    friend class MultiScope;
     ScopedWork(std::shared_ptr<detail::Engine> core, std::uint64_t ticket) : core_(std::move(core)), ticket_(ticket) {}
     std::shared_ptr<detail::Engine> core_;
     std::uint64_t ticket_ = 0;

@@ -69,6 +69,7 @@ private:
 
 class LocalSlice {
 public:
+    LocalSlice() = default;  // empty: zero bytes, for containers; real ones come from MemoryRegion
     std::uint64_t addr() const { return addr_; }
     std::uint32_t length() const { return length_; }
     std::uint32_t lkey() const { return lkey_; }
@@ -77,9 +78,9 @@ public:
 private:
     friend class MemoryRegion;
     LocalSlice(std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) : addr_(addr), length_(length), lkey_(lkey) {}
-    std::uint64_t addr_;
-    std::uint32_t length_;
-    std::uint32_t lkey_;
+    std::uint64_t addr_ = 0;
+    std::uint32_t length_ = 0;
+    std::uint32_t lkey_ = 0;
 };
 
 }  // namespace rdmachan

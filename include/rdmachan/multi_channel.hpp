@@ -1,0 +1,229 @@
+// MultiChannel: one logical channel per peer, all sharing one protection domain and one pair of
+// completion queues. Peers are ranks 0..world_size-1; the own rank is a peer too (a loopback
+// queue pair), so all-to-all code needs no special case.
+//
+//   rdmachan::PreparedMultiChannel prepared = rdmachan::MultiChannelBuilder().rank(r).world_size(n).build();
+//   publish(prepared.endpoints());                       // any out-of-band exchange, or connect()
+//   rdmachan::MultiChannel channels = std::move(prepared).handshake(table_from_everyone);
+//   auto region = channels.register_memory(buffer, size);
+//   channels.scatter_write({{1, region.slice(0, 4096), remote_of_1}, {2, region.slice(4096, 4096), remote_of_2}});
+//
+// Every operation exists per peer (`write(peer, ...)`) and across peers (scatter_send,
+// scatter_write, gather_receive, gather_read, multicast_send), at three levels: blocking,
+// scoped (`channels.scope([&](rdmachan::MultiScope& s) { auto w = s.post_scatter_write(...); })`)
+// and unpolled handles. A scatter posts each peer's share under one doorbell per peer.
+//
+// Threading and buffers: as for Channel (one thread at a time; buffers valid until completion).
+// A peer whose queue pair failed fails only the operations that involve it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rdmachan/channel.hpp"
+
+namespace rdmachan {
+
+// A remote region of one peer.
+struct PeerRemoteMemoryRegion {
+    std::uint32_t peer = 0;
+    RemoteMemoryRegion region;
+    // A piece of it, bounds-checked like RemoteMemoryRegion::slice.
+    PeerRemoteMemoryRegion slice(std::uint64_t offset, std::uint64_t length) const {
+        return {peer, region.slice(offset, length)};
+    }
+};
+
+// One peer's share of a scatter or gather.
+struct PeerTransfer {
+    std::uint32_t peer = 0;
+    LocalSlice local;
+    RemoteMemoryRegion remote;  // unused by sends and receives
+};
+
+struct PeerResult {
+    std::uint32_t peer = 0;
+    WorkResult result = WorkResult::success({});
+};
+
+// The outcome of a multi-peer operation: one result per peer involved.
+class MultiResult {
+public:
+    MultiResult() = default;
+    explicit MultiResult(std::vector<PeerResult> results) : results_(std::move(results)) {}
+    bool ok() const;
+    explicit operator bool() const { return ok(); }
+    const std::vector<PeerResult>& results() const { return results_; }
+    std::vector<std::uint32_t> failed_peers() const;
+    // "" when ok; else one line per failed peer, each naming the peer and what failed.
+    std::string message() const;
+
+private:
+    std::vector<PeerResult> results_;
+};
+
+// Unpolled handles of a multi-peer operation (one per peer involved).
+class PendingMultiWork {
+public:
+    PendingMultiWork() = default;
+    explicit PendingMultiWork(std::vector<std::pair<std::uint32_t, PendingWork>> work) : work_(std::move(work)) {}
+    MultiResult wait();  // waits for every peer's share (each under the deadline)
+    std::size_t size() const { return work_.size(); }
+
+private:
+    friend class MultiScope;
+    std::vector<std::pair<std::uint32_t, PendingWork>> work_;
+};
+
+// Scoped handles of a multi-peer operation.
+class ScopedMultiWork {
+public:
+    ScopedMultiWork() = default;
+    explicit ScopedMultiWork(std::vector<std::pair<std::uint32_t, ScopedWork>> work) : work_(std::move(work)) {}
+    MultiResult wait();
+    std::size_t size() const { return work_.size(); }
+
+private:
+    std::vector<std::pair<std::uint32_t, ScopedWork>> work_;
+};
+
+class MultiChannel;
+
+class MultiScope {
+public:
+    ScopedWork post_send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
+    ScopedWork post_receive(std::uint32_t peer, const LocalSlice& local);
+    ScopedWork post_write(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote,
+                          std::optional<std::uint32_t> immediate = std::nullopt);
+    ScopedWork post_read(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote);
+    ScopedMultiWork post_scatter_send(std::span<const PeerTransfer> shares, std::optional<std::uint32_t> immediate = std::nullopt);
+    ScopedMultiWork post_scatter_write(std::span<const PeerTransfer> shares, std::optional<std::uint32_t> immediate = std::nullopt);
+    ScopedMultiWork post_gather_receive(std::span<const PeerTransfer> shares);
+    ScopedMultiWork post_gather_read(std::span<const PeerTransfer> shares);
+    ScopedMultiWork post_multicast_send(std::span<const std::uint32_t> peers, const LocalSlice& local,
+                                        std::optional<std::uint32_t> immediate = std::nullopt);
+
+private:
+    friend class MultiChannel;
+    MultiScope(MultiChannel& channel, std::uint32_t id) : channel_(channel), id_(id) {}
+    ScopedWork adopt(PendingWork work);
+    ScopedMultiWork adopt(PendingMultiWork work);
+    MultiChannel& channel_;
+    std::uint32_t id_;
+};
+
+class MultiChannel {
+public:
+    MultiChannel(MultiChannel&&) noexcept;
+    MultiChannel& operator=(MultiChannel&&) noexcept;
+    ~MultiChannel();
+
+    std::uint32_t rank() const { return rank_; }
+    std::uint32_t world_size() const;
+    MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+
+    // Per peer, blocking.
+    WorkResult send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
+    WorkResult receive(std::uint32_t peer, const LocalSlice& local);
+    WorkResult write(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote,
+                     std::optional<std::uint32_t> immediate = std::nullopt);
+    WorkResult read(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote);
+    WorkResult fetch_and_add(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add);
+    WorkResult compare_and_swap(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
+                                std::uint64_t compare, std::uint64_t swap);
+    WorkResult execute(std::uint32_t peer, const WorkBatch& batch);
+
+    // Per peer, unpolled.
+    PendingWork post_send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
+    PendingWork post_receive(std::uint32_t peer, const LocalSlice& local);
+    PendingWork post_write(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote,
+                           std::optional<std::uint32_t> immediate = std::nullopt);
+    PendingWork post_read(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote);
+    PendingWork post_fetch_and_add(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
+                                   std::uint64_t add);
+    PendingWork post_compare_and_swap(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
+                                      std::uint64_t compare, std::uint64_t swap);
+    PendingWork post_batch(std::uint32_t peer, const WorkBatch& batch);
+
+    // Across peers. Peers out of range are rejected (rdmachan::Error naming the peer) before
+    // anything is posted. A peer may appear several times; its shares go under one doorbell.
+    MultiResult scatter_send(std::span<const PeerTransfer> shares, std::optional<std::uint32_t> immediate = std::nullopt);
+    MultiResult scatter_write(std::span<const PeerTransfer> shares, std::optional<std::uint32_t> immediate = std::nullopt);
+    MultiResult gather_receive(std::span<const PeerTransfer> shares);
+    MultiResult gather_read(std::span<const PeerTransfer> shares);
+    MultiResult multicast_send(std::span<const std::uint32_t> peers, const LocalSlice& local,
+                               std::optional<std::uint32_t> immediate = std::nullopt);
+    PendingMultiWork post_scatter_send(std::span<const PeerTransfer> shares, std::optional<std::uint32_t> immediate = std::nullopt);
+    PendingMultiWork post_scatter_write(std::span<const PeerTransfer> shares, std::optional<std::uint32_t> immediate = std::nullopt);
+    PendingMultiWork post_gather_receive(std::span<const PeerTransfer> shares);
+    PendingMultiWork post_gather_read(std::span<const PeerTransfer> shares);
+    PendingMultiWork post_multicast_send(std::span<const std::uint32_t> peers, const LocalSlice& local,
+                                         std::optional<std::uint32_t> immediate = std::nullopt);
+
+    // Scoped polling, as Channel::scope / manual_scope.
+    void scope(const std::function<void(MultiScope&)>& body);
+    void manual_scope(const std::function<void(MultiScope&)>& body);
+
+    bool healthy(std::uint32_t peer) const;
+    std::vector<std::uint32_t> healthy_peers() const;
+    PeerCounters counters(std::uint32_t peer) const;
+    std::string peer_name(std::uint32_t peer) const;
+    std::string device_name() const;
+
+private:
+    friend class PreparedMultiChannel;
+    friend class MultiScope;
+    MultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
+    void check_peer(const char* call, std::uint32_t peer) const;
+    PendingMultiWork post_shares(const char* call, std::span<const PeerTransfer> shares, WorkBatch::Kind kind,
+                                 std::optional<std::uint32_t> immediate);
+    void run_scope(const std::function<void(MultiScope&)>& body, bool strict);
+    std::shared_ptr<detail::Engine> engine_;
+    std::uint32_t rank_ = 0;
+    std::vector<WorkBatch::Entry> scratch_;
+};
+
+class PreparedMultiChannel {
+public:
+    PreparedMultiChannel(PreparedMultiChannel&&) noexcept;
+    PreparedMultiChannel& operator=(PreparedMultiChannel&&) noexcept;
+    ~PreparedMultiChannel();
+
+    std::uint32_t rank() const { return rank_; }
+    std::uint32_t world_size() const;
+    // endpoints()[peer]: this rank's queue pair for that peer. Publish all of them.
+    std::vector<ChannelEndpoint> endpoints() const;
+    MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+    // table[r] = endpoints() of rank r (table[rank()] is this rank's own). Connects the queue
+    // pair for each peer p to table[p][rank()].
+    MultiChannel handshake(const std::vector<std::vector<ChannelEndpoint>>& table) &&;
+
+private:
+    friend class MultiChannelBuilder;
+    PreparedMultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
+    std::shared_ptr<detail::Engine> engine_;
+    std::uint32_t rank_ = 0;
+};
+
+class MultiChannelBuilder {
+public:
+    MultiChannelBuilder() = default;
+    // The per-peer queue-pair settings, as ChannelBuilder checks them.
+    explicit MultiChannelBuilder(const ChannelBuilder& channel) : settings_(channel.settings()) {}
+    MultiChannelBuilder& rank(std::uint32_t value);
+    MultiChannelBuilder& world_size(std::uint32_t value);
+    const ChannelSettings& settings() const { return settings_; }
+    PreparedMultiChannel build() const;
+
+private:
+    ChannelSettings settings_;
+    std::optional<std::uint32_t> rank_;
+    std::optional<std::uint32_t> world_size_;
+};
+
+}  // namespace rdmachan

@@ -1,0 +1,235 @@
+// MultiChannel, its builder and prepared form, multi-peer results and scopes: the engine
+// (src/engine.hpp) with one queue pair per rank.
+#include "rdmachan/multi_channel.hpp"
+
+#include <exception>
+
+#include "src/engine.hpp"
+#include "src/operations.hpp"
+
+namespace rdmachan {
+
+// ---- results --------------------------------------------------------------------------------
+
+bool MultiResult::ok() const {
+    for (const PeerResult& entry : results_) {
+        if (!entry.result.ok()) return false;
+    }
+    return true;
+}
+
+std::vector<std::uint32_t> MultiResult::failed_peers() const {
+    std::vector<std::uint32_t> peers;
+    for (const PeerResult& entry : results_) {
+        if (!entry.result.ok()) peers.push_back(entry.peer);
+    }
+    return peers;
+}
+
+std::string MultiResult::message() const {
+    std::string text;
+    for (const PeerResult& entry : results_) {
+        if (entry.result.ok()) continue;
+        if (!text.empty()) text += "\n";
+        text += "rank " + std::to_string(entry.peer) + ": " + entry.result.error().message();
+    }
+    return text;
+}
+
+MultiResult PendingMultiWork::wait() {
+    std::vector<PeerResult> results;
+    results.reserve(work_.size());
+    for (auto& [peer, work] : work_) results.push_back({peer, work.wait()});
+    work_.clear();
+    return MultiResult(std::move(results));
+}
+
+MultiResult ScopedMultiWork::wait() {
+    std::vector<PeerResult> results;
+    results.reserve(work_.size());
+    for (auto& [peer, work] : work_) results.push_back({peer, work.wait()});
+    return MultiResult(std::move(results));
+}
+
+// ---- builder and prepared form --------------------------------------------------------------
+
+MultiChannelBuilder& MultiChannelBuilder::rank(std::uint32_t value) {
+    rank_ = value;
+    return *this;
+}
+
+MultiChannelBuilder& MultiChannelBuilder::world_size(std::uint32_t value) {
+    if (value == 0 || value > 4096) {
+        throw Error("MultiChannelBuilder::world_size: " + std::to_string(value) + " is out of range [1, 4096]");
+    }
+    world_size_ = value;
+    return *this;
+}
+
+PreparedMultiChannel MultiChannelBuilder::build() const {
+    if (!world_size_.has_value()) throw Error("MultiChannelBuilder::build: world_size is not set");
+    if (!rank_.has_value()) throw Error("MultiChannelBuilder::build: rank is not set");
+    if (*rank_ >= *world_size_) {
+        throw Error("MultiChannelBuilder::build: rank " + std::to_string(*rank_) + " is not below world_size " +
+                    std::to_string(*world_size_));
+    }
+    try {
+        return PreparedMultiChannel(std::make_shared<detail::Engine>(settings_, *world_size_), *rank_);
+    } catch (const Error& error) {
+        throw Error("MultiChannelBuilder::build (rank " + std::to_string(*rank_) + "): " + error.what());
+    }
+}
+
+PreparedMultiChannel::PreparedMultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank)
+    : engine_(std::move(engine)), rank_(rank) {}
+PreparedMultiChannel::PreparedMultiChannel(PreparedMultiChannel&&) noexcept = default;
+PreparedMultiChannel& PreparedMultiChannel::operator=(PreparedMultiChannel&&) noexcept = default;
+PreparedMultiChannel::~PreparedMultiChannel() = default;
+
+std::uint32_t PreparedMultiChannel::world_size() const { return engine_->peer_count(); }
+
+std::vector<ChannelEndpoint> PreparedMultiChannel::endpoints() const {
+    std::vector<ChannelEndpoint> endpoints;
+    for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) endpoints.push_back(engine_->local_endpoint(peer));
+    return endpoints;
+}
+
+MemoryRegion PreparedMultiChannel::register_memory(void* data, std::size_t length, Access access) {
+    return engine_->register_memory(data, length, access);
+}
+
+MultiChannel PreparedMultiChannel::handshake(const std::vector<std::vector<ChannelEndpoint>>& table) && {
+    if (engine_ == nullptr) throw Error("PreparedMultiChannel::handshake: this prepared multi-channel was already used");
+    const std::uint32_t world = engine_->peer_count();
+    if (table.size() != world) {
+        throw Error("PreparedMultiChannel::handshake (rank " + std::to_string(rank_) + "): the endpoint table has " +
+                    std::to_string(table.size()) + " ranks, the world has " + std::to_string(world));
+    }
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        if (table[peer].size() != world) {
+            throw Error("PreparedMultiChannel::handshake (rank " + std::to_string(rank_) + "): rank " +
+                        std::to_string(peer) + " published " + std::to_string(table[peer].size()) +
+                        " endpoints, the world has " + std::to_string(world));
+        }
+    }
+    // Queue pair `peer` of this rank talks to queue pair `rank_` of that peer.
+    for (std::uint32_t peer = 0; peer < world; ++peer) engine_->connect(peer, table[peer][rank_]);
+    return MultiChannel(std::move(engine_), rank_);
+}
+
+// ---- multi-channel --------------------------------------------------------------------------
+
+MultiChannel::MultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank)
+    : engine_(std::move(engine)), rank_(rank) {
+    scratch_.reserve(engine_->settings().max_send_wr);
+}
+MultiChannel::MultiChannel(MultiChannel&&) noexcept = default;
+MultiChannel& MultiChannel::operator=(MultiChannel&&) noexcept = default;
+MultiChannel::~MultiChannel() = default;
+
+std::uint32_t MultiChannel::world_size() const { return engine_->peer_count(); }
+
+MemoryRegion MultiChannel::register_memory(void* data, std::size_t length, Access access) {
+    return engine_->register_memory(data, length, access);
+}
+
+void MultiChannel::check_peer(const char* call, std::uint32_t peer) const {
+    if (peer >= engine_->peer_count()) {
+        throw Error(std::string(call) + ": peer " + std::to_string(peer) + " is out of range (world size " +
+                    std::to_string(engine_->peer_count()) + ")");
+    }
+}
+
+bool MultiChannel::healthy(std::uint32_t peer) const {
+    check_peer("MultiChannel::healthy", peer);
+    return engine_->healthy(peer);
+}
+
+std::vector<std::uint32_t> MultiChannel::healthy_peers() const {
+    std::vector<std::uint32_t> peers;
+    for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
+        if (engine_->healthy(peer)) peers.push_back(peer);
+    }
+    return peers;
+}
+
+PeerCounters MultiChannel::counters(std::uint32_t peer) const {
+    check_peer("MultiChannel::counters", peer);
+    return engine_->counters(peer);
+}
+
+std::string MultiChannel::peer_name(std::uint32_t peer) const {
+    check_peer("MultiChannel::peer_name", peer);
+    return engine_->peer_name(peer);
+}
+
+std::string MultiChannel::device_name() const { return engine_->device_name(); }
+
+PendingWork MultiChannel::post_send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate) {
+    check_peer("MultiChannel::post_send", peer);
+    return PendingWork(engine_, detail::post_send_operation(*engine_, peer, local, immediate), detail::send_operation(immediate));
+}
+
+PendingWork MultiChannel::post_receive(std::uint32_t peer, const LocalSlice& local) {
+    check_peer("MultiChannel::post_receive", peer);
+    return PendingWork(engine_, engine_->post_receive(peer, local), Operation::receive);
+}
+
+PendingWork MultiChannel::post_write(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote,
+                                     std::optional<std::uint32_t> immediate) {
+    check_peer("MultiChannel::post_write", peer);
+    return PendingWork(engine_, detail::post_write_operation(*engine_, peer, "MultiChannel::post_write", local, remote, immediate),
+                       detail::write_operation(immediate));
+}
+
+PendingWork MultiChannel::post_read(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote) {
+    check_peer("MultiChannel::post_read", peer);
+    return PendingWork(engine_, detail::post_read_operation(*engine_, peer, "MultiChannel::post_read", local, remote),
+                       Operation::rdma_read);
+}
+
+PendingWork MultiChannel::post_fetch_and_add(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
+                                             std::uint64_t add) {
+    check_peer("MultiChannel::post_fetch_and_add", peer);
+    return PendingWork(engine_,
+                       detail::post_fetch_and_add_operation(*engine_, peer, "MultiChannel::post_fetch_and_add", result, remote, add),
+                       Operation::atomic_fetch_and_add);
+}
+
+PendingWork MultiChannel::post_compare_and_swap(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
+                                                std::uint64_t compare, std::uint64_t swap) {
+    check_peer("MultiChannel::post_compare_and_swap", peer);
+    return PendingWork(engine_,
+                       detail::post_compare_and_swap_operation(*engine_, peer, "MultiChannel::post_compare_and_swap", result,
+                                                               remote, compare, swap),
+                       Operation::atomic_compare_and_swap);
+}
+
+PendingWork MultiChannel::post_batch(std::uint32_t peer, const WorkBatch& batch) {
+    check_peer("MultiChannel::post_batch", peer);
+    return PendingWork(engine_, detail::post_batch_operation(*engine_, peer, "MultiChannel::post_batch", batch),
+                       Operation::batch);
+}
+
+WorkResult MultiChannel::send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate) {
+    return post_send(peer, local, immediate).wait();
+}
+WorkResult MultiChannel::receive(std::uint32_t peer, const LocalSlice& local) { return post_receive(peer, local).wait(); }
+WorkResult MultiChannel::write(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote,
+                               std::optional<std::uint32_t> immediate) {
+    return post_write(peer, local, remote, immediate).wait();
+}
+WorkResult MultiChannel::read(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote) {
+    return post_read(peer, local, remote).wait();
+}
+WorkResult MultiChannel::fetch_and_add(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
+                                       std::uint64_t add) {
+    return post_fetch_and_add(peer, result, remote, add).wait();
+}
+WorkResult MultiChannel::compare_and_swap(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
+                                          std::uint64_t compare, std::uint64_t swap) {
+    return post_compare_and_swap(peer, result, remote, compare, swap).wait();
+}
+WorkResult MultiChannel::execute(std::uint32_t peer, const WorkBatch& batch) { return post_batch(peer, batch).wait(); }
+
+}  // namespace rdmachan

@@ -1,0 +1,252 @@
+// MultiChannel between forked processes on the software device: 2, 4 and 16 ranks run every
+// operation at every level (all-to-all scatter_write verified byte for byte, gather_read,
+// scatter_send and receives with immediates from every peer, multicast to a subset, atomics),
+// and a rank killed mid-scatter fails only its own operations, within the deadline, named.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "rdmachan/multi_channel.hpp"
+#include "tests/multi_channel/shared_exchange.hpp"
+
+using namespace rdmachan;
+
+namespace {
+
+constexpr std::chrono::milliseconds kExchangeDeadline{20000};
+constexpr std::uint32_t kSlice = 4096;
+
+std::uint8_t pattern(std::uint32_t from, std::uint32_t to, std::uint32_t index) {
+    return static_cast<std::uint8_t>(from * 31 + to * 7 + index * 13 + 1);
+}
+
+// The layout of every rank's buffer: [outgoing: world slices][incoming: world slices][read back: world slices][counter]
+struct Layout {
+    std::uint32_t world;
+    std::size_t outgoing(std::uint32_t peer) const { return static_cast<std::size_t>(peer) * kSlice; }
+    std::size_t incoming(std::uint32_t peer) const { return static_cast<std::size_t>(world + peer) * kSlice; }
+    std::size_t read_back(std::uint32_t peer) const { return static_cast<std::size_t>(2 * world + peer) * kSlice; }
+    std::size_t counter() const { return static_cast<std::size_t>(3 * world) * kSlice; }
+    std::size_t size() const { return counter() + 64; }
+};
+
+struct Rank {
+    MultiChannel channels;
+    std::vector<std::uint8_t> memory;
+    MemoryRegion region;
+    std::vector<RemoteMemoryRegion> remotes;  // by rank
+};
+
+// Build, publish, read everyone's endpoints and regions, connect, meet.
+Rank join(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world, std::chrono::milliseconds deadline) {
+    PreparedMultiChannel prepared =
+        MultiChannelBuilder(ChannelBuilder().max_send_wr(64).max_recv_wr(64).deadline(deadline)).rank(rank).world_size(world).build();
+    const Layout layout{world};
+    std::vector<std::uint8_t> memory(layout.size(), 0);
+    MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    nlohmann::json mine = {{"endpoints", prepared.endpoints()}, {"region", region.remote()}};
+    multi_test::publish(table, rank, mine.dump());
+    std::vector<std::vector<ChannelEndpoint>> endpoints(world);
+    std::vector<RemoteMemoryRegion> remotes(world);
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        const nlohmann::json theirs = nlohmann::json::parse(multi_test::read_published(table, peer, kExchangeDeadline));
+        endpoints[peer] = theirs.at("endpoints").get<std::vector<ChannelEndpoint>>();
+        remotes[peer] = theirs.at("region").get<RemoteMemoryRegion>();
+    }
+    MultiChannel channels = std::move(prepared).handshake(endpoints);
+    multi_test::barrier(table, world, kExchangeDeadline);
+    return {std::move(channels), std::move(memory), std::move(region), std::move(remotes)};
+}
+
+#define EXPECT(condition, what)                                                              \
+    do {                                                                                     \
+        if (!(condition)) {                                                                  \
+            std::fprintf(stderr, "rank %u: %s failed (%s:%d)\n", rank, what, __FILE__, __LINE__); \
+            return 1;                                                                        \
+        }                                                                                    \
+    } while (0)
+
+int every_operation(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world) try {
+    Rank self = join(table, rank, world, std::chrono::milliseconds(10000));
+    const Layout layout{world};
+    std::uint8_t* bytes = self.memory.data();
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        for (std::uint32_t i = 0; i < kSlice; ++i) bytes[layout.outgoing(peer) + i] = pattern(rank, peer, i);
+    }
+
+    // Scoped: all-to-all scatter_write of per-peer slices (one doorbell per peer).
+    std::vector<PeerTransfer> shares;
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        shares.push_back({peer, self.region.slice(layout.outgoing(peer), kSlice), self.remotes[peer].slice(layout.incoming(rank), kSlice)});
+    }
+    bool scatter_ok = false;
+    self.channels.scope([&](MultiScope& scope) { scatter_ok = scope.post_scatter_write(shares).wait().ok(); });
+    EXPECT(scatter_ok, "scoped scatter_write");
+    multi_test::barrier(table, world, kExchangeDeadline);
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        for (std::uint32_t i = 0; i < kSlice; ++i) {
+            EXPECT(bytes[layout.incoming(peer) + i] == pattern(peer, rank, i), "all-to-all bytes");
+        }
+    }
+
+    // Unpolled: gather_read each peer's outgoing slice for this rank.
+    std::vector<PeerTransfer> reads;
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        reads.push_back({peer, self.region.slice(layout.read_back(peer), kSlice), self.remotes[peer].slice(layout.outgoing(rank), kSlice)});
+    }
+    PendingMultiWork gathered = self.channels.post_gather_read(reads);
+    EXPECT(gathered.wait().ok(), "unpolled gather_read");
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        EXPECT(std::memcmp(bytes + layout.read_back(peer), bytes + layout.incoming(peer), kSlice) == 0, "gather_read bytes");
+    }
+    multi_test::barrier(table, world, kExchangeDeadline);
+
+    // Receives with immediates from every peer: receives posted first, then each rank sends to
+    // every peer with an immediate naming both ends.
+    std::vector<PeerTransfer> receives;
+    for (std::uint32_t peer = 0; peer < world; ++peer) receives.push_back({peer, self.region.slice(layout.read_back(peer), kSlice), {}});
+    PendingMultiWork incoming = self.channels.post_gather_receive(receives);
+    multi_test::barrier(table, world, kExchangeDeadline);
+    bool sends_ok = true;
+    self.channels.scope([&](MultiScope& scope) {
+        std::vector<ScopedWork> sends;
+        for (std::uint32_t peer = 0; peer < world; ++peer) {
+            sends.push_back(scope.post_send(peer, self.region.slice(layout.outgoing(peer), 256), rank * 1000 + peer));
+        }
+        for (ScopedWork& send : sends) sends_ok = sends_ok && send.wait().ok();
+    });
+    EXPECT(sends_ok, "scoped sends with immediate");
+    MultiResult received = incoming.wait();
+    EXPECT(received.ok(), "gather_receive");
+    for (const PeerResult& entry : received.results()) {
+        EXPECT(entry.result.completion().immediate.value_or(~0u) == entry.peer * 1000 + rank, "immediate names sender and receiver");
+        EXPECT(entry.result.completion().bytes == 256, "received byte count");
+        EXPECT(bytes[layout.read_back(entry.peer)] == pattern(entry.peer, rank, 0), "received bytes");
+    }
+
+    // Blocking multicast from rank 0 to the odd ranks; blocking scatter_send back from them.
+    multi_test::barrier(table, world, kExchangeDeadline);
+    std::vector<std::uint32_t> odd;
+    for (std::uint32_t peer = 1; peer < world; peer += 2) odd.push_back(peer);
+    if (rank == 0) {
+        std::memcpy(bytes + layout.outgoing(0), "control message", 16);
+        EXPECT(self.channels.multicast_send(odd, self.region.slice(layout.outgoing(0), 16), 77).ok(), "multicast_send");
+        std::vector<PeerTransfer> replies;
+        for (std::uint32_t peer : odd) replies.push_back({peer, self.region.slice(layout.incoming(peer), 64), {}});
+        MultiResult answers = self.channels.gather_receive(replies);
+        EXPECT(answers.ok(), "blocking gather_receive of replies");
+        for (std::uint32_t peer : odd) EXPECT(bytes[layout.incoming(peer)] == static_cast<std::uint8_t>(peer), "reply byte");
+    } else if (rank % 2 == 1) {
+        WorkResult control = self.channels.receive(0, self.region.slice(layout.read_back(0), 64));
+        EXPECT(control.ok() && control.completion().immediate.value_or(0) == 77, "multicast received");
+        EXPECT(std::memcmp(bytes + layout.read_back(0), "control message", 16) == 0, "multicast bytes");
+        bytes[layout.outgoing(1)] = static_cast<std::uint8_t>(rank);
+        const PeerTransfer reply{0, self.region.slice(layout.outgoing(1), 64), {}};
+        EXPECT(self.channels.scatter_send(std::span<const PeerTransfer>(&reply, 1)).ok(), "blocking scatter_send reply");
+    }
+
+    // Blocking atomics: everyone adds its rank + 1 to rank 0's counter.
+    multi_test::barrier(table, world, kExchangeDeadline);
+    const std::uint32_t result_offset = static_cast<std::uint32_t>(layout.counter() + 8);
+    EXPECT(self.channels.fetch_and_add(0, self.region.slice(result_offset, 8), self.remotes[0].slice(layout.counter(), 8), rank + 1).ok(),
+           "fetch_and_add");
+    multi_test::barrier(table, world, kExchangeDeadline);
+    if (rank == 0) {
+        std::uint64_t total = 0;
+        std::memcpy(&total, bytes + layout.counter(), 8);
+        EXPECT(total == static_cast<std::uint64_t>(world) * (world + 1) / 2, "atomic total");
+    }
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        const PeerCounters counters = self.channels.counters(peer);
+        EXPECT(counters.errors == 0 && counters.outstanding == 0 && counters.operations >= 3, "per-peer counters");
+    }
+    EXPECT(self.channels.healthy_peers().size() == world, "every peer healthy");
+    multi_test::barrier(table, world, kExchangeDeadline);
+    return 0;
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
+    return 2;
+}
+
+// Forks `world` children running `body`; returns how many failed (a hang is killed at the end).
+template <typename Body>
+int run_ranks(std::uint32_t world, Body body) {
+    multi_test::SharedTable* table = multi_test::create_shared_table();
+    std::vector<pid_t> children;
+    for (std::uint32_t rank = 0; rank < world; ++rank) {
+        const pid_t child = fork();
+        if (child == 0) _exit(body(*table, rank, world));
+        children.push_back(child);
+    }
+    int failures = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (std::size_t done = 0; done < children.size();) {
+        int status = 0;
+        const pid_t finished = waitpid(-1, &status, WNOHANG);
+        if (finished > 0) {
+            ++done;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+            continue;
+        }
+        if (std::chrono::steady_clock::now() >= until) {
+            for (pid_t child : children) kill(child, SIGKILL);
+            while (waitpid(-1, &status, 0) > 0) ++failures;
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    multi_test::destroy_shared_table(table);
+    return failures;
+}
+
+int killed_mid_scatter(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world) try {
+    Rank self = join(table, rank, world, std::chrono::milliseconds(4000));
+    const Layout layout{world};
+    const std::uint32_t victim = world - 1;
+    if (rank == victim) raise(SIGKILL);  // gone while the others scatter to it
+    std::vector<PeerTransfer> shares;
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        shares.push_back({peer, self.region.slice(layout.outgoing(peer), kSlice), self.remotes[peer].slice(layout.incoming(rank), kSlice)});
+    }
+    std::uint8_t* bytes = self.memory.data();
+    for (std::uint32_t peer = 0; peer < world; ++peer) std::memset(bytes + layout.outgoing(peer), static_cast<int>(rank + 1), kSlice);
+    const auto started = std::chrono::steady_clock::now();
+    bool victim_failed = false;
+    for (int round = 0; round < 200 && !victim_failed; ++round) {
+        MultiResult result = self.channels.scatter_write(shares);
+        for (std::uint32_t peer : result.failed_peers()) {
+            EXPECT(peer == victim, "only the killed rank fails");
+            EXPECT(result.message().find("rank " + std::to_string(victim)) != std::string::npos, "the error names the killed rank");
+            if (!victim_failed) std::fprintf(stderr, "rank %u, round %d: %s\n", rank, round, result.message().c_str());
+            victim_failed = true;
+        }
+    }
+    EXPECT(victim_failed, "operations on the killed rank fail");
+    EXPECT(std::chrono::steady_clock::now() - started < std::chrono::seconds(10), "failure within the deadline");
+    EXPECT(!self.channels.healthy(victim), "the killed rank is reported unhealthy");
+    // The survivors still work with each other.
+    std::vector<PeerTransfer> survivors(shares.begin(), shares.end() - 1);
+    EXPECT(self.channels.scatter_write(survivors).ok(), "survivors' scatter_write");
+    multi_test::barrier(table, world - 1, kExchangeDeadline);
+    for (std::uint32_t peer = 0; peer < victim; ++peer) {
+        EXPECT(bytes[layout.incoming(peer)] == static_cast<std::uint8_t>(peer + 1), "survivor bytes");
+    }
+    return 0;
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
+    return 2;
+}
+
+}  // namespace
+
+TEST_CASE("2 ranks: every operation at every level") { CHECK(run_ranks(2, every_operation) == 0); }
+TEST_CASE("4 ranks: every operation at every level") { CHECK(run_ranks(4, every_operation) == 0); }
+TEST_CASE("16 ranks: every operation at every level") { CHECK(run_ranks(16, every_operation) == 0); }
+TEST_CASE("4 ranks, one killed mid-scatter: only its operations fail, named, within the deadline") {
+    CHECK(run_ranks(4, killed_mid_scatter) == 1);  // the victim itself dies by SIGKILL
+}

@@ -1,0 +1,68 @@
+// A test-only out-of-band exchange between forked processes: a table in shared memory (mapped
+// before fork) where each rank publishes a JSON text, plus a barrier. Every wait has a deadline.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace multi_test {
+
+constexpr std::uint32_t kMaxRanks = 32;
+constexpr std::size_t kTextSize = 16384;
+
+struct SharedTable {
+    std::atomic<std::uint32_t> published[kMaxRanks];
+    std::atomic<std::uint32_t> arrived;
+    std::atomic<std::uint32_t> generation;
+    char text[kMaxRanks][kTextSize];
+};
+
+inline SharedTable* create_shared_table() {
+    void* memory = mmap(nullptr, sizeof(SharedTable), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) throw std::runtime_error("mmap of the shared table failed");
+    return new (memory) SharedTable{};
+}
+
+inline void destroy_shared_table(SharedTable* table) { munmap(table, sizeof(SharedTable)); }
+
+inline void publish(SharedTable& table, std::uint32_t rank, const std::string& text) {
+    if (text.size() + 1 > kTextSize) throw std::runtime_error("published text too large");
+    std::memcpy(table.text[rank], text.c_str(), text.size() + 1);
+    table.published[rank].store(1, std::memory_order_release);
+}
+
+// Waits for rank's text; throws naming the rank when the deadline passes.
+inline std::string read_published(SharedTable& table, std::uint32_t rank, std::chrono::milliseconds deadline) {
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (table.published[rank].load(std::memory_order_acquire) == 0) {
+        if (std::chrono::steady_clock::now() >= until) {
+            throw std::runtime_error("rank " + std::to_string(rank) + " never published its endpoints");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    return table.text[rank];
+}
+
+// All `world` ranks meet; throws when the deadline passes (a rank died or hangs).
+inline void barrier(SharedTable& table, std::uint32_t world, std::chrono::milliseconds deadline) {
+    const std::uint32_t generation = table.generation.load(std::memory_order_acquire);
+    if (table.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == world) {
+        table.arrived.store(0, std::memory_order_relaxed);
+        table.generation.fetch_add(1, std::memory_order_acq_rel);
+        return;
+    }
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (table.generation.load(std::memory_order_acquire) == generation) {
+        if (std::chrono::steady_clock::now() >= until) throw std::runtime_error("barrier: not every rank arrived in time");
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+}
+
+}  // namespace multi_test
