@@ -118,7 +118,11 @@ int every_operation(multi_test::SharedTable& table, std::uint32_t rank, std::uin
         for (std::uint32_t peer = 0; peer < world; ++peer) {
             sends.push_back(scope.post_send(peer, self.region.slice(layout.outgoing(peer), 256), rank * 1000 + peer));
         }
-        for (ScopedWork& send : sends) sends_ok = sends_ok && send.wait().ok();
+        for (ScopedWork& send : sends) {
+            const WorkResult result = send.wait();
+            if (!result.ok()) std::fprintf(stderr, "rank %u: %s\n", rank, result.error().message().c_str());
+            sends_ok = sends_ok && result.ok();
+        }
     });
     EXPECT(sends_ok, "scoped sends with immediate");
     MultiResult received = incoming.wait();

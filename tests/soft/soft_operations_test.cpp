@@ -194,3 +194,16 @@ TEST_CASE("software device, two devices over TCP: every operation") {
     Pair pair(true);
     check_every_operation(pair);
 }
+
+TEST_CASE("memory keys never take the reserved invalid lkey 0x100 (it ends a receive scatter list)") {
+    // Key = index << 8 | random tag; index 1 with tag 0 would be MLX5_INVALID_LKEY, which the
+    // receive path reads as "no more segments" — a receive of capacity 0. Index 1 is never used.
+    std::shared_ptr<soft::Device> device = soft::Device::open();
+    std::shared_ptr<soft::ProtectionDomain> domain = device->allocate_protection_domain();
+    std::vector<std::uint8_t> memory(64);
+    for (int i = 0; i < 300; ++i) {
+        std::shared_ptr<soft::MemoryRegion> region = device->register_memory(domain, memory.data(), memory.size(), soft::kLocalWrite);
+        CHECK((region->lkey() >> 8) != 1u);
+        CHECK(region->lkey() != 0x100u);
+    }
+}

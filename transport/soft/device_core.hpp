@@ -125,7 +125,9 @@ public:
     std::map<std::uint32_t, std::unique_ptr<SharedReceiveQueueContext>> shared_receive_queues;
     std::map<std::uint32_t, std::unique_ptr<QueuePairContext>> queue_pairs;
     std::uint32_t next_handle = 1;
-    std::uint32_t next_key_index = 1;
+    // Index 1 is never used: key 0x100 (index 1, tag 0) is MLX5_INVALID_LKEY, which ends a
+    // receive WQE's scatter list, so a ConnectX never hands it out.
+    std::uint32_t next_key_index = 2;
 
     // Control-plane hooks that need the progress machinery (mutex held by the caller).
     void move_to_error(QueuePairContext& queue_pair, const char* why);
