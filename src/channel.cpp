@@ -43,6 +43,7 @@ const char* to_string(Operation operation) {
 std::string WorkError::message() const {
     std::string text = std::string(to_string(operation)) + " with " + peer + " failed: ";
     if (deadline_expired) return text + "no completion before the deadline";
+    if (not_posted != nullptr) return text + "it could not be posted: " + not_posted;
     char detail[64];
     std::snprintf(detail, sizeof detail, " (status %u, syndrome 0x%02x, vendor syndrome 0x%02x)", status, syndrome,
                   vendor_syndrome);

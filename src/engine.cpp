@@ -25,6 +25,26 @@ namespace {
 constexpr std::uint64_t kFinalRequest = 1ull << 31;
 constexpr std::uint64_t kNoTicket = ~0ull;
 
+mlx5::CompletionStatus status_of_refusal(mlx5::PostResult result) {
+    switch (result) {
+        case mlx5::PostResult::too_many_sge:
+        case mlx5::PostResult::inline_too_large: return mlx5::CompletionStatus::local_length_error;
+        case mlx5::PostResult::invalid_request: return mlx5::CompletionStatus::local_qp_operation_error;
+        default: return mlx5::CompletionStatus::general_error;
+    }
+}
+
+const char* reason_of_refusal(mlx5::PostResult result) {
+    switch (result) {
+        case mlx5::PostResult::ok: return "no reason";
+        case mlx5::PostResult::queue_full: return "the queue stayed full until the deadline";
+        case mlx5::PostResult::too_many_sge: return "more scatter/gather elements than the queue takes";
+        case mlx5::PostResult::inline_too_large: return "inline data larger than max_inline_data";
+        case mlx5::PostResult::invalid_request: return "the device refused the request";
+    }
+    return "unknown";
+}
+
 std::uint32_t saturating_product(std::uint32_t left, std::uint32_t right) {
     const std::uint64_t product = static_cast<std::uint64_t>(left) * right;
     return product > (1u << 22) ? (1u << 22) : static_cast<std::uint32_t>(product);
@@ -143,6 +163,7 @@ std::uint64_t Engine::claim_slot(std::uint32_t peer, Operation operation) {
     entry.send_requests = 0;
     entry.scope = 0;
     entry.bytes = 0;
+    entry.not_posted = nullptr;
     entry.completion = {};
     ++outstanding_;
     ++peers_[peer].outstanding;
@@ -184,11 +205,12 @@ void Engine::finish(Slot& slot, const mlx5::Completion& completion) {
     }
 }
 
-std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status) {
+std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why) {
     Slot& entry = slots_[static_cast<std::uint32_t>(ticket & (kFinalRequest - 1))];
     mlx5::Completion completion;
     completion.status = status;
     entry.error_seen = false;
+    entry.not_posted = why;
     finish(entry, completion);
     return ticket;
 }
@@ -210,8 +232,11 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     const std::uint64_t ticket = claim_slot(index, operation);
     if (ticket == kNoTicket) return ticket;
     Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
-    if (!peer.connected) return fail_immediately(ticket, mlx5::CompletionStatus::general_error);
-    if (!reserve_send_budget(peer, count)) return fail_immediately(ticket, mlx5::CompletionStatus::general_error);
+    if (!peer.connected) return fail_immediately(ticket, mlx5::CompletionStatus::general_error, "the peer is not connected");
+    if (!reserve_send_budget(peer, count)) {
+        return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
+                                "the send budget (max_send_wr) stayed full until the deadline");
+    }
     for (std::uint32_t i = 0; i < count; ++i) {
         requests[i].wr_id = ticket;
         requests[i].flags &= ~static_cast<std::uint32_t>(mlx5::kSendSignaled);
@@ -234,15 +259,15 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
         if (result == mlx5::PostResult::ok) break;
         const bool retry = result == mlx5::PostResult::queue_full && std::chrono::steady_clock::now() < until;
         if (!retry) {
-            const auto status = result == mlx5::PostResult::queue_full ? mlx5::CompletionStatus::general_error
-                                                                       : mlx5::CompletionStatus::local_length_error;
+            const auto status = status_of_refusal(result);
             if (done != 0) {
                 // Part of the batch is in the NIC without its final request: take it back.
+                slot.not_posted = reason_of_refusal(result);
                 finish(slot, [&] { mlx5::Completion failed; failed.status = status; return failed; }());
                 fail_and_flush(index, "a batch could only be posted in part");
                 return ticket;
             }
-            return fail_immediately(ticket, status);
+            return fail_immediately(ticket, status, reason_of_refusal(result));
         }
         if (!poll_once()) backoff(round);  // the ring frees as completions arrive
     }
@@ -295,7 +320,7 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
         const mlx5::PostResult result = peer.queue_pair->post_receive(&request, 1, &posted);
         if (result == mlx5::PostResult::ok) return ticket;
         if (result != mlx5::PostResult::queue_full || std::chrono::steady_clock::now() >= until) {
-            return fail_immediately(ticket, mlx5::CompletionStatus::general_error);
+            return fail_immediately(ticket, status_of_refusal(result), reason_of_refusal(result));
         }
         if (!poll_once()) backoff(round);
     }
@@ -351,6 +376,7 @@ WorkResult Engine::result_of(const Slot& slot) const {
     error.syndrome = completion.syndrome;
     error.vendor_syndrome = completion.vendor_error;
     error.peer = peers_[slot.peer].name;
+    error.not_posted = slot.not_posted;
     return WorkResult::failure(std::move(error));
 }
 

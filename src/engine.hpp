@@ -88,6 +88,7 @@ private:
         std::uint32_t send_requests = 0;  // held against the peer's send budget until done
         std::uint32_t scope = 0;          // 0: not in a scope
         std::uint64_t bytes = 0;          // what the requests carried (requester completions omit it)
+        const char* not_posted = nullptr; // set when the device refused the post
         mlx5::Completion completion;
     };
     struct Peer {
@@ -108,7 +109,7 @@ private:
     void finish(Slot& slot, const mlx5::Completion& completion);
     void deliver(const mlx5::Completion& completion);
     WorkResult result_of(const Slot& slot) const;
-    std::uint64_t fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status);
+    std::uint64_t fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why);
     bool reserve_send_budget(Peer& peer, std::uint32_t count);
     void backoff(std::uint32_t& round) const;
 

@@ -36,6 +36,7 @@ struct WorkError {
     std::uint8_t syndrome = 0;
     std::uint8_t vendor_syndrome = 0;
     bool deadline_expired = false;  // no completion before the wait's deadline
+    const char* not_posted = nullptr;  // why the device refused to take it (nothing was posted)
     std::string peer;
 
     // e.g. "rdma_write to peer soft:127.0.0.1:4711 qpn 261 failed: remote access error (status 10, syndrome 0x13)"

@@ -7,6 +7,7 @@
 #include "rdmachan/error.hpp"
 #include "src/logger.hpp"
 #include "transport/device_interface.hpp"
+#include "transport/fault/fault_injection.hpp"
 #include "transport/provider/soft_provider.hpp"
 #include "transport/provider/verbs_provider.hpp"
 #include "transport/verbs/device_selection.hpp"
@@ -39,7 +40,21 @@ std::shared_ptr<Device> open_soft() {
 
 }  // namespace
 
+namespace {
+
+std::shared_ptr<Device> open_shared_device(std::string_view request);
+
+}  // namespace
+
 std::shared_ptr<Device> open_device(std::string_view request) {
+    std::shared_ptr<Device> device = open_shared_device(request);
+    if (std::shared_ptr<FaultPlan> plan = active_fault_plan()) return make_fault_injecting_device(std::move(device), plan);
+    return device;
+}
+
+namespace {
+
+std::shared_ptr<Device> open_shared_device(std::string_view request) {
     static std::mutex mutex;
     static std::map<std::string, std::weak_ptr<Device>, std::less<>> opened;
 
@@ -67,5 +82,7 @@ std::shared_ptr<Device> open_device(std::string_view request) {
     opened[key] = device;
     return device;
 }
+
+}  // namespace
 
 }  // namespace rdmachan::transport
