@@ -34,6 +34,7 @@ class FrameDecoder {
     FrameDecoder(std::string peer, std::size_t size_cap);
 
     void set_size_cap(std::size_t size_cap) { size_cap_ = size_cap; }
+    void set_peer(std::string peer) { peer_ = std::move(peer); }
     void feed(std::span<const std::uint8_t> bytes);
     // The next complete frame, if one is buffered. Throws rdmachan::Error when a header
     // announces a frame larger than the cap (before any of it is buffered).
