@@ -1,0 +1,56 @@
+// A TCP stream carrying handshake frames, plus the connect-with-retries both clients use.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "handshake/asio.hpp"
+#include "handshake/frame.hpp"
+
+namespace rdmachan::handshake {
+
+class FramedConnection {
+  public:
+    FramedConnection(tcp::socket socket, std::string peer, std::size_t size_cap);
+
+    // Errors (end of stream, truncation, oversize, socket errors) are rdmachan::Error naming
+    // the peer.
+    Task<std::string> read_frame();
+    Task<void> write_frame(std::string payload);
+
+    // Reads a frame holding a JSON message of the given type; a {"type":"error"} message is
+    // thrown as rdmachan::Error carrying the peer's text.
+    Task<nlohmann::json> read_message(const char* expected_type);
+    Task<void> write_message(const nlohmann::json& message);
+
+    void set_peer(std::string peer);
+    void set_size_cap(std::size_t size_cap) { decoder_.set_size_cap(size_cap); }
+    const std::string& peer() const { return decoder_.peer(); }
+    void close();
+
+  private:
+    tcp::socket socket_;
+    FrameDecoder decoder_;
+    std::array<std::uint8_t, 16384> buffer_;
+};
+
+// Parses JSON text received from `peer`, requiring an object; errors name the peer.
+nlohmann::json parse_json_object(const std::string& text, const std::string& peer,
+                                 const char* what);
+
+// Resolves and connects until it succeeds; the caller's deadline ends it. Backs off from 5 ms
+// to 100 ms with jitter so many late starters do not retry in lockstep.
+Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port);
+
+std::string describe(const tcp::endpoint& endpoint);
+
+// Runs `task` on `io` until it finishes or the deadline passes. Returns false on timeout (the
+// io_context is stopped and the task stays suspended until `io` is destroyed); rethrows the
+// task's exception.
+bool run_until(asio::io_context& io, Task<void> task,
+               std::chrono::steady_clock::time_point deadline);
+
+}  // namespace rdmachan::handshake

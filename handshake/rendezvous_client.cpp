@@ -1,0 +1,172 @@
+#include <optional>
+
+#include "handshake/authentication.hpp"
+#include "handshake/connection.hpp"
+#include "handshake/hex.hpp"
+#include "handshake/rendezvous_protocol.hpp"
+#include "rdmachan/error.hpp"
+#include "rdmachan/rendezvous.hpp"
+#include "src/logger.hpp"
+
+namespace rdmachan {
+
+using namespace handshake;
+
+struct Rendezvous::State {
+    RendezvousSettings settings;
+    std::chrono::steady_clock::time_point deadline;
+    std::unique_ptr<RendezvousServer> server;  // rank 0 with serve_in_process
+    asio::io_context io;
+    std::optional<FramedConnection> connection;
+    std::vector<Endpoint> table;
+    enum class Step { fresh, exchanged, released, broken } step = Step::fresh;
+
+    std::string server_name() const {
+        return "rendezvous server " + settings.host + ":" + std::to_string(settings.port);
+    }
+
+    std::string me() const {
+        return "rank " + std::to_string(settings.rank) + " of job '" + settings.job + "'";
+    }
+
+    Task<void> exchange(const Endpoint& mine) {
+        tcp::socket socket = co_await connect_with_retries(settings.host, settings.port);
+        connection.emplace(std::move(socket), server_name(), unauthenticated_frame_size_cap);
+        const std::string session = to_hex_u64(mine.session);
+        const std::string client_nonce = make_nonce();
+        const nlohmann::json hello_body = {{"rank", settings.rank},
+                                           {"world_size", settings.world_size},
+                                           {"job", settings.job},
+                                           {"session", session},
+                                           {"nonce", client_nonce}};
+        const std::string client_hello = encode_hello(hello_body.dump());
+        co_await connection->write_frame(client_hello);
+        const Hello hello = decode_hello(co_await connection->read_frame(), server_name());
+        const nlohmann::json body = parse_json_object(hello.body, server_name(), "hello");
+        if (body.contains("error") && body["error"].is_string())
+            throw Error(server_name() + " rejected " + me() + ": " +
+                        body["error"].get<std::string>());
+        if (!body.contains("nonce") || !body["nonce"].is_string())
+            throw Error(server_name() + " sent a hello without a nonce");
+        const std::string server_nonce = body["nonce"].get<std::string>();
+        const std::string rank = std::to_string(settings.rank);
+        const std::string client_proof =
+            make_proof(settings.token, rendezvous_client_label,
+                       {settings.job, rank, session, client_nonce, server_nonce});
+        const nlohmann::json proof_message = {{"type", "proof"}, {"proof", client_proof}};
+        co_await connection->write_message(proof_message);
+        const nlohmann::json accepted = co_await connection->read_message("accepted");
+        const std::string expected =
+            make_proof(settings.token, rendezvous_server_label,
+                       {settings.job, rank, session, client_nonce, server_nonce});
+        if (!accepted.contains("proof") || !accepted["proof"].is_string() ||
+            !proofs_match(expected, accepted["proof"].get<std::string>()))
+            throw Error(server_name() + " failed to prove the job token to " + me());
+        connection->set_size_cap(authenticated_frame_size_cap);
+        const nlohmann::json registration = {{"type", "register"}, {"endpoint", mine}};
+        co_await connection->write_message(registration);
+
+        const nlohmann::json table_message = co_await connection->read_message("table");
+        const auto endpoints = table_message.find("endpoints");
+        if (endpoints == table_message.end() || !endpoints->is_array() ||
+            endpoints->size() != settings.world_size)
+            throw Error(server_name() + " sent a table that is not " +
+                        std::to_string(settings.world_size) + " endpoints");
+        std::vector<Endpoint> received(settings.world_size);
+        for (std::uint32_t index = 0; index < settings.world_size; ++index) {
+            try {
+                from_json((*endpoints)[index], received[index]);
+            } catch (const Error& error) {
+                throw Error(server_name() + " sent an invalid endpoint for rank " +
+                            std::to_string(index) + ": " + error.what());
+            }
+            if (received[index].rank != index)
+                throw Error(server_name() + " sent the endpoint of rank " +
+                            std::to_string(received[index].rank) + " at index " +
+                            std::to_string(index));
+        }
+        table = std::move(received);
+    }
+
+    Task<void> barrier() {
+        const nlohmann::json message = {{"type", "barrier"}};
+        co_await connection->write_message(message);
+        co_await connection->read_message("release");
+    }
+
+    template <typename Body>
+    void run(const char* call, Body body) {
+        bool completed = false;
+        try {
+            completed = run_until(io, body(), deadline);
+        } catch (...) {
+            step = Step::broken;
+            throw;
+        }
+        if (!completed) {
+            step = Step::broken;
+            throw Error(
+                "Rendezvous::" + std::string(call) + ": " + me() + " with " + server_name() +
+                ": deadline of " + std::to_string(settings.timeout.count()) + " ms expired" +
+                (connection ? " waiting for the other ranks" : " before the server answered"));
+        }
+    }
+};
+
+Rendezvous::Rendezvous(RendezvousSettings settings) : state_(std::make_unique<State>()) {
+    State& state = *state_;
+    state.settings = std::move(settings);
+    state.deadline = std::chrono::steady_clock::now() + state.settings.timeout;
+    if (state.settings.world_size == 0 || state.settings.rank >= state.settings.world_size)
+        throw Error("Rendezvous: rank " + std::to_string(state.settings.rank) +
+                    " is out of range for world size " + std::to_string(state.settings.world_size));
+    if (state.settings.serve_in_process && state.settings.rank == 0) {
+        // The server's own deadline comes a little earlier, so clients still connected hear
+        // which ranks are missing before their own deadline passes.
+        const auto margin = std::min(state.settings.timeout / 10, std::chrono::milliseconds(250));
+        state.server = std::make_unique<RendezvousServer>(RendezvousServerSettings{
+            state.settings.host, state.settings.port, state.settings.world_size, state.settings.job,
+            state.settings.token, state.settings.timeout - margin});
+        state.settings.port = state.server->port();
+        state.server->start();
+    }
+}
+
+Rendezvous::~Rendezvous() = default;
+
+std::uint16_t Rendezvous::port() const {
+    return state_->settings.port;
+}
+
+std::vector<Endpoint> Rendezvous::exchange(const Endpoint& mine) {
+    State& state = *state_;
+    if (state.step != State::Step::fresh)
+        throw Error("Rendezvous::exchange: " + state.me() + " already exchanged (or failed)");
+    if (mine.rank != state.settings.rank)
+        throw Error("Rendezvous::exchange: endpoint rank " + std::to_string(mine.rank) +
+                    " differs from the settings' rank " + std::to_string(state.settings.rank));
+    validate(mine);
+    state.run("exchange", [&] { return state.exchange(mine); });
+    state.step = State::Step::exchanged;
+    return state.table;
+}
+
+void Rendezvous::barrier() {
+    State& state = *state_;
+    if (state.step != State::Step::exchanged)
+        throw Error("Rendezvous::barrier: " + state.me() + " must exchange() successfully first");
+    state.run("barrier", [&] { return state.barrier(); });
+    state.step = State::Step::released;
+    state.connection->close();
+    // Rank 0's process hosts the server: make sure every rank got its release before going on.
+    if (state.server) state.server->wait();
+}
+
+std::vector<Endpoint> rendezvous(const RendezvousSettings& settings, const Endpoint& mine) {
+    Rendezvous session(settings);
+    std::vector<Endpoint> table = session.exchange(mine);
+    session.barrier();
+    return table;
+}
+
+}  // namespace rdmachan

@@ -1,0 +1,324 @@
+#include <condition_variable>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "handshake/authentication.hpp"
+#include "handshake/connection.hpp"
+#include "handshake/hex.hpp"
+#include "handshake/rendezvous_protocol.hpp"
+#include "rdmachan/error.hpp"
+#include "rdmachan/rendezvous.hpp"
+#include "src/logger.hpp"
+
+namespace rdmachan {
+
+using namespace handshake;
+
+namespace handshake {
+
+std::string format_ranks(const std::vector<std::uint32_t>& ranks) {
+    std::string text;
+    for (std::size_t index = 0; index < ranks.size();) {
+        std::size_t end = index;
+        while (end + 1 < ranks.size() && ranks[end + 1] == ranks[end] + 1) ++end;
+        if (!text.empty()) text += ", ";
+        text += std::to_string(ranks[index]);
+        if (end > index) text += "-" + std::to_string(ranks[end]);
+        index = end + 1;
+    }
+    return text;
+}
+
+}  // namespace handshake
+
+namespace {
+
+enum class Phase { gathering, table_sent, released, failed };
+
+// Thrown inside a connection's coroutine to reject the peer with a message sent back to it.
+struct Rejection {
+    std::string message;
+};
+
+}  // namespace
+
+struct RendezvousServer::State {
+    RendezvousServerSettings settings;
+    asio::io_context io;
+    tcp::acceptor acceptor{io};
+    asio::steady_timer deadline_timer{io};
+    // Waiters park on these timers (never expiring); cancel() wakes them all.
+    asio::steady_timer table_event{io};
+    asio::steady_timer release_event{io};
+    std::list<std::shared_ptr<FramedConnection>> connections;
+
+    Phase phase = Phase::gathering;
+    std::vector<std::optional<Endpoint>> registered;
+    std::uint32_t registered_count = 0;
+    std::vector<bool> in_barrier;
+    std::uint32_t barrier_count = 0;
+    std::uint32_t released_count = 0;
+    std::string table_frame;
+    std::string failure;
+
+    std::thread thread;
+    std::mutex mutex;
+    std::condition_variable finished_signal;
+    bool finished = false;
+    std::string final_error;  // empty on success
+
+    std::string name() const {
+        return "rendezvous server for job '" + settings.job + "' on " +
+               describe(acceptor.local_endpoint());
+    }
+
+    Task<void> accept_loop() {
+        for (;;) {
+            tcp::socket socket = co_await acceptor.async_accept(asio::use_awaitable);
+            boost::system::error_code error;
+            const tcp::endpoint remote = socket.remote_endpoint(error);
+            auto connection = std::make_shared<FramedConnection>(
+                std::move(socket), error ? std::string("unknown peer") : describe(remote),
+                unauthenticated_frame_size_cap);
+            connections.push_back(connection);
+            asio::co_spawn(io, serve(connection), asio::detached_t{});
+        }
+    }
+
+    Task<void> wait_for(asio::steady_timer& event, Phase leave_when) {
+        while (phase != leave_when && phase != Phase::failed) {
+            try {
+                co_await event.async_wait(asio::use_awaitable);
+            } catch (const boost::system::system_error&) {
+                // Cancelled: the phase changed (or the server is shutting down); look again.
+            }
+        }
+    }
+
+    Task<void> serve(std::shared_ptr<FramedConnection> connection) {
+        bool sent_hello = false;
+        std::optional<std::uint32_t> rank;
+        std::string rejection;
+        try {
+            const Hello hello = decode_hello(co_await connection->read_frame(), connection->peer());
+            const nlohmann::json body = parse_json_object(hello.body, connection->peer(), "hello");
+            auto field = [&](const char* key) -> const nlohmann::json& {
+                auto found = body.find(key);
+                if (found == body.end()) throw Rejection{std::string("hello lacks '") + key + "'"};
+                return *found;
+            };
+            if (!field("rank").is_number_unsigned() || !field("world_size").is_number_unsigned() ||
+                !field("job").is_string() || !field("session").is_string() ||
+                !field("nonce").is_string())
+                throw Rejection{"hello has fields of the wrong type"};
+            const std::uint64_t claimed_rank = field("rank").get<std::uint64_t>();
+            const std::uint64_t world_size = field("world_size").get<std::uint64_t>();
+            const std::string job = field("job").get<std::string>();
+            const std::string session = field("session").get<std::string>();
+            const std::string client_nonce = field("nonce").get<std::string>();
+            const std::string who =
+                "rank " + std::to_string(claimed_rank) + " at " + connection->peer();
+            connection->set_peer(who);
+            if (job != settings.job)
+                throw Rejection{who + " belongs to job '" + job.substr(0, 64) +
+                                "', this rendezvous serves job '" + settings.job + "'"};
+            if (world_size != settings.world_size)
+                throw Rejection{who + " expects world size " + std::to_string(world_size) +
+                                ", this rendezvous has world size " +
+                                std::to_string(settings.world_size)};
+            if (claimed_rank >= settings.world_size)
+                throw Rejection{"rank " + std::to_string(claimed_rank) + " at " +
+                                connection->peer() + " is out of range for world size " +
+                                std::to_string(settings.world_size)};
+
+            const std::string server_nonce = make_nonce();
+            const std::string server_hello =
+                encode_hello(nlohmann::json{{"nonce", server_nonce}}.dump());
+            co_await connection->write_frame(server_hello);
+            sent_hello = true;
+
+            const nlohmann::json proof = co_await connection->read_message("proof");
+            const std::string expected = make_proof(
+                settings.token, rendezvous_client_label,
+                {settings.job, std::to_string(claimed_rank), session, client_nonce, server_nonce});
+            if (!proof.contains("proof") || !proof["proof"].is_string() ||
+                !proofs_match(expected, proof["proof"].get<std::string>()))
+                throw Rejection{who + " failed to prove the job token (wrong RDMACHAN_JOB_TOKEN?)"};
+            connection->set_size_cap(authenticated_frame_size_cap);
+            const std::string server_proof = make_proof(
+                settings.token, rendezvous_server_label,
+                {settings.job, std::to_string(claimed_rank), session, client_nonce, server_nonce});
+            const nlohmann::json accepted = {{"type", "accepted"}, {"proof", server_proof}};
+            co_await connection->write_message(accepted);
+
+            const nlohmann::json registration = co_await connection->read_message("register");
+            Endpoint endpoint;
+            try {
+                if (!registration.contains("endpoint")) throw Error("register lacks 'endpoint'");
+                from_json(registration["endpoint"], endpoint);
+            } catch (const Error& error) {
+                throw Rejection{who + " sent an invalid endpoint: " + error.what()};
+            }
+            if (endpoint.rank != claimed_rank || to_hex_u64(endpoint.session) != session)
+                throw Rejection{who + " sent an endpoint for rank " +
+                                std::to_string(endpoint.rank) + " session " +
+                                to_hex_u64(endpoint.session) + ", not its own (session " + session +
+                                ")"};
+            if (phase != Phase::gathering)
+                throw Rejection{
+                    who + " arrived after the rendezvous " +
+                    (phase == Phase::failed ? "failed: " + failure : std::string("completed"))};
+            if (const auto& existing = registered[claimed_rank])
+                throw Rejection{"rank " + std::to_string(claimed_rank) +
+                                " is already registered (session " + to_hex_u64(existing->session) +
+                                "); " + connection->peer() + " with session " + session +
+                                " claims it too"};
+            rank = static_cast<std::uint32_t>(claimed_rank);
+            registered[*rank] = std::move(endpoint);
+            if (++registered_count == settings.world_size) publish_table();
+
+            co_await wait_for(table_event, Phase::table_sent);
+            if (phase == Phase::failed) throw Rejection{failure};
+            co_await connection->write_frame(table_frame);
+
+            co_await connection->read_message("barrier");
+            in_barrier[*rank] = true;
+            if (++barrier_count == settings.world_size) {
+                phase = Phase::released;
+                release_event.cancel();
+            }
+            co_await wait_for(release_event, Phase::released);
+            if (phase == Phase::failed) throw Rejection{failure};
+            const nlohmann::json release = {{"type", "release"}};
+            co_await connection->write_message(release);
+            if (++released_count == settings.world_size) finish({});
+            co_return;
+        } catch (const Rejection& reason) {
+            rejection = reason.message;
+        } catch (const Error& error) {
+            rejection = error.what();
+        }
+        // A failed rendezvous was logged once already; a rejected peer is logged here.
+        if (phase != Phase::failed || rejection != failure)
+            detail::logger().warn("{}: rejected {}: {}", name(), connection->peer(), rejection);
+        const std::string error_frame =
+            sent_hello ? nlohmann::json{{"type", "error"}, {"message", rejection}}.dump()
+                       : encode_hello(nlohmann::json{{"error", rejection}}.dump());
+        try {
+            co_await connection->write_frame(error_frame);
+        } catch (const Error&) {
+            // The peer is gone; the log line above already names it.
+        }
+        connection->close();
+    }
+
+    void publish_table() {
+        nlohmann::json table = {{"type", "table"}, {"endpoints", nlohmann::json::array()}};
+        for (const auto& endpoint : registered) table["endpoints"].push_back(*endpoint);
+        table_frame = table.dump();
+        phase = Phase::table_sent;
+        table_event.cancel();
+        detail::logger().debug("{}: all {} ranks registered", name(), settings.world_size);
+    }
+
+    void on_deadline() {
+        std::vector<std::uint32_t> missing;
+        std::string what;
+        if (phase == Phase::gathering) {
+            for (std::uint32_t rank = 0; rank < settings.world_size; ++rank)
+                if (!registered[rank]) missing.push_back(rank);
+            what = "ranks that never arrived: ";
+        } else {
+            for (std::uint32_t rank = 0; rank < settings.world_size; ++rank)
+                if (!in_barrier[rank]) missing.push_back(rank);
+            what = missing.empty() ? "not every rank received the release"
+                                   : "ranks that never entered the barrier: ";
+        }
+        failure = name() + ": deadline of " + std::to_string(settings.timeout.count()) +
+                  " ms expired; " + what + format_ranks(missing);
+        detail::logger().error("{}", failure);
+        phase = Phase::failed;
+        table_event.cancel();
+        release_event.cancel();
+        boost::system::error_code ignored;
+        acceptor.close(ignored);
+        // Give waiting ranks a moment to receive the error, then drop everyone.
+        deadline_timer.expires_after(std::chrono::milliseconds(200));
+        deadline_timer.async_wait([this](boost::system::error_code) { finish(failure); });
+    }
+
+    void finish(const std::string& error) {
+        boost::system::error_code ignored;
+        acceptor.close(ignored);
+        deadline_timer.cancel();
+        table_event.cancel();
+        release_event.cancel();
+        for (auto& connection : connections) connection->close();
+        std::lock_guard lock(mutex);
+        if (finished) return;
+        finished = true;
+        final_error = error;
+        finished_signal.notify_all();
+    }
+};
+
+RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
+    : state_(std::make_unique<State>()) {
+    State& state = *state_;
+    state.settings = std::move(settings);
+    if (state.settings.world_size == 0)
+        throw Error("RendezvousServer: world size 0 for job '" + state.settings.job + "'");
+    state.registered.resize(state.settings.world_size);
+    state.in_barrier.resize(state.settings.world_size);
+    try {
+        const tcp::endpoint endpoint(asio::ip::make_address(state.settings.bind_address),
+                                     state.settings.port);
+        state.acceptor.open(endpoint.protocol());
+        state.acceptor.set_option(tcp::acceptor::reuse_address(true));
+        state.acceptor.bind(endpoint);
+        state.acceptor.listen(asio::socket_base::max_listen_connections);
+    } catch (const boost::system::system_error& error) {
+        throw Error("RendezvousServer: cannot listen on " + state.settings.bind_address + ":" +
+                    std::to_string(state.settings.port) + " for job '" + state.settings.job +
+                    "': " + error.code().message());
+    }
+    state.table_event.expires_at(asio::steady_timer::time_point::max());
+    state.release_event.expires_at(asio::steady_timer::time_point::max());
+}
+
+RendezvousServer::~RendezvousServer() {
+    if (state_->thread.joinable()) {
+        state_->io.stop();
+        state_->thread.join();
+    }
+}
+
+std::uint16_t RendezvousServer::port() const {
+    return state_->acceptor.local_endpoint().port();
+}
+
+void RendezvousServer::start() {
+    State& state = *state_;
+    if (state.thread.joinable())
+        throw Error("RendezvousServer::start: " + state.name() + " already started");
+    asio::co_spawn(state.io, state.accept_loop(), asio::detached_t{});
+    state.deadline_timer.expires_after(state.settings.timeout);
+    state.deadline_timer.async_wait([&state](boost::system::error_code error) {
+        if (!error) state.on_deadline();
+    });
+    state.thread = std::thread([&state] { state.io.run(); });
+}
+
+void RendezvousServer::wait() {
+    State& state = *state_;
+    if (!state.thread.joinable())
+        throw Error("RendezvousServer::wait: " + state.name() + " was not started");
+    std::unique_lock lock(state.mutex);
+    // The deadline timer guarantees `finished`, at the latest shortly after the deadline.
+    state.finished_signal.wait(lock, [&state] { return state.finished; });
+    if (!state.final_error.empty()) throw Error(state.final_error);
+}
+
+}  // namespace rdmachan

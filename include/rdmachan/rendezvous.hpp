@@ -1,0 +1,88 @@
+// N-peer rendezvous for MultiChannel: every rank sends its endpoint to one server, which waits
+// for all ranks, sends everyone the full table, then runs a barrier so nobody moves queue pairs
+// to RTR/RTS before every endpoint is known. Wire protocol: handshake/README.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rdmachan/endpoint.hpp"
+
+namespace rdmachan {
+
+struct RendezvousServerSettings {
+    std::string bind_address = "127.0.0.1";  // the server listens only here
+    std::uint16_t port = 0;                  // 0: the system picks one, see port()
+    std::uint32_t world_size = 0;
+    std::string job;                           // every rank must name the same job
+    std::string token;                         // every rank must prove it knows this (never sent)
+    std::chrono::milliseconds timeout{30000};  // from start() to the end of the barrier
+};
+
+// Accepts the ranks in any order on one io_context and one thread. Usable standalone (a tool
+// calls run()) or in-process by rank 0 (start(), then wait()).
+class RendezvousServer {
+  public:
+    // Binds and listens; throws rdmachan::Error naming the address and port on failure.
+    explicit RendezvousServer(RendezvousServerSettings settings);
+    ~RendezvousServer();  // stops the server if still running and joins its thread
+    RendezvousServer(const RendezvousServer&) = delete;
+    RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+    std::uint16_t port() const;
+    void start();  // runs on its own thread; the deadline starts now
+    // Blocks until every rank left the barrier (returns) or the rendezvous failed: throws
+    // rdmachan::Error, e.g. listing the ranks that never arrived.
+    void wait();
+    void run() {
+        start();
+        wait();
+    }
+
+  private:
+    struct State;
+    std::unique_ptr<State> state_;
+};
+
+struct RendezvousSettings {
+    std::string host = "127.0.0.1";  // the server's address (name or IP)
+    std::uint16_t port = 0;
+    std::uint32_t rank = 0;
+    std::uint32_t world_size = 0;
+    std::string job;
+    std::string token;
+    // One deadline for connect (with retries), exchange and barrier, counted from construction.
+    std::chrono::milliseconds timeout{30000};
+    // Rank 0 hosts the server in-process, bound to `host` (port 0: see Rendezvous::port()).
+    bool serve_in_process = false;
+};
+
+class Rendezvous {
+  public:
+    explicit Rendezvous(RendezvousSettings settings);
+    ~Rendezvous();
+    Rendezvous(const Rendezvous&) = delete;
+    Rendezvous& operator=(const Rendezvous&) = delete;
+
+    // Registers `mine` (its rank and session must match the settings' rank and this process)
+    // and returns every rank's endpoint, indexed by rank. Throws rdmachan::Error naming the
+    // server and the reason (rejection, deadline, protocol error).
+    std::vector<Endpoint> exchange(const Endpoint& mine);
+    // Returns once every rank has entered the barrier; on the same connection as exchange().
+    void barrier();
+
+    // The port the client connects to (the in-process server's chosen port on rank 0).
+    std::uint16_t port() const;
+
+  private:
+    struct State;
+    std::unique_ptr<State> state_;
+};
+
+// exchange() then barrier(): the table, once every rank has it.
+std::vector<Endpoint> rendezvous(const RendezvousSettings& settings, const Endpoint& mine);
+
+}  // namespace rdmachan

@@ -1,0 +1,82 @@
+// Helpers shared by the rendezvous tests and the benchmark: endpoints every rank can predict,
+// and fork()ed ranks with a bounded wait.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rdmachan/endpoint.hpp"
+
+namespace rdmachan::test {
+
+// Distinct, recognizable values per rank, so a table entry in the wrong place is caught.
+inline Endpoint predictable_endpoint(std::uint32_t rank, std::uint32_t world_size) {
+    Endpoint endpoint;
+    endpoint.rank = rank;
+    endpoint.session = 0x5e55000000000000ull | (std::uint64_t{rank} << 16) | 0xabc;
+    endpoint.device = DeviceKind::soft;
+    endpoint.port.lid = static_cast<std::uint16_t>(rank + 1);
+    endpoint.port.gid[15] = static_cast<std::uint8_t>(rank);
+    endpoint.port.mtu = 4096;
+    for (std::uint32_t peer = 0; peer < world_size; ++peer)
+        if (peer != rank)
+            endpoint.rc.push_back({peer, (rank << 12 | peer) & 0xffffff, rank * 7 + peer});
+    endpoint.dc.push_back({0x1000 + rank, 0xdc00000000000000ull | rank});
+    endpoint.regions["buffer"] = {0x10000ull * (rank + 1), 4096, 0x100 + rank};
+    return endpoint;
+}
+
+// Runs `body` in `count` child processes (body's return value is the exit status) and waits
+// for all of them until the deadline; children still running then are killed. Returns the
+// number of children that exited with status 0.
+inline int run_children(int count, const std::function<int(int)>& body,
+                        std::chrono::milliseconds timeout) {
+    std::vector<pid_t> children;
+    for (int index = 0; index < count; ++index) {
+        const pid_t child = fork();
+        if (child == 0) {
+            int status = 1;
+            try {
+                status = body(index);
+            } catch (...) {
+                status = 2;
+            }
+            _exit(status);
+        }
+        if (child > 0) children.push_back(child);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    int succeeded = 0;
+    std::size_t reaped = 0;
+    std::vector<bool> done(children.size(), false);
+    while (reaped < children.size()) {
+        for (std::size_t index = 0; index < children.size(); ++index) {
+            if (done[index]) continue;
+            int status = 0;
+            if (waitpid(children[index], &status, WNOHANG) == children[index]) {
+                done[index] = true;
+                ++reaped;
+                if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ++succeeded;
+            }
+        }
+        if (std::chrono::steady_clock::now() > deadline) {
+            for (std::size_t index = 0; index < children.size(); ++index)
+                if (!done[index]) {
+                    kill(children[index], SIGKILL);
+                    waitpid(children[index], nullptr, 0);
+                }
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return succeeded;
+}
+
+}  // namespace rdmachan::test

@@ -1,0 +1,283 @@
+// N-peer rendezvous: threads and processes in random order, and every way a rank can be
+// refused or missing.
+#include "rdmachan/rendezvous.hpp"
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+#include <random>
+
+#include "handshake/frame.hpp"
+#include "rdmachan/error.hpp"
+#include "tests/handshake/rendezvous_support.hpp"
+
+using namespace std::chrono_literals;
+using rdmachan::test::predictable_endpoint;
+
+namespace {
+
+rdmachan::RendezvousServerSettings server_settings(std::uint32_t world_size,
+                                                   std::chrono::milliseconds timeout = 2500ms) {
+    return {"127.0.0.1", 0, world_size, "job-A", "secret-token", timeout};
+}
+
+rdmachan::RendezvousSettings client_settings(std::uint16_t port, std::uint32_t rank,
+                                             std::uint32_t world_size,
+                                             std::chrono::milliseconds timeout = 2500ms) {
+    rdmachan::RendezvousSettings settings;
+    settings.port = port;
+    settings.rank = rank;
+    settings.world_size = world_size;
+    settings.job = "job-A";
+    settings.token = "secret-token";
+    settings.timeout = timeout;
+    return settings;
+}
+
+bool table_is_complete(const std::vector<rdmachan::Endpoint>& table, std::uint32_t world_size) {
+    if (table.size() != world_size) return false;
+    for (std::uint32_t rank = 0; rank < world_size; ++rank)
+        if (!(table[rank] == predictable_endpoint(rank, world_size))) return false;
+    return true;
+}
+
+std::string error_of(const std::function<void()>& call) {
+    try {
+        call();
+    } catch (const rdmachan::Error& error) {
+        return error.what();
+    }
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("ranks in threads, arriving in random order, all get the full table") {
+    for (std::uint32_t world_size : {2u, 8u, 64u}) {
+        CAPTURE(world_size);
+        rdmachan::RendezvousServer server(server_settings(world_size));
+        server.start();
+        std::atomic<std::uint32_t> entered{0};
+        std::atomic<std::uint32_t> complete{0};
+        std::atomic<std::uint32_t> left_early{0};
+        std::vector<std::thread> ranks;
+        std::mt19937 random(world_size);
+        for (std::uint32_t rank = 0; rank < world_size; ++rank) {
+            const auto delay = std::chrono::milliseconds(random() % 60);
+            ranks.emplace_back([&, rank, delay] {
+                std::this_thread::sleep_for(delay);
+                try {
+                    rdmachan::Rendezvous session(client_settings(server.port(), rank, world_size));
+                    const auto table = session.exchange(predictable_endpoint(rank, world_size));
+                    // Entering late on purpose for some ranks: nobody may leave before them.
+                    std::this_thread::sleep_for(delay / 4);
+                    entered.fetch_add(1);
+                    session.barrier();
+                    if (entered.load() != world_size) left_early.fetch_add(1);
+                    if (table_is_complete(table, world_size)) complete.fetch_add(1);
+                } catch (const rdmachan::Error& error) {
+                    MESSAGE(error.what());
+                }
+            });
+        }
+        for (auto& thread : ranks) thread.join();
+        CHECK(complete.load() == world_size);
+        CHECK(left_early.load() == 0);
+        CHECK_NOTHROW(server.wait());
+    }
+}
+
+TEST_CASE("ranks in separate processes complete the rendezvous") {
+    for (int world_size : {2, 8, 64}) {
+        CAPTURE(world_size);
+        // The children fork first and retry until the server (started afterwards) listens.
+        rdmachan::RendezvousServer server(server_settings(world_size, 5000ms));
+        const std::uint16_t port = server.port();
+        std::vector<int> order(world_size);
+        for (int index = 0; index < world_size; ++index) order[index] = index;
+        std::shuffle(order.begin(), order.end(), std::mt19937(world_size));
+        std::thread starter([&server] {
+            std::this_thread::sleep_for(30ms);
+            server.start();
+        });
+        const int succeeded = rdmachan::test::run_children(
+            world_size,
+            [&](int index) {
+                const std::uint32_t rank = order[index];
+                std::this_thread::sleep_for(std::chrono::milliseconds(rank * 7 % 50));
+                const auto table =
+                    rdmachan::rendezvous(client_settings(port, rank, world_size, 5000ms),
+                                         predictable_endpoint(rank, world_size));
+                return table_is_complete(table, world_size) ? 0 : 3;
+            },
+            6000ms);
+        starter.join();
+        CHECK(succeeded == world_size);
+        CHECK_NOTHROW(server.wait());
+    }
+}
+
+TEST_CASE("rank 0 can host the server in-process") {
+    constexpr std::uint32_t world_size = 4;
+    auto zero_settings = client_settings(0, 0, world_size);
+    zero_settings.serve_in_process = true;
+    rdmachan::Rendezvous zero(zero_settings);
+    REQUIRE(zero.port() != 0);
+    std::vector<std::thread> others;
+    std::atomic<int> complete{0};
+    for (std::uint32_t rank = 1; rank < world_size; ++rank)
+        others.emplace_back([&, rank] {
+            const auto table = rdmachan::rendezvous(client_settings(zero.port(), rank, world_size),
+                                                    predictable_endpoint(rank, world_size));
+            if (table_is_complete(table, world_size)) complete.fetch_add(1);
+        });
+    const auto table = zero.exchange(predictable_endpoint(0, world_size));
+    zero.barrier();
+    for (auto& thread : others) thread.join();
+    CHECK(table_is_complete(table, world_size));
+    CHECK(complete.load() == world_size - 1);
+}
+
+TEST_CASE("a rank that never arrives: the deadline error lists it") {
+    rdmachan::RendezvousServer server(server_settings(4, 600ms));
+    server.start();
+    std::vector<std::string> errors(4);
+    std::vector<std::thread> ranks;
+    for (std::uint32_t rank : {0u, 2u}) {
+        ranks.emplace_back([&, rank] {
+            errors[rank] = error_of([&] {
+                rdmachan::rendezvous(client_settings(server.port(), rank, 4, 1000ms),
+                                     predictable_endpoint(rank, 4));
+            });
+        });
+    }
+    for (auto& thread : ranks) thread.join();
+    const std::string server_error = error_of([&] { server.wait(); });
+    CHECK(server_error.find("ranks that never arrived: 1, 3") != std::string::npos);
+    for (std::uint32_t rank : {0u, 2u}) {
+        CAPTURE(errors[rank]);
+        CHECK(errors[rank].find("ranks that never arrived: 1, 3") != std::string::npos);
+    }
+}
+
+TEST_CASE("duplicate rank, wrong world size, wrong job and wrong token are refused by name") {
+    rdmachan::RendezvousServer server(server_settings(2, 2500ms));
+    server.start();
+    std::vector<rdmachan::Endpoint> first_table;
+    std::thread first([&] {
+        first_table =
+            rdmachan::rendezvous(client_settings(server.port(), 0, 2), predictable_endpoint(0, 2));
+    });
+    std::this_thread::sleep_for(150ms);  // rank 0 registers first
+
+    rdmachan::Endpoint impostor = predictable_endpoint(0, 2);
+    impostor.session = 0x1234;
+    const std::string duplicate =
+        error_of([&] { rdmachan::rendezvous(client_settings(server.port(), 0, 2), impostor); });
+    CHECK(duplicate.find("rank 0 is already registered (session 5e55000000000abc)") !=
+          std::string::npos);
+    CHECK(duplicate.find("session 0000000000001234 claims it too") != std::string::npos);
+
+    const std::string world = error_of([&] {
+        rdmachan::rendezvous(client_settings(server.port(), 1, 3), predictable_endpoint(1, 3));
+    });
+    CHECK(world.find("rank 1 at 127.0.0.1:") != std::string::npos);
+    CHECK(world.find("expects world size 3, this rendezvous has world size 2") !=
+          std::string::npos);
+
+    auto other_job = client_settings(server.port(), 1, 2);
+    other_job.job = "job-B";
+    const std::string job =
+        error_of([&] { rdmachan::rendezvous(other_job, predictable_endpoint(1, 2)); });
+    CHECK(job.find("belongs to job 'job-B', this rendezvous serves job 'job-A'") !=
+          std::string::npos);
+
+    auto wrong_token = client_settings(server.port(), 1, 2);
+    wrong_token.token = "guess";
+    const std::string token =
+        error_of([&] { rdmachan::rendezvous(wrong_token, predictable_endpoint(1, 2)); });
+    CHECK(token.find("rank 1 at 127.0.0.1:") != std::string::npos);
+    CHECK(token.find("failed to prove the job token") != std::string::npos);
+
+    const std::string out_of_range = error_of([&] {
+        rdmachan::Endpoint endpoint = predictable_endpoint(1, 2);
+        endpoint.rank = 5;
+        auto settings = client_settings(server.port(), 5, 6);
+        rdmachan::rendezvous(settings, endpoint);
+    });
+    CHECK(out_of_range.find("world size") != std::string::npos);
+
+    // The real rank 1 still completes the rendezvous after all the rejected attempts.
+    const auto table =
+        rdmachan::rendezvous(client_settings(server.port(), 1, 2), predictable_endpoint(1, 2));
+    first.join();
+    CHECK(table_is_complete(table, 2));
+    CHECK(table_is_complete(first_table, 2));
+    CHECK_NOTHROW(server.wait());
+}
+
+TEST_CASE("garbage, truncated, oversized and incompatible first frames are refused") {
+    namespace asio = boost::asio;
+    using tcp = asio::ip::tcp;
+    rdmachan::RendezvousServer server(server_settings(1, 2500ms));
+    server.start();
+    asio::io_context io;
+    const tcp::endpoint address(asio::ip::make_address("127.0.0.1"), server.port());
+    auto reply_to = [&](const std::string& bytes) {
+        tcp::socket socket(io);
+        socket.connect(address);
+        asio::write(socket, asio::buffer(bytes));
+        boost::system::error_code error;
+        socket.shutdown(tcp::socket::shutdown_send, error);  // the server sees the end of stream
+        std::string reply;
+        char chunk[4096];
+        for (;;) {
+            const std::size_t got = socket.read_some(asio::buffer(chunk), error);
+            if (error) break;
+            reply.append(chunk, got);
+        }
+        return reply;
+    };
+    using rdmachan::handshake::encode_frame;
+    using rdmachan::handshake::encode_hello;
+    const std::string newer = reply_to(encode_frame(encode_hello("{}", 9, 7)));
+    CHECK(newer.find("speaks handshake protocol version 9 (compatible down to 7)") !=
+          std::string::npos);
+    const std::string garbage = reply_to("GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    CHECK(garbage.find("announces") != std::string::npos);
+    const std::string magic = reply_to(encode_frame("NOTMAGIC\0\0\0\1\0\0\0\1{}"));
+    CHECK(magic.find("bad magic") != std::string::npos);
+    const std::string oversized = reply_to(std::string("\x00\x10\x00\x00", 4));
+    CHECK(oversized.find("more than the cap") != std::string::npos);
+    const std::string truncated = reply_to(encode_frame(encode_hello("{}")).substr(0, 10));
+    CHECK(truncated.find("ended inside a frame") != std::string::npos);
+    const std::string not_json = reply_to(encode_frame(encode_hello("{not json")));
+    CHECK(not_json.find("hello from 127.0.0.1:") != std::string::npos);
+
+    // After all that, the real rank still gets through.
+    const auto table =
+        rdmachan::rendezvous(client_settings(server.port(), 0, 1), predictable_endpoint(0, 1));
+    CHECK(table_is_complete(table, 1));
+    CHECK_NOTHROW(server.wait());
+}
+
+TEST_CASE("a client with no server gives up at its deadline") {
+    // Bind a port and close it again, so nothing listens there.
+    std::uint16_t port = 0;
+    {
+        rdmachan::RendezvousServer placeholder(server_settings(1));
+        port = placeholder.port();
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = error_of([&] {
+        rdmachan::rendezvous(client_settings(port, 0, 2, 300ms), predictable_endpoint(0, 2));
+    });
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    CHECK(error.find("rank 0 of job 'job-A'") != std::string::npos);
+    CHECK(error.find("deadline of 300 ms expired") != std::string::npos);
+    CHECK(elapsed < 2s);
+}
