@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -26,6 +27,8 @@
 #include <vector>
 
 #include "rdmachan/channel.hpp"
+#include "rdmachan/endpoint.hpp"
+#include "rdmachan/rendezvous.hpp"
 
 namespace rdmachan {
 
@@ -174,6 +177,9 @@ public:
     PeerCounters counters(std::uint32_t peer) const;
     std::string peer_name(std::uint32_t peer) const;
     std::string device_name() const;
+    // A region the peer published under `name` (PreparedMultiChannel::publish_region), as
+    // learned in the handshake; rdmachan::Error naming the peer and the name if there is none.
+    PeerRemoteMemoryRegion remote_region(std::uint32_t peer, const std::string& name) const;
 
 private:
     friend class PreparedMultiChannel;
@@ -186,6 +192,7 @@ private:
     std::shared_ptr<detail::Engine> engine_;
     std::uint32_t rank_ = 0;
     std::vector<WorkBatch::Entry> scratch_;
+    std::vector<std::map<std::string, RemoteRegion>> remote_regions_;  // by peer
 };
 
 class PreparedMultiChannel {
@@ -203,11 +210,25 @@ public:
     // pair for each peer p to table[p][rank()].
     MultiChannel handshake(const std::vector<std::vector<ChannelEndpoint>>& table) &&;
 
+    // The same in the versioned endpoint schema (endpoint.hpp): this rank's port identity, one
+    // RC entry per peer, a session id, and the regions published so far.
+    void publish_region(const std::string& name, const MemoryRegion& region);
+    Endpoint endpoint() const;
+    // table[r] = endpoint() of rank r. Each entry is checked (rank, world, RC entries, MTU)
+    // and errors name the rank.
+    MultiChannel handshake(const std::vector<Endpoint>& table) &&;
+    // One call: exchange endpoints through the rendezvous (settings.rank and world_size must be
+    // this multi-channel's), connect every queue pair, then meet in the rendezvous barrier so
+    // no rank uses a peer before that peer is connected too.
+    MultiChannel connect(RendezvousSettings settings) &&;
+
 private:
     friend class MultiChannelBuilder;
     PreparedMultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
     std::shared_ptr<detail::Engine> engine_;
     std::uint32_t rank_ = 0;
+    std::uint64_t session_ = 0;
+    std::map<std::string, RemoteRegion> published_;
 };
 
 class MultiChannelBuilder {

@@ -90,12 +90,43 @@ DeviceCore::~DeviceCore() {
     stopping_.store(true);
     wake();
     if (thread_.joinable()) thread_.join();
-    for (auto& connection : connections_) {
-        if (connection->socket >= 0) ::close(connection->socket);
-    }
+    close_connections_gracefully();
     ::close(listen_socket_);
     ::close(event_fd_);
     ::close(epoll_fd_);
+}
+
+// Closing a TCP socket that still holds unread input makes the kernel send a reset, and a reset
+// makes the peer's kernel drop what it had not read yet — the acknowledgements this device
+// sent last. A ConnectX keeps answering until its QPs are destroyed; the equivalent here is to
+// stop writing, read what is still coming (briefly), then close.
+void DeviceCore::close_connections_gracefully() {
+    std::vector<pollfd> sockets;
+    for (auto& connection : connections_) {
+        if (connection->socket < 0) continue;
+        ::shutdown(connection->socket, SHUT_WR);
+        sockets.push_back({connection->socket, POLLIN, 0});
+    }
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    std::size_t open = sockets.size();
+    while (open != 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        if (::poll(sockets.data(), sockets.size(), static_cast<int>(left.count())) <= 0) break;
+        for (pollfd& entry : sockets) {
+            if (entry.fd < 0 || entry.revents == 0) continue;
+            char discard[4096];
+            const ssize_t got = ::recv(entry.fd, discard, sizeof discard, MSG_DONTWAIT);
+            if (got > 0 || (got < 0 && (errno == EAGAIN || errno == EINTR))) continue;
+            ::close(entry.fd);  // end of stream (or an error): nothing more will come
+            entry.fd = -1;
+            --open;
+        }
+    }
+    for (pollfd& entry : sockets) {
+        if (entry.fd >= 0) ::close(entry.fd);
+    }
+    for (auto& connection : connections_) connection->socket = -1;
 }
 
 void DeviceCore::wake() {
@@ -264,6 +295,9 @@ void DeviceCore::write_connection(Connection& connection) {
 
 void DeviceCore::read_connection(Connection& connection) {
     std::uint8_t chunk[65536];
+    // A peer that answers and then closes leaves its last answers in front of the end of the
+    // stream: they are handled before the connection is, as a NIC handles packets in order.
+    const char* ended = nullptr;
     while (connection.socket >= 0) {
         const ssize_t received = ::recv(connection.socket, chunk, sizeof chunk, 0);
         if (received > 0) {
@@ -272,8 +306,8 @@ void DeviceCore::read_connection(Connection& connection) {
         }
         if (received < 0 && errno == EINTR) continue;
         if (received < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-        close_connection(connection, received == 0 ? "peer closed the connection" : "receive failed");
-        return;
+        ended = received == 0 ? "peer closed the connection" : "receive failed";
+        break;
     }
     std::size_t offset = 0;
     while (connection.socket >= 0 && connection.input.size() - offset >= sizeof(wire::FrameHeader)) {
@@ -291,6 +325,7 @@ void DeviceCore::read_connection(Connection& connection) {
         offset += total;
     }
     if (connection.socket >= 0) connection.input.erase(connection.input.begin(), connection.input.begin() + offset);
+    if (ended != nullptr) close_connection(connection, ended);
 }
 
 void DeviceCore::close_connection(Connection& connection, const char* why) {
@@ -300,6 +335,10 @@ void DeviceCore::close_connection(Connection& connection, const char* why) {
     connection.socket = -1;
     if (!connection.identified) return;
     detail::logger().info("software device {}: connection to lid {} closed: {}", owner_.name(), connection.lid, why);
+    // Our requests travel on the connection we opened; one the peer opened carries only its
+    // requests and our answers. Its end says nothing about our requests, whose answers may
+    // still be unread on the other connection.
+    if (!connection.outgoing) return;
     // Requests that were sent to that device will never be answered: the transport gives up on
     // them, as hardware does once its retries run out.
     for (auto& [qpn, queue_pair] : queue_pairs) {

@@ -132,6 +132,7 @@ public:
     // Control-plane hooks that need the progress machinery (mutex held by the caller).
     void move_to_error(QueuePairContext& queue_pair, const char* why);
     void wake();
+    void close_connections_gracefully();
 
 private:
     void run();

@@ -1,0 +1,118 @@
+// MultiChannel set-up in the versioned endpoint schema (handshake/): endpoint(), the checks on a
+// peer's endpoint, and connect() through the rendezvous.
+#include <random>
+
+#include "rdmachan/multi_channel.hpp"
+#include "src/engine.hpp"
+
+namespace rdmachan {
+namespace {
+
+DeviceKind endpoint_device_kind(const std::string& device_name) {
+    if (device_name.rfind("soft:", 0) == 0) return DeviceKind::soft;
+    if (device_name.rfind("mlx5", 0) == 0) return DeviceKind::mlx5;
+    return DeviceKind::verbs;
+}
+
+std::string rank_text(std::uint32_t rank) { return "rank " + std::to_string(rank); }
+
+}  // namespace
+
+void PreparedMultiChannel::publish_region(const std::string& name, const MemoryRegion& region) {
+    if (name.empty() || name.size() > endpoint_max_region_name_length) {
+        throw Error("PreparedMultiChannel::publish_region: the name must have 1 to " +
+                    std::to_string(endpoint_max_region_name_length) + " characters");
+    }
+    const RemoteMemoryRegion remote = region.remote();
+    published_[name] = RemoteRegion{remote.addr, remote.length, remote.rkey};
+}
+
+Endpoint PreparedMultiChannel::endpoint() const {
+    if (engine_ == nullptr) throw Error("PreparedMultiChannel::endpoint: this prepared multi-channel was already used");
+    Endpoint endpoint;
+    endpoint.rank = rank_;
+    endpoint.session = session_;
+    endpoint.device = endpoint_device_kind(engine_->device_name());
+    const transport::PortIdentity& port = engine_->port();
+    endpoint.port.lid = port.lid;
+    endpoint.port.gid = port.gid;
+    endpoint.port.gid_index = port.gid_index;
+    endpoint.port.link_layer = port.ethernet ? LinkLayer::ethernet : LinkLayer::infiniband;
+    endpoint.port.mtu = engine_->local_endpoint(0).mtu;
+    for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
+        const ChannelEndpoint& local = engine_->local_endpoint(peer);
+        endpoint.rc.push_back(RcEntry{peer, local.qpn, local.psn});
+    }
+    endpoint.regions = published_;
+    return endpoint;
+}
+
+MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table) && {
+    if (engine_ == nullptr) throw Error("PreparedMultiChannel::handshake: this prepared multi-channel was already used");
+    const std::uint32_t world = engine_->peer_count();
+    const std::string me = "PreparedMultiChannel::handshake (" + rank_text(rank_) + ")";
+    if (table.size() != world) {
+        throw Error(me + ": the endpoint table has " + std::to_string(table.size()) + " ranks, the world has " +
+                    std::to_string(world));
+    }
+    std::vector<std::vector<ChannelEndpoint>> channel_table(world);
+    std::vector<std::map<std::string, RemoteRegion>> regions(world);
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        const Endpoint& theirs = table[peer];
+        try {
+            validate(theirs);
+        } catch (const Error& error) {
+            throw Error(me + ": the endpoint of " + rank_text(peer) + ": " + error.what());
+        }
+        if (theirs.rank != peer) {
+            throw Error(me + ": table entry " + std::to_string(peer) + " is the endpoint of " + rank_text(theirs.rank));
+        }
+        // Their queue pair for us: the RC entry that names our rank.
+        const RcEntry* entry = nullptr;
+        for (const RcEntry& candidate : theirs.rc) {
+            if (candidate.peer == rank_) entry = &candidate;
+        }
+        if (entry == nullptr) throw Error(me + ": " + rank_text(peer) + " published no RC entry for " + rank_text(rank_));
+        ChannelEndpoint remote;
+        remote.gid = theirs.port.gid;
+        remote.lid = theirs.port.lid;
+        remote.qpn = entry->qpn;
+        remote.psn = entry->psn;
+        remote.mtu = theirs.port.mtu;
+        remote.device = to_string(theirs.device);
+        channel_table[peer].assign(world, remote);
+        regions[peer] = theirs.regions;
+    }
+    // handshake(table of ChannelEndpoint) connects QP p to table[p][rank_]; every slot of a
+    // row holds that peer's entry for us.
+    MultiChannel channels = std::move(*this).handshake(channel_table);
+    channels.remote_regions_ = std::move(regions);
+    return channels;
+}
+
+MultiChannel PreparedMultiChannel::connect(RendezvousSettings settings) && {
+    if (engine_ == nullptr) throw Error("PreparedMultiChannel::connect: this prepared multi-channel was already used");
+    if (settings.rank != rank_ || settings.world_size != engine_->peer_count()) {
+        throw Error("PreparedMultiChannel::connect: the rendezvous settings say rank " + std::to_string(settings.rank) +
+                    " of " + std::to_string(settings.world_size) + ", this multi-channel is " + rank_text(rank_) + " of " +
+                    std::to_string(engine_->peer_count()));
+    }
+    Rendezvous rendezvous(settings);
+    const std::vector<Endpoint> table = rendezvous.exchange(endpoint());
+    MultiChannel channels = std::move(*this).handshake(table);
+    // Nobody posts to a peer whose queue pair may not be connected yet.
+    rendezvous.barrier();
+    return channels;
+}
+
+PeerRemoteMemoryRegion MultiChannel::remote_region(std::uint32_t peer, const std::string& name) const {
+    check_peer("MultiChannel::remote_region", peer);
+    if (peer < remote_regions_.size()) {
+        if (auto found = remote_regions_[peer].find(name); found != remote_regions_[peer].end()) {
+            return {peer, RemoteMemoryRegion{found->second.addr, found->second.length, found->second.rkey}};
+        }
+    }
+    throw Error("MultiChannel::remote_region: rank " + std::to_string(peer) + " published no region named '" + name + "'");
+}
+
+}  // namespace rdmachan
