@@ -53,6 +53,9 @@ struct RendezvousServer::State {
     asio::steady_timer table_event{io};
     asio::steady_timer release_event{io};
     std::list<std::shared_ptr<FramedConnection>> connections;
+    // Read by other threads while the server runs; set once before start().
+    std::uint16_t port = 0;
+    std::string listening_on;
 
     Phase phase = Phase::gathering;
     std::vector<std::optional<Endpoint>> registered;
@@ -70,8 +73,7 @@ struct RendezvousServer::State {
     std::string final_error;  // empty on success
 
     std::string name() const {
-        return "rendezvous server for job '" + settings.job + "' on " +
-               describe(acceptor.local_endpoint());
+        return "rendezvous server for job '" + settings.job + "' on " + listening_on;
     }
 
     Task<void> accept_loop() {
@@ -279,6 +281,8 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
         state.acceptor.set_option(tcp::acceptor::reuse_address(true));
         state.acceptor.bind(endpoint);
         state.acceptor.listen(asio::socket_base::max_listen_connections);
+        state.port = state.acceptor.local_endpoint().port();
+        state.listening_on = describe(state.acceptor.local_endpoint());
     } catch (const boost::system::system_error& error) {
         throw Error("RendezvousServer: cannot listen on " + state.settings.bind_address + ":" +
                     std::to_string(state.settings.port) + " for job '" + state.settings.job +
@@ -296,7 +300,7 @@ RendezvousServer::~RendezvousServer() {
 }
 
 std::uint16_t RendezvousServer::port() const {
-    return state_->acceptor.local_endpoint().port();
+    return state_->port;
 }
 
 void RendezvousServer::start() {

@@ -1,0 +1,166 @@
+#include <optional>
+
+#include "handshake/authentication.hpp"
+#include "handshake/connection.hpp"
+#include "rdmachan/error.hpp"
+#include "rdmachan/handshake.hpp"
+#include "src/logger.hpp"
+
+namespace rdmachan {
+
+using namespace handshake;
+
+namespace {
+
+constexpr const char* connector_label = "rdmachan pairwise connector v1";
+constexpr const char* listener_label = "rdmachan pairwise listener v1";
+
+Endpoint read_endpoint(const nlohmann::json& message, const std::string& peer) {
+    if (!message.contains("endpoint")) throw Error("message from " + peer + " lacks 'endpoint'");
+    Endpoint endpoint;
+    try {
+        from_json(message["endpoint"], endpoint);
+    } catch (const Error& error) {
+        throw Error(peer + " sent an invalid endpoint: " + error.what());
+    }
+    return endpoint;
+}
+
+// Listener side of one connection; returns the peer's endpoint or throws naming it.
+Task<Endpoint> answer(FramedConnection& connection, const PairwiseSettings& settings,
+                      const Endpoint& mine) {
+    const Hello hello = decode_hello(co_await connection.read_frame(), connection.peer());
+    const nlohmann::json body = parse_json_object(hello.body, connection.peer(), "hello");
+    if (!body.contains("nonce") || !body["nonce"].is_string())
+        throw Error("hello from " + connection.peer() + " lacks a nonce");
+    const std::string connector_nonce = body["nonce"].get<std::string>();
+    const std::string listener_nonce = make_nonce();
+    const std::string reply = encode_hello(nlohmann::json{{"nonce", listener_nonce}}.dump());
+    co_await connection.write_frame(reply);
+    const nlohmann::json proof = co_await connection.read_message("proof");
+    const std::string expected =
+        make_proof(settings.token, connector_label, {connector_nonce, listener_nonce});
+    if (!proof.contains("proof") || !proof["proof"].is_string() ||
+        !proofs_match(expected, proof["proof"].get<std::string>())) {
+        const nlohmann::json refusal = {{"type", "error"},
+                                        {"message", "failed to prove the job token"}};
+        co_await connection.write_message(refusal);
+        throw Error(connection.peer() +
+                    " failed to prove the job token (wrong RDMACHAN_JOB_TOKEN?)");
+    }
+    connection.set_size_cap(authenticated_frame_size_cap);
+    const nlohmann::json theirs = co_await connection.read_message("endpoint");
+    const Endpoint endpoint = read_endpoint(theirs, connection.peer());
+    const std::string my_proof =
+        make_proof(settings.token, listener_label, {connector_nonce, listener_nonce});
+    const nlohmann::json answer_message = {
+        {"type", "endpoint"}, {"proof", my_proof}, {"endpoint", mine}};
+    co_await connection.write_message(answer_message);
+    co_return endpoint;
+}
+
+Task<void> listen(asio::io_context& io, const PairwiseSettings& settings, const Endpoint& mine,
+                  std::optional<Endpoint>& result) {
+    tcp::acceptor acceptor(io);
+    try {
+        const tcp::endpoint address(asio::ip::make_address(settings.address), settings.port);
+        acceptor.open(address.protocol());
+        acceptor.set_option(tcp::acceptor::reuse_address(true));
+        acceptor.bind(address);
+        acceptor.listen();
+    } catch (const boost::system::system_error& error) {
+        throw Error("exchange_pairwise: cannot listen on " + settings.address + ":" +
+                    std::to_string(settings.port) + ": " + error.code().message());
+    }
+    if (settings.on_listening) settings.on_listening(acceptor.local_endpoint().port());
+    // One peer at a time: a channel has exactly one, and a stranger is refused before the next.
+    while (!result) {
+        tcp::socket socket = co_await acceptor.async_accept(asio::use_awaitable);
+        boost::system::error_code ignored;
+        const std::string peer = describe(socket.remote_endpoint(ignored));
+        FramedConnection connection(std::move(socket), peer, unauthenticated_frame_size_cap);
+        std::string failure;
+        try {
+            result = co_await answer(connection, settings, mine);
+        } catch (const Error& error) {
+            failure = error.what();
+        }
+        if (!failure.empty())
+            detail::logger().warn("exchange_pairwise on {}: rejected {}",
+                                  describe(acceptor.local_endpoint()), failure);
+        connection.close();
+    }
+}
+
+Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine,
+                   std::optional<Endpoint>& result) {
+    const std::string listener =
+        "listener " + settings.address + ":" + std::to_string(settings.port);
+    tcp::socket socket = co_await connect_with_retries(settings.address, settings.port);
+    FramedConnection connection(std::move(socket), listener, unauthenticated_frame_size_cap);
+    const std::string connector_nonce = make_nonce();
+    const std::string hello = encode_hello(nlohmann::json{{"nonce", connector_nonce}}.dump());
+    co_await connection.write_frame(hello);
+    const Hello reply = decode_hello(co_await connection.read_frame(), listener);
+    const nlohmann::json body = parse_json_object(reply.body, listener, "hello");
+    if (!body.contains("nonce") || !body["nonce"].is_string())
+        throw Error("hello from " + listener + " lacks a nonce");
+    const std::string listener_nonce = body["nonce"].get<std::string>();
+    const std::string my_proof =
+        make_proof(settings.token, connector_label, {connector_nonce, listener_nonce});
+    const nlohmann::json proof_message = {{"type", "proof"}, {"proof", my_proof}};
+    co_await connection.write_message(proof_message);
+    const nlohmann::json endpoint_message = {{"type", "endpoint"}, {"endpoint", mine}};
+    co_await connection.write_message(endpoint_message);
+    connection.set_size_cap(authenticated_frame_size_cap);
+    const nlohmann::json theirs = co_await connection.read_message("endpoint");
+    const std::string expected =
+        make_proof(settings.token, listener_label, {connector_nonce, listener_nonce});
+    if (!theirs.contains("proof") || !theirs["proof"].is_string() ||
+        !proofs_match(expected, theirs["proof"].get<std::string>()))
+        throw Error(listener + " failed to prove the job token");
+    result = read_endpoint(theirs, listener);
+    connection.close();
+}
+
+}  // namespace
+
+Endpoint exchange_pairwise(const PairwiseSettings& settings, const Endpoint& mine) {
+    validate(mine);
+    const auto deadline = std::chrono::steady_clock::now() + settings.timeout;
+    const bool listening = settings.role == PairwiseSettings::Role::listen;
+    asio::io_context io;
+    std::optional<Endpoint> result;
+    const bool finished = listening ? run_until(io, listen(io, settings, mine, result), deadline)
+                                    : run_until(io, connect(settings, mine, result), deadline);
+    if (!finished || !result)
+        throw Error(std::string("exchange_pairwise: ") +
+                    (listening ? "no peer proved the job token on " : "no answer from listener ") +
+                    settings.address + ":" + std::to_string(settings.port) +
+                    " within the deadline of " + std::to_string(settings.timeout.count()) + " ms");
+    return *result;
+}
+
+std::uint32_t negotiate_mtu(std::uint32_t local, std::uint32_t remote, std::uint32_t port_active) {
+    for (auto [name, value] :
+         {std::pair{"local", local}, {"remote", remote}, {"port active", port_active}})
+        if (!is_valid_mtu(value))
+            throw Error(std::string("negotiate_mtu: ") + name + " MTU " + std::to_string(value) +
+                        " is not one of 256, 512, 1024, 2048, 4096");
+    return std::min({local, remote, port_active});
+}
+
+std::uint32_t random_psn() {
+    return static_cast<std::uint32_t>(random_u64() & 0xffffff);
+}
+
+std::uint64_t random_dc_key() {
+    return random_u64();
+}
+
+std::uint64_t random_session_id() {
+    for (;;)
+        if (const std::uint64_t value = random_u64(); value != 0) return value;
+}
+
+}  // namespace rdmachan

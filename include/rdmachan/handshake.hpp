@@ -1,0 +1,33 @@
+// The pairwise exchange for Channel, and the negotiation rules both exchanges share.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "rdmachan/endpoint.hpp"
+
+namespace rdmachan {
+
+struct PairwiseSettings {
+    enum class Role { listen, connect };
+    Role role = Role::listen;
+    std::string address = "127.0.0.1";  // listen: the only address bound; connect: the host
+    std::uint16_t port = 0;             // listen with 0: the system picks, see on_listening
+    std::function<void(std::uint16_t)> on_listening;  // called once listening, with the port
+    std::string token;                                // both sides prove it; never sent
+    std::chrono::milliseconds timeout{30000};         // one deadline for the whole exchange
+};
+
+// Listens (accepting until one peer proves the token) or connects (retrying until the
+// listener is up), then swaps endpoints. Throws rdmachan::Error naming the peer and the
+// reason, or the deadline.
+Endpoint exchange_pairwise(const PairwiseSettings& settings, const Endpoint& mine);
+
+// The lowest of both sides' MTU and the local port's active MTU; throws on non-verbs sizes.
+std::uint32_t negotiate_mtu(std::uint32_t local, std::uint32_t remote, std::uint32_t port_active);
+std::uint32_t random_psn();         // 24 bits, std::random_device
+std::uint64_t random_dc_key();      // for a job that did not set one
+std::uint64_t random_session_id();  // never 0
+}  // namespace rdmachan
