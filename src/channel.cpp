@@ -152,7 +152,8 @@ PreparedChannel ChannelBuilder::build() const {
 
 // ---- prepared channel -----------------------------------------------------------------------
 
-PreparedChannel::PreparedChannel(std::shared_ptr<detail::Engine> core) : core_(std::move(core)) {}
+PreparedChannel::PreparedChannel(std::shared_ptr<detail::Engine> core)
+    : core_(std::move(core)), session_(random_session_id()) {}
 PreparedChannel::PreparedChannel(PreparedChannel&&) noexcept = default;
 PreparedChannel& PreparedChannel::operator=(PreparedChannel&&) noexcept = default;
 PreparedChannel::~PreparedChannel() = default;

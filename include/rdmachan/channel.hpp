@@ -21,12 +21,15 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "rdmachan/endpoint.hpp"
 #include "rdmachan/error.hpp"
+#include "rdmachan/handshake.hpp"
 #include "rdmachan/memory.hpp"
 #include "rdmachan/peer_counters.hpp"
 #include "rdmachan/work_batch.hpp"
@@ -216,11 +219,16 @@ public:
     PeerCounters counters() const;
     std::string device_name() const;
 
+    // A region the peer published under `name` (only after PreparedChannel::connect);
+    // rdmachan::Error naming it if the peer published none.
+    RemoteMemoryRegion remote_region(const std::string& name) const;
+
 private:
     friend class PreparedChannel;
     explicit Channel(std::shared_ptr<detail::Engine> core);
     void run_scope(const std::function<void(Scope&)>& body, bool strict);
     std::shared_ptr<detail::Engine> core_;
+    std::map<std::string, RemoteRegion> remote_regions_;
 };
 
 class PreparedChannel {
@@ -234,10 +242,20 @@ public:
     // Connects to the peer's endpoint (INIT → RTR → RTS). Loopback: pass endpoint() itself.
     Channel handshake(const ChannelEndpoint& remote) &&;
 
+    // The out-of-band exchange shipped with the library: one side listens, the other connects
+    // (PairwiseSettings), both prove the job token, and the versioned endpoints cross over TCP.
+    // Regions published with publish_region travel along; read them with
+    // Channel::remote_region. The listener is rank 0, the connector rank 1.
+    void publish_region(const std::string& name, const MemoryRegion& region);
+    Endpoint versioned_endpoint(std::uint32_t rank) const;
+    Channel connect(const PairwiseSettings& settings) &&;
+
 private:
     friend class ChannelBuilder;
     explicit PreparedChannel(std::shared_ptr<detail::Engine> core);
     std::shared_ptr<detail::Engine> core_;
+    std::uint64_t session_ = 0;
+    std::map<std::string, RemoteRegion> published_;
 };
 
 // Named settings with defaults; each setter checks its range and throws rdmachan::Error naming

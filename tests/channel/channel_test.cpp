@@ -8,6 +8,7 @@
 #include <cstring>
 #include <numeric>
 #include <stdexcept>
+#include <future>
 #include <thread>
 
 #include "rdmachan/channel.hpp"
@@ -380,4 +381,72 @@ TEST_CASE("batches back to back many times the send queue's size: the budget hol
     CHECK(failures == 0);
     CHECK(pair.a.counters().operations == static_cast<std::uint64_t>(rounds) * 16);
     CHECK(pair.a.counters().errors == 0);
+}
+
+TEST_CASE("connect through the shipped pairwise exchange: endpoints and published regions cross over TCP") {
+    std::vector<std::uint8_t> listener_memory(4096, 0), connector_memory(4096);
+    fill(connector_memory, 9);
+    std::promise<std::uint16_t> port_promise;
+    std::future<std::uint16_t> port_future = port_promise.get_future();
+    std::string listener_error;
+    std::thread listener([&] {
+        try {
+            rdmachan::PreparedChannel prepared = ChannelBuilder().device(first_device()).build();
+            MemoryRegion region = prepared.register_memory(listener_memory.data(), listener_memory.size());
+            prepared.publish_region("inbox", region);
+            rdmachan::PairwiseSettings settings;
+            settings.role = rdmachan::PairwiseSettings::Role::listen;
+            settings.token = "channel-test-token";
+            settings.timeout = std::chrono::seconds(10);
+            settings.on_listening = [&](std::uint16_t port) { port_promise.set_value(port); };
+            Channel channel = std::move(prepared).connect(settings);
+            // Wait for the connector's write with immediate.
+            WorkResult notified = channel.receive(region.slice(0, 8));
+            if (!notified.ok() || notified.completion().immediate.value_or(0) != 5) listener_error = "no immediate 5";
+        } catch (const std::exception& error) {
+            listener_error = error.what();
+        }
+    });
+    const std::uint16_t port = port_future.get();
+    rdmachan::PreparedChannel prepared = ChannelBuilder().device(second_device()).build();
+    MemoryRegion region = prepared.register_memory(connector_memory.data(), connector_memory.size());
+    rdmachan::PairwiseSettings settings;
+    settings.role = rdmachan::PairwiseSettings::Role::connect;
+    settings.port = port;
+    settings.token = "channel-test-token";
+    settings.timeout = std::chrono::seconds(10);
+    Channel channel = std::move(prepared).connect(settings);
+    const RemoteMemoryRegion inbox = channel.remote_region("inbox");
+    CHECK(inbox.length == 4096);
+    CHECK_THROWS_WITH_AS(channel.remote_region("outbox"), doctest::Contains("no region named 'outbox'"), rdmachan::Error);
+    REQUIRE(channel.write(region.slice(0, 4096), inbox, 5u).ok());
+    listener.join();
+    CHECK(listener_error.empty());
+    CHECK(std::memcmp(listener_memory.data(), connector_memory.data(), 4096) == 0);
+}
+
+TEST_CASE("the pairwise exchange refuses a peer without the job token") {
+    std::promise<std::uint16_t> port_promise;
+    std::future<std::uint16_t> port_future = port_promise.get_future();
+    std::string listener_error;
+    std::thread listener([&] {
+        try {
+            rdmachan::PairwiseSettings settings;
+            settings.role = rdmachan::PairwiseSettings::Role::listen;
+            settings.token = "right";
+            settings.timeout = std::chrono::seconds(3);
+            settings.on_listening = [&](std::uint16_t port) { port_promise.set_value(port); };
+            (void)ChannelBuilder().device(first_device()).build().connect(settings);
+        } catch (const std::exception& error) {
+            listener_error = error.what();
+        }
+    });
+    rdmachan::PairwiseSettings settings;
+    settings.role = rdmachan::PairwiseSettings::Role::connect;
+    settings.port = port_future.get();
+    settings.token = "wrong";
+    settings.timeout = std::chrono::seconds(3);
+    CHECK_THROWS_AS((void)ChannelBuilder().device(second_device()).build().connect(settings), rdmachan::Error);
+    listener.join();
+    CHECK_FALSE(listener_error.empty());
 }
