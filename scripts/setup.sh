@@ -8,8 +8,9 @@ packages=(
     build-essential cmake ninja-build pkg-config git
     libibverbs-dev rdma-core ibverbs-providers
     libboost-dev nlohmann-json3-dev doctest-dev libspdlog-dev libfmt-dev libcli11-dev
-    iproute2 valgrind
+    iproute2 valgrind clang
 )
+
 
 if [ "$(id -u)" -eq 0 ]; then
     as_root=()
@@ -34,4 +35,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
     "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
     echo "setup: all build and test dependencies are installed"
+fi
+
+# libFuzzer's runtime (the fuzz targets): its own package on Debian 12; on releases where clang
+# ships it, the package does not exist and nothing is needed.
+if ! dpkg-query -W -f='${Status}' libclang-rt-dev 2>/dev/null | grep -q "install ok installed"; then
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-cache show libclang-rt-dev >/dev/null 2>&1; then "${as_root[@]}" apt-get update -qq; fi
+    if apt-cache show libclang-rt-dev >/dev/null 2>&1; then
+        "${as_root[@]}" apt-get install -y -qq --no-install-recommends libclang-rt-dev
+    fi
 fi

@@ -3,7 +3,8 @@
 #   1. a RelWithDebInfo build: every suite, the golden-vector checks, the install test and the
 #      soft-RoCE VM tests (label "vm");
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build: every suite except the VM tests;
-#   3. a ThreadSanitizer build: every suite except the VM tests.
+#   3. a ThreadSanitizer build: every suite except the VM tests;
+#   4. the handshake's libFuzzer targets, 30 s each (with the sanitizer builds).
 # Usage: scripts/test.sh [--no-sanitizers] [--no-vm]
 set -euo pipefail
 
@@ -66,6 +67,17 @@ if [ "$sanitizers" -eq 1 ]; then
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         run_suite "TSan build" "$root/build/test-tsan" "vm|install" \
         -DCMAKE_BUILD_TYPE=Debug -DRDMACHAN_SANITIZE_THREAD=ON
+fi
+
+if [ "$sanitizers" -eq 1 ]; then
+    # The handshake's libFuzzer targets (endpoint parser, frame decoder), 30 s each.
+    echo "=== fuzzers: build and run"
+    if "$root/tests/handshake/run_fuzzers.sh" "$root/build/test-fuzz" 30; then
+        total_passed=$((total_passed + 1))
+    else
+        total_failed=$((total_failed + 1))
+        failed+=("fuzzers")
+    fi
 fi
 
 if [ "${#failed[@]}" -gt 0 ]; then
