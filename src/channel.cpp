@@ -142,6 +142,16 @@ ChannelBuilder& ChannelBuilder::deadline(std::chrono::milliseconds value) {
     return *this;
 }
 
+ChannelBuilder& ChannelBuilder::backoff(std::uint32_t spin_polls, std::uint32_t yield_polls, std::chrono::microseconds sleep) {
+    if (sleep.count() < 0 || sleep.count() > 10000) {
+        throw Error("ChannelBuilder::backoff: sleep " + std::to_string(sleep.count()) + " us is out of range [0, 10000]");
+    }
+    settings_.spin_polls = spin_polls;
+    settings_.yield_polls = yield_polls;
+    settings_.sleep = sleep;
+    return *this;
+}
+
 PreparedChannel ChannelBuilder::build() const {
     try {
         return PreparedChannel(std::make_shared<detail::Engine>(settings_, 1));

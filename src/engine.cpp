@@ -354,12 +354,12 @@ bool Engine::poll_once() {
 // Spin briefly, then yield, then sleep: 16 processes on 2 cores must all make progress.
 void Engine::backoff(std::uint32_t& round) const {
     ++round;
-    if (round < 64) return;
-    if (round < 256) {
+    if (round <= settings_.spin_polls) return;
+    if (round - settings_.spin_polls <= settings_.yield_polls) {
         std::this_thread::yield();
         return;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    std::this_thread::sleep_for(settings_.sleep);
 }
 
 WorkResult Engine::result_of(const Slot& slot) const {

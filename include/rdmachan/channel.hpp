@@ -74,6 +74,11 @@ struct ChannelSettings {
     std::optional<std::uint8_t> gid_index;  // the port's best GID when not set (RoCE v2 IPv4 first)
     Access access = Access::remote_all;
     std::chrono::milliseconds deadline{10000};  // every wait, and each scope's drain
+    // How a wait for a completion behaves: spin `spin_polls` polls, then yield the core for the
+    // next `yield_polls`, then sleep `sleep` between polls (so many processes share few cores).
+    std::uint32_t spin_polls = 64;
+    std::uint32_t yield_polls = 192;
+    std::chrono::microseconds sleep{50};
 };
 
 struct WorkCompletion {
@@ -283,6 +288,8 @@ public:
     ChannelBuilder& gid_index(std::uint8_t value);
     ChannelBuilder& access(Access value);
     ChannelBuilder& deadline(std::chrono::milliseconds value);
+    // Waiting: polls spent spinning, then yielding, then the sleep between polls (0 to 10 ms).
+    ChannelBuilder& backoff(std::uint32_t spin_polls, std::uint32_t yield_polls, std::chrono::microseconds sleep);
 
     const ChannelSettings& settings() const { return settings_; }
     PreparedChannel build() const;

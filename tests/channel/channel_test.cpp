@@ -223,6 +223,8 @@ TEST_CASE("loopback: a channel connected to its own endpoint") {
 
 TEST_CASE("builder settings are range-checked and endpoints are validated by field") {
     CHECK_THROWS_WITH_AS(ChannelBuilder().mtu(1500), doctest::Contains("1500 bytes"), rdmachan::Error);
+    CHECK_THROWS_WITH_AS(ChannelBuilder().backoff(1, 1, std::chrono::microseconds(20000)), doctest::Contains("sleep 20000 us"),
+                         rdmachan::Error);
     CHECK_THROWS_WITH_AS(ChannelBuilder().retry_count(8), doctest::Contains("retry_count: 8"), rdmachan::Error);
     CHECK_THROWS_WITH_AS(ChannelBuilder().psn(1u << 24), doctest::Contains("psn"), rdmachan::Error);
     CHECK_THROWS_WITH_AS(ChannelBuilder().max_send_sge(31), doctest::Contains("max_send_sge"), rdmachan::Error);
@@ -291,6 +293,15 @@ TEST_CASE("threading contract: channels on different threads share the process's
     second.join();
     CHECK(failures[0] == 0);
     CHECK(failures[1] == 0);
+}
+
+TEST_CASE("waiting that never spins (sleeps at once) still completes everything") {
+    ConnectedPair pair = connect_pair(ChannelBuilder().backoff(0, 0, std::chrono::microseconds(200)).deadline(std::chrono::seconds(5)));
+    std::vector<std::uint8_t> a_memory(4096, 3), b_memory(4096, 0);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    for (int i = 0; i < 50; ++i) REQUIRE(pair.a.write(a_region.slice(0, 4096), b_region.remote()).ok());
+    CHECK(b_memory[4095] == 3);
 }
 
 TEST_CASE("a batch posts under one doorbell, completes once, and its bytes arrive") {
