@@ -166,6 +166,43 @@ int every_operation(multi_test::SharedTable& table, std::uint32_t rank, std::uin
         EXPECT(self.channels.scatter_send(std::span<const PeerTransfer>(&reply, 1)).ok(), "blocking scatter_send reply");
     }
 
+    // Per-peer blocking write and read, unpolled scatter_send, scoped multicast: rank r writes
+    // its rank into every peer's counter-adjacent byte, reads it back, then tells everyone.
+    multi_test::barrier(table, world, kExchangeDeadline);
+    {
+        const std::size_t mark = layout.counter() + 32;
+        bytes[layout.outgoing(0)] = static_cast<std::uint8_t>(rank + 1);
+        const std::uint32_t next = (rank + 1) % world;
+        EXPECT(self.channels.write(next, self.region.slice(layout.outgoing(0), 1), self.remotes[next].slice(mark, 1)).ok(),
+               "per-peer blocking write");
+        EXPECT(self.channels.read(next, self.region.slice(layout.counter() + 40, 1), self.remotes[next].slice(mark, 1)).ok(),
+               "per-peer blocking read");
+        EXPECT(bytes[layout.counter() + 40] == static_cast<std::uint8_t>(rank + 1), "read back what was written");
+        std::vector<PeerTransfer> receives;
+        for (std::uint32_t peer = 0; peer < world; ++peer) receives.push_back({peer, self.region.slice(layout.read_back(peer), 64), {}});
+        bool received_ok = false;
+        self.channels.scope([&](MultiScope& scope) {
+            ScopedMultiWork incoming = scope.post_gather_receive(receives);
+            multi_test::barrier(table, world, kExchangeDeadline);
+            if (rank % 2 == 0) {
+                std::vector<PeerTransfer> sends;
+                for (std::uint32_t peer = 0; peer < world; ++peer) sends.push_back({peer, self.region.slice(layout.outgoing(0), 8), {}});
+                PendingMultiWork sent = self.channels.post_scatter_send(sends, 300 + rank);
+                if (!sent.wait().ok()) return;
+            } else {
+                std::vector<std::uint32_t> everyone;
+                for (std::uint32_t peer = 0; peer < world; ++peer) everyone.push_back(peer);
+                if (!scope.post_multicast_send(everyone, self.region.slice(layout.outgoing(0), 8), 300 + rank).wait().ok()) return;
+            }
+            const MultiResult got = incoming.wait();
+            received_ok = got.ok();
+            for (const PeerResult& entry : got.results()) {
+                received_ok = received_ok && entry.result.completion().immediate.value_or(0) == 300 + entry.peer;
+            }
+        });
+        EXPECT(received_ok, "unpolled scatter_send and scoped multicast to everyone");
+    }
+
     // Blocking atomics: everyone adds its rank + 1 to rank 0's counter.
     multi_test::barrier(table, world, kExchangeDeadline);
     const std::uint32_t result_offset = static_cast<std::uint32_t>(layout.counter() + 8);
