@@ -6,6 +6,12 @@ if(RDMACHAN_SANITIZE_ADDRESS)
     add_link_options(-fsanitize=address,undefined)
 endif()
 if(RDMACHAN_SANITIZE_THREAD)
+    # GCC 12 warns (-Wtsan) that ThreadSanitizer does not model atomic_thread_fence, which
+    # Boost.Asio's fenced blocks use; Asio's handoffs also go through mutexes TSan does see, so
+    # the warning stays a warning instead of failing the -Werror build.
     add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+    if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+        add_compile_options(-Wno-error=tsan)
+    endif()
     add_link_options(-fsanitize=thread)
 endif()

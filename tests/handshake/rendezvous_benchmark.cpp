@@ -20,7 +20,6 @@ int main(int argc, char** argv) {
         {"127.0.0.1", 0, world_size, "benchmark", "bench-token", std::chrono::milliseconds(20000)});
     const std::uint16_t port = server.port();
     const auto start = std::chrono::steady_clock::now();
-    server.start();
     const int succeeded = rdmachan::test::run_children(
         processes,
         [&](int rank) {
@@ -35,7 +34,7 @@ int main(int argc, char** argv) {
                 settings, rdmachan::test::predictable_endpoint(settings.rank, world_size));
             return table.size() == world_size ? 0 : 3;
         },
-        std::chrono::milliseconds(25000));
+        std::chrono::milliseconds(25000), [&server] { server.start(); });
     try {
         server.wait();
     } catch (const rdmachan::Error& error) {

@@ -33,11 +33,15 @@ inline Endpoint predictable_endpoint(std::uint32_t rank, std::uint32_t world_siz
     return endpoint;
 }
 
-// Runs `body` in `count` child processes (body's return value is the exit status) and waits
-// for all of them until the deadline; children still running then are killed. Returns the
-// number of children that exited with status 0.
+// Runs `body` in `count` child processes (body's return value is the exit status), then runs
+// `after_fork` in the parent, and waits for all children until the deadline; children still
+// running then are killed. Returns the number of children that exited with status 0.
+// Call it before the parent starts any thread (start the server in `after_fork`): a child forked
+// while another thread holds a lock inside the allocator (AddressSanitizer's, for one) keeps
+// that lock held forever and hangs at its first allocation.
 inline int run_children(int count, const std::function<int(int)>& body,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout,
+                        const std::function<void()>& after_fork = {}) {
     std::vector<pid_t> children;
     for (int index = 0; index < count; ++index) {
         const pid_t child = fork();
@@ -52,6 +56,7 @@ inline int run_children(int count, const std::function<int(int)>& body,
         }
         if (child > 0) children.push_back(child);
     }
+    if (after_fork) after_fork();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     int succeeded = 0;
     std::size_t reaped = 0;
