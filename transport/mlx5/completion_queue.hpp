@@ -90,8 +90,10 @@ public:
 
 private:
     // poll() once the next CQE is known to be ours; `op_own` is its op_own byte, read with acquire.
+    // Out of line, so that the empty poll above saves no registers (compilers otherwise may
+    // set up this loop's frame before the empty check).
     template <typename Resolver>
-    RDMACHAN_HOST_DEVICE std::uint32_t poll_owned(Completion* completions, std::uint32_t capacity, Resolver& resolve,
+    RDMACHAN_NOINLINE std::uint32_t poll_owned(Completion* completions, std::uint32_t capacity, Resolver& resolve,
                                                   std::uint8_t op_own) {
         // Completion has byte fields, stores through them may alias this object, and the barrier
         // below is a compiler barrier too: without locals every iteration would reload the ring
@@ -101,7 +103,6 @@ private:
         const std::uint32_t cqe_size = ring_.cqe_size;
         const std::uint8_t* cqe = next_cqe64_;
         std::uint32_t owner_parity = owner_parity_;
-        std::uint32_t consumer_index = consumer_index_;
         Completion* completion = completions;
         Completion* const end = completions + capacity;
         for (;;) {
@@ -126,7 +127,6 @@ private:
                 decode(cqe, op_own, sop_drop_qpn, target, *completion);
             }
             ++completion;
-            ++consumer_index;
             cqe += cqe_size;
             if (RDMACHAN_UNLIKELY(cqe == end_cqe64)) {  // next pass of the ring: owner bit flips
                 cqe = first_cqe64;
@@ -136,13 +136,15 @@ private:
             op_own = load_acquire8(cqe + kCqeOpOwn);
             if (!software_owned(op_own, owner_parity)) break;
         }
+        const std::uint32_t count = static_cast<std::uint32_t>(completion - completions);
+        const std::uint32_t consumer_index = consumer_index_ + count;
         next_cqe64_ = cqe;
         owner_parity_ = owner_parity;
         consumer_index_ = consumer_index;
         // The NIC reads the consumer index to know which entries it may overwrite; the release
         // orders it after every read of the CQEs it frees.
         store_release32(ring_.doorbell_record + kCqSetConsumerIndex, host_to_big32(consumer_index & 0xffffff));
-        return static_cast<std::uint32_t>(completion - completions);
+        return count;
     }
 
     // Software owns the entry when its opcode is not "invalid" and its owner bit equals the pass

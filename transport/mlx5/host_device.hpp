@@ -24,3 +24,10 @@
 #else
 #define RDMACHAN_COLD RDMACHAN_HOST_DEVICE __attribute__((noinline, cold))
 #endif
+
+// Out of line but not cold: keeps a caller's fast exit free of the callee's register saves.
+#if defined(__CUDACC__)
+#define RDMACHAN_NOINLINE RDMACHAN_HOST_DEVICE __noinline__
+#else
+#define RDMACHAN_NOINLINE RDMACHAN_HOST_DEVICE __attribute__((noinline))
+#endif
