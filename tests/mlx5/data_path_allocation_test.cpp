@@ -19,7 +19,8 @@ std::atomic<bool> counting{false};
 std::atomic<std::uint64_t> allocations{0};
 
 void note_allocation() {
-    if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+    if (counting.load(std::memory_order_relaxed))
+        allocations.fetch_add(1, std::memory_order_relaxed);
 }
 
 // Counts allocations made between construction and count().
@@ -34,7 +35,9 @@ class AllocationCounter {
 };
 
 // The compiler may drop an allocation whose pointer goes nowhere; this makes it go somewhere.
-void escape(void* pointer) { asm volatile("" : : "r"(pointer) : "memory"); }
+void escape(void* pointer) {
+    asm volatile("" : : "r"(pointer) : "memory");
+}
 
 }  // namespace
 
@@ -46,17 +49,29 @@ void* operator new(std::size_t size) {
     if (void* pointer = __real_malloc(size == 0 ? 1 : size)) return pointer;
     throw std::bad_alloc();
 }
-void* operator new[](std::size_t size) { return operator new(size); }
+void* operator new[](std::size_t size) {
+    return operator new(size);
+}
 void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
     note_allocation();
     return __real_malloc(size == 0 ? 1 : size);
 }
-void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept { return operator new(size, tag); }
+void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept {
+    return operator new(size, tag);
+}
 // Out of line: inlined into a caller, GCC would see free() meet operator new and warn.
-__attribute__((noinline)) void operator delete(void* pointer) noexcept { std::free(pointer); }
-__attribute__((noinline)) void operator delete[](void* pointer) noexcept { std::free(pointer); }
-__attribute__((noinline)) void operator delete(void* pointer, std::size_t) noexcept { std::free(pointer); }
-__attribute__((noinline)) void operator delete[](void* pointer, std::size_t) noexcept { std::free(pointer); }
+__attribute__((noinline)) void operator delete(void* pointer) noexcept {
+    std::free(pointer);
+}
+__attribute__((noinline)) void operator delete[](void* pointer) noexcept {
+    std::free(pointer);
+}
+__attribute__((noinline)) void operator delete(void* pointer, std::size_t) noexcept {
+    std::free(pointer);
+}
+__attribute__((noinline)) void operator delete[](void* pointer, std::size_t) noexcept {
+    std::free(pointer);
+}
 
 // --wrap=malloc and friends (tests/mlx5/CMakeLists.txt) route this executable's calls here.
 extern "C" {
@@ -76,7 +91,8 @@ void* __wrap_realloc(void* pointer, std::size_t size) {
 }
 }
 
-TEST_CASE("the allocation counter sees operator new and malloc (so that a zero below means something)") {
+TEST_CASE(
+    "the allocation counter sees operator new and malloc (so that a zero below means something)") {
     {
         AllocationCounter counter;
         std::vector<int> values(100);
@@ -103,7 +119,8 @@ TEST_CASE("posting 100,000 RDMA writes, one per call and 16 per call, allocates 
     {
         AllocationCounter counter;
         for (int i = 0; i < 100000; ++i) {
-            refused += send.queue.post(&send.requests[kBatch - 1], 1, nullptr) != mlx5::PostResult::ok;
+            refused +=
+                send.queue.post(&send.requests[kBatch - 1], 1, nullptr) != mlx5::PostResult::ok;
             send.complete_all();
         }
         for (int i = 0; i < 100000 / static_cast<int>(kBatch); ++i) {
@@ -117,7 +134,9 @@ TEST_CASE("posting 100,000 RDMA writes, one per call and 16 per call, allocates 
     CHECK(counted == 0);
 }
 
-TEST_CASE("polling 100,000 completions, one per call and 16 per call, and an empty CQ allocates nothing") {
+TEST_CASE(
+    "polling 100,000 completions, one per call and 16 per call, and an empty CQ allocates "
+    "nothing") {
     CompletionSide side;
     mlx5::Completion completions[kBatch];
     std::uint64_t wrong = 0;
@@ -125,7 +144,8 @@ TEST_CASE("polling 100,000 completions, one per call and 16 per call, and an emp
     std::uint32_t round = 0;
     for (std::uint32_t per_call : {1u, kBatch}) {
         for (std::uint32_t done = 0; done < 100000; done += 1000, ++round) {
-            side.produce(round, 1000);  // 1000 is a multiple of 8 but not of 16: the last call is short
+            side.produce(round,
+                         1000);  // 1000 is a multiple of 8 but not of 16: the last call is short
             for (std::uint32_t i = 0; i < 1000; i += per_call) {
                 std::uint32_t polled;
                 {
@@ -134,13 +154,15 @@ TEST_CASE("polling 100,000 completions, one per call and 16 per call, and an emp
                     counted += counter.count();
                 }
                 const std::uint32_t expected_count = per_call < 1000 - i ? per_call : 1000 - i;
-                wrong += polled != expected_count || !CompletionSide::expected(completions, polled, round, i);
+                wrong += polled != expected_count ||
+                         !CompletionSide::expected(completions, polled, round, i);
             }
         }
     }
     {
         AllocationCounter counter;
-        for (int i = 0; i < 1000; ++i) wrong += side.queue.poll(completions, kBatch, Resolver{&side.target}) != 0;
+        for (int i = 0; i < 1000; ++i)
+            wrong += side.queue.poll(completions, kBatch, Resolver{&side.target}) != 0;
         counted += counter.count();
     }
     CHECK(wrong == 0);

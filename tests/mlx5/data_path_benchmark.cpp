@@ -29,18 +29,20 @@ using namespace data_path_test;
 
 namespace {
 
-__attribute__((noinline, noclone)) mlx5::PostResult measured_post_one(mlx5::SendQueue& queue,
-                                                             const mlx5::SendWorkRequest* request) {
+__attribute__((noinline, noclone)) mlx5::PostResult measured_post_one(
+    mlx5::SendQueue& queue, const mlx5::SendWorkRequest* request) {
     return queue.post(request, 1, nullptr);
 }
 
-__attribute__((noinline, noclone)) mlx5::PostResult measured_post_batch(mlx5::SendQueue& queue,
-                                                               const mlx5::SendWorkRequest* requests) {
+__attribute__((noinline, noclone)) mlx5::PostResult measured_post_batch(
+    mlx5::SendQueue& queue, const mlx5::SendWorkRequest* requests) {
     return queue.post(requests, kBatch, nullptr);
 }
 
-__attribute__((noinline, noclone)) std::uint32_t measured_poll(mlx5::CompletionQueue& queue, mlx5::Completion* completions,
-                                                      std::uint32_t capacity, mlx5::CompletionTarget* target) {
+__attribute__((noinline, noclone)) std::uint32_t measured_poll(mlx5::CompletionQueue& queue,
+                                                               mlx5::Completion* completions,
+                                                               std::uint32_t capacity,
+                                                               mlx5::CompletionTarget* target) {
     return queue.poll(completions, capacity, Resolver{target});
 }
 
@@ -68,7 +70,8 @@ void dump(const char* row, std::uint64_t operations) {
 }
 
 bool fail(const char* what, std::uint64_t at) {
-    std::fprintf(stderr, "data_path_benchmark: %s (operation %llu)\n", what, static_cast<unsigned long long>(at));
+    std::fprintf(stderr, "data_path_benchmark: %s (operation %llu)\n", what,
+                 static_cast<unsigned long long>(at));
     return false;
 }
 
@@ -80,20 +83,25 @@ bool measure_posts(std::uint64_t operations) {
         send.complete_all();
     }
     // The last single post went through BlueFlame: the buffer half used last holds its WQE.
-    const std::uint32_t last_slot = (send.queue.tracking().producer_index - 1) & (SendSide::kWqeCount - 1);
+    const std::uint32_t last_slot =
+        (send.queue.tracking().producer_index - 1) & (SendSide::kWqeCount - 1);
     if (std::memcmp(send.blueflame.data() + (send.queue.blueflame_offset() ^ 256),
-                    send.ring.data() + last_slot * mlx5::kSendWqeBasicBlockSize, mlx5::kSendWqeBasicBlockSize) != 0)
+                    send.ring.data() + last_slot * mlx5::kSendWqeBasicBlockSize,
+                    mlx5::kSendWqeBasicBlockSize) != 0)
         return fail("the BlueFlame buffer does not hold the last WQE", operations);
-    if (mlx5::big_to_host32(send.doorbell_record[1]) != (send.queue.tracking().producer_index & 0xffff))
+    if (mlx5::big_to_host32(send.doorbell_record[1]) !=
+        (send.queue.tracking().producer_index & 0xffff))
         return fail("doorbell record does not name the last WQE", operations);
     dump("post_one", operations);
 
     const std::uint64_t calls = operations / kBatch;
     for (std::uint64_t i = 0; i < calls; ++i) {
-        if (measured_post_batch(send.queue, send.requests) != mlx5::PostResult::ok) return fail("batch refused", i);
+        if (measured_post_batch(send.queue, send.requests) != mlx5::PostResult::ok)
+            return fail("batch refused", i);
         send.complete_all();
     }
-    if (mlx5::big_to_host32(send.doorbell_record[1]) != (send.queue.tracking().producer_index & 0xffff))
+    if (mlx5::big_to_host32(send.doorbell_record[1]) !=
+        (send.queue.tracking().producer_index & 0xffff))
         return fail("doorbell record does not name the last WQE", operations);
     dump("post_batch", calls * kBatch);
     return true;
@@ -105,7 +113,8 @@ bool measure_polls(std::uint64_t operations) {
     std::uint32_t round = 0;
     for (std::uint64_t done = 0; done < operations; ++round) {
         const std::uint32_t chunk = static_cast<std::uint32_t>(
-            operations - done < CompletionSide::kCqeCount ? operations - done : CompletionSide::kCqeCount);
+            operations - done < CompletionSide::kCqeCount ? operations - done
+                                                          : CompletionSide::kCqeCount);
         side.produce(round, chunk);
         for (std::uint32_t i = 0; i < chunk; ++i) {
             if (measured_poll(side.queue, completions, 1, &side.target) != 1 ||
@@ -119,7 +128,8 @@ bool measure_polls(std::uint64_t operations) {
     const std::uint64_t batched = operations / kBatch * kBatch;
     for (std::uint64_t done = 0; done < batched; ++round) {
         const std::uint32_t chunk = static_cast<std::uint32_t>(
-            batched - done < CompletionSide::kCqeCount ? batched - done : CompletionSide::kCqeCount);
+            batched - done < CompletionSide::kCqeCount ? batched - done
+                                                       : CompletionSide::kCqeCount);
         side.produce(round, chunk);
         for (std::uint32_t i = 0; i < chunk; i += kBatch) {
             if (measured_poll(side.queue, completions, kBatch, &side.target) != kBatch ||
@@ -134,7 +144,8 @@ bool measure_polls(std::uint64_t operations) {
         if (measured_poll(side.queue, completions, kBatch, &side.target) != 0)
             return fail("an empty CQ returned a completion", i);
     }
-    if (mlx5::big_to_host32(side.doorbell_record[mlx5::kCqSetConsumerIndex]) != (side.queue.consumer_index() & 0xffffff))
+    if (mlx5::big_to_host32(side.doorbell_record[mlx5::kCqSetConsumerIndex]) !=
+        (side.queue.consumer_index() & 0xffffff))
         return fail("the CQ doorbell record does not hold the consumer index", operations);
     dump("poll_empty", operations);
     return true;
@@ -142,7 +153,8 @@ bool measure_polls(std::uint64_t operations) {
 
 // Reads "desc: Trigger: Client Request: <row> <operations>" and "totals: <Ir>" from each dump.
 int print_table(const std::string& out_file) {
-    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> measured;  // row -> (Ir, operations)
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>>
+        measured;  // row -> (Ir, operations)
     for (int part = 1;; ++part) {
         std::ifstream input(out_file + "." + std::to_string(part));
         if (!input) break;
@@ -151,14 +163,17 @@ int print_table(const std::string& out_file) {
         bool have_total = false;
         while (std::getline(input, line)) {
             const std::string trigger = "desc: Trigger: Client Request: ";
-            if (line.rfind(trigger, 0) == 0) std::istringstream(line.substr(trigger.size())) >> row >> operations;
-            if (line.rfind("totals: ", 0) == 0) have_total = static_cast<bool>(std::istringstream(line.substr(8)) >> instructions);
+            if (line.rfind(trigger, 0) == 0)
+                std::istringstream(line.substr(trigger.size())) >> row >> operations;
+            if (line.rfind("totals: ", 0) == 0)
+                have_total = static_cast<bool>(std::istringstream(line.substr(8)) >> instructions);
         }
-        if (!row.empty() && have_total && operations != 0) measured[row] = {instructions, operations};
+        if (!row.empty() && have_total && operations != 0)
+            measured[row] = {instructions, operations};
     }
     if (measured.size() != std::size(kRows)) {
-        std::fprintf(stderr, "data_path_benchmark: found %zu of %zu rows in %s.N\n", measured.size(), std::size(kRows),
-                     out_file.c_str());
+        std::fprintf(stderr, "data_path_benchmark: found %zu of %zu rows in %s.N\n",
+                     measured.size(), std::size(kRows), out_file.c_str());
         return 1;
     }
     std::printf("| operation | instructions per operation | target | libmlx5 | libmlx5 / ours |\n");
@@ -166,14 +181,16 @@ int print_table(const std::string& out_file) {
     int missed = 0;
     for (const Row& row : kRows) {
         const auto [instructions, operations] = measured[row.name];
-        const double per_operation = static_cast<double>(instructions) / static_cast<double>(operations);
+        const double per_operation =
+            static_cast<double>(instructions) / static_cast<double>(operations);
         const bool met = per_operation <= row.target;
         missed += !met;
-        std::printf("| %s | %.1f | <= %.0f%s | %.0f | %.1fx |\n", row.label, per_operation, row.target,
-                    met ? "" : " (missed)", row.libmlx5, row.libmlx5 / per_operation);
+        std::printf("| %s | %.1f | <= %.0f%s | %.0f | %.1fx |\n", row.label, per_operation,
+                    row.target, met ? "" : " (missed)", row.libmlx5, row.libmlx5 / per_operation);
     }
-    std::printf("\n%d of %zu targets met; counted over %llu operations per row.\n", static_cast<int>(std::size(kRows)) - missed,
-                std::size(kRows), static_cast<unsigned long long>(measured[kRows[0].name].second));
+    std::printf("\n%d of %zu targets met; counted over %llu operations per row.\n",
+                static_cast<int>(std::size(kRows)) - missed, std::size(kRows),
+                static_cast<unsigned long long>(measured[kRows[0].name].second));
     return 0;
 }
 
@@ -186,7 +203,8 @@ int main(int argc, char** argv) {
         if (std::strcmp(argv[i], "--operations") == 0 && i + 1 < argc) {
             operations = std::strtoull(argv[++i], nullptr, 10);
         } else {
-            std::fprintf(stderr, "usage: %s [--operations N] | --table CALLGRIND-OUT-FILE\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--operations N] | --table CALLGRIND-OUT-FILE\n",
+                         argv[0]);
             return 2;
         }
     }
@@ -196,8 +214,10 @@ int main(int argc, char** argv) {
     }
     CALLGRIND_ZERO_STATS;
     if (!measure_posts(operations) || !measure_polls(operations)) return 1;
-    std::printf("data_path_benchmark: %llu operations per row posted and polled, every completion checked%s\n",
-                static_cast<unsigned long long>(operations),
-                RUNNING_ON_VALGRIND ? "" : " (not under callgrind: nothing counted)");
+    std::printf(
+        "data_path_benchmark: %llu operations per row posted and polled, every completion "
+        "checked%s\n",
+        static_cast<unsigned long long>(operations),
+        RUNNING_ON_VALGRIND ? "" : " (not under callgrind: nothing counted)");
     return 0;
 }

@@ -21,8 +21,13 @@ inline constexpr std::uint32_t kQpn = 0x1234;
 struct SendSide {
     static constexpr std::uint32_t kWqeCount = 1024;
 
-    SendSide() : ring(kWqeCount * mlx5::kSendWqeBasicBlockSize), blueflame(512), wr_ids(kWqeCount), wqe_ends(kWqeCount) {
-        const mlx5::SendQueueRing send_ring{ring.data(), kWqeCount, kQpn, doorbell_record, blueflame.data(), 256};
+    SendSide()
+        : ring(kWqeCount * mlx5::kSendWqeBasicBlockSize),
+          blueflame(512),
+          wr_ids(kWqeCount),
+          wqe_ends(kWqeCount) {
+        const mlx5::SendQueueRing send_ring{ring.data(),     kWqeCount,        kQpn,
+                                            doorbell_record, blueflame.data(), 256};
         mlx5::SendQueueConfig config;
         config.max_sge = 4;
         config.max_inline_data = 256;
@@ -55,10 +60,13 @@ struct CompletionSide {
     static constexpr std::uint32_t kCqeCount = 1024;
     static constexpr std::uint32_t kSendWqeCount = 1024;
 
-    CompletionSide() : buffer(kCqeCount * mlx5::kCqeSize64), wr_ids(kSendWqeCount), wqe_ends(kSendWqeCount) {
+    CompletionSide()
+        : buffer(kCqeCount * mlx5::kCqeSize64), wr_ids(kSendWqeCount), wqe_ends(kSendWqeCount) {
         // As rdma-core initialises a CQ: every entry invalid, owned by hardware.
-        for (std::uint32_t i = 0; i < kCqeCount; ++i) buffer[i * mlx5::kCqeSize64 + mlx5::kCqeOpOwn] = mlx5::kCqeInvalid << 4;
-        queue = mlx5::CompletionQueue({buffer.data(), kCqeCount, mlx5::kCqeSize64, 0x55, doorbell_record});
+        for (std::uint32_t i = 0; i < kCqeCount; ++i)
+            buffer[i * mlx5::kCqeSize64 + mlx5::kCqeOpOwn] = mlx5::kCqeInvalid << 4;
+        queue = mlx5::CompletionQueue(
+            {buffer.data(), kCqeCount, mlx5::kCqeSize64, 0x55, doorbell_record});
         tracking = {wr_ids.data(), wqe_ends.data(), 0, 0};
         target.send = &tracking;
         target.send_wqe_count = kSendWqeCount;
@@ -79,21 +87,26 @@ struct CompletionSide {
             std::uint8_t* cqe = buffer.data() + (producer_ & (kCqeCount - 1)) * mlx5::kCqeSize64;
             std::memset(cqe, 0, mlx5::kCqeOpOwn);
             mlx5::store_big32(cqe + mlx5::kCqeByteCount, 4096);
-            mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(mlx5::kOpcodeRdmaWrite) << 24 | kQpn);
+            mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn,
+                              static_cast<std::uint32_t>(mlx5::kOpcodeRdmaWrite) << 24 | kQpn);
             mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, static_cast<std::uint16_t>(producer_));
             const std::uint8_t owner = (producer_ / kCqeCount) & 1;
-            mlx5::store_release8(cqe + mlx5::kCqeOpOwn, static_cast<std::uint8_t>(mlx5::kCqeRequester << 4 | owner));
+            mlx5::store_release8(cqe + mlx5::kCqeOpOwn,
+                                 static_cast<std::uint8_t>(mlx5::kCqeRequester << 4 | owner));
             ++producer_;
         }
     }
 
-    // Whether `completions` are the successful RDMA writes produce(round, ...) made, from `first` on.
-    static bool expected(const mlx5::Completion* completions, std::uint32_t count, std::uint32_t round,
-                         std::uint32_t first) {
+    // Whether `completions` are the successful RDMA writes produce(round, ...) made, from `first`
+    // on.
+    static bool expected(const mlx5::Completion* completions, std::uint32_t count,
+                         std::uint32_t round, std::uint32_t first) {
         for (std::uint32_t i = 0; i < count; ++i) {
             const mlx5::Completion& completion = completions[i];
-            if (completion.wr_id != wr_id_for(round, first + i) || completion.status != mlx5::CompletionStatus::success ||
-                completion.opcode != mlx5::CompletionOpcode::rdma_write || completion.qp_num != kQpn || completion.is_receive)
+            if (completion.wr_id != wr_id_for(round, first + i) ||
+                completion.status != mlx5::CompletionStatus::success ||
+                completion.opcode != mlx5::CompletionOpcode::rdma_write ||
+                completion.qp_num != kQpn || completion.is_receive)
                 return false;
         }
         return true;

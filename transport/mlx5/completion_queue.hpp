@@ -39,47 +39,66 @@ struct CompletionTarget {
 // The error CQE syndrome, as a verbs status (cq.c mlx5_handle_error_cqe).
 RDMACHAN_HOST_DEVICE inline CompletionStatus status_from_syndrome(std::uint8_t syndrome) {
     switch (syndrome) {
-        case kSyndromeLocalLength: return CompletionStatus::local_length_error;
-        case kSyndromeLocalQpOperation: return CompletionStatus::local_qp_operation_error;
-        case kSyndromeLocalProtection: return CompletionStatus::local_protection_error;
-        case kSyndromeWorkRequestFlushed: return CompletionStatus::work_request_flushed;
-        case kSyndromeMemoryWindowBind: return CompletionStatus::memory_window_bind_error;
-        case kSyndromeBadResponse: return CompletionStatus::bad_response;
-        case kSyndromeLocalAccess: return CompletionStatus::local_access_error;
-        case kSyndromeRemoteInvalidRequest: return CompletionStatus::remote_invalid_request;
-        case kSyndromeRemoteAccess: return CompletionStatus::remote_access_error;
-        case kSyndromeRemoteOperation: return CompletionStatus::remote_operation_error;
-        case kSyndromeTransportRetryExceeded: return CompletionStatus::transport_retry_exceeded;
-        case kSyndromeRnrRetryExceeded: return CompletionStatus::rnr_retry_exceeded;
-        case kSyndromeRemoteAborted: return CompletionStatus::remote_aborted;
-        default: return CompletionStatus::general_error;
+        case kSyndromeLocalLength:
+            return CompletionStatus::local_length_error;
+        case kSyndromeLocalQpOperation:
+            return CompletionStatus::local_qp_operation_error;
+        case kSyndromeLocalProtection:
+            return CompletionStatus::local_protection_error;
+        case kSyndromeWorkRequestFlushed:
+            return CompletionStatus::work_request_flushed;
+        case kSyndromeMemoryWindowBind:
+            return CompletionStatus::memory_window_bind_error;
+        case kSyndromeBadResponse:
+            return CompletionStatus::bad_response;
+        case kSyndromeLocalAccess:
+            return CompletionStatus::local_access_error;
+        case kSyndromeRemoteInvalidRequest:
+            return CompletionStatus::remote_invalid_request;
+        case kSyndromeRemoteAccess:
+            return CompletionStatus::remote_access_error;
+        case kSyndromeRemoteOperation:
+            return CompletionStatus::remote_operation_error;
+        case kSyndromeTransportRetryExceeded:
+            return CompletionStatus::transport_retry_exceeded;
+        case kSyndromeRnrRetryExceeded:
+            return CompletionStatus::rnr_retry_exceeded;
+        case kSyndromeRemoteAborted:
+            return CompletionStatus::remote_aborted;
+        default:
+            return CompletionStatus::general_error;
     }
 }
 
 class CompletionQueue {
-public:
+  public:
     CompletionQueue() = default;
 
-    RDMACHAN_HOST_DEVICE explicit CompletionQueue(const CompletionQueueRing& ring, std::uint32_t consumer_index = 0)
+    RDMACHAN_HOST_DEVICE explicit CompletionQueue(const CompletionQueueRing& ring,
+                                                  std::uint32_t consumer_index = 0)
         : ring_(ring),
           // The mlx5_cqe64 is the last 64 bytes of an entry (128-byte CQEs put inline data first).
           first_cqe64_(ring.buffer + (ring.cqe_size - kCqeSize64)),
           end_cqe64_(first_cqe64_ + static_cast<std::size_t>(ring.cqe_count) * ring.cqe_size),
-          next_cqe64_(first_cqe64_ + static_cast<std::size_t>(consumer_index & (ring.cqe_count - 1)) * ring.cqe_size),
+          next_cqe64_(first_cqe64_ +
+                      static_cast<std::size_t>(consumer_index & (ring.cqe_count - 1)) *
+                          ring.cqe_size),
           owner_parity_((consumer_index & ring.cqe_count) != 0 ? 1 : 0),
           consumer_index_(consumer_index) {}
 
     // Polls up to `capacity` completions into `completions`; returns how many. `resolve(qpn,
     // user_index)` returns a CompletionTarget* for the QP a CQE names, or nullptr.
     template <typename Resolver>
-    RDMACHAN_ALWAYS_INLINE std::uint32_t poll(Completion* completions, std::uint32_t capacity, Resolver&& resolve) {
+    RDMACHAN_ALWAYS_INLINE std::uint32_t poll(Completion* completions, std::uint32_t capacity,
+                                              Resolver&& resolve) {
         // An empty CQ is the most frequent poll of all: it looks at one op_own byte and
         // rewrites the doorbell record, without setting up the loop.
         const std::uint8_t op_own = load_acquire8(next_cqe64_ + kCqeOpOwn);
         if (RDMACHAN_UNLIKELY(capacity == 0) || !software_owned(op_own, owner_parity_)) {
             // libmlx5 updates the consumer index on every poll, also an empty one (cq.c
             // update_cons_index).
-            store_release32(ring_.doorbell_record + kCqSetConsumerIndex, host_to_big32(consumer_index_ & 0xffffff));
+            store_release32(ring_.doorbell_record + kCqSetConsumerIndex,
+                            host_to_big32(consumer_index_ & 0xffffff));
             return 0;
         }
         return poll_owned(completions, capacity, resolve, op_own);
@@ -88,13 +107,13 @@ public:
     RDMACHAN_HOST_DEVICE std::uint32_t consumer_index() const { return consumer_index_; }
     RDMACHAN_HOST_DEVICE const CompletionQueueRing& ring() const { return ring_; }
 
-private:
+  private:
     // poll() once the next CQE is known to be ours; `op_own` is its op_own byte, read with acquire.
     // Out of line, so that the empty poll above saves no registers (compilers otherwise may
     // set up this loop's frame before the empty check).
     template <typename Resolver>
-    RDMACHAN_NOINLINE std::uint32_t poll_owned(Completion* completions, std::uint32_t capacity, Resolver& resolve,
-                                                  std::uint8_t op_own) {
+    RDMACHAN_NOINLINE std::uint32_t poll_owned(Completion* completions, std::uint32_t capacity,
+                                               Resolver& resolve, std::uint8_t op_own) {
         // Completion has byte fields, stores through them may alias this object, and the barrier
         // below is a compiler barrier too: without locals every iteration would reload the ring
         // description from memory.
@@ -117,7 +136,8 @@ private:
             if (RDMACHAN_LIKELY((op_own & 0xfc) == (kCqeRequester << 4) && target != nullptr &&
                                 requester != kUnknownRequester)) {
                 SendQueueTracking& tracking = *target->send;
-                const std::uint32_t slot = load_big16(cqe + kCqeWqeCounter) & (target->send_wqe_count - 1);
+                const std::uint32_t slot =
+                    load_big16(cqe + kCqeWqeCounter) & (target->send_wqe_count - 1);
                 tracking.consumer_index = tracking.wqe_end[slot];
                 completion->wr_id = tracking.wr_id[slot];
                 completion->qp_num = sop_drop_qpn & 0xffffff;
@@ -143,7 +163,8 @@ private:
         consumer_index_ = consumer_index;
         // The NIC reads the consumer index to know which entries it may overwrite; the release
         // orders it after every read of the CQEs it frees.
-        store_release32(ring_.doorbell_record + kCqSetConsumerIndex, host_to_big32(consumer_index & 0xffffff));
+        store_release32(ring_.doorbell_record + kCqSetConsumerIndex,
+                        host_to_big32(consumer_index & 0xffffff));
         return count;
     }
 
@@ -164,35 +185,51 @@ private:
     static constexpr std::uint64_t kUnknownRequester = ~std::uint64_t{0};
     static constexpr std::uint64_t kByteLengthFromCqe = std::uint64_t{1} << 63;
     static constexpr std::uint64_t kByteLengthEight = std::uint64_t{1} << 62;
-    RDMACHAN_ALWAYS_INLINE static constexpr std::uint64_t requester_bytes(CompletionOpcode opcode, std::uint8_t flags) {
-        return static_cast<std::uint64_t>(CompletionStatus::success) | static_cast<std::uint64_t>(opcode) << 8 |
-               static_cast<std::uint64_t>(flags) << 16;
+    RDMACHAN_ALWAYS_INLINE static constexpr std::uint64_t requester_bytes(CompletionOpcode opcode,
+                                                                          std::uint8_t flags) {
+        return static_cast<std::uint64_t>(CompletionStatus::success) |
+               static_cast<std::uint64_t>(opcode) << 8 | static_cast<std::uint64_t>(flags) << 16;
     }
-    RDMACHAN_ALWAYS_INLINE static constexpr std::uint64_t requester_fields(std::uint32_t wqe_opcode) {
+    RDMACHAN_ALWAYS_INLINE static constexpr std::uint64_t requester_fields(
+        std::uint32_t wqe_opcode) {
         switch (wqe_opcode) {
-            case kOpcodeRdmaWrite: return requester_bytes(CompletionOpcode::rdma_write, 0);
-            case kOpcodeRdmaWriteImmediate: return requester_bytes(CompletionOpcode::rdma_write, kCompletionWithImmediate);
+            case kOpcodeRdmaWrite:
+                return requester_bytes(CompletionOpcode::rdma_write, 0);
+            case kOpcodeRdmaWriteImmediate:
+                return requester_bytes(CompletionOpcode::rdma_write, kCompletionWithImmediate);
             case kOpcodeSend:
-            case kOpcodeSendInvalidate: return requester_bytes(CompletionOpcode::send, 0);
-            case kOpcodeSendImmediate: return requester_bytes(CompletionOpcode::send, kCompletionWithImmediate);
-            case kOpcodeRdmaRead: return requester_bytes(CompletionOpcode::rdma_read, 0) | kByteLengthFromCqe;
+            case kOpcodeSendInvalidate:
+                return requester_bytes(CompletionOpcode::send, 0);
+            case kOpcodeSendImmediate:
+                return requester_bytes(CompletionOpcode::send, kCompletionWithImmediate);
+            case kOpcodeRdmaRead:
+                return requester_bytes(CompletionOpcode::rdma_read, 0) | kByteLengthFromCqe;
             case kOpcodeAtomicCompareAndSwap:
-                return requester_bytes(CompletionOpcode::atomic_compare_and_swap, 0) | kByteLengthEight;
-            case kOpcodeAtomicFetchAndAdd: return requester_bytes(CompletionOpcode::atomic_fetch_and_add, 0) | kByteLengthEight;
-            case kOpcodeUmr: return requester_bytes(CompletionOpcode::local_invalidate, 0);
-            default: return kUnknownRequester;  // decode() reports it as a general error
+                return requester_bytes(CompletionOpcode::atomic_compare_and_swap, 0) |
+                       kByteLengthEight;
+            case kOpcodeAtomicFetchAndAdd:
+                return requester_bytes(CompletionOpcode::atomic_fetch_and_add, 0) |
+                       kByteLengthEight;
+            case kOpcodeUmr:
+                return requester_bytes(CompletionOpcode::local_invalidate, 0);
+            default:
+                return kUnknownRequester;  // decode() reports it as a general error
         }
     }
     static_assert(offsetof(Completion, status) == 8 && offsetof(Completion, opcode) == 9 &&
-                      offsetof(Completion, flags) == 10 && offsetof(Completion, vendor_error) == 11 &&
+                      offsetof(Completion, flags) == 10 &&
+                      offsetof(Completion, vendor_error) == 11 &&
                       offsetof(Completion, syndrome) == 12 && offsetof(Completion, sl) == 13 &&
-                      offsetof(Completion, dlid_path_bits) == 14 && offsetof(Completion, byte_len) == 16,
+                      offsetof(Completion, dlid_path_bits) == 14 &&
+                      offsetof(Completion, byte_len) == 16,
                   "requester_fields() packs Completion bytes 8-15 in this order");
 
-    RDMACHAN_ALWAYS_INLINE static void store_requester_fields(Completion& completion, std::uint64_t fields,
-                                                             const std::uint8_t* cqe) {
+    RDMACHAN_ALWAYS_INLINE static void store_requester_fields(Completion& completion,
+                                                              std::uint64_t fields,
+                                                              const std::uint8_t* cqe) {
         const std::uint64_t bytes = fields & 0xffffffff;
-        std::memcpy(reinterpret_cast<unsigned char*>(&completion) + offsetof(Completion, status), &bytes, sizeof bytes);
+        std::memcpy(reinterpret_cast<unsigned char*>(&completion) + offsetof(Completion, status),
+                    &bytes, sizeof bytes);
         std::uint32_t byte_len = 0;
         if (RDMACHAN_UNLIKELY((fields >> 62) != 0))
             byte_len = (fields & kByteLengthFromCqe) != 0 ? load_big32(cqe + kCqeByteCount) : 8;
@@ -200,8 +237,9 @@ private:
     }
 
     // Everything but the common requester CQE: responder, error, unknown-QP and other CQEs.
-    RDMACHAN_COLD static void decode(const std::uint8_t* cqe, std::uint8_t op_own, std::uint32_t sop_drop_qpn,
-                                            CompletionTarget* target, Completion& completion) {
+    RDMACHAN_COLD static void decode(const std::uint8_t* cqe, std::uint8_t op_own,
+                                     std::uint32_t sop_drop_qpn, CompletionTarget* target,
+                                     Completion& completion) {
         const std::uint8_t opcode = op_own >> 4;
         const std::uint32_t qpn = sop_drop_qpn & 0xffffff;
         const std::uint16_t wqe_counter = load_big16(cqe + kCqeWqeCounter);
@@ -257,21 +295,32 @@ private:
     RDMACHAN_HOST_DEVICE static std::uint64_t retire(std::uint8_t opcode, CompletionTarget* target,
                                                      std::uint16_t wqe_counter) {
         if (opcode == kCqeRequester || opcode == kCqeRequesterError) {
-            return target->send != nullptr ? retire_send(*target->send, target->send_wqe_count, wqe_counter) : 0;
+            return target->send != nullptr
+                       ? retire_send(*target->send, target->send_wqe_count, wqe_counter)
+                       : 0;
         }
         if (target->shared_receive != nullptr) return target->shared_receive->complete(wqe_counter);
         if (target->receive != nullptr) return target->receive->complete(wqe_counter);
         return 0;
     }
 
-    RDMACHAN_HOST_DEVICE static void decode_requester_opcode(const std::uint8_t* cqe, std::uint32_t wqe_opcode,
+    RDMACHAN_HOST_DEVICE static void decode_requester_opcode(const std::uint8_t* cqe,
+                                                             std::uint32_t wqe_opcode,
                                                              Completion& completion) {
         switch (wqe_opcode) {
-            case kOpcodeRdmaWriteImmediate: completion.flags = kCompletionWithImmediate; [[fallthrough]];
-            case kOpcodeRdmaWrite: completion.opcode = CompletionOpcode::rdma_write; break;
-            case kOpcodeSendImmediate: completion.flags = kCompletionWithImmediate; [[fallthrough]];
+            case kOpcodeRdmaWriteImmediate:
+                completion.flags = kCompletionWithImmediate;
+                [[fallthrough]];
+            case kOpcodeRdmaWrite:
+                completion.opcode = CompletionOpcode::rdma_write;
+                break;
+            case kOpcodeSendImmediate:
+                completion.flags = kCompletionWithImmediate;
+                [[fallthrough]];
             case kOpcodeSend:
-            case kOpcodeSendInvalidate: completion.opcode = CompletionOpcode::send; break;
+            case kOpcodeSendInvalidate:
+                completion.opcode = CompletionOpcode::send;
+                break;
             case kOpcodeRdmaRead:
                 completion.opcode = CompletionOpcode::rdma_read;
                 completion.byte_len = load_big32(cqe + kCqeByteCount);
@@ -284,8 +333,12 @@ private:
                 completion.opcode = CompletionOpcode::atomic_fetch_and_add;
                 completion.byte_len = 8;
                 break;
-            case kOpcodeUmr: completion.opcode = CompletionOpcode::local_invalidate; break;
-            default: completion.status = CompletionStatus::general_error; break;
+            case kOpcodeUmr:
+                completion.opcode = CompletionOpcode::local_invalidate;
+                break;
+            default:
+                completion.status = CompletionStatus::general_error;
+                break;
         }
     }
 
@@ -309,7 +362,9 @@ private:
                 completion.flags = kCompletionWithInvalidate;
                 completion.invalidated_rkey = immediate;
                 break;
-            default: completion.opcode = CompletionOpcode::receive; break;
+            default:
+                completion.opcode = CompletionOpcode::receive;
+                break;
         }
         const std::uint32_t flags_rqpn = load_big32(cqe + kCqeFlagsRemoteQpn);
         completion.src_qp = flags_rqpn & 0xffffff;
