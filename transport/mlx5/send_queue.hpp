@@ -9,6 +9,7 @@
 // path. Both are the same encoder template, so they cannot drift apart.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -174,11 +175,13 @@ class SendQueue {
         const bool single = pending_start_ + (ds + 3) / 4 == producer_index;
         if (single && ds > 1 && ds <= pending_blueflame_max_ds_) {
             // The whole WQE in 64-byte blocks; the source wraps at the ring end like the WQE.
-            for (std::uint32_t blocks = (ds + 3) / 4; blocks != 0; --blocks) {
-                copy_blueflame_block(destination, source);
+            // The first block needs no wrap check: a WQE starts inside the ring.
+            copy_blueflame_block(destination, source);
+            for (std::uint32_t blocks = (ds + 3) / 4 - 1; blocks != 0; --blocks) {
                 destination += kSendWqeBasicBlockSize;
                 source += kSendWqeBasicBlockSize;
                 if (source == ring_end_) source = ring_.buffer;
+                copy_blueflame_block(destination, source);
             }
         } else {
             // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
@@ -378,8 +381,16 @@ class SendQueue {
 
     RDMACHAN_ALWAYS_INLINE static void store_data_segment(std::uint8_t* segment,
                                                           const ScatterGatherElement& element) {
-        store_big32(segment, element.length);
-        store_big32(segment + 4, element.lkey);
+        // byte_count and lkey are adjacent in both: one 8-byte load, its halves swapped into
+        // big-endian order (rotate, then byte swap), one store.
+        static_assert(offsetof(ScatterGatherElement, lkey) ==
+                      offsetof(ScatterGatherElement, length) + 4);
+        std::uint64_t length_lkey;
+        std::memcpy(&length_lkey,
+                    reinterpret_cast<const unsigned char*>(&element) +
+                        offsetof(ScatterGatherElement, length),
+                    sizeof length_lkey);
+        store_big64(segment, length_lkey << 32 | length_lkey >> 32);
         store_big64(segment + 8, element.addr);
     }
 
