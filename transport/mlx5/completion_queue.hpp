@@ -123,7 +123,9 @@ class CompletionQueue {
         const std::uint8_t* cqe = next_cqe64_;
         std::uint32_t owner_parity = owner_parity_;
         Completion* completion = completions;
-        Completion* const end = completions + capacity;
+        // A count down rather than an end pointer: the count of polled completions is then a
+        // subtraction, not a division by sizeof(Completion).
+        std::uint32_t room = capacity;
         for (;;) {
             // The CQE body is read only after its owner bit said it is complete (mlx5-facts.md §5).
             from_device_barrier();
@@ -152,11 +154,11 @@ class CompletionQueue {
                 cqe = first_cqe64;
                 owner_parity ^= 1;
             }
-            if (completion == end) break;
+            if (--room == 0) break;
             op_own = load_acquire8(cqe + kCqeOpOwn);
             if (!software_owned(op_own, owner_parity)) break;
         }
-        const std::uint32_t count = static_cast<std::uint32_t>(completion - completions);
+        const std::uint32_t count = capacity - room;
         const std::uint32_t consumer_index = consumer_index_ + count;
         next_cqe64_ = cqe;
         owner_parity_ = owner_parity;
