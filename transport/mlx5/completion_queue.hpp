@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
@@ -87,7 +88,9 @@ class CompletionQueue {
           consumer_index_(consumer_index) {}
 
     // Polls up to `capacity` completions into `completions`; returns how many. `resolve(qpn,
-    // user_index)` returns a CompletionTarget* for the QP a CQE names, or nullptr.
+    // user_index)` returns a CompletionTarget* for the QP a CQE names, or nullptr; it is copied
+    // (cheap for a lambda, whose captures then stay in registers), so it must not keep state in
+    // itself that the caller reads afterwards.
     template <typename Resolver>
     RDMACHAN_ALWAYS_INLINE std::uint32_t poll(Completion* completions, std::uint32_t capacity,
                                               Resolver&& resolve) {
@@ -101,7 +104,8 @@ class CompletionQueue {
                             host_to_big32(consumer_index_ & 0xffffff));
             return 0;
         }
-        return poll_owned(completions, capacity, resolve, op_own);
+        // The resolver goes by value: a lambda's captures then travel in registers.
+        return poll_owned<std::remove_cvref_t<Resolver>>(completions, capacity, resolve, op_own);
     }
 
     RDMACHAN_HOST_DEVICE std::uint32_t consumer_index() const { return consumer_index_; }
@@ -113,7 +117,7 @@ class CompletionQueue {
     // set up this loop's frame before the empty check).
     template <typename Resolver>
     RDMACHAN_NOINLINE std::uint32_t poll_owned(Completion* completions, std::uint32_t capacity,
-                                               Resolver& resolve, std::uint8_t op_own) {
+                                               Resolver resolve, std::uint8_t op_own) {
         // Completion has byte fields, stores through them may alias this object, and the barrier
         // below is a compiler barrier too: without locals every iteration would reload the ring
         // description from memory.
