@@ -103,7 +103,7 @@ class SendQueue {
                     static_cast<std::size_t>(ring.wqe_count) * kSendWqeBasicBlockSize),
           mask_(ring.wqe_count - 1),
           qpn_big_(host_to_big32(ring.qpn << 8)),
-          header_units_(config.dc_initiator ? 1 + kAddressVectorSize / kSegmentUnit : 1),
+          header_units_(config.dc_initiator ? kDciHeaderUnits : 1),
           // ctrl bytes 8-11 as a little-endian word: fm_ce_se is the top byte.
           signal_all_word_(config.signal_all ? static_cast<std::uint32_t>(kCtrlCqUpdate) << 24 : 0),
           // Up to this many SGEs a WQE can neither exceed max_sge nor the 6-bit ds (ctrl, AV,
@@ -121,13 +121,21 @@ class SendQueue {
     // Writes up to `count` WQEs and rings one doorbell for all of them (and for any written
     // earlier with write()). Stops at the first request that is refused; *posted says how many
     // were written.
-    RDMACHAN_HOST_DEVICE PostResult post(const SendWorkRequest* requests, std::uint32_t count,
-                                         std::uint32_t* posted) {
+    RDMACHAN_ALWAYS_INLINE PostResult post(const SendWorkRequest* requests, std::uint32_t count,
+                                           std::uint32_t* posted) {
         PostResult result = PostResult::ok;
         std::uint32_t written = 0;
-        for (; written < count; ++written) {
-            result = write(requests[written]);
-            if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
+        // RC or DCI is decided once per post, so the loop knows its header size.
+        if (header_units_ == 1) {
+            for (; written < count; ++written) {
+                result = write_as<1>(requests[written]);
+                if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
+            }
+        } else {
+            for (; written < count; ++written) {
+                result = write_as<kDciHeaderUnits>(requests[written]);
+                if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
+            }
         }
         ring_doorbell();
         if (posted != nullptr) *posted = written;
@@ -137,27 +145,7 @@ class SendQueue {
     // Writes one WQE without ringing the doorbell, so callers can batch across calls. A refused
     // request writes nothing into the ring.
     RDMACHAN_ALWAYS_INLINE PostResult write(const SendWorkRequest& request) {
-        // One switch; each case gets an encoder with its segment layout known at compile time.
-        using detail::opcode_traits;
-        switch (request.opcode) {
-            case SendOpcode::rdma_write:
-                return write_fast<opcode_traits(SendOpcode::rdma_write)>(request);
-            case SendOpcode::rdma_write_with_immediate:
-                return write_fast<opcode_traits(SendOpcode::rdma_write_with_immediate)>(request);
-            case SendOpcode::send:
-                return write_fast<opcode_traits(SendOpcode::send)>(request);
-            case SendOpcode::send_with_immediate:
-                return write_fast<opcode_traits(SendOpcode::send_with_immediate)>(request);
-            case SendOpcode::send_with_invalidate:
-                return write_fast<opcode_traits(SendOpcode::send_with_invalidate)>(request);
-            case SendOpcode::rdma_read:
-                return write_fast<opcode_traits(SendOpcode::rdma_read)>(request);
-            case SendOpcode::atomic_compare_and_swap:
-                return write_fast<opcode_traits(SendOpcode::atomic_compare_and_swap)>(request);
-            case SendOpcode::atomic_fetch_and_add:
-                return write_fast<opcode_traits(SendOpcode::atomic_fetch_and_add)>(request);
-        }
-        return PostResult::invalid_request;
+        return header_units_ == 1 ? write_as<1>(request) : write_as<kDciHeaderUnits>(request);
     }
 
     // Makes every WQE written since the last doorbell visible to the NIC (mlx5-facts.md §4).
@@ -220,18 +208,51 @@ class SendQueue {
     }
 
   private:
-    template <std::uint32_t kTraits>
+    // ctrl plus the 48-byte address vector on a DC initiator.
+    static constexpr std::uint32_t kDciHeaderUnits = 1 + kAddressVectorSize / kSegmentUnit;
+
+    template <std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE PostResult write_as(const SendWorkRequest& request) {
+        // One switch; each case gets an encoder with its segment layout known at compile time.
+        using detail::opcode_traits;
+        switch (request.opcode) {
+            case SendOpcode::rdma_write:
+                return write_fast<opcode_traits(SendOpcode::rdma_write), kHeaderUnits>(request);
+            case SendOpcode::rdma_write_with_immediate:
+                return write_fast<opcode_traits(SendOpcode::rdma_write_with_immediate),
+                                  kHeaderUnits>(request);
+            case SendOpcode::send:
+                return write_fast<opcode_traits(SendOpcode::send), kHeaderUnits>(request);
+            case SendOpcode::send_with_immediate:
+                return write_fast<opcode_traits(SendOpcode::send_with_immediate), kHeaderUnits>(
+                    request);
+            case SendOpcode::send_with_invalidate:
+                return write_fast<opcode_traits(SendOpcode::send_with_invalidate), kHeaderUnits>(
+                    request);
+            case SendOpcode::rdma_read:
+                return write_fast<opcode_traits(SendOpcode::rdma_read), kHeaderUnits>(request);
+            case SendOpcode::atomic_compare_and_swap:
+                return write_fast<opcode_traits(SendOpcode::atomic_compare_and_swap), kHeaderUnits>(
+                    request);
+            case SendOpcode::atomic_fetch_and_add:
+                return write_fast<opcode_traits(SendOpcode::atomic_fetch_and_add), kHeaderUnits>(
+                    request);
+        }
+        return PostResult::invalid_request;
+    }
+
+    template <std::uint32_t kTraits, std::uint32_t kHeaderUnits>
     RDMACHAN_ALWAYS_INLINE PostResult write_fast(const SendWorkRequest& request) {
         const std::uint32_t num_sge = request.num_sge;
         // Zero-length SGEs make the WQE smaller, never larger, so this bound is safe for the
         // checks that decide the fast path; the exact size is counted while encoding.
         const std::uint32_t wqebbs_bound =
-            (header_units_ + (kTraits >> detail::kTraitSegmentsShift & 3) + num_sge + 3) / 4;
+            (kHeaderUnits + (kTraits >> detail::kTraitSegmentsShift & 3) + num_sge + 3) / 4;
         const bool fast = num_sge <= fast_path_max_sge_ && (request.flags & kSendInline) == 0 &&
                           wqebbs_bound <= fast_room_ &&
-                          (header_units_ == 1 || request.dc_address_vector != nullptr);
+                          (kHeaderUnits == 1 || request.dc_address_vector != nullptr);
         if (RDMACHAN_UNLIKELY(!fast)) return write_general(request, kTraits);
-        encode<false, false>(request, kTraits, tracking_.producer_index, 0);
+        encode<false, false>(request, kTraits, kHeaderUnits, tracking_.producer_index, 0);
         return PostResult::ok;
     }
 
@@ -266,11 +287,12 @@ class SendQueue {
         const std::uint32_t wqebbs = (ds + 3) / 4;
         if (wqebbs > free_wqebbs()) return PostResult::queue_full;
         if (is_inline) {
-            encode<true, true>(request, traits, tracking_.producer_index, inline_length);
+            encode<true, true>(request, traits, header_units_, tracking_.producer_index,
+                               inline_length);
             // BlueFlame carries inline WQEs even when it is not preferred for others.
             pending_blueflame_max_ds_ = blueflame_max_ds_;
         } else {
-            encode<true, false>(request, traits, tracking_.producer_index, 0);
+            encode<true, false>(request, traits, header_units_, tracking_.producer_index, 0);
             pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
         }
         refresh_fast_room();
@@ -292,20 +314,21 @@ class SendQueue {
     // segment pointer that reaches the end continues at the ring start.
     template <bool kMayWrap, bool kInline>
     RDMACHAN_ALWAYS_INLINE void encode(const SendWorkRequest& request, std::uint32_t traits,
-                                       std::uint32_t producer_index, std::uint32_t inline_length) {
+                                       std::uint32_t header_units, std::uint32_t producer_index,
+                                       std::uint32_t inline_length) {
         // Stores into the ring may alias any member, so what the encoder needs is read once.
         std::uint8_t* const buffer = ring_.buffer;
         std::uint8_t* const ring_end = ring_end_;
         const std::uint32_t slot = producer_index & mask_;
         std::uint8_t* const wqe = buffer + static_cast<std::size_t>(slot) * kSendWqeBasicBlockSize;
-        std::uint32_t ds = header_units_;
+        std::uint32_t ds = header_units;
         const std::uint32_t fm_ce_se = request.flags & detail::kFmCeSeFlags;
         // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
         // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
         std::uint32_t word_signature_stream_flags = (fm_ce_se << 24) | signal_all_word_;
 
         std::uint8_t* segment = wqe + kControlSegmentSize;
-        if (header_units_ != 1) {
+        if (header_units != 1) {
             // ctrl + address vector is exactly 64 bytes: it fills this WQEBB. Both paths have
             // refused a DCI request without one; the test keeps the compiler sure of it.
             const std::uint8_t* const address_vector = request.dc_address_vector;
