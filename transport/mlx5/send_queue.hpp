@@ -110,6 +110,9 @@ class SendQueue {
           // remote address and atomic take at most 6 units). A WQ signature is computed over
           // the finished WQE, which only the general path does, so it gets no fast path.
           fast_path_max_sge_(config.wqe_signature ? 0 : minimum(config.max_sge, kMaxDs - 6)),
+          // The largest WQE the fast path writes: ctrl, address vector, remote address and
+          // atomic segments, and every SGE it accepts.
+          fast_path_max_wqebbs_((header_units_ + 2 + fast_path_max_sge_ + 3) / 4),
           blueflame_max_ds_(ring.blueflame_size / kSegmentUnit),
           blueflame_preferred_max_ds_(config.prefer_blueflame ? ring.blueflame_size / kSegmentUnit
                                                               : 0),
@@ -243,13 +246,12 @@ class SendQueue {
 
     template <std::uint32_t kTraits, std::uint32_t kHeaderUnits>
     RDMACHAN_ALWAYS_INLINE PostResult write_fast(const SendWorkRequest& request) {
-        const std::uint32_t num_sge = request.num_sge;
-        // Zero-length SGEs make the WQE smaller, never larger, so this bound is safe for the
-        // checks that decide the fast path; the exact size is counted while encoding.
-        const std::uint32_t wqebbs_bound =
-            (kHeaderUnits + (kTraits >> detail::kTraitSegmentsShift & 3) + num_sge + 3) / 4;
-        const bool fast = num_sge <= fast_path_max_sge_ && (request.flags & kSendInline) == 0 &&
-                          wqebbs_bound <= fast_room_ &&
+        // The fast path takes a WQE when any WQE it writes would fit: before the ring end and
+        // in the free room. Only the last few WQEBBs before either go to the general path,
+        // which sizes the WQE exactly.
+        const bool fast = request.num_sge <= fast_path_max_sge_ &&
+                          (request.flags & kSendInline) == 0 &&
+                          fast_room_ >= fast_path_max_wqebbs_ &&
                           (kHeaderUnits == 1 || request.dc_address_vector != nullptr);
         if (RDMACHAN_UNLIKELY(!fast)) return write_general(request, kTraits);
         encode<false, false>(request, kTraits, kHeaderUnits, tracking_.producer_index, 0);
@@ -364,15 +366,17 @@ class SendQueue {
             const ScatterGatherElement* element = request.sg_list;
             const std::uint32_t num_sge = request.num_sge;
             if (num_sge == 1) {  // the common case, without the loop
-                if (RDMACHAN_LIKELY(element->length != 0)) {
-                    store_data_segment(segment, *element);
+                const std::uint64_t length_lkey = load_length_lkey(*element);
+                if (RDMACHAN_LIKELY(static_cast<std::uint32_t>(length_lkey) != 0)) {
+                    store_data_segment(segment, length_lkey, element->addr);
                     ++ds;
                 }
             } else {
                 for (const ScatterGatherElement* const end = element + num_sge; element != end;
                      ++element) {
-                    if (RDMACHAN_UNLIKELY(element->length == 0)) continue;
-                    store_data_segment(segment, *element);
+                    const std::uint64_t length_lkey = load_length_lkey(*element);
+                    if (RDMACHAN_UNLIKELY(static_cast<std::uint32_t>(length_lkey) == 0)) continue;
+                    store_data_segment(segment, length_lkey, element->addr);
                     segment = next_segment<kMayWrap>(segment + kDataSegmentSize, buffer, ring_end);
                     ++ds;
                 }
@@ -402,10 +406,10 @@ class SendQueue {
         pending_last_wqe_ = wqe;
     }
 
-    RDMACHAN_ALWAYS_INLINE static void store_data_segment(std::uint8_t* segment,
-                                                          const ScatterGatherElement& element) {
-        // byte_count and lkey are adjacent in both: one 8-byte load, its halves swapped into
-        // big-endian order (rotate, then byte swap), one store.
+    // An SGE's length (low half) and lkey (high half) in one 8-byte load: they are adjacent in
+    // ScatterGatherElement as byte_count and lkey are in the data segment.
+    RDMACHAN_ALWAYS_INLINE static std::uint64_t load_length_lkey(
+        const ScatterGatherElement& element) {
         static_assert(offsetof(ScatterGatherElement, lkey) ==
                       offsetof(ScatterGatherElement, length) + 4);
         std::uint64_t length_lkey;
@@ -413,8 +417,15 @@ class SendQueue {
                     reinterpret_cast<const unsigned char*>(&element) +
                         offsetof(ScatterGatherElement, length),
                     sizeof length_lkey);
+        return length_lkey;
+    }
+
+    // The halves swapped into big-endian order (rotate, then byte swap): one store for both.
+    RDMACHAN_ALWAYS_INLINE static void store_data_segment(std::uint8_t* segment,
+                                                          std::uint64_t length_lkey,
+                                                          std::uint64_t addr) {
         store_big64(segment, length_lkey << 32 | length_lkey >> 32);
-        store_big64(segment + 8, element.addr);
+        store_big64(segment + 8, addr);
     }
 
     RDMACHAN_ALWAYS_INLINE static std::uint32_t minimum(std::uint32_t a, std::uint32_t b) {
@@ -492,6 +503,7 @@ class SendQueue {
     std::uint32_t header_units_ = 1;     // ctrl, plus the address vector on a DCI
     std::uint32_t signal_all_word_ = 0;  // CQ update bit in the ctrl bytes 8-11 word
     std::uint32_t fast_path_max_sge_ = 0;
+    std::uint32_t fast_path_max_wqebbs_ = 0;
     // WQEBBs the fast path may still fill: free, and before the ring end (so nothing wraps).
     std::uint32_t fast_room_ = 0;
     std::uint32_t blueflame_max_ds_ = 0;            // largest WQE (in ds) that BlueFlame can carry
