@@ -128,19 +128,22 @@ class SendQueue {
                                            std::uint32_t* posted) {
         PostResult result = PostResult::ok;
         std::uint32_t written = 0;
-        // RC or DCI is decided once per post, so the loop knows its header size.
+        // RC or DCI is decided once per post, so the loop knows its header size. Ring stores may
+        // alias any member, so what the loop advances lives in a local cursor meanwhile.
+        Cursor cursor = load_cursor();
         if (header_units_ == 1) {
             for (; written < count; ++written) {
-                result = write_as<1>(requests[written]);
+                result = write_as<1>(requests[written], cursor);
                 if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
             }
         } else {
             for (; written < count; ++written) {
-                result = write_as<kDciHeaderUnits>(requests[written]);
+                result = write_as<kDciHeaderUnits>(requests[written], cursor);
                 if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
             }
         }
-        ring_doorbell();
+        store_cursor(cursor);
+        ring_doorbell(cursor.producer_index, cursor.last_wqe);
         if (posted != nullptr) *posted = written;
         return result;
     }
@@ -148,42 +151,16 @@ class SendQueue {
     // Writes one WQE without ringing the doorbell, so callers can batch across calls. A refused
     // request writes nothing into the ring.
     RDMACHAN_ALWAYS_INLINE PostResult write(const SendWorkRequest& request) {
-        return header_units_ == 1 ? write_as<1>(request) : write_as<kDciHeaderUnits>(request);
+        Cursor cursor = load_cursor();
+        const PostResult result = header_units_ == 1 ? write_as<1>(request, cursor)
+                                                     : write_as<kDciHeaderUnits>(request, cursor);
+        store_cursor(cursor);
+        return result;
     }
 
     // Makes every WQE written since the last doorbell visible to the NIC (mlx5-facts.md §4).
     RDMACHAN_ALWAYS_INLINE void ring_doorbell() {
-        const std::uint32_t producer_index = tracking_.producer_index;
-        if (producer_index == pending_start_) return;  // nothing written since the last doorbell
-        to_device_barrier();
-        store_release32(ring_.doorbell_record + kSendDoorbell,
-                        host_to_big32(producer_index & 0xffff));
-        flush_writes();
-        std::uint8_t* destination = ring_.blueflame_register + blueflame_offset_;
-        const std::uint8_t* source = pending_last_wqe_;
-        const std::uint32_t ds = source[kCtrlQpnDs + 3] & kMaxDs;  // ctrl byte 7
-        // One WQE since the last doorbell exactly when the last one covers all the new WQEBBs.
-        const bool single = pending_start_ + (ds + 3) / 4 == producer_index;
-        if (single && ds > 1 && ds <= pending_blueflame_max_ds_) {
-            // The whole WQE in 64-byte blocks; the source wraps at the ring end like the WQE.
-            // The first block needs no wrap check: a WQE starts inside the ring.
-            copy_blueflame_block(destination, source);
-            for (std::uint32_t blocks = (ds + 3) / 4 - 1; blocks != 0; --blocks) {
-                destination += kSendWqeBasicBlockSize;
-                source += kSendWqeBasicBlockSize;
-                if (source == ring_end_) source = ring_.buffer;
-                copy_blueflame_block(destination, source);
-            }
-        } else {
-            // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
-            std::uint64_t value;
-            std::memcpy(&value, source, sizeof value);
-            mmio_write64(destination, value);
-        }
-        flush_writes();
-        blueflame_offset_ ^= ring_.blueflame_size;
-        pending_start_ = producer_index;
-        pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+        ring_doorbell(tracking_.producer_index, pending_last_wqe_);
     }
 
     RDMACHAN_HOST_DEVICE std::uint32_t free_wqebbs() const {
@@ -214,47 +191,111 @@ class SendQueue {
     // ctrl plus the 48-byte address vector on a DC initiator.
     static constexpr std::uint32_t kDciHeaderUnits = 1 + kAddressVectorSize / kSegmentUnit;
 
+    // The doorbell for WQEs up to `producer_index`, the last of them at `last_wqe`.
+    RDMACHAN_ALWAYS_INLINE void ring_doorbell(std::uint32_t producer_index,
+                                              const std::uint8_t* last_wqe) {
+        if (producer_index == pending_start_) return;  // nothing written since the last doorbell
+
+        to_device_barrier();
+        store_release32(ring_.doorbell_record + kSendDoorbell,
+                        host_to_big32(producer_index & 0xffff));
+        flush_writes();
+        std::uint8_t* destination = ring_.blueflame_register + blueflame_offset_;
+        const std::uint8_t* source = last_wqe;
+        const std::uint32_t ds = source[kCtrlQpnDs + 3] & kMaxDs;  // ctrl byte 7
+        // One WQE since the last doorbell exactly when the last one covers all the new WQEBBs.
+        const bool single = pending_start_ + (ds + 3) / 4 == producer_index;
+        if (single && ds > 1 && ds <= pending_blueflame_max_ds_) {
+            // The whole WQE in 64-byte blocks; the source wraps at the ring end like the WQE.
+            // The first block needs no wrap check: a WQE starts inside the ring.
+            copy_blueflame_block(destination, source);
+            for (std::uint32_t blocks = (ds + 3) / 4 - 1; blocks != 0; --blocks) {
+                destination += kSendWqeBasicBlockSize;
+                source += kSendWqeBasicBlockSize;
+                if (source == ring_end_) source = ring_.buffer;
+                copy_blueflame_block(destination, source);
+            }
+        } else {
+            // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
+            std::uint64_t value;
+            std::memcpy(&value, source, sizeof value);
+            mmio_write64(destination, value);
+        }
+        flush_writes();
+        blueflame_offset_ ^= ring_.blueflame_size;
+        pending_start_ = producer_index;
+        pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+    }
+
+    // What writing WQEs reads and advances, held in registers across a post's WQEs.
+    struct Cursor {
+        std::uint32_t producer_index;
+        std::uint32_t fast_room;
+        std::uint8_t* last_wqe;
+        std::uint64_t* wr_ids;
+        std::uint32_t* wqe_ends;
+    };
+
+    RDMACHAN_ALWAYS_INLINE Cursor load_cursor() const {
+        return {tracking_.producer_index, fast_room_, pending_last_wqe_, tracking_.wr_id,
+                tracking_.wqe_end};
+    }
+
+    RDMACHAN_ALWAYS_INLINE void store_cursor(const Cursor& cursor) {
+        tracking_.producer_index = cursor.producer_index;
+        fast_room_ = cursor.fast_room;
+        pending_last_wqe_ = cursor.last_wqe;
+    }
+
     template <std::uint32_t kHeaderUnits>
-    RDMACHAN_ALWAYS_INLINE PostResult write_as(const SendWorkRequest& request) {
+    RDMACHAN_ALWAYS_INLINE PostResult write_as(const SendWorkRequest& request, Cursor& cursor) {
         // One switch; each case gets an encoder with its segment layout known at compile time.
         using detail::opcode_traits;
         switch (request.opcode) {
             case SendOpcode::rdma_write:
-                return write_fast<opcode_traits(SendOpcode::rdma_write), kHeaderUnits>(request);
+                return write_fast<opcode_traits(SendOpcode::rdma_write), kHeaderUnits>(request,
+                                                                                       cursor);
             case SendOpcode::rdma_write_with_immediate:
                 return write_fast<opcode_traits(SendOpcode::rdma_write_with_immediate),
-                                  kHeaderUnits>(request);
+                                  kHeaderUnits>(request, cursor);
             case SendOpcode::send:
-                return write_fast<opcode_traits(SendOpcode::send), kHeaderUnits>(request);
+                return write_fast<opcode_traits(SendOpcode::send), kHeaderUnits>(request, cursor);
             case SendOpcode::send_with_immediate:
                 return write_fast<opcode_traits(SendOpcode::send_with_immediate), kHeaderUnits>(
-                    request);
+                    request, cursor);
             case SendOpcode::send_with_invalidate:
                 return write_fast<opcode_traits(SendOpcode::send_with_invalidate), kHeaderUnits>(
-                    request);
+                    request, cursor);
             case SendOpcode::rdma_read:
-                return write_fast<opcode_traits(SendOpcode::rdma_read), kHeaderUnits>(request);
+                return write_fast<opcode_traits(SendOpcode::rdma_read), kHeaderUnits>(request,
+                                                                                      cursor);
             case SendOpcode::atomic_compare_and_swap:
                 return write_fast<opcode_traits(SendOpcode::atomic_compare_and_swap), kHeaderUnits>(
-                    request);
+                    request, cursor);
             case SendOpcode::atomic_fetch_and_add:
                 return write_fast<opcode_traits(SendOpcode::atomic_fetch_and_add), kHeaderUnits>(
-                    request);
+                    request, cursor);
         }
         return PostResult::invalid_request;
     }
 
     template <std::uint32_t kTraits, std::uint32_t kHeaderUnits>
-    RDMACHAN_ALWAYS_INLINE PostResult write_fast(const SendWorkRequest& request) {
+    RDMACHAN_ALWAYS_INLINE PostResult write_fast(const SendWorkRequest& request, Cursor& cursor) {
         // The fast path takes a WQE when any WQE it writes would fit: before the ring end and
         // in the free room. Only the last few WQEBBs before either go to the general path,
         // which sizes the WQE exactly.
         const bool fast = request.num_sge <= fast_path_max_sge_ &&
                           (request.flags & kSendInline) == 0 &&
-                          fast_room_ >= fast_path_max_wqebbs_ &&
+                          cursor.fast_room >= fast_path_max_wqebbs_ &&
                           (kHeaderUnits == 1 || request.dc_address_vector != nullptr);
-        if (RDMACHAN_UNLIKELY(!fast)) return write_general(request, kTraits);
-        encode<false, false>(request, kTraits, kHeaderUnits, tracking_.producer_index, 0);
+        if (RDMACHAN_UNLIKELY(!fast)) {
+            // The general path works on the members: hand the cursor over and take it back.
+            store_cursor(cursor);
+            const PostResult result = write_general(request, kTraits);
+            cursor = load_cursor();
+            return result;
+        }
+        cursor.fast_room -= encode<false, false>(request, kTraits, kHeaderUnits, cursor, 0);
         return PostResult::ok;
     }
 
@@ -288,15 +329,16 @@ class SendQueue {
         if (ds > kMaxDs) return PostResult::invalid_request;
         const std::uint32_t wqebbs = (ds + 3) / 4;
         if (wqebbs > free_wqebbs()) return PostResult::queue_full;
+        Cursor cursor = load_cursor();
         if (is_inline) {
-            encode<true, true>(request, traits, header_units_, tracking_.producer_index,
-                               inline_length);
+            encode<true, true>(request, traits, header_units_, cursor, inline_length);
             // BlueFlame carries inline WQEs even when it is not preferred for others.
             pending_blueflame_max_ds_ = blueflame_max_ds_;
         } else {
-            encode<true, false>(request, traits, header_units_, tracking_.producer_index, 0);
+            encode<true, false>(request, traits, header_units_, cursor, 0);
             pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
         }
+        store_cursor(cursor);
         refresh_fast_room();
         return PostResult::ok;
     }
@@ -315,9 +357,10 @@ class SendQueue {
     // either fits before the end or starts exactly at it (mlx5-facts.md §3): with kMayWrap a
     // segment pointer that reaches the end continues at the ring start.
     template <bool kMayWrap, bool kInline>
-    RDMACHAN_ALWAYS_INLINE void encode(const SendWorkRequest& request, std::uint32_t traits,
-                                       std::uint32_t header_units, std::uint32_t producer_index,
-                                       std::uint32_t inline_length) {
+    RDMACHAN_ALWAYS_INLINE std::uint32_t encode(const SendWorkRequest& request,
+                                                std::uint32_t traits, std::uint32_t header_units,
+                                                Cursor& cursor, std::uint32_t inline_length) {
+        const std::uint32_t producer_index = cursor.producer_index;
         // Stores into the ring may alias any member, so what the encoder needs is read once.
         std::uint8_t* const buffer = ring_.buffer;
         std::uint8_t* const ring_end = ring_end_;
@@ -399,11 +442,11 @@ class SendQueue {
         }
 
         const std::uint32_t wqebbs = (ds + 3) / 4;
-        tracking_.wr_id[slot] = request.wr_id;
-        tracking_.wqe_end[slot] = producer_index + wqebbs;
-        tracking_.producer_index = producer_index + wqebbs;
-        if constexpr (!kMayWrap) fast_room_ -= wqebbs;
-        pending_last_wqe_ = wqe;
+        cursor.wr_ids[slot] = request.wr_id;
+        cursor.wqe_ends[slot] = producer_index + wqebbs;
+        cursor.producer_index = producer_index + wqebbs;
+        cursor.last_wqe = wqe;
+        return wqebbs;
     }
 
     // An SGE's length (low half) and lkey (high half) in one 8-byte load: they are adjacent in
