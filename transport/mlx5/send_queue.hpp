@@ -111,8 +111,10 @@ class SendQueue {
           // the finished WQE, which only the general path does, so it gets no fast path.
           fast_path_max_sge_(config.wqe_signature ? 0 : minimum(config.max_sge, kMaxDs - 6)),
           // The largest WQE the fast path writes: ctrl, address vector, remote address and
-          // atomic segments, and every SGE it accepts.
-          fast_path_max_wqebbs_((header_units_ + 2 + fast_path_max_sge_ + 3) / 4),
+          // atomic segments, and every SGE it accepts. With WQ signatures no room is ever
+          // enough, so every WQE, also one without SGEs, gets its signature on the general path.
+          fast_path_max_wqebbs_(
+              config.wqe_signature ? ~0u : (header_units_ + 2 + fast_path_max_sge_ + 3) / 4),
           blueflame_max_ds_(ring.blueflame_size / kSegmentUnit),
           blueflame_preferred_max_ds_(config.prefer_blueflame ? ring.blueflame_size / kSegmentUnit
                                                               : 0),
