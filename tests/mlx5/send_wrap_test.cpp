@@ -371,3 +371,26 @@ TEST_CASE("WQ signature: the complement of the XOR over the WQE's ds*16 bytes, w
         CHECK(xor_all == 0xff);  // the signature byte makes the whole WQE XOR to all ones
     }
 }
+
+TEST_CASE("WQ signature also on WQEs without data segments (no SGE: ctrl and remote address only)") {
+    mlx5::SendQueueConfig config;
+    config.max_sge = 4;
+    config.wqe_signature = true;
+    for (const mlx5::SendOpcode opcode : {mlx5::SendOpcode::send, mlx5::SendOpcode::rdma_write}) {
+        mlx5::SendWorkRequest request;
+        request.opcode = opcode;
+        request.flags = mlx5::kSendSignaled;
+        request.num_sge = 0;
+        const std::size_t bytes = opcode == mlx5::SendOpcode::send ? 16 : 32;
+        for (std::uint32_t start = 0; start < 4; ++start) {
+            CAPTURE(start);
+            CAPTURE(static_cast<int>(opcode));
+            Ring ring(4, start, config);
+            REQUIRE(ring.queue.post(&request, 1, nullptr) == mlx5::PostResult::ok);
+            const std::vector<std::uint8_t> wqe = ring.linear(start, bytes);
+            std::uint8_t xor_all = 0;
+            for (std::uint8_t byte : wqe) xor_all ^= byte;
+            CHECK(xor_all == 0xff);
+        }
+    }
+}

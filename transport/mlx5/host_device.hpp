@@ -17,3 +17,17 @@
 #define RDMACHAN_LIKELY(x) (x)
 #define RDMACHAN_UNLIKELY(x) (x)
 #endif
+
+// Rare paths stay out of line so that the hot loop around them keeps its registers.
+#if defined(__CUDACC__)
+#define RDMACHAN_COLD RDMACHAN_HOST_DEVICE __noinline__
+#else
+#define RDMACHAN_COLD RDMACHAN_HOST_DEVICE __attribute__((noinline, cold))
+#endif
+
+// Out of line but not cold: keeps a caller's fast exit free of the callee's register saves.
+#if defined(__CUDACC__)
+#define RDMACHAN_NOINLINE RDMACHAN_HOST_DEVICE __noinline__
+#else
+#define RDMACHAN_NOINLINE RDMACHAN_HOST_DEVICE __attribute__((noinline))
+#endif

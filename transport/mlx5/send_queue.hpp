@@ -9,6 +9,7 @@
 // path. Both are the same encoder template, so they cannot drift apart.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -102,13 +103,18 @@ class SendQueue {
                     static_cast<std::size_t>(ring.wqe_count) * kSendWqeBasicBlockSize),
           mask_(ring.wqe_count - 1),
           qpn_big_(host_to_big32(ring.qpn << 8)),
-          header_units_(config.dc_initiator ? 1 + kAddressVectorSize / kSegmentUnit : 1),
+          header_units_(config.dc_initiator ? kDciHeaderUnits : 1),
           // ctrl bytes 8-11 as a little-endian word: fm_ce_se is the top byte.
           signal_all_word_(config.signal_all ? static_cast<std::uint32_t>(kCtrlCqUpdate) << 24 : 0),
           // Up to this many SGEs a WQE can neither exceed max_sge nor the 6-bit ds (ctrl, AV,
           // remote address and atomic take at most 6 units). A WQ signature is computed over
           // the finished WQE, which only the general path does, so it gets no fast path.
           fast_path_max_sge_(config.wqe_signature ? 0 : minimum(config.max_sge, kMaxDs - 6)),
+          // The largest WQE the fast path writes: ctrl, address vector, remote address and
+          // atomic segments, and every SGE it accepts. With WQ signatures no room is ever
+          // enough, so every WQE, also one without SGEs, gets its signature on the general path.
+          fast_path_max_wqebbs_(
+              config.wqe_signature ? ~0u : (header_units_ + 2 + fast_path_max_sge_ + 3) / 4),
           blueflame_max_ds_(ring.blueflame_size / kSegmentUnit),
           blueflame_preferred_max_ds_(config.prefer_blueflame ? ring.blueflame_size / kSegmentUnit
                                                               : 0),
@@ -120,15 +126,26 @@ class SendQueue {
     // Writes up to `count` WQEs and rings one doorbell for all of them (and for any written
     // earlier with write()). Stops at the first request that is refused; *posted says how many
     // were written.
-    RDMACHAN_HOST_DEVICE PostResult post(const SendWorkRequest* requests, std::uint32_t count,
-                                         std::uint32_t* posted) {
+    RDMACHAN_ALWAYS_INLINE PostResult post(const SendWorkRequest* requests, std::uint32_t count,
+                                           std::uint32_t* posted) {
         PostResult result = PostResult::ok;
         std::uint32_t written = 0;
-        for (; written < count; ++written) {
-            result = write(requests[written]);
-            if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
+        // RC or DCI is decided once per post, so the loop knows its header size. Ring stores may
+        // alias any member, so what the loop advances lives in a local cursor meanwhile.
+        Cursor cursor = load_cursor();
+        if (header_units_ == 1) {
+            for (; written < count; ++written) {
+                result = write_as<1>(requests[written], cursor);
+                if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
+            }
+        } else {
+            for (; written < count; ++written) {
+                result = write_as<kDciHeaderUnits>(requests[written], cursor);
+                if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
+            }
         }
-        ring_doorbell();
+        store_cursor(cursor);
+        ring_doorbell(cursor.producer_index, cursor.last_wqe);
         if (posted != nullptr) *posted = written;
         return result;
     }
@@ -136,60 +153,16 @@ class SendQueue {
     // Writes one WQE without ringing the doorbell, so callers can batch across calls. A refused
     // request writes nothing into the ring.
     RDMACHAN_ALWAYS_INLINE PostResult write(const SendWorkRequest& request) {
-        // One switch; each case gets an encoder with its segment layout known at compile time.
-        using detail::opcode_traits;
-        switch (request.opcode) {
-            case SendOpcode::rdma_write:
-                return write_fast<opcode_traits(SendOpcode::rdma_write)>(request);
-            case SendOpcode::rdma_write_with_immediate:
-                return write_fast<opcode_traits(SendOpcode::rdma_write_with_immediate)>(request);
-            case SendOpcode::send:
-                return write_fast<opcode_traits(SendOpcode::send)>(request);
-            case SendOpcode::send_with_immediate:
-                return write_fast<opcode_traits(SendOpcode::send_with_immediate)>(request);
-            case SendOpcode::send_with_invalidate:
-                return write_fast<opcode_traits(SendOpcode::send_with_invalidate)>(request);
-            case SendOpcode::rdma_read:
-                return write_fast<opcode_traits(SendOpcode::rdma_read)>(request);
-            case SendOpcode::atomic_compare_and_swap:
-                return write_fast<opcode_traits(SendOpcode::atomic_compare_and_swap)>(request);
-            case SendOpcode::atomic_fetch_and_add:
-                return write_fast<opcode_traits(SendOpcode::atomic_fetch_and_add)>(request);
-        }
-        return PostResult::invalid_request;
+        Cursor cursor = load_cursor();
+        const PostResult result = header_units_ == 1 ? write_as<1>(request, cursor)
+                                                     : write_as<kDciHeaderUnits>(request, cursor);
+        store_cursor(cursor);
+        return result;
     }
 
     // Makes every WQE written since the last doorbell visible to the NIC (mlx5-facts.md §4).
     RDMACHAN_ALWAYS_INLINE void ring_doorbell() {
-        const std::uint32_t producer_index = tracking_.producer_index;
-        if (producer_index == pending_start_) return;  // nothing written since the last doorbell
-        to_device_barrier();
-        store_release32(ring_.doorbell_record + kSendDoorbell,
-                        host_to_big32(producer_index & 0xffff));
-        flush_writes();
-        std::uint8_t* destination = ring_.blueflame_register + blueflame_offset_;
-        const std::uint8_t* source = pending_last_wqe_;
-        const std::uint32_t ds = source[kCtrlQpnDs + 3] & kMaxDs;  // ctrl byte 7
-        // One WQE since the last doorbell exactly when the last one covers all the new WQEBBs.
-        const bool single = pending_start_ + (ds + 3) / 4 == producer_index;
-        if (single && ds > 1 && ds <= pending_blueflame_max_ds_) {
-            // The whole WQE in 64-byte blocks; the source wraps at the ring end like the WQE.
-            for (std::uint32_t blocks = (ds + 3) / 4; blocks != 0; --blocks) {
-                copy_blueflame_block(destination, source);
-                destination += kSendWqeBasicBlockSize;
-                source += kSendWqeBasicBlockSize;
-                if (source == ring_end_) source = ring_.buffer;
-            }
-        } else {
-            // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
-            std::uint64_t value;
-            std::memcpy(&value, source, sizeof value);
-            mmio_write64(destination, value);
-        }
-        flush_writes();
-        blueflame_offset_ ^= ring_.blueflame_size;
-        pending_start_ = producer_index;
-        pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+        ring_doorbell(tracking_.producer_index, pending_last_wqe_);
     }
 
     RDMACHAN_HOST_DEVICE std::uint32_t free_wqebbs() const {
@@ -217,18 +190,114 @@ class SendQueue {
     }
 
   private:
-    template <std::uint32_t kTraits>
-    RDMACHAN_ALWAYS_INLINE PostResult write_fast(const SendWorkRequest& request) {
-        const std::uint32_t num_sge = request.num_sge;
-        // Zero-length SGEs make the WQE smaller, never larger, so this bound is safe for the
-        // checks that decide the fast path; the exact size is counted while encoding.
-        const std::uint32_t wqebbs_bound =
-            (header_units_ + (kTraits >> detail::kTraitSegmentsShift & 3) + num_sge + 3) / 4;
-        const bool fast = num_sge <= fast_path_max_sge_ && (request.flags & kSendInline) == 0 &&
-                          wqebbs_bound <= fast_room_ &&
-                          (header_units_ == 1 || request.dc_address_vector != nullptr);
-        if (RDMACHAN_UNLIKELY(!fast)) return write_general(request, kTraits);
-        encode<false, false>(request, kTraits, tracking_.producer_index, 0);
+    // ctrl plus the 48-byte address vector on a DC initiator.
+    static constexpr std::uint32_t kDciHeaderUnits = 1 + kAddressVectorSize / kSegmentUnit;
+
+    // The doorbell for WQEs up to `producer_index`, the last of them at `last_wqe`.
+    RDMACHAN_ALWAYS_INLINE void ring_doorbell(std::uint32_t producer_index,
+                                              const std::uint8_t* last_wqe) {
+        if (producer_index == pending_start_) return;  // nothing written since the last doorbell
+
+        to_device_barrier();
+        store_release32(ring_.doorbell_record + kSendDoorbell,
+                        host_to_big32(producer_index & 0xffff));
+        flush_writes();
+        std::uint8_t* destination = ring_.blueflame_register + blueflame_offset_;
+        const std::uint8_t* source = last_wqe;
+        const std::uint32_t ds = source[kCtrlQpnDs + 3] & kMaxDs;  // ctrl byte 7
+        // One WQE since the last doorbell exactly when the last one covers all the new WQEBBs.
+        const bool single = pending_start_ + (ds + 3) / 4 == producer_index;
+        if (single && ds > 1 && ds <= pending_blueflame_max_ds_) {
+            // The whole WQE in 64-byte blocks; the source wraps at the ring end like the WQE.
+            // The first block needs no wrap check: a WQE starts inside the ring.
+            copy_blueflame_block(destination, source);
+            for (std::uint32_t blocks = (ds + 3) / 4 - 1; blocks != 0; --blocks) {
+                destination += kSendWqeBasicBlockSize;
+                source += kSendWqeBasicBlockSize;
+                if (source == ring_end_) source = ring_.buffer;
+                copy_blueflame_block(destination, source);
+            }
+        } else {
+            // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
+            std::uint64_t value;
+            std::memcpy(&value, source, sizeof value);
+            mmio_write64(destination, value);
+        }
+        flush_writes();
+        blueflame_offset_ ^= ring_.blueflame_size;
+        pending_start_ = producer_index;
+        pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+    }
+
+    // What writing WQEs reads and advances, held in registers across a post's WQEs.
+    struct Cursor {
+        std::uint32_t producer_index;
+        std::uint32_t fast_room;
+        std::uint8_t* last_wqe;
+        std::uint64_t* wr_ids;
+        std::uint32_t* wqe_ends;
+    };
+
+    RDMACHAN_ALWAYS_INLINE Cursor load_cursor() const {
+        return {tracking_.producer_index, fast_room_, pending_last_wqe_, tracking_.wr_id,
+                tracking_.wqe_end};
+    }
+
+    RDMACHAN_ALWAYS_INLINE void store_cursor(const Cursor& cursor) {
+        tracking_.producer_index = cursor.producer_index;
+        fast_room_ = cursor.fast_room;
+        pending_last_wqe_ = cursor.last_wqe;
+    }
+
+    template <std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE PostResult write_as(const SendWorkRequest& request, Cursor& cursor) {
+        // One switch; each case gets an encoder with its segment layout known at compile time.
+        using detail::opcode_traits;
+        switch (request.opcode) {
+            case SendOpcode::rdma_write:
+                return write_fast<opcode_traits(SendOpcode::rdma_write), kHeaderUnits>(request,
+                                                                                       cursor);
+            case SendOpcode::rdma_write_with_immediate:
+                return write_fast<opcode_traits(SendOpcode::rdma_write_with_immediate),
+                                  kHeaderUnits>(request, cursor);
+            case SendOpcode::send:
+                return write_fast<opcode_traits(SendOpcode::send), kHeaderUnits>(request, cursor);
+            case SendOpcode::send_with_immediate:
+                return write_fast<opcode_traits(SendOpcode::send_with_immediate), kHeaderUnits>(
+                    request, cursor);
+            case SendOpcode::send_with_invalidate:
+                return write_fast<opcode_traits(SendOpcode::send_with_invalidate), kHeaderUnits>(
+                    request, cursor);
+            case SendOpcode::rdma_read:
+                return write_fast<opcode_traits(SendOpcode::rdma_read), kHeaderUnits>(request,
+                                                                                      cursor);
+            case SendOpcode::atomic_compare_and_swap:
+                return write_fast<opcode_traits(SendOpcode::atomic_compare_and_swap), kHeaderUnits>(
+                    request, cursor);
+            case SendOpcode::atomic_fetch_and_add:
+                return write_fast<opcode_traits(SendOpcode::atomic_fetch_and_add), kHeaderUnits>(
+                    request, cursor);
+        }
+        return PostResult::invalid_request;
+    }
+
+    template <std::uint32_t kTraits, std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE PostResult write_fast(const SendWorkRequest& request, Cursor& cursor) {
+        // The fast path takes a WQE when any WQE it writes would fit: before the ring end and
+        // in the free room. Only the last few WQEBBs before either go to the general path,
+        // which sizes the WQE exactly.
+        const bool fast = request.num_sge <= fast_path_max_sge_ &&
+                          (request.flags & kSendInline) == 0 &&
+                          cursor.fast_room >= fast_path_max_wqebbs_ &&
+                          (kHeaderUnits == 1 || request.dc_address_vector != nullptr);
+        if (RDMACHAN_UNLIKELY(!fast)) {
+            // The general path works on the members: hand the cursor over and take it back.
+            store_cursor(cursor);
+            const PostResult result = write_general(request, kTraits);
+            cursor = load_cursor();
+            return result;
+        }
+        cursor.fast_room -= encode<false, false>(request, kTraits, kHeaderUnits, cursor, 0);
         return PostResult::ok;
     }
 
@@ -262,14 +331,16 @@ class SendQueue {
         if (ds > kMaxDs) return PostResult::invalid_request;
         const std::uint32_t wqebbs = (ds + 3) / 4;
         if (wqebbs > free_wqebbs()) return PostResult::queue_full;
+        Cursor cursor = load_cursor();
         if (is_inline) {
-            encode<true, true>(request, traits, tracking_.producer_index, inline_length);
+            encode<true, true>(request, traits, header_units_, cursor, inline_length);
             // BlueFlame carries inline WQEs even when it is not preferred for others.
             pending_blueflame_max_ds_ = blueflame_max_ds_;
         } else {
-            encode<true, false>(request, traits, tracking_.producer_index, 0);
+            encode<true, false>(request, traits, header_units_, cursor, 0);
             pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
         }
+        store_cursor(cursor);
         refresh_fast_room();
         return PostResult::ok;
     }
@@ -288,21 +359,23 @@ class SendQueue {
     // either fits before the end or starts exactly at it (mlx5-facts.md §3): with kMayWrap a
     // segment pointer that reaches the end continues at the ring start.
     template <bool kMayWrap, bool kInline>
-    RDMACHAN_ALWAYS_INLINE void encode(const SendWorkRequest& request, std::uint32_t traits,
-                                       std::uint32_t producer_index, std::uint32_t inline_length) {
+    RDMACHAN_ALWAYS_INLINE std::uint32_t encode(const SendWorkRequest& request,
+                                                std::uint32_t traits, std::uint32_t header_units,
+                                                Cursor& cursor, std::uint32_t inline_length) {
+        const std::uint32_t producer_index = cursor.producer_index;
         // Stores into the ring may alias any member, so what the encoder needs is read once.
         std::uint8_t* const buffer = ring_.buffer;
         std::uint8_t* const ring_end = ring_end_;
         const std::uint32_t slot = producer_index & mask_;
         std::uint8_t* const wqe = buffer + static_cast<std::size_t>(slot) * kSendWqeBasicBlockSize;
-        std::uint32_t ds = header_units_;
+        std::uint32_t ds = header_units;
         const std::uint32_t fm_ce_se = request.flags & detail::kFmCeSeFlags;
         // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
         // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
         std::uint32_t word_signature_stream_flags = (fm_ce_se << 24) | signal_all_word_;
 
         std::uint8_t* segment = wqe + kControlSegmentSize;
-        if (header_units_ != 1) {
+        if (header_units != 1) {
             // ctrl + address vector is exactly 64 bytes: it fills this WQEBB. Both paths have
             // refused a DCI request without one; the test keeps the compiler sure of it.
             const std::uint8_t* const address_vector = request.dc_address_vector;
@@ -338,15 +411,17 @@ class SendQueue {
             const ScatterGatherElement* element = request.sg_list;
             const std::uint32_t num_sge = request.num_sge;
             if (num_sge == 1) {  // the common case, without the loop
-                if (RDMACHAN_LIKELY(element->length != 0)) {
-                    store_data_segment(segment, *element);
+                const std::uint64_t length_lkey = load_length_lkey(*element);
+                if (RDMACHAN_LIKELY(static_cast<std::uint32_t>(length_lkey) != 0)) {
+                    store_data_segment(segment, length_lkey, element->addr);
                     ++ds;
                 }
             } else {
                 for (const ScatterGatherElement* const end = element + num_sge; element != end;
                      ++element) {
-                    if (RDMACHAN_UNLIKELY(element->length == 0)) continue;
-                    store_data_segment(segment, *element);
+                    const std::uint64_t length_lkey = load_length_lkey(*element);
+                    if (RDMACHAN_UNLIKELY(static_cast<std::uint32_t>(length_lkey) == 0)) continue;
+                    store_data_segment(segment, length_lkey, element->addr);
                     segment = next_segment<kMayWrap>(segment + kDataSegmentSize, buffer, ring_end);
                     ++ds;
                 }
@@ -369,18 +444,33 @@ class SendQueue {
         }
 
         const std::uint32_t wqebbs = (ds + 3) / 4;
-        tracking_.wr_id[slot] = request.wr_id;
-        tracking_.wqe_end[slot] = producer_index + wqebbs;
-        tracking_.producer_index = producer_index + wqebbs;
-        if constexpr (!kMayWrap) fast_room_ -= wqebbs;
-        pending_last_wqe_ = wqe;
+        cursor.wr_ids[slot] = request.wr_id;
+        cursor.wqe_ends[slot] = producer_index + wqebbs;
+        cursor.producer_index = producer_index + wqebbs;
+        cursor.last_wqe = wqe;
+        return wqebbs;
     }
 
+    // An SGE's length (low half) and lkey (high half) in one 8-byte load: they are adjacent in
+    // ScatterGatherElement as byte_count and lkey are in the data segment.
+    RDMACHAN_ALWAYS_INLINE static std::uint64_t load_length_lkey(
+        const ScatterGatherElement& element) {
+        static_assert(offsetof(ScatterGatherElement, lkey) ==
+                      offsetof(ScatterGatherElement, length) + 4);
+        std::uint64_t length_lkey;
+        std::memcpy(&length_lkey,
+                    reinterpret_cast<const unsigned char*>(&element) +
+                        offsetof(ScatterGatherElement, length),
+                    sizeof length_lkey);
+        return length_lkey;
+    }
+
+    // The halves swapped into big-endian order (rotate, then byte swap): one store for both.
     RDMACHAN_ALWAYS_INLINE static void store_data_segment(std::uint8_t* segment,
-                                                          const ScatterGatherElement& element) {
-        store_big32(segment, element.length);
-        store_big32(segment + 4, element.lkey);
-        store_big64(segment + 8, element.addr);
+                                                          std::uint64_t length_lkey,
+                                                          std::uint64_t addr) {
+        store_big64(segment, length_lkey << 32 | length_lkey >> 32);
+        store_big64(segment + 8, addr);
     }
 
     RDMACHAN_ALWAYS_INLINE static std::uint32_t minimum(std::uint32_t a, std::uint32_t b) {
@@ -458,6 +548,7 @@ class SendQueue {
     std::uint32_t header_units_ = 1;     // ctrl, plus the address vector on a DCI
     std::uint32_t signal_all_word_ = 0;  // CQ update bit in the ctrl bytes 8-11 word
     std::uint32_t fast_path_max_sge_ = 0;
+    std::uint32_t fast_path_max_wqebbs_ = 0;
     // WQEBBs the fast path may still fill: free, and before the ring end (so nothing wraps).
     std::uint32_t fast_room_ = 0;
     std::uint32_t blueflame_max_ds_ = 0;            // largest WQE (in ds) that BlueFlame can carry
