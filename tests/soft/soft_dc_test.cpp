@@ -352,3 +352,77 @@ TEST_CASE("a DCI in ERR is flushed, then RESET -> INIT -> RTR -> RTS and used ag
     // Only one receive was ever consumed: the refused send before the reset took none.
     CHECK(received->wr_id == 3);
 }
+
+TEST_CASE("receiver not ready at a DCT: the DCI retries, and the requests behind the refused one stay in order") {
+    DcTargetEndpoint target(soft::Device::open());
+    DcInitiatorEndpoint initiator(soft::Device::open());
+    const DcTargetAddress to = target.address();
+    for (std::uint32_t i = 0; i < 3; ++i) {
+        initiator.buffer()[i] = static_cast<std::uint8_t>(0x40 + i);
+        const mlx5::ScatterGatherElement element = initiator.local(i, 1);
+        mlx5::SendWorkRequest request = dc_request(mlx5::SendOpcode::send_with_immediate, 10 + i, &element);
+        request.immediate = i;
+        REQUIRE(initiator.post(request, to) == mlx5::PostResult::ok);
+    }
+    // Nothing posted at the DCT yet: no completion, the DCI keeps retrying (rnr_retry 7).
+    CHECK_FALSE(initiator.wait_send(std::chrono::milliseconds(50)).has_value());
+    CHECK(initiator.initiator().state() == soft::QueuePairState::ready_to_send);
+    for (std::uint32_t i = 0; i < 3; ++i) REQUIRE(target.post_receive(i, i * 64, 64) == mlx5::PostResult::ok);
+    for (std::uint32_t i = 0; i < 3; ++i) {
+        const auto done = initiator.wait_send();
+        REQUIRE(done.has_value());
+        CHECK(done->status == mlx5::CompletionStatus::success);
+        CHECK(done->wr_id == 10 + i);
+        const auto received = target.wait_receive();
+        REQUIRE(received.has_value());
+        CHECK(received->immediate == i);
+        CHECK(target.buffer()[received->wr_id * 64] == 0x40 + i);
+    }
+    CHECK_FALSE(target.wait_receive(std::chrono::milliseconds(20)).has_value());  // each message delivered once
+}
+
+TEST_CASE("a DCT number nobody serves, or a DCT not yet in RTR: the request is dropped and the DCI times out") {
+    auto device = soft::Device::open();
+    DcTargetEndpoint target(device);
+    DcInitiatorEndpoint initiator(soft::Device::open(), 10);  // 4 ms per try, 4 tries
+    DcTargetAddress nowhere = target.address();
+    nowhere.dctn += 1000;
+    const mlx5::ScatterGatherElement element = initiator.local(0, 8);
+    mlx5::Completion done =
+        complete(initiator, dc_request(mlx5::SendOpcode::rdma_write, 1, &element, nowhere.buffer_addr, nowhere.rkey), nowhere);
+    CHECK(done.status == mlx5::CompletionStatus::transport_retry_exceeded);
+    CHECK(done.syndrome == mlx5::kSyndromeTransportRetryExceeded);
+
+    // A DCT in INIT has no number on the wire yet. Two DCTs created back to back get
+    // consecutive numbers; the second stays in INIT while a DCI names the number it will get.
+    auto domain = device->allocate_protection_domain();
+    std::vector<std::uint8_t> memory(4096, 0);
+    auto region = device->register_memory(domain, memory.data(), memory.size(), rdmachan::test::kAllAccess);
+    soft::DcTargetInit init;
+    init.srq = device->create_shared_receive_queue(domain, 3, 1);
+    init.recv_cq = device->create_completion_queue(8);
+    init.access_flags = rdmachan::test::kAllAccess;
+    init.dc_access_key = kDcKey;
+    auto ready = device->create_dc_target(domain, init);
+    auto waiting = device->create_dc_target(domain, init);
+    ready->modify_to_init(1);
+    ready->modify_to_ready_to_receive({});
+    waiting->modify_to_init(1);
+    const DcTargetAddress early{device->address_vector(), ready->dctn() + 1, reinterpret_cast<std::uint64_t>(memory.data()),
+                                region->rkey()};
+    DcInitiatorEndpoint second(soft::Device::open(), 10);
+    second.buffer()[0] = 0x6b;
+    const mlx5::ScatterGatherElement source = second.local(0, 1);
+    done = complete(second, dc_request(mlx5::SendOpcode::rdma_write, 2, &source, early.buffer_addr, early.rkey), early);
+    CHECK(done.status == mlx5::CompletionStatus::transport_retry_exceeded);
+    CHECK(memory[0] == 0);
+    // In RTR it gets exactly that number, and the same address vector now reaches it.
+    waiting->modify_to_ready_to_receive({});
+    REQUIRE(waiting->dctn() == early.dctn);
+    DcInitiatorEndpoint third(soft::Device::open(), 10);
+    third.buffer()[0] = 0x6b;
+    const mlx5::ScatterGatherElement again = third.local(0, 1);
+    done = complete(third, dc_request(mlx5::SendOpcode::rdma_write, 3, &again, early.buffer_addr, early.rkey), early);
+    CHECK(done.status == mlx5::CompletionStatus::success);
+    CHECK(memory[0] == 0x6b);
+}
