@@ -23,7 +23,8 @@ namespace rdmachan::test {
 namespace mlx5 = rdmachan::mlx5;
 
 inline constexpr std::uint64_t kDcKey = 0x1ee7a330;  // UCX's UCT_IB_KEY, on both sides
-inline constexpr std::uint32_t kAllAccess = soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead | soft::kRemoteAtomic;
+inline constexpr std::uint32_t kAllAccess =
+    soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead | soft::kRemoteAtomic;
 
 // What an initiator needs to reach a DCT; plain bytes, so it also crosses a pipe.
 struct DcTargetAddress {
@@ -34,11 +35,13 @@ struct DcTargetAddress {
 };
 
 template <typename Queue>
-std::optional<mlx5::Completion> wait_for(Queue& queue, mlx5::CompletionTarget& target, std::uint32_t qpn,
-                                         std::chrono::milliseconds deadline) {
+std::optional<mlx5::Completion> wait_for(Queue& queue, mlx5::CompletionTarget& target,
+                                         std::uint32_t qpn, std::chrono::milliseconds deadline) {
     const auto until = std::chrono::steady_clock::now() + deadline;
     mlx5::Completion completion;
-    auto resolve = [&](std::uint32_t cqe_qpn, std::uint32_t) { return cqe_qpn == qpn ? &target : static_cast<mlx5::CompletionTarget*>(nullptr); };
+    auto resolve = [&](std::uint32_t cqe_qpn, std::uint32_t) {
+        return cqe_qpn == qpn ? &target : static_cast<mlx5::CompletionTarget*>(nullptr);
+    };
     while (std::chrono::steady_clock::now() < until) {
         if (queue.poll(&completion, 1, resolve) == 1) return completion;
         std::this_thread::yield();
@@ -47,8 +50,9 @@ std::optional<mlx5::Completion> wait_for(Queue& queue, mlx5::CompletionTarget& t
 }
 
 class DcTargetEndpoint {
-public:
-    explicit DcTargetEndpoint(std::shared_ptr<soft::Device> device, std::uint64_t key = kDcKey, std::uint32_t buffer_size = 1 << 20)
+  public:
+    explicit DcTargetEndpoint(std::shared_ptr<soft::Device> device, std::uint64_t key = kDcKey,
+                              std::uint32_t buffer_size = 1 << 20)
         : device_(std::move(device)), buffer_(buffer_size) {
         domain_ = device_->allocate_protection_domain();
         region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), kAllAccess);
@@ -62,7 +66,8 @@ public:
         init.dc_access_key = key;
         target_ = device_->create_dc_target(domain_, init);
         srq_wr_ids_.resize(srq_->ring().wqe_count);
-        shared_ = mlx5::SharedReceiveQueue(srq_->ring(), srq_wr_ids_.data(), 0, srq_->initial_tail());
+        shared_ =
+            mlx5::SharedReceiveQueue(srq_->ring(), srq_wr_ids_.data(), 0, srq_->initial_tail());
         completions_ = mlx5::CompletionQueue(cq_->ring());
         completion_target_.shared_receive = &shared_;
         target_->modify_to_init(1);
@@ -70,16 +75,19 @@ public:
     }
 
     DcTargetAddress address() const {
-        return {device_->address_vector(), target_->dctn(), reinterpret_cast<std::uint64_t>(buffer_.data()), region_->rkey()};
+        return {device_->address_vector(), target_->dctn(),
+                reinterpret_cast<std::uint64_t>(buffer_.data()), region_->rkey()};
     }
 
     mlx5::PostResult post_receive(std::uint64_t wr_id, std::uint64_t offset, std::uint32_t length) {
-        const mlx5::ScatterGatherElement element{reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
+        const mlx5::ScatterGatherElement element{
+            reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
         const mlx5::ReceiveWorkRequest request{wr_id, &element, 1};
         return shared_.post(&request, 1, nullptr);
     }
 
-    std::optional<mlx5::Completion> wait_receive(std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+    std::optional<mlx5::Completion> wait_receive(
+        std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
         return wait_for(completions_, completion_target_, target_->dctn(), deadline);
     }
 
@@ -87,7 +95,7 @@ public:
     soft::DcTarget& target() { return *target_; }
     soft::Device& device() { return *device_; }
 
-private:
+  private:
     std::shared_ptr<soft::Device> device_;
     std::vector<std::uint8_t> buffer_;
     std::shared_ptr<soft::ProtectionDomain> domain_;
@@ -102,10 +110,11 @@ private:
 };
 
 class DcInitiatorEndpoint {
-public:
+  public:
     // timeout: the verbs local ACK timeout (4.096 us * 2^timeout per try, retry_cnt 3); 17 gives
     // 0.54 s per try, generous for 2 loaded cores.
-    explicit DcInitiatorEndpoint(std::shared_ptr<soft::Device> device, std::uint8_t timeout = 17, std::uint32_t buffer_size = 1 << 20)
+    explicit DcInitiatorEndpoint(std::shared_ptr<soft::Device> device, std::uint8_t timeout = 17,
+                                 std::uint32_t buffer_size = 1 << 20)
         : device_(std::move(device)), timeout_(timeout), buffer_(buffer_size) {
         domain_ = device_->allocate_protection_domain();
         region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), kAllAccess);
@@ -135,13 +144,15 @@ public:
         config.max_sge = 2;
         config.max_inline_data = 64;
         config.dc_initiator = true;
-        send_ = mlx5::SendQueue(initiator_->send_ring(), {wr_ids_.data(), wqe_ends_.data(), 0, 0}, config);
+        send_ = mlx5::SendQueue(initiator_->send_ring(), {wr_ids_.data(), wqe_ends_.data(), 0, 0},
+                                config);
         completion_target_.send = &send_.tracking();
         completion_target_.send_wqe_count = initiator_->send_ring().wqe_count;
     }
 
     // Posts one request to the DCT `to` names, with `key` as the DC key of its address vector.
-    mlx5::PostResult post(mlx5::SendWorkRequest request, const DcTargetAddress& to, std::uint64_t key = kDcKey) {
+    mlx5::PostResult post(mlx5::SendWorkRequest request, const DcTargetAddress& to,
+                          std::uint64_t key = kDcKey) {
         std::uint8_t address_vector[mlx5::kAddressVectorSize];
         mlx5::make_dc_address_vector(address_vector, to.base_address_vector.data(), to.dctn, key);
         request.dc_address_vector = address_vector;
@@ -150,7 +161,8 @@ public:
         return result;
     }
 
-    std::optional<mlx5::Completion> wait_send(std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+    std::optional<mlx5::Completion> wait_send(
+        std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
         return wait_for(completions_, completion_target_, initiator_->qpn(), deadline);
     }
 
@@ -163,7 +175,7 @@ public:
     soft::DcInitiator& initiator() { return *initiator_; }
     mlx5::SendQueue& send_queue() { return send_; }
 
-private:
+  private:
     std::shared_ptr<soft::Device> device_;
     std::uint8_t timeout_;
     std::vector<std::uint8_t> buffer_;
@@ -178,7 +190,8 @@ private:
     mlx5::CompletionTarget completion_target_;
 };
 
-inline mlx5::SendWorkRequest dc_request(mlx5::SendOpcode opcode, std::uint64_t wr_id, const mlx5::ScatterGatherElement* element,
+inline mlx5::SendWorkRequest dc_request(mlx5::SendOpcode opcode, std::uint64_t wr_id,
+                                        const mlx5::ScatterGatherElement* element,
                                         std::uint64_t remote_addr = 0, std::uint32_t rkey = 0) {
     mlx5::SendWorkRequest request;
     request.wr_id = wr_id;
@@ -189,6 +202,16 @@ inline mlx5::SendWorkRequest dc_request(mlx5::SendOpcode opcode, std::uint64_t w
     request.remote_addr = remote_addr;
     request.rkey = rkey;
     return request;
+}
+
+// Posts one request and returns its completion (the test fails if none comes).
+inline mlx5::Completion complete(DcInitiatorEndpoint& initiator,
+                                 const mlx5::SendWorkRequest& request, const DcTargetAddress& to,
+                                 std::uint64_t key = kDcKey) {
+    REQUIRE(initiator.post(request, to, key) == mlx5::PostResult::ok);
+    const auto completion = initiator.wait_send();
+    REQUIRE(completion.has_value());
+    return *completion;
 }
 
 }  // namespace rdmachan::test

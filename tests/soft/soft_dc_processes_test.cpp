@@ -25,7 +25,9 @@ struct InitiatorIdentity {
     std::uint32_t qpn;
 };
 
-std::uint8_t pattern(std::uint32_t i) { return static_cast<std::uint8_t>(i * 13 + 5); }
+std::uint8_t pattern(std::uint32_t i) {
+    return static_cast<std::uint8_t>(i * 13 + 5);
+}
 
 bool write_all(int descriptor, const void* data, std::size_t length) {
     return ::write(descriptor, data, length) == static_cast<ssize_t>(length);
@@ -59,9 +61,12 @@ bool read_all(int descriptor, void* data, std::size_t length, int seconds = 20) 
         if (target.post_receive(0, 65536, 4096) != mlx5::PostResult::ok) ::_exit(100);
         const DcTargetAddress mine = target.address();
         InitiatorIdentity parent{};
-        if (!write_all(to_parent, &mine, sizeof mine) || !read_all(from_parent, &parent, sizeof parent)) ::_exit(101);
+        if (!write_all(to_parent, &mine, sizeof mine) ||
+            !read_all(from_parent, &parent, sizeof parent))
+            ::_exit(101);
         const auto received = target.wait_receive(std::chrono::seconds(20));
-        if (!received.has_value() || received->status != mlx5::CompletionStatus::success) ::_exit(102);
+        if (!received.has_value() || received->status != mlx5::CompletionStatus::success)
+            ::_exit(102);
         bad += received->wr_id != 0;
         bad += received->immediate != 0xdc0000dcu;
         bad += received->src_qp != parent.qpn;
@@ -73,15 +78,18 @@ bool read_all(int descriptor, void* data, std::size_t length, int seconds = 20) 
         for (std::uint32_t i = 0; i < 1000; ++i) bad += target.buffer()[i] != pattern(i);
         char done = 0;
         if (!read_all(from_parent, &done, 1)) ::_exit(103);
-        // The parent's "done" says the fetch-and-add completed: read the word as the device wrote it.
-        bad += __atomic_load_n(reinterpret_cast<const std::uint64_t*>(target.buffer() + 8192), __ATOMIC_ACQUIRE) != 7 + 35;
+        // The parent's "done" says the fetch-and-add completed: read the word as the device wrote
+        // it.
+        bad += __atomic_load_n(reinterpret_cast<const std::uint64_t*>(target.buffer() + 8192),
+                               __ATOMIC_ACQUIRE) != 7 + 35;
     }
     ::_exit(bad > 99 ? 99 : bad);
 }
 
 }  // namespace
 
-TEST_CASE("a DCI in one process reaches a DCT in another: write, send with immediate, read, atomic") {
+TEST_CASE(
+    "a DCI in one process reaches a DCT in another: write, send with immediate, read, atomic") {
     ::signal(SIGPIPE, SIG_IGN);  // a dead child must fail the test, not kill it
     int down[2];
     int up[2];
@@ -105,17 +113,20 @@ TEST_CASE("a DCI in one process reaches a DCT in another: write, send with immed
 
     for (std::uint32_t i = 0; i < 1000; ++i) initiator.buffer()[i] = pattern(i);
     mlx5::ScatterGatherElement element = initiator.local(0, 1000);
-    REQUIRE(initiator.post(dc_request(mlx5::SendOpcode::rdma_write, 1, &element, to.buffer_addr, to.rkey), to) ==
-            mlx5::PostResult::ok);
+    REQUIRE(initiator.post(
+                dc_request(mlx5::SendOpcode::rdma_write, 1, &element, to.buffer_addr, to.rkey),
+                to) == mlx5::PostResult::ok);
     element = initiator.local(0, 300);
     mlx5::SendWorkRequest send = dc_request(mlx5::SendOpcode::send_with_immediate, 2, &element);
     send.immediate = 0xdc0000dc;
     REQUIRE(initiator.post(send, to) == mlx5::PostResult::ok);
     const mlx5::ScatterGatherElement landing = initiator.local(100000, 512);
-    REQUIRE(initiator.post(dc_request(mlx5::SendOpcode::rdma_read, 3, &landing, to.buffer_addr + 4096, to.rkey), to) ==
-            mlx5::PostResult::ok);
+    REQUIRE(initiator.post(dc_request(mlx5::SendOpcode::rdma_read, 3, &landing,
+                                      to.buffer_addr + 4096, to.rkey),
+                           to) == mlx5::PostResult::ok);
     const mlx5::ScatterGatherElement original = initiator.local(200000, 8);
-    mlx5::SendWorkRequest add = dc_request(mlx5::SendOpcode::atomic_fetch_and_add, 4, &original, to.buffer_addr + 8192, to.rkey);
+    mlx5::SendWorkRequest add = dc_request(mlx5::SendOpcode::atomic_fetch_and_add, 4, &original,
+                                           to.buffer_addr + 8192, to.rkey);
     add.compare_add = 35;
     REQUIRE(initiator.post(add, to) == mlx5::PostResult::ok);
     for (std::uint64_t wr_id = 1; wr_id <= 4; ++wr_id) {
@@ -124,7 +135,8 @@ TEST_CASE("a DCI in one process reaches a DCT in another: write, send with immed
         CHECK(done->status == mlx5::CompletionStatus::success);
         CHECK(done->wr_id == wr_id);
     }
-    for (std::uint32_t i = 0; i < 512; ++i) REQUIRE(initiator.buffer()[100000 + i] == pattern(i + 1));
+    for (std::uint32_t i = 0; i < 512; ++i)
+        REQUIRE(initiator.buffer()[100000 + i] == pattern(i + 1));
     std::uint64_t before = 0;
     std::memcpy(&before, initiator.buffer() + 200000, 8);
     CHECK(before == 7);
@@ -135,7 +147,8 @@ TEST_CASE("a DCI in one process reaches a DCT in another: write, send with immed
     int status = 0;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     pid_t finished = 0;
-    while ((finished = ::waitpid(pid, &status, WNOHANG)) == 0 && std::chrono::steady_clock::now() < until) {
+    while ((finished = ::waitpid(pid, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (finished == 0) {

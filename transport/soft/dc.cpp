@@ -23,12 +23,15 @@ std::uint32_t round_up_power_of_two(std::uint32_t value) {
     return result;
 }
 
-[[noreturn]] void fail(const std::string& message) { throw SoftDeviceError(message); }
+[[noreturn]] void fail(const std::string& message) {
+    throw SoftDeviceError(message);
+}
 
-void check_range(const std::string& call, const char* field, std::uint64_t value, std::uint64_t low, std::uint64_t high) {
+void check_range(const std::string& call, const char* field, std::uint64_t value, std::uint64_t low,
+                 std::uint64_t high) {
     if (value < low || value > high) {
-        fail(call + ": " + field + " = " + std::to_string(value) + " is out of range [" + std::to_string(low) + ", " +
-             std::to_string(high) + "]");
+        fail(call + ": " + field + " = " + std::to_string(value) + " is out of range [" +
+             std::to_string(low) + ", " + std::to_string(high) + "]");
     }
 }
 
@@ -38,7 +41,9 @@ void check_mtu(const std::string& call, std::uint32_t mtu) {
     }
 }
 
-std::string dci_call(const char* call, std::uint32_t qpn) { return std::string(call) + "(DCI " + std::to_string(qpn) + ")"; }
+std::string dci_call(const char* call, std::uint32_t qpn) {
+    return std::string(call) + "(DCI " + std::to_string(qpn) + ")";
+}
 
 void check_transition(const std::string& call, QueuePairState from, const char* to, bool allowed) {
     if (!allowed) fail(call + ": " + to_string(from) + " -> " + to + " is not a valid transition");
@@ -55,9 +60,11 @@ std::array<std::uint8_t, 48> Device::address_vector() const {
     return vector;
 }
 
-std::shared_ptr<DcInitiator> Device::create_dc_initiator(const std::shared_ptr<ProtectionDomain>& domain, DcInitiatorInit init) {
+std::shared_ptr<DcInitiator> Device::create_dc_initiator(
+    const std::shared_ptr<ProtectionDomain>& domain, DcInitiatorInit init) {
     const std::string call = "create_dc_initiator";
-    if (domain == nullptr || domain->device().get() != this) fail(call + ": the protection domain belongs to another device");
+    if (domain == nullptr || domain->device().get() != this)
+        fail(call + ": the protection domain belongs to another device");
     if (init.send_cq == nullptr) fail(call + ": send_cq is required");
     const QueuePairCapabilities& capabilities = init.capabilities;
     check_range(call, "max_send_wr", capabilities.max_send_wr, 1, kMaxQueueEntries);
@@ -66,28 +73,38 @@ std::shared_ptr<DcInitiator> Device::create_dc_initiator(const std::shared_ptr<P
 
     // As libmlx5 sizes a DCI WQE: ctrl + the 48-byte address vector (its datagram overhead) +
     // remote address + atomic + the larger of the SGEs and the inline data.
-    const std::uint32_t data_bytes = std::max(16 * capabilities.max_send_sge,
-                                              capabilities.max_inline_data == 0 ? 0u : ((capabilities.max_inline_data + 4 + 15) / 16) * 16);
+    const std::uint32_t data_bytes = std::max(
+        16 * capabilities.max_send_sge, capabilities.max_inline_data == 0
+                                            ? 0u
+                                            : ((capabilities.max_inline_data + 4 + 15) / 16) * 16);
     const std::uint32_t wqe_bytes = 48 + mlx5::kAddressVectorSize + data_bytes;
     const std::uint32_t wqebbs_per_wqe = (wqe_bytes + 63) / 64;
-    const std::uint32_t send_wqe_count = round_up_power_of_two(capabilities.max_send_wr * wqebbs_per_wqe);
+    const std::uint32_t send_wqe_count =
+        round_up_power_of_two(capabilities.max_send_wr * wqebbs_per_wqe);
 
     auto context = std::make_unique<QueuePairContext>();
     context->transport = Transport::dc_initiator;
-    context->buffer = std::make_unique<AlignedBuffer>(static_cast<std::size_t>(send_wqe_count) * 64);
+    context->buffer =
+        std::make_unique<AlignedBuffer>(static_cast<std::size_t>(send_wqe_count) * 64);
     context->doorbell = std::make_unique<AlignedBuffer>(64);
     context->blueflame = std::make_unique<AlignedBuffer>(2 * kBlueFlameSize);
     context->protection_domain = domain->handle();
     context->user_index = init.user_index;
-    context->receive_ring = {nullptr, 0, 0, reinterpret_cast<std::uint32_t*>(context->doorbell->data)};
+    context->receive_ring = {nullptr, 0, 0,
+                             reinterpret_cast<std::uint32_t*>(context->doorbell->data)};
 
     std::lock_guard lock(core_->mutex);
     context->send_cq = core_->completion_queues.at(init.send_cq->cqn()).get();
     context->recv_cq = context->send_cq;  // never written: a DCI receives nothing
     context->qpn = 0x100 + core_->next_handle++;
-    context->send_ring = {context->buffer->data, send_wqe_count, context->qpn,
-                          reinterpret_cast<std::uint32_t*>(context->doorbell->data), context->blueflame->data, kBlueFlameSize};
-    std::shared_ptr<DcInitiator> initiator(new DcInitiator(domain, std::move(init), context->send_ring));
+    context->send_ring = {context->buffer->data,
+                          send_wqe_count,
+                          context->qpn,
+                          reinterpret_cast<std::uint32_t*>(context->doorbell->data),
+                          context->blueflame->data,
+                          kBlueFlameSize};
+    std::shared_ptr<DcInitiator> initiator(
+        new DcInitiator(domain, std::move(init), context->send_ring));
     initiator->core_ = core_.get();
     initiator->doorbell_pending_ = &context->doorbell_pending;
     core_->queue_pairs[context->qpn] = std::move(context);
@@ -108,9 +125,14 @@ void DcInitiator::modify_to_init(std::uint8_t port_num, std::uint32_t access_fla
     std::lock_guard lock(core_->mutex);
     QueuePairContext& context = *core_->queue_pairs.at(send_ring_.qpn);
     const std::string call = dci_call("modify_qp", context.qpn);
-    check_transition(call, context.state, "INIT", context.state == QueuePairState::reset || context.state == QueuePairState::init);
-    if (port_num != 1) fail(call + " to INIT: port_num = " + std::to_string(port_num) + ", the software device has port 1 only");
-    if ((access_flags & ~kAllAccess) != 0) fail(call + " to INIT: unknown access flags " + std::to_string(access_flags));
+    check_transition(
+        call, context.state, "INIT",
+        context.state == QueuePairState::reset || context.state == QueuePairState::init);
+    if (port_num != 1)
+        fail(call + " to INIT: port_num = " + std::to_string(port_num) +
+             ", the software device has port 1 only");
+    if ((access_flags & ~kAllAccess) != 0)
+        fail(call + " to INIT: unknown access flags " + std::to_string(access_flags));
     context.access = access_flags;
     context.state = QueuePairState::init;
 }
@@ -132,7 +154,8 @@ void DcInitiator::modify_to_ready_to_send(const ReadyToSendAttributes& attribute
     QueuePairContext& context = *core_->queue_pairs.at(send_ring_.qpn);
     const std::string call = dci_call("modify_qp", context.qpn);
     check_transition(call, context.state, "RTS",
-                     context.state == QueuePairState::ready_to_receive || context.state == QueuePairState::ready_to_send);
+                     context.state == QueuePairState::ready_to_receive ||
+                         context.state == QueuePairState::ready_to_send);
     check_range(call + " to RTS", "sq_psn", attributes.sq_psn, 0, 0xffffff);
     check_range(call + " to RTS", "timeout", attributes.timeout, 0, 31);
     check_range(call + " to RTS", "retry_cnt", attributes.retry_cnt, 0, 7);
@@ -141,9 +164,8 @@ void DcInitiator::modify_to_ready_to_send(const ReadyToSendAttributes& attribute
     context.next_psn = attributes.sq_psn;
     context.rnr_retries_left = attributes.rnr_retry;
     context.state = QueuePairState::ready_to_send;
-    context.doorbell_pending.store(true);
+    // WQEs posted before RTS are executed now, as the NIC starts its send queue.
     core_->notify_doorbell(context.doorbell_pending);
-    core_->wake();
 }
 
 void DcInitiator::modify_to_error() {
@@ -167,15 +189,21 @@ void DcInitiator::modify_to_reset() {
     context.send_ring.doorbell_record[mlx5::kReceiveDoorbell] = 0;
 }
 
-void DcInitiator::ring_send_doorbell() { core_->notify_doorbell(*doorbell_pending_); }
+void DcInitiator::ring_send_doorbell() {
+    core_->notify_doorbell(*doorbell_pending_);
+}
 
-std::shared_ptr<DcTarget> Device::create_dc_target(const std::shared_ptr<ProtectionDomain>& domain, DcTargetInit init) {
+std::shared_ptr<DcTarget> Device::create_dc_target(const std::shared_ptr<ProtectionDomain>& domain,
+                                                   DcTargetInit init) {
     const std::string call = "create_dc_target";
-    if (domain == nullptr || domain->device().get() != this) fail(call + ": the protection domain belongs to another device");
+    if (domain == nullptr || domain->device().get() != this)
+        fail(call + ": the protection domain belongs to another device");
     // The kernel refuses a DCT without them (mlx5_ib_create_dct returns EINVAL).
-    if (init.srq == nullptr) fail(call + ": an SRQ is required (a DCT receives only through an SRQ)");
+    if (init.srq == nullptr)
+        fail(call + ": an SRQ is required (a DCT receives only through an SRQ)");
     if (init.recv_cq == nullptr) fail(call + ": recv_cq is required");
-    if ((init.access_flags & ~kAllAccess) != 0) fail(call + ": unknown access flags " + std::to_string(init.access_flags));
+    if ((init.access_flags & ~kAllAccess) != 0)
+        fail(call + ": unknown access flags " + std::to_string(init.access_flags));
     auto context = std::make_unique<QueuePairContext>();
     context->transport = Transport::dc_target;
     context->protection_domain = domain->handle();
@@ -184,7 +212,9 @@ std::shared_ptr<DcTarget> Device::create_dc_target(const std::shared_ptr<Protect
     context->dc_access_key = init.dc_access_key;
     std::lock_guard lock(core_->mutex);
     context->recv_cq = core_->completion_queues.at(init.recv_cq->cqn()).get();
-    context->send_cq = init.send_cq != nullptr ? core_->completion_queues.at(init.send_cq->cqn()).get() : context->recv_cq;
+    context->send_cq = init.send_cq != nullptr
+                           ? core_->completion_queues.at(init.send_cq->cqn()).get()
+                           : context->recv_cq;
     context->srq = core_->shared_receive_queues.at(init.srq->srqn()).get();
     // The number is reserved now but published only at RTR, where rdma-core learns it
     // (verbs.c sets qp_num = resp.dctn after the RTR modify). Requests to a DCT not in RTR are
@@ -211,8 +241,12 @@ void DcTarget::modify_to_init(std::uint8_t port_num) {
     std::lock_guard lock(core_->mutex);
     QueuePairContext& context = *core_->queue_pairs.at(handle_);
     const std::string call = "modify_qp(DCT created as handle " + std::to_string(handle_) + ")";
-    check_transition(call, context.state, "INIT", context.state == QueuePairState::reset || context.state == QueuePairState::init);
-    if (port_num != 1) fail(call + " to INIT: port_num = " + std::to_string(port_num) + ", the software device has port 1 only");
+    check_transition(
+        call, context.state, "INIT",
+        context.state == QueuePairState::reset || context.state == QueuePairState::init);
+    if (port_num != 1)
+        fail(call + " to INIT: port_num = " + std::to_string(port_num) +
+             ", the software device has port 1 only");
     context.state = QueuePairState::init;
 }
 
@@ -234,7 +268,8 @@ std::uint32_t DcTarget::dctn() const {
     std::lock_guard lock(core_->mutex);
     const QueuePairContext& context = *core_->queue_pairs.at(handle_);
     if (context.state != QueuePairState::ready_to_receive) {
-        fail("DcTarget::dctn(DCT created as handle " + std::to_string(handle_) + "): the DCT is in " + to_string(context.state) +
+        fail("DcTarget::dctn(DCT created as handle " + std::to_string(handle_) +
+             "): the DCT is in " + to_string(context.state) +
              "; its number exists only after the move to RTR");
     }
     return context.qpn;

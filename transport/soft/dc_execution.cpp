@@ -23,19 +23,23 @@ bool same_target(const RemoteQueuePair& left, const RemoteQueuePair& right) {
 
 }  // namespace
 
-DeviceCore::AddressOutcome DeviceCore::take_dc_address(QueuePairContext& queue_pair, const std::uint8_t* address_vector,
+DeviceCore::AddressOutcome DeviceCore::take_dc_address(QueuePairContext& queue_pair,
+                                                       const std::uint8_t* address_vector,
                                                        wire::Request& request) {
     const std::uint32_t dqp_dct = load_big32(address_vector + kAvDqpDct);
     // The device reads only the 48-byte extended form, the one the project's encoder writes; a
     // compact (16-byte) vector would change where the next segment starts.
     if ((dqp_dct & kExtendedAddressVector) == 0) return AddressOutcome::malformed;
-    const bool global_route = (load_big32(address_vector + kAvGrhGidFl) & kAddressVectorGlobalRoute) != 0;
+    const bool global_route =
+        (load_big32(address_vector + kAvGrhGidFl) & kAddressVectorGlobalRoute) != 0;
     RemoteQueuePair target;
     target.qpn = dqp_dct & 0xffffff;
     target.lid = load_big16(address_vector + kAvRlid);
     // Without a GRH a packet stays in the local subnet: here, the host this device listens on.
-    if (global_route) std::memcpy(target.gid.data(), address_vector + kAvRgid, 16);
-    else target.gid = gid;
+    if (global_route)
+        std::memcpy(target.gid.data(), address_vector + kAvRgid, 16);
+    else
+        target.gid = gid;
     if (target.qpn == 0) return AddressOutcome::malformed;
 
     if (!same_target(queue_pair.receive_attributes.remote, target)) {
@@ -45,7 +49,6 @@ DeviceCore::AddressOutcome DeviceCore::take_dc_address(QueuePairContext& queue_p
         queue_pair.receive_attributes.remote = target;
         queue_pair.dc_connected = false;
     }
-    queue_pair.dc_global_route = global_route;
     request.destination_qpn = target.qpn;
     request.dc_key = load_big64(address_vector + kAvDcKey);
     request.dc_flags = wire::kDcRequest;
@@ -55,8 +58,9 @@ DeviceCore::AddressOutcome DeviceCore::take_dc_address(QueuePairContext& queue_p
     return AddressOutcome::ready;
 }
 
-void DeviceCore::handle_dc_request(Connection& connection, QueuePairContext& target, const wire::Request& request,
-                                   const std::uint8_t* payload, std::uint32_t payload_length) {
+void DeviceCore::handle_dc_request(Connection& connection, QueuePairContext& target,
+                                   const wire::Request& request, const std::uint8_t* payload,
+                                   std::uint32_t payload_length) {
     // A DCT serves from RTR on (it has no RTS); before that it does not exist on the wire.
     if (target.state != QueuePairState::ready_to_receive) return;
     if (request.dc_key != target.dc_access_key) {
@@ -66,10 +70,10 @@ void DeviceCore::handle_dc_request(Connection& connection, QueuePairContext& tar
         // target; the initiator is answered with a NAK and completes with a remote access error
         // (syndrome 0x13), the IB NAK for a request the responder may not serve (see README).
         ++target.dc_key_violations;
-        detail::logger().info("software device {}: DCT {}: DC key violation from QP {} (lid {})", owner_.name(), target.qpn,
-                              request.source_qpn, connection.lid);
-        respond(connection, wire::Response{request.source_qpn, request.psn, wire::ResponseKind::negative,
-                                           kSyndromeRemoteAccess, 0});
+        detail::logger().info("software device {}: DCT {}: DC key violation from QP {} (lid {})",
+                              owner_.name(), target.qpn, request.source_qpn, connection.lid);
+        respond(connection, wire::Response{request.source_qpn, request.psn,
+                                           wire::ResponseKind::negative, kSyndromeRemoteAccess, 0});
         return;
     }
     const DcPeer peer{connection.gid, connection.lid, request.source_qpn};

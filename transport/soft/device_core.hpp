@@ -110,7 +110,6 @@ struct QueuePairContext {
     // DC initiator: whether the current target (receive_attributes.remote) has seen this DCI's
     // first request since it switched to it, so the next request carries the connect mark.
     bool dc_connected = false;
-    bool dc_global_route = false;  // the current target's address vector carries a GRH
     // DC target: its key, how many requests a wrong key refused, and the PSN expected next
     // from each initiator connected to it.
     std::uint64_t dc_access_key = 0;
