@@ -25,16 +25,17 @@ TEST_CASE("a wrong DC key: remote access error on the DCI, the DCT's memory and 
 
     std::memset(intruder.buffer(), 0xee, 4096);
     const mlx5::ScatterGatherElement element = intruder.local(0, 512);
-    // A key one bit off: refused before anything of the DCT is looked at.
+    // A key that differs only in its upper 32 bits (all 64 are compared): refused before anything
+    // of the DCT is looked at.
     const mlx5::Completion refused = complete(
         intruder, dc_request(mlx5::SendOpcode::rdma_write, 1, &element, to.buffer_addr, to.rkey),
-        to, kDcKey ^ 1);
+        to, kDcKey ^ (1ull << 63));
     CHECK(refused.wr_id == 1);
     CHECK(refused.status == mlx5::CompletionStatus::remote_access_error);
     CHECK(refused.syndrome == mlx5::kSyndromeRemoteAccess);
     // The DCI is in ERR now: what follows is flushed and never reaches the DCT.
     const mlx5::Completion flushed =
-        complete(intruder, dc_request(mlx5::SendOpcode::send, 2, &element), to, kDcKey ^ 1);
+        complete(intruder, dc_request(mlx5::SendOpcode::send, 2, &element), to, kDcKey ^ (1ull << 63));
     CHECK(flushed.wr_id == 2);
     CHECK(flushed.status == mlx5::CompletionStatus::work_request_flushed);
     CHECK(intruder.initiator().state() == soft::QueuePairState::error);

@@ -276,10 +276,11 @@ void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePair
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big16(cqe + kCqeSlid, source_lid);
-    // flags_rqpn bits 29:28 say which L3 header came with the packet (libmlx5 reports any
-    // nonzero value as IBV_WC_GRH); the GIDs here are IPv4-mapped, so RoCEv2 over IPv4 (2).
-    const std::uint32_t header_type = global_route ? 2u << 28 : 0u;
-    store_big32(cqe + kCqeFlagsRemoteQpn, header_type | (source_qpn & 0xffffff));
+    // flags_rqpn bits 29:28 are nonzero when the packet came with a GRH (libmlx5 and the kernel
+    // report it as the GRH flag). On RoCE the NIC also puts the L3 type in bits 25:24, which
+    // overlap the IB SL; they stay 0 here (plain GRH), so the SL reads 0 as it was sent.
+    const std::uint32_t global_route_header = global_route ? 1u << 28 : 0u;
+    store_big32(cqe + kCqeFlagsRemoteQpn, global_route_header | (source_qpn & 0xffffff));
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
     if (cqe_opcode == kCqeResponderWriteImmediate || cqe_opcode == kCqeResponderSendImmediate) {
         store_big32(cqe + kCqeImmediateInvalidatePkey, immediate);
