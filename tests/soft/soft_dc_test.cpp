@@ -245,3 +245,39 @@ TEST_CASE(
     CHECK_FALSE(target.wait_receive(std::chrono::milliseconds(20))
                     .has_value());  // each message delivered once
 }
+
+TEST_CASE(
+    "a DCI's ring wraps many times: inline and gathered writes of 2 and 3 WQEBBs, segments across "
+    "the ring end") {
+    DcTargetEndpoint target(soft::Device::open());
+    DcInitiatorEndpoint initiator(soft::Device::open());
+    const DcTargetAddress to = target.address();
+    const std::uint32_t ring_wqebbs = initiator.initiator().send_ring().wqe_count;
+    std::uint32_t posted = 0;
+    std::uint32_t completed = 0;
+    for (std::uint32_t i = 0; i < 600; ++i) {
+        const std::uint32_t length = 1 + (i * 37) % 60;  // up to 60 bytes: fits inline (64)
+        const std::uint64_t offset = (i % 256) * 64;
+        fill(initiator.buffer() + offset, length, static_cast<std::uint8_t>(i));
+        const mlx5::ScatterGatherElement element = initiator.local(offset, length);
+        mlx5::SendWorkRequest request =
+            dc_request(mlx5::SendOpcode::rdma_write, i, &element, to.buffer_addr + offset, to.rkey);
+        if (i % 3 == 0) request.flags |= mlx5::kSendInline;
+        if (i % 4 != 3)
+            request.flags &=
+                ~mlx5::kSendSignaled;  // one completion retires the unsignaled ones before it
+        REQUIRE(initiator.post(request, to) == mlx5::PostResult::ok);
+        ++posted;
+        if (i % 4 == 3) {
+            const auto done = initiator.wait_send();
+            REQUIRE(done.has_value());
+            REQUIRE(done->status == mlx5::CompletionStatus::success);
+            CHECK(done->wr_id == i);
+            completed = posted;
+            CHECK(std::memcmp(target.buffer() + offset, initiator.buffer() + offset, length) == 0);
+        }
+    }
+    CHECK(completed == posted);
+    CHECK(initiator.send_queue().tracking().producer_index >
+          4 * ring_wqebbs);  // wrapped several times
+}
