@@ -198,6 +198,90 @@ private:
     QueuePairCapabilities capabilities_;
 };
 
+// A DC initiator (DCI): a queue pair with a send queue only, whose every WQE carries the
+// address vector of the DC target it goes to (mlx5-facts.md §1-2). One DCI talks to many
+// DCTs one after another; it keeps its WQEs in order.
+struct DcInitiatorInit {
+    std::shared_ptr<CompletionQueue> send_cq;
+    QueuePairCapabilities capabilities;  // the receive fields are ignored: a DCI has no receive queue
+    std::uint32_t user_index = 0;
+};
+
+class DcInitiator {
+public:
+    ~DcInitiator();
+    DcInitiator(const DcInitiator&) = delete;
+    DcInitiator& operator=(const DcInitiator&) = delete;
+
+    std::uint32_t qpn() const { return send_ring_.qpn; }
+    const mlx5::SendQueueRing& send_ring() const { return send_ring_; }
+    std::uint32_t max_send_sge() const { return capabilities_.max_send_sge; }
+    std::uint32_t max_inline_data() const { return capabilities_.max_inline_data; }
+
+    void modify_to_init(std::uint8_t port_num, std::uint32_t access_flags);
+    // A DCI's RTR names no remote: every WQE carries its destination.
+    void modify_to_ready_to_receive(std::uint32_t path_mtu_bytes = 1024);
+    void modify_to_ready_to_send(const ReadyToSendAttributes& attributes);
+    void modify_to_error();
+    // Back to RESET, as on hardware: nothing outstanding, producer and consumer at WQEBB 0.
+    // CQEs already written stay in the CQ; purging them is the consumer's job.
+    void modify_to_reset();
+    QueuePairState state() const;
+
+    void ring_send_doorbell();
+
+private:
+    friend class Device;
+    DcInitiator(std::shared_ptr<ProtectionDomain> domain, DcInitiatorInit init, const mlx5::SendQueueRing& send_ring)
+        : domain_(std::move(domain)), init_(std::move(init)), send_ring_(send_ring), capabilities_(init_.capabilities) {}
+    std::shared_ptr<ProtectionDomain> domain_;
+    DeviceCore* core_ = nullptr;
+    std::atomic<bool>* doorbell_pending_ = nullptr;
+    DcInitiatorInit init_;
+    mlx5::SendQueueRing send_ring_;
+    QueuePairCapabilities capabilities_;
+};
+
+// A DC target (DCT): receives from any DCI that names its number and its access key. Receives
+// go through its SRQ and complete on its receive CQ.
+struct DcTargetInit {
+    std::shared_ptr<SharedReceiveQueue> srq;
+    std::shared_ptr<CompletionQueue> recv_cq;
+    std::shared_ptr<CompletionQueue> send_cq;  // optional; a DCT never sends (UCX passes one anyway)
+    std::uint32_t access_flags = 0;
+    std::uint64_t dc_access_key = 0;
+    std::uint32_t user_index = 0;
+};
+
+struct DcTargetReadyAttributes {
+    std::uint32_t path_mtu_bytes = 1024;
+    std::uint8_t min_rnr_timer = 12;  // verbs encoding
+};
+
+class DcTarget {
+public:
+    ~DcTarget();
+    DcTarget(const DcTarget&) = delete;
+    DcTarget& operator=(const DcTarget&) = delete;
+
+    void modify_to_init(std::uint8_t port_num);
+    void modify_to_ready_to_receive(const DcTargetReadyAttributes& attributes);
+    QueuePairState state() const;
+    // The DCT number: throws SoftDeviceError before RTR, as the number exists only from then on.
+    std::uint32_t dctn() const;
+    // Requests refused for a wrong DC key (the dctc's dc_access_key_violation_count).
+    std::uint32_t key_violations() const;
+
+private:
+    friend class Device;
+    DcTarget(std::shared_ptr<ProtectionDomain> domain, DcTargetInit init, std::uint32_t handle)
+        : domain_(std::move(domain)), init_(std::move(init)), handle_(handle) {}
+    std::shared_ptr<ProtectionDomain> domain_;
+    DeviceCore* core_ = nullptr;
+    DcTargetInit init_;
+    std::uint32_t handle_;  // the device's internal name for it; published as the dctn at RTR
+};
+
 class Device : public std::enable_shared_from_this<Device> {
 public:
     static std::shared_ptr<Device> open(const DeviceOptions& options = {});
@@ -216,6 +300,12 @@ public:
     std::shared_ptr<SharedReceiveQueue> create_shared_receive_queue(const std::shared_ptr<ProtectionDomain>& domain,
                                                                     std::uint32_t max_wr, std::uint32_t max_sge);
     std::shared_ptr<QueuePair> create_queue_pair(const std::shared_ptr<ProtectionDomain>& domain, QueuePairInit init);
+    std::shared_ptr<DcInitiator> create_dc_initiator(const std::shared_ptr<ProtectionDomain>& domain, DcInitiatorInit init);
+    std::shared_ptr<DcTarget> create_dc_target(const std::shared_ptr<ProtectionDomain>& domain, DcTargetInit init);
+    // The 48-byte base address vector of an address handle naming this device, as
+    // mlx5dv_ah.av gives it on hardware: GRH present, rgid = this device's GID, rlid = its LID.
+    // make_dc_address_vector adds the DCT number and key.
+    std::array<std::uint8_t, 48> address_vector() const;
 
     DeviceCore& core() { return *core_; }
 

@@ -67,8 +67,19 @@ struct InFlight {
     std::uint32_t length = 0;
 };
 
+enum class Transport : std::uint8_t { reliable_connected, dc_initiator, dc_target };
+
+// The initiator side of a DC request, as a DCT tells its initiators apart.
+struct DcPeer {
+    std::array<std::uint8_t, 16> gid{};
+    std::uint16_t lid = 0;
+    std::uint32_t qpn = 0;
+    auto operator<=>(const DcPeer&) const = default;
+};
+
 struct QueuePairContext {
     std::uint32_t qpn = 0;
+    Transport transport = Transport::reliable_connected;
     std::uint32_t protection_domain = 0;
     std::uint32_t user_index = 0;
     CompletionQueueContext* send_cq = nullptr;
@@ -95,6 +106,15 @@ struct QueuePairContext {
     std::uint32_t rnr_retries_left = 0;
     Clock::time_point progress_deadline{};  // transport timeout for the oldest in-flight request
     std::atomic<bool> doorbell_pending{false};
+
+    // DC initiator: whether the current target (receive_attributes.remote) has seen this DCI's
+    // first request since it switched to it, so the next request carries the connect mark.
+    bool dc_connected = false;
+    // DC target: its key, how many requests a wrong key refused, and the PSN expected next
+    // from each initiator connected to it.
+    std::uint64_t dc_access_key = 0;
+    std::uint32_t dc_key_violations = 0;
+    std::map<DcPeer, std::uint32_t> dc_expected_psn;
 };
 
 struct Connection {
@@ -143,6 +163,16 @@ private:
                       const std::uint8_t* payload, std::uint32_t payload_length);
     void handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
                         std::uint32_t payload_length);
+    void handle_dc_request(Connection& connection, QueuePairContext& target, const wire::Request& request,
+                           const std::uint8_t* payload, std::uint32_t payload_length);
+    // Performs an admitted request on the responder QP or DCT; `expected_psn` advances when the
+    // request is accepted (answered with ACK or NAK, not RNR).
+    void perform_request(Connection& connection, QueuePairContext& queue_pair, const wire::Request& request,
+                         const std::uint8_t* payload, std::uint32_t payload_length, std::uint32_t& expected_psn);
+    // DC initiator: reads a WQE's address vector into the request and the DCI's current target.
+    // Returns false when the WQE must wait (another target still has requests in flight).
+    enum class AddressOutcome { ready, wait, malformed };
+    AddressOutcome take_dc_address(QueuePairContext& queue_pair, const std::uint8_t* address_vector, wire::Request& request);
     void handle_response(const wire::Response& response, const std::uint8_t* payload, std::uint32_t payload_length);
     void respond(Connection& connection, const wire::Response& response, const void* payload = nullptr,
                  std::uint32_t payload_length = 0);
@@ -167,7 +197,7 @@ private:
                          std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome);
     void write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
                              std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
-                             std::uint32_t source_qpn);
+                             std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route);
     std::uint8_t* claim_cqe(CompletionQueueContext& cq);
     void publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode);
 

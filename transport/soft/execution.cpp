@@ -60,6 +60,7 @@ void DeviceCore::execute_pending_doorbells() {
 
 void DeviceCore::execute_send_queue(QueuePairContext& queue_pair) {
     if (queue_pair.state != QueuePairState::ready_to_send && queue_pair.state != QueuePairState::error) return;
+    if (queue_pair.send_ring.buffer == nullptr) return;  // a DCT has no send queue
     // The doorbell record holds the 16-bit producer index after the last WQE of the batch.
     const std::uint32_t producer = big_to_host32(load_acquire32(queue_pair.send_ring.doorbell_record + kSendDoorbell)) & 0xffff;
     // A bounded batch per turn, as the NIC arbitrates between its QPs: the rest waits for the
@@ -130,6 +131,23 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
             queue_pair.executed += wqebbs;
             move_to_error(queue_pair, "unknown send WQE opcode");
             return false;
+    }
+    // A DCI WQE names its target in the address vector right after ctrl (mlx5-facts.md §1).
+    if (queue_pair.transport == Transport::dc_initiator && opcode != kOpcodeNop) {
+        std::uint8_t address_vector[kAddressVectorSize];
+        copy_from_ring(ring, position, address_vector, sizeof address_vector);
+        const AddressOutcome outcome = take_dc_address(queue_pair, address_vector, request);
+        // Another target still owes answers: this WQE waits (not executed) until they came, so
+        // the DCI's requests stay in order across targets.
+        if (outcome == AddressOutcome::wait) return false;
+        if (outcome == AddressOutcome::malformed || ds < 1 + kAddressVectorSize / kSegmentUnit) {
+            write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
+            queue_pair.executed += wqebbs;
+            move_to_error(queue_pair, "malformed DC address vector");
+            return false;
+        }
+        position += kAddressVectorSize;
+        units += kAddressVectorSize / kSegmentUnit;
     }
     if (has_remote) {
         std::uint8_t segment[kRemoteAddressSegmentSize];
@@ -250,6 +268,11 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
             queue_pair.rnr_retries_left = queue_pair.send_attributes.rnr_retry;
             queue_pair.progress_deadline = Clock::now() + transport_timeout(queue_pair.send_attributes);
             complete_requester(queue_pair, done, 0);
+            // A DCI may hold a WQE for another target until this target answered everything.
+            if (queue_pair.transport == Transport::dc_initiator && queue_pair.in_flight.empty()) {
+                queue_pair.doorbell_pending.store(true);
+                doorbells_pending_.store(true);
+            }
             return;
         }
         case wire::ResponseKind::receiver_not_ready: {
@@ -357,7 +380,7 @@ Clock::time_point DeviceCore::next_timer() {
         if (earliest == Clock::time_point{} || when < earliest) earliest = when;
     };
     for (auto& [qpn, queue_pair] : queue_pairs) {
-        if (queue_pair->state == QueuePairState::error && queue_pair->srq == nullptr) {
+        if (queue_pair->state == QueuePairState::error && queue_pair->srq == nullptr && queue_pair->receive_ring.wqe_count != 0) {
             consider(Clock::now() + std::chrono::milliseconds(20));  // flush receives posted in ERR
         }
         if (queue_pair->state != QueuePairState::ready_to_send || queue_pair->in_flight.empty()) continue;

@@ -78,22 +78,42 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
     // as hardware drops such packets; the initiator's transport timeout reports it.
     if (found == queue_pairs.end()) return;
     QueuePairContext& queue_pair = *found->second;
+    // DC requests address DCTs and RC requests RC QPs; a packet of the other transport is dropped.
+    const bool dc_request = (request.dc_flags & wire::kDcRequest) != 0;
+    if (dc_request != (queue_pair.transport == Transport::dc_target)) return;
+    if (dc_request) {
+        handle_dc_request(connection, queue_pair, request, payload, payload_length);
+        return;
+    }
+    if (queue_pair.transport != Transport::reliable_connected) return;
     const RemoteQueuePair& peer = queue_pair.receive_attributes.remote;
     if ((queue_pair.state != QueuePairState::ready_to_receive && queue_pair.state != QueuePairState::ready_to_send) ||
         peer.qpn != request.source_qpn || peer.gid != connection.gid || peer.lid != connection.lid) {
         return;
     }
     if (request.psn != queue_pair.expected_psn) return;  // out of sequence after a NAK: the initiator resends
+    perform_request(connection, queue_pair, request, payload, payload_length, queue_pair.expected_psn);
+}
 
+void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue_pair, const wire::Request& request,
+                                 const std::uint8_t* payload, std::uint32_t payload_length, std::uint32_t& expected_psn) {
     const bool carries_payload = request.opcode == kOpcodeRdmaWrite || request.opcode == kOpcodeRdmaWriteImmediate ||
                                  request.opcode == kOpcodeSend || request.opcode == kOpcodeSendImmediate ||
                                  request.opcode == kOpcodeSendInvalidate;
     if (carries_payload && payload_length != request.length) return;  // malformed: dropped
 
-    auto accept = [&] { queue_pair.expected_psn = (queue_pair.expected_psn + 1) & 0xffffff; };
+    // A DCT serves many initiators: a responder error is reported on its CQ and to the one
+    // initiator, but does not take the DCT down (hardware raises an async event instead).
+    const bool shared_target = queue_pair.transport == Transport::dc_target;
+    const bool global_route = (request.dc_flags & wire::kDcGlobalRoute) != 0;
+    auto accept = [&] { expected_psn = (expected_psn + 1) & 0xffffff; };
     auto refuse = [&](std::uint8_t syndrome) {
         accept();
         respond(connection, answer(request, wire::ResponseKind::negative, syndrome));
+    };
+    auto responder_error = [&](const char* why) {
+        if (!shared_target) move_to_error(queue_pair, why);
+        else detail::logger().info("software device {}: DCT {}: {}", owner_.name(), queue_pair.qpn, why);
     };
     auto remote_memory = [&](std::uint32_t length, std::uint32_t access) -> std::uint8_t* {
         if ((queue_pair.access & access) != access) return nullptr;
@@ -118,7 +138,7 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
             if (request.opcode == kOpcodeRdmaWriteImmediate) {
                 consume_receive(queue_pair);
                 write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
-                                    request.length, request.immediate, request.source_qpn);
+                                    request.length, request.immediate, request.source_qpn, connection.lid, global_route);
             }
             accept();
             respond(connection, answer(request, wire::ResponseKind::ack));
@@ -135,13 +155,13 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
             if (receive.protection_error) {
                 write_error_cqe(*queue_pair.recv_cq, queue_pair, false, receive.wqe_counter, 0, kSyndromeLocalProtection);
                 refuse(kSyndromeRemoteOperation);
-                move_to_error(queue_pair, "receive WQE names memory it may not write");
+                responder_error("receive WQE names memory it may not write");
                 return;
             }
             if (request.length > receive.capacity) {
                 write_error_cqe(*queue_pair.recv_cq, queue_pair, false, receive.wqe_counter, 0, kSyndromeLocalLength);
                 refuse(kSyndromeRemoteInvalidRequest);
-                move_to_error(queue_pair, "message longer than the receive WQE");
+                responder_error("message longer than the receive WQE");
                 return;
             }
             std::uint32_t offset = 0;
@@ -153,7 +173,7 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
             }
             const std::uint8_t cqe_opcode = request.opcode == kOpcodeSendImmediate ? kCqeResponderSendImmediate : kCqeResponderSend;
             write_responder_cqe(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
-                                request.immediate, request.source_qpn);
+                                request.immediate, request.source_qpn, connection.lid, global_route);
             accept();
             respond(connection, answer(request, wire::ResponseKind::ack));
             return;
@@ -252,11 +272,15 @@ void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairCont
 
 void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
                                      std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
-                                     std::uint32_t source_qpn) {
+                                     std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route) {
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
-    store_big16(cqe + kCqeSlid, queue_pair.receive_attributes.remote.lid);
-    store_big32(cqe + kCqeFlagsRemoteQpn, source_qpn & 0xffffff);
+    store_big16(cqe + kCqeSlid, source_lid);
+    // flags_rqpn bits 29:28 are nonzero when the packet came with a GRH (libmlx5 and the kernel
+    // report it as the GRH flag). On RoCE the NIC also puts the L3 type in bits 25:24, which
+    // overlap the IB SL; they stay 0 here (plain GRH), so the SL reads 0 as it was sent.
+    const std::uint32_t global_route_header = global_route ? 1u << 28 : 0u;
+    store_big32(cqe + kCqeFlagsRemoteQpn, global_route_header | (source_qpn & 0xffffff));
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
     if (cqe_opcode == kCqeResponderWriteImmediate || cqe_opcode == kCqeResponderSendImmediate) {
         store_big32(cqe + kCqeImmediateInvalidatePkey, immediate);

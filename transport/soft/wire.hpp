@@ -45,6 +45,14 @@ struct Request {
     std::uint32_t length;     // bytes to write/send (payload follows) or to read
     std::uint64_t compare_add;
     std::uint64_t swap;
+    std::uint8_t dc_flags;    // RequestDcFlag bits; 0 for RC
+    std::uint64_t dc_key;     // DC: the key from the initiator's address vector
+};
+
+enum RequestDcFlag : std::uint8_t {
+    kDcRequest = 1u << 0,        // from a DCI to a DCT
+    kDcConnect = 1u << 1,        // the DCI's first request to this DCT since it (re)connected: sets the PSN
+    kDcGlobalRoute = 1u << 2,    // the address vector carried a GRH
 };
 
 struct Response {

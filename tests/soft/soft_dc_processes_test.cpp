@@ -1,0 +1,163 @@
+// DC between two processes (fork), each with its own software device: the child hosts a DCT
+// and checks what arrives; the parent's DCI reaches it by the number, key and address the
+// child sent through a pipe, exactly what a real peer would publish.
+#include <doctest/doctest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "tests/soft/soft_dc_endpoint.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+using rdmachan::test::dc_request;
+using rdmachan::test::DcInitiatorEndpoint;
+using rdmachan::test::DcTargetAddress;
+using rdmachan::test::DcTargetEndpoint;
+
+namespace {
+
+struct InitiatorIdentity {
+    std::uint16_t lid;
+    std::uint32_t qpn;
+};
+
+std::uint8_t pattern(std::uint32_t i) {
+    return static_cast<std::uint8_t>(i * 13 + 5);
+}
+
+bool write_all(int descriptor, const void* data, std::size_t length) {
+    return ::write(descriptor, data, length) == static_cast<ssize_t>(length);
+}
+
+// Reads exactly `length` bytes or fails after `seconds` (never blocks forever).
+bool read_all(int descriptor, void* data, std::size_t length, int seconds = 20) {
+    auto* out = static_cast<std::uint8_t*>(data);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (length != 0 && std::chrono::steady_clock::now() < until) {
+        pollfd waiting{descriptor, POLLIN, 0};
+        if (::poll(&waiting, 1, 100) != 1) continue;
+        const ssize_t got = ::read(descriptor, out, length);
+        if (got <= 0) return false;
+        out += got;
+        length -= static_cast<std::size_t>(got);
+    }
+    return length == 0;
+}
+
+// The child: a DCT with one receive posted and a counter word. It expects a write, then a send
+// with immediate from the parent's DCI, and exits with the number of mismatches (100+ for
+// set-up failures).
+[[noreturn]] void run_target(int from_parent, int to_parent) {
+    int bad = 0;
+    {
+        DcTargetEndpoint target(soft::Device::open());
+        const std::uint64_t counter = 7;
+        std::memcpy(target.buffer() + 8192, &counter, 8);
+        for (std::uint32_t i = 0; i < 512; ++i) target.buffer()[4096 + i] = pattern(i + 1);
+        if (target.post_receive(0, 65536, 4096) != mlx5::PostResult::ok) ::_exit(100);
+        const DcTargetAddress mine = target.address();
+        InitiatorIdentity parent{};
+        if (!write_all(to_parent, &mine, sizeof mine) ||
+            !read_all(from_parent, &parent, sizeof parent))
+            ::_exit(101);
+        const auto received = target.wait_receive(std::chrono::seconds(20));
+        if (!received.has_value() || received->status != mlx5::CompletionStatus::success)
+            ::_exit(102);
+        bad += received->wr_id != 0;
+        bad += received->immediate != 0xdc0000dcu;
+        bad += received->src_qp != parent.qpn;
+        bad += received->slid != parent.lid;
+        bad += received->qp_num != mine.dctn;
+        bad += received->byte_len != 300;
+        for (std::uint32_t i = 0; i < 300; ++i) bad += target.buffer()[65536 + i] != pattern(i);
+        // The write came before the send on the same DCI, so it is in place now.
+        for (std::uint32_t i = 0; i < 1000; ++i) bad += target.buffer()[i] != pattern(i);
+        char done = 0;
+        if (!read_all(from_parent, &done, 1)) ::_exit(103);
+        // The parent's "done" says the fetch-and-add completed: read the word as the device wrote
+        // it.
+        bad += __atomic_load_n(reinterpret_cast<const std::uint64_t*>(target.buffer() + 8192),
+                               __ATOMIC_ACQUIRE) != 7 + 35;
+    }
+    ::_exit(bad > 99 ? 99 : bad);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a DCI in one process reaches a DCT in another: write, send with immediate, read, atomic") {
+    ::signal(SIGPIPE, SIG_IGN);  // a dead child must fail the test, not kill it
+    int down[2];
+    int up[2];
+    REQUIRE(::pipe(down) == 0);
+    REQUIRE(::pipe(up) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::close(down[1]);
+        ::close(up[0]);
+        run_target(down[0], up[1]);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+
+    DcTargetAddress to{};
+    REQUIRE(read_all(up[0], &to, sizeof to));
+    DcInitiatorEndpoint initiator(soft::Device::open());
+    const InitiatorIdentity me{initiator.lid(), initiator.initiator().qpn()};
+    REQUIRE(write_all(down[1], &me, sizeof me));
+
+    for (std::uint32_t i = 0; i < 1000; ++i) initiator.buffer()[i] = pattern(i);
+    mlx5::ScatterGatherElement element = initiator.local(0, 1000);
+    REQUIRE(initiator.post(
+                dc_request(mlx5::SendOpcode::rdma_write, 1, &element, to.buffer_addr, to.rkey),
+                to) == mlx5::PostResult::ok);
+    element = initiator.local(0, 300);
+    mlx5::SendWorkRequest send = dc_request(mlx5::SendOpcode::send_with_immediate, 2, &element);
+    send.immediate = 0xdc0000dc;
+    REQUIRE(initiator.post(send, to) == mlx5::PostResult::ok);
+    const mlx5::ScatterGatherElement landing = initiator.local(100000, 512);
+    REQUIRE(initiator.post(dc_request(mlx5::SendOpcode::rdma_read, 3, &landing,
+                                      to.buffer_addr + 4096, to.rkey),
+                           to) == mlx5::PostResult::ok);
+    const mlx5::ScatterGatherElement original = initiator.local(200000, 8);
+    mlx5::SendWorkRequest add = dc_request(mlx5::SendOpcode::atomic_fetch_and_add, 4, &original,
+                                           to.buffer_addr + 8192, to.rkey);
+    add.compare_add = 35;
+    REQUIRE(initiator.post(add, to) == mlx5::PostResult::ok);
+    for (std::uint64_t wr_id = 1; wr_id <= 4; ++wr_id) {
+        const auto done = initiator.wait_send(std::chrono::seconds(20));
+        REQUIRE(done.has_value());
+        CHECK(done->status == mlx5::CompletionStatus::success);
+        CHECK(done->wr_id == wr_id);
+    }
+    for (std::uint32_t i = 0; i < 512; ++i)
+        REQUIRE(initiator.buffer()[100000 + i] == pattern(i + 1));
+    std::uint64_t before = 0;
+    std::memcpy(&before, initiator.buffer() + 200000, 8);
+    CHECK(before == 7);
+    const char done = 'd';
+    CHECK(write_all(down[1], &done, 1));
+
+    // Wait for the child with a deadline; kill it if it hangs.
+    int status = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    pid_t finished = 0;
+    while ((finished = ::waitpid(pid, &status, WNOHANG)) == 0 &&
+           std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (finished == 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, &status, 0);
+        FAIL("the DCT process did not finish within 30 s");
+    }
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    ::close(down[1]);
+    ::close(up[0]);
+}
