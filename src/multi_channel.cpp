@@ -67,8 +67,34 @@ MultiChannelBuilder& MultiChannelBuilder::world_size(std::uint32_t value) {
     return *this;
 }
 
+std::string_view to_string(MultiChannelMode mode) {
+    return mode == MultiChannelMode::dynamically_connected ? "dc" : "rc";
+}
+
+MultiChannelBuilder& MultiChannelBuilder::mode(MultiChannelMode value) {
+    mode_ = value;
+    return *this;
+}
+
+MultiChannelBuilder& MultiChannelBuilder::dc_initiators(std::uint32_t value) {
+    if (value == 0 || value > 64) {
+        throw Error("MultiChannelBuilder::dc_initiators: " + std::to_string(value) + " is out of range [1, 64]");
+    }
+    dc_initiators_ = value;
+    return *this;
+}
+
+MultiChannelBuilder& MultiChannelBuilder::dc_key(std::uint64_t value) {
+    dc_key_ = value;
+    return *this;
+}
+
 PreparedMultiChannel MultiChannelBuilder::build() const {
     if (!world_size_.has_value()) throw Error("MultiChannelBuilder::build: world_size is not set");
+    if (mode_ == MultiChannelMode::dynamically_connected) {
+        // Being built (issue 6): refuse rather than silently run RC.
+        throw Error("MultiChannelBuilder::build: mode dc (dynamically connected) is not available yet; use rc");
+    }
     if (!rank_.has_value()) throw Error("MultiChannelBuilder::build: rank is not set");
     if (*rank_ >= *world_size_) {
         throw Error("MultiChannelBuilder::build: rank " + std::to_string(*rank_) + " is not below world_size " +

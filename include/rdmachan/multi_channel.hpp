@@ -24,6 +24,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rdmachan/channel.hpp"
@@ -231,6 +232,13 @@ private:
     std::map<std::string, RemoteRegion> published_;
 };
 
+// How a MultiChannel reaches its peers. Reliable connected: one RC queue pair per peer
+// (N-1 queue pairs per process, plus loopback). Dynamically connected (mlx5 DC): a pool of DC
+// initiators shared by all peers plus one DC target with a shared receive queue (W+1 queue
+// pairs per process, whatever the number of peers). The API is the same in both.
+enum class MultiChannelMode { reliable_connected, dynamically_connected };
+std::string_view to_string(MultiChannelMode mode);
+
 class MultiChannelBuilder {
 public:
     MultiChannelBuilder() = default;
@@ -238,13 +246,24 @@ public:
     explicit MultiChannelBuilder(const ChannelBuilder& channel) : settings_(channel.settings()) {}
     MultiChannelBuilder& rank(std::uint32_t value);
     MultiChannelBuilder& world_size(std::uint32_t value);
+    // Default reliable_connected.
+    MultiChannelBuilder& mode(MultiChannelMode value);
+    // DC mode: the number of DC initiators in the pool, [1, 64], default 4.
+    MultiChannelBuilder& dc_initiators(std::uint32_t value);
+    // DC mode: the DC access key every rank's target checks. Default: random per job, agreed
+    // through the endpoints; set it to pin one.
+    MultiChannelBuilder& dc_key(std::uint64_t value);
     const ChannelSettings& settings() const { return settings_; }
+    MultiChannelMode mode() const { return mode_; }
     PreparedMultiChannel build() const;
 
 private:
     ChannelSettings settings_;
     std::optional<std::uint32_t> rank_;
     std::optional<std::uint32_t> world_size_;
+    MultiChannelMode mode_ = MultiChannelMode::reliable_connected;
+    std::uint32_t dc_initiators_ = 4;
+    std::optional<std::uint64_t> dc_key_;
 };
 
 }  // namespace rdmachan
