@@ -202,6 +202,10 @@ struct RendezvousServer::State {
         } catch (const Error& error) {
             rejection = error.what();
         }
+        // A rank that had registered and leaves before its release (killed, crashed, cut off)
+        // can never enter the barrier: fail everyone now, naming it, instead of at the deadline.
+        if (rank && phase == Phase::table_sent)
+            fail(name() + ": rank " + std::to_string(*rank) + " left before the barrier (" + rejection + ")");
         // A failed rendezvous was logged once already; a rejected peer is logged here.
         if (phase != Phase::failed || rejection != failure)
             detail::logger().warn("{}: rejected {}: {}", name(), connection->peer(), rejection);
@@ -238,8 +242,14 @@ struct RendezvousServer::State {
             what = missing.empty() ? "not every rank received the release"
                                    : "ranks that never entered the barrier: ";
         }
-        failure = name() + ": deadline of " + std::to_string(settings.timeout.count()) +
-                  " ms expired; " + what + format_ranks(missing);
+        fail(name() + ": deadline of " + std::to_string(settings.timeout.count()) + " ms expired; " + what +
+             format_ranks(missing));
+    }
+
+    // Ends the rendezvous for everyone with `why`: waiting ranks are woken and sent it.
+    void fail(std::string why) {
+        if (phase == Phase::failed) return;
+        failure = std::move(why);
         detail::logger().error("{}", failure);
         phase = Phase::failed;
         table_event.cancel();
