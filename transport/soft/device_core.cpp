@@ -23,6 +23,8 @@
 namespace rdmachan::soft {
 namespace {
 
+std::atomic<bool> partitioned_from_everyone{false};
+
 [[noreturn]] void fail_system(const std::string& call) {
     throw SoftDeviceError("software device: " + call + " failed: " + std::strerror(errno));
 }
@@ -260,8 +262,17 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
     return connections_.back().get();
 }
 
+void simulate_partition(bool partitioned) noexcept {
+    partitioned_from_everyone.store(partitioned);
+}
+
+bool partition_simulated() noexcept {
+    return partitioned_from_everyone.load();
+}
+
 void DeviceCore::queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes) {
     if (connection.socket < 0) return;
+    if (partitioned_from_everyone.load(std::memory_order_relaxed)) return;  // lost on the wire
     connection.output.insert(connection.output.end(), bytes.begin(), bytes.end());
     write_connection(connection);
 }
@@ -321,7 +332,9 @@ void DeviceCore::read_connection(Connection& connection) {
         const std::size_t total = sizeof header + body + header.payload_length;
         if (connection.input.size() - offset < total) break;
         const std::uint8_t* body_bytes = connection.input.data() + offset + sizeof header;
-        handle_frame(connection, header.type, body_bytes, body_bytes + body, header.payload_length);
+        if (!partitioned_from_everyone.load(std::memory_order_relaxed)) {
+            handle_frame(connection, header.type, body_bytes, body_bytes + body, header.payload_length);
+        }
         offset += total;
     }
     if (connection.socket >= 0) connection.input.erase(connection.input.begin(), connection.input.begin() + offset);

@@ -1,0 +1,122 @@
+// A simulated network partition between processes on the software device: one rank stops
+// hearing and being heard (nothing is closed; frames are lost). Its peers' operations towards
+// it fail within the deadline naming it, its own operations fail naming the peers, and the
+// other ranks keep working with each other. No process hangs.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "rdmachan/multi_channel.hpp"
+#include "tests/handshake/rendezvous_support.hpp"
+#include "transport/soft/device.hpp"
+
+using namespace rdmachan;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint32_t kWorld = 3;
+constexpr std::uint32_t kCutOff = 1;
+constexpr std::uint32_t kSlice = 4096;
+constexpr auto kOperationDeadline = 5000ms;
+
+#define EXPECT(condition, what)                                               \
+    do {                                                                      \
+        if (!(condition)) {                                                   \
+            std::fprintf(stderr, "rank %u: expected %s\n", rank, what);       \
+            return 1;                                                         \
+        }                                                                     \
+    } while (false)
+
+int partitioned_rank(std::uint16_t port, std::uint32_t rank) try {
+    // A short ack timeout (about 67 ms per try, 3 retries): an unreachable peer is given up
+    // on in well under a second, as hardware would with these settings.
+    ChannelBuilder channel = ChannelBuilder().device("soft").ack_timeout(14).retry_count(3).deadline(kOperationDeadline);
+    PreparedMultiChannel prepared = MultiChannelBuilder(channel).rank(rank).world_size(kWorld).build();
+    std::vector<std::uint8_t> memory(2 * kWorld * kSlice, 0);
+    MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    prepared.publish_region("buffer", region);
+    RendezvousSettings settings;
+    settings.port = port;
+    settings.rank = rank;
+    settings.world_size = kWorld;
+    settings.job = "partition";
+    settings.token = "partition-token";
+    settings.timeout = 20000ms;
+    MultiChannel channels = std::move(prepared).connect(settings);
+
+    // Every rank writes its slice into every other rank's buffer, before the partition.
+    std::memset(memory.data(), static_cast<int>(rank + 1), kSlice);
+    std::vector<PeerTransfer> shares;
+    for (std::uint32_t peer = 0; peer < kWorld; ++peer) {
+        if (peer == rank) continue;
+        const PeerRemoteMemoryRegion remote = channels.remote_region(peer, "buffer");
+        shares.push_back({peer, region.slice(0, kSlice), remote.region.slice((kWorld + rank) * kSlice, kSlice)});
+    }
+
+    if (rank == kCutOff) {
+        soft::simulate_partition(true);
+        const auto started = std::chrono::steady_clock::now();
+        const MultiResult result = channels.scatter_write(shares);
+        const auto took = std::chrono::steady_clock::now() - started;
+        std::fprintf(stderr, "rank %u (cut off): %s\n", rank, result.message().c_str());
+        EXPECT(result.failed_peers().size() == kWorld - 1, "every peer unreachable from the cut-off rank");
+        EXPECT(result.message().find("rank 0") != std::string::npos, "the error names rank 0");
+        EXPECT(result.message().find("rank 2") != std::string::npos, "the error names rank 2");
+        EXPECT(took < kOperationDeadline, "failure within the deadline");
+        // Stay alive, still cut off, while the others notice: they must find out by the
+        // transport timeout, not by this process's connections closing at exit.
+        std::this_thread::sleep_for(3s);
+        return 0;
+    }
+
+    // The others: writes to the cut-off rank fail, named, within the deadline; writes between
+    // themselves go on.
+    bool cut_off_failed = false;
+    const auto started = std::chrono::steady_clock::now();
+    for (int round = 0; round < 500 && !cut_off_failed; ++round) {
+        const MultiResult result = channels.scatter_write(shares);
+        for (std::uint32_t peer : result.failed_peers()) {
+            EXPECT(peer == kCutOff, "only the cut-off rank fails");
+            EXPECT(result.message().find("rank 1") != std::string::npos, "the error names rank 1");
+            if (!cut_off_failed) std::fprintf(stderr, "rank %u, round %d: %s\n", rank, round, result.message().c_str());
+            cut_off_failed = true;
+        }
+        std::this_thread::sleep_for(2ms);
+    }
+    EXPECT(cut_off_failed, "writes to the cut-off rank fail");
+    EXPECT(std::chrono::steady_clock::now() - started < 2 * kOperationDeadline, "within the deadline");
+    EXPECT(!channels.healthy(kCutOff), "the cut-off rank reported unhealthy");
+
+    // The two survivors meet through a send and a receive, then check each other's bytes.
+    const std::uint32_t other = rank == 0 ? 2 : 0;
+    std::vector<PeerTransfer> survivor(1);
+    for (const PeerTransfer& share : shares)
+        if (share.peer == other) survivor[0] = share;
+    EXPECT(channels.scatter_write(survivor).ok(), "survivors still write to each other");
+    std::uint8_t token = 0;
+    MemoryRegion token_region = channels.register_memory(&token, 1);
+    PendingWork receive = channels.post_receive(other, token_region.slice(0, 1));
+    EXPECT(channels.send(other, token_region.slice(0, 1)).ok(), "survivor send");
+    EXPECT(receive.wait().ok(), "survivor receive");
+    EXPECT(memory[(kWorld + other) * kSlice] == other + 1, "the other survivor's bytes arrived");
+    EXPECT(memory[(kWorld + other + 1) * kSlice - 1] == other + 1, "all of them");
+    return 0;
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
+    return 2;
+}
+
+}  // namespace
+
+TEST_CASE("a rank cut off by a partition: its peers fail it by name, it fails them, the rest go on") {
+    RendezvousServer server({"127.0.0.1", 0, kWorld, "partition", "partition-token", 20000ms});
+    const std::uint16_t port = server.port();
+    const int succeeded = test::run_children(
+        kWorld, [&](int rank) { return partitioned_rank(port, static_cast<std::uint32_t>(rank)); }, 40000ms,
+        [&server] { server.start(); });
+    CHECK(succeeded == static_cast<int>(kWorld));
+    CHECK_NOTHROW(server.wait());
+}
