@@ -4,6 +4,8 @@
 
 #include <arpa/inet.h>
 
+#include <atomic>
+#include <cstdio>
 #include <random>
 #include <string>
 
@@ -11,6 +13,7 @@
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
+#include "transport/memory_lock.hpp"
 #include "transport/soft/device_core.hpp"
 
 namespace rdmachan::soft {
@@ -28,6 +31,16 @@ std::uint32_t round_up_power_of_two(std::uint32_t value) {
 }
 
 [[noreturn]] void fail(const std::string& message) { throw SoftDeviceError(message); }
+
+// Bytes pinned by every software device's registrations in this process, the figure the
+// kernel checks against RLIMIT_MEMLOCK.
+std::atomic<std::uint64_t> process_pinned_bytes{0};
+
+std::string hex_address(const void* address) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%p", address);
+    return text;
+}
 
 void check_range(const char* call, const char* field, std::uint64_t value, std::uint64_t low, std::uint64_t high) {
     if (value < low || value > high) {
@@ -87,6 +100,22 @@ std::shared_ptr<MemoryRegion> Device::register_memory(const std::shared_ptr<Prot
         fail("register_memory: remote write/atomic access requires local write access (access flags " +
              std::to_string(access_flags) + ")");
     }
+    // Pinning is accounted per process, in whole pages, as the kernel does for ibv_reg_mr.
+    const std::uint64_t pinned = transport::pinned_bytes(addr, length);
+    const transport::MemoryLockLimit limit = transport::memory_lock_limit();
+    if (!limit.exempt && limit.bytes) {
+        std::uint64_t held = process_pinned_bytes.load();
+        do {
+            if (held + pinned > *limit.bytes) {
+                fail("register_memory: " + std::to_string(length) + " bytes at " + hex_address(addr) + " pin " +
+                     std::to_string(pinned) + " bytes, " + std::to_string(held) +
+                     " already pinned by this process; that exceeds the limit: " + transport::describe(limit) +
+                     " (a ConnectX's driver refuses it with ENOMEM too)");
+            }
+        } while (!process_pinned_bytes.compare_exchange_weak(held, held + pinned));
+    } else {
+        process_pinned_bytes.fetch_add(pinned);
+    }
     std::lock_guard lock(core_->mutex);
     // The low byte is a per-registration tag, so a stale key of a freed region is not accepted
     // by the region that reuses its index.
@@ -97,6 +126,7 @@ std::shared_ptr<MemoryRegion> Device::register_memory(const std::shared_ptr<Prot
 }
 
 MemoryRegion::~MemoryRegion() {
+    process_pinned_bytes.fetch_sub(transport::pinned_bytes(reinterpret_cast<const void*>(addr_), length_));
     DeviceCore& core = domain_->device()->core();
     std::lock_guard lock(core.mutex);
     core.memory_regions.erase(key_);

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 
+#include "transport/memory_lock.hpp"
 #include "transport/verbs/verbs_error.hpp"
 
 namespace rdmachan::verbs {
@@ -26,9 +27,15 @@ std::shared_ptr<MemoryRegion> MemoryRegion::register_memory(std::shared_ptr<Prot
     errno = 0;
     ibv_mr* mr = ibv_reg_mr(pd->handle(), address, length, static_cast<int>(access));
     if (mr == nullptr) {
-        throw_from_errno("ibv_reg_mr",
-                         fmt::format("region {} length {} access {:#x} on device '{}'", address,
-                                     length, access, pd->context()->name()));
+        const int error = errno;
+        std::string what = fmt::format("region {} length {} access {:#x} on device '{}'", address,
+                                       length, access, pd->context()->name());
+        // ENOMEM is nearly always the pinned-memory limit: say which and how much was asked.
+        if (error == ENOMEM || error == EPERM)
+            what += fmt::format(" (pins {} bytes; {})", transport::pinned_bytes(address, length),
+                                transport::describe(transport::memory_lock_limit()));
+        errno = error;
+        throw_from_errno("ibv_reg_mr", what);
     }
     return std::shared_ptr<MemoryRegion>(new MemoryRegion(std::move(pd), mr, access));
 }
