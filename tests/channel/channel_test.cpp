@@ -430,7 +430,8 @@ TEST_CASE("connect through the shipped pairwise exchange: endpoints and publishe
     const RemoteMemoryRegion inbox = channel.remote_region("inbox");
     CHECK(inbox.length == 4096);
     CHECK_THROWS_WITH_AS(channel.remote_region("outbox"), doctest::Contains("no region named 'outbox'"), rdmachan::Error);
-    REQUIRE(channel.write(region.slice(0, 4096), inbox, 5u).ok());
+    const WorkResult written = channel.write(region.slice(0, 4096), inbox, 5u);
+    CHECK_MESSAGE(written.ok(), (written.ok() ? std::string() : written.error().message()));
     listener.join();
     CHECK(listener_error.empty());
     CHECK(std::memcmp(listener_memory.data(), connector_memory.data(), 4096) == 0);

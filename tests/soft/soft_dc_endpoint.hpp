@@ -51,8 +51,10 @@ std::optional<mlx5::Completion> wait_for(Queue& queue, mlx5::CompletionTarget& t
 
 class DcTargetEndpoint {
   public:
+    // min_rnr_timer: verbs encoding (1 = 0.01 ms, 31 = 491.52 ms) the DCT asks initiators to
+    // wait after an RNR NAK.
     explicit DcTargetEndpoint(std::shared_ptr<soft::Device> device, std::uint64_t key = kDcKey,
-                              std::uint32_t buffer_size = 1 << 20)
+                              std::uint32_t buffer_size = 1 << 20, std::uint8_t min_rnr_timer = 1)
         : device_(std::move(device)), buffer_(buffer_size) {
         domain_ = device_->allocate_protection_domain();
         region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), kAllAccess);
@@ -71,7 +73,7 @@ class DcTargetEndpoint {
         completions_ = mlx5::CompletionQueue(cq_->ring());
         completion_target_.shared_receive = &shared_;
         target_->modify_to_init(1);
-        target_->modify_to_ready_to_receive({1024, 1});
+        target_->modify_to_ready_to_receive({1024, min_rnr_timer});
     }
 
     DcTargetAddress address() const {

@@ -140,7 +140,10 @@ TEST_CASE("a bad rkey through DC: remote access error, the target untouched and 
 TEST_CASE(
     "a DCI in ERR is flushed, then RESET -> INIT -> RTR -> RTS and used again from producer index "
     "0") {
-    DcTargetEndpoint target(soft::Device::open());
+    // The longest RNR timer (491.52 ms): after the first RNR NAK nothing is retransmitted before
+    // the DCI goes to ERR at ~100 ms, so no stale copy of the first send is still on its way
+    // when the receive for the new send is posted (it could rightly take that receive).
+    DcTargetEndpoint target(soft::Device::open(), kDcKey, 1 << 20, 31);
     DcInitiatorEndpoint initiator(soft::Device::open());
     const DcTargetAddress to = target.address();
     const mlx5::ScatterGatherElement element = initiator.local(0, 64);
