@@ -1,0 +1,81 @@
+// Limits: more work than a queue holds is held back (backpressure) or refused as an error value
+// saying so — never posted over the ring. Receives beyond the receive queue's capacity wait for
+// room until the deadline; a completion queue shared by many channels never overflows.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "rdmachan/channel.hpp"
+
+using namespace rdmachan;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Pair {
+    Channel a;
+    Channel b;
+};
+
+Pair connect_pair(const ChannelBuilder& builder) {
+    PreparedChannel first = ChannelBuilder(builder.settings()).build();
+    PreparedChannel second = ChannelBuilder(builder.settings()).build();
+    const ChannelEndpoint first_endpoint = first.endpoint();
+    const ChannelEndpoint second_endpoint = second.endpoint();
+    return {std::move(first).handshake(second_endpoint), std::move(second).handshake(first_endpoint)};
+}
+
+}  // namespace
+
+TEST_CASE("receives beyond the receive queue wait for room, and say so when the deadline passes") {
+    Pair pair = connect_pair(ChannelBuilder().max_recv_wr(4).deadline(400ms));
+    std::vector<std::uint8_t> inbox(8 * 64, 0), outbox(64, 0x5a);
+    MemoryRegion in = pair.b.register_memory(inbox.data(), inbox.size());
+    MemoryRegion out = pair.a.register_memory(outbox.data(), outbox.size());
+
+    std::vector<PendingWork> receives;
+    for (std::uint32_t index = 0; index < 4; ++index) receives.push_back(pair.b.post_receive(in.slice(index * 64, 64)));
+    // The fifth finds the ring full; nobody sends, so it is refused at the deadline, unposted.
+    const auto started = std::chrono::steady_clock::now();
+    PendingWork refused = pair.b.post_receive(in.slice(4 * 64, 64));
+    const WorkResult fifth = refused.wait();
+    REQUIRE_FALSE(fifth.ok());
+    CAPTURE(fifth.error().message());
+    CHECK(fifth.error().not_posted != nullptr);
+    CHECK(fifth.error().message().find("stayed full") != std::string::npos);
+    CHECK(std::chrono::steady_clock::now() - started >= 400ms);
+
+    // The four posted ones are intact: each send lands in its own buffer, in order.
+    for (std::uint32_t index = 0; index < 4; ++index) {
+        outbox[0] = static_cast<std::uint8_t>(index + 1);
+        REQUIRE(pair.a.send(out.slice(0, 64)).ok());
+    }
+    for (std::uint32_t index = 0; index < 4; ++index) {
+        CHECK(receives[index].wait().ok());
+        CHECK(inbox[index * 64] == index + 1);
+    }
+    CHECK(inbox[4 * 64] == 0);  // the refused receive's buffer was never handed to the device
+
+    // A receive posted while the ring is full goes in as soon as a completion frees room.
+    std::vector<PendingWork> more;
+    for (std::uint32_t index = 0; index < 4; ++index) more.push_back(pair.b.post_receive(in.slice(index * 64, 64)));
+    std::thread sender([&] {
+        std::this_thread::sleep_for(50ms);
+        outbox[0] = 0xee;
+        pair.a.send(out.slice(0, 64));
+    });
+    PendingWork waiting = pair.b.post_receive(in.slice(5 * 64, 64));  // waits for room
+    sender.join();
+    CHECK(more[0].wait().ok());
+    for (std::uint32_t index = 1; index < 4; ++index) {
+        outbox[0] = static_cast<std::uint8_t>(0xf0 + index);
+        REQUIRE(pair.a.send(out.slice(0, 64)).ok());
+        CHECK(more[index].wait().ok());
+    }
+    outbox[0] = 0x99;
+    REQUIRE(pair.a.send(out.slice(0, 64)).ok());
+    CHECK(waiting.wait().ok());
+    CHECK(inbox[5 * 64] == 0x99);
+}
