@@ -12,6 +12,7 @@
 
 #include "rxe_fixture.hpp"
 #include "transport/verbs/mlx5_binding.hpp"
+#include "transport/verbs/mlx5_dc.hpp"
 #include "transport/verbs/verbs_error.hpp"
 
 using namespace rxe_test;
@@ -189,6 +190,22 @@ TEST_CASE("the mlx5 binding refuses a non-mlx5 device cleanly") {
         CHECK(std::string(error.what()).find("mlx5dv_create_qp") != std::string::npos);
         CHECK(std::string(error.what()).find(first_device()) != std::string::npos);
     }
+}
+
+TEST_CASE("DC on a device that is not mlx5: a clear error, for initiators and targets alike") {
+    SideOptions options;
+    options.with_shared_receive_queue = true;
+    Side side = make_side(first_device(), options);
+    const std::string expected = "DC (dynamically connected) mode needs an mlx5 device (ConnectX); device '" +
+                                 first_device() + "' is not driven by libmlx5";
+    CHECK_THROWS_WITH_AS(require_dc_support(*side.context), doctest::Contains(expected.c_str()), VerbsError);
+    CHECK_THROWS_WITH_AS(create_mlx5_dc_initiator({side.protection_domain, side.completion_queue, nullptr, nullptr, nullptr},
+                                                  QueuePairCapabilities{}, nullptr),
+                         doctest::Contains(expected.c_str()), VerbsError);
+    CHECK_THROWS_WITH_AS(Mlx5DcTarget::create({side.protection_domain, side.completion_queue, side.completion_queue,
+                                               side.shared_receive_queue, nullptr},
+                                              0x1ee7a330),
+                         doctest::Contains(expected.c_str()), VerbsError);
 }
 
 TEST_CASE("RTR towards a GID nobody answers for fails at INIT->RTR, naming the QP") {
