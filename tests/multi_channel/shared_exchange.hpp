@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 
+#include "transport/soft/device.hpp"
+
 namespace multi_test {
 
 constexpr std::uint32_t kMaxRanks = 32;
@@ -56,6 +58,7 @@ inline void barrier(SharedTable& table, std::uint32_t world, std::chrono::millis
     if (table.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == world) {
         table.arrived.store(0, std::memory_order_relaxed);
         table.generation.fetch_add(1, std::memory_order_acq_rel);
+        rdmachan::soft::acquire_remote_writes();
         return;
     }
     const auto until = std::chrono::steady_clock::now() + deadline;
@@ -63,6 +66,9 @@ inline void barrier(SharedTable& table, std::uint32_t world, std::chrono::millis
         if (std::chrono::steady_clock::now() >= until) throw std::runtime_error("barrier: not every rank arrived in time");
         std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+    // The ranks' writes reached this process's memory through another process's device thread;
+    // the barrier (shared memory) is causality ThreadSanitizer cannot see.
+    rdmachan::soft::acquire_remote_writes();
 }
 
 }  // namespace multi_test

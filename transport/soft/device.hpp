@@ -321,4 +321,13 @@ private:
 void simulate_partition(bool partitioned) noexcept;
 bool partition_simulated() noexcept;
 
+// For a process that learned out of band (shared memory, a socket) that peers' RDMA writes into
+// its memory are complete: makes them happen-before what follows for ThreadSanitizer, which
+// cannot see causality that runs through another process and the network. The device thread
+// releases after every request it performs (note_remote_access); this acquires. Hardware needs
+// nothing like it (its writes are DMA, not a thread), and data-path completions already carry
+// the ordering; tests that meet through a side channel call it before reading.
+void acquire_remote_writes() noexcept;
+void note_remote_access() noexcept;
+
 }  // namespace rdmachan::soft

@@ -25,6 +25,9 @@ namespace {
 
 std::atomic<bool> partitioned_from_everyone{false};
 
+// Counts the requests peers performed on this process's memory; see acquire_remote_writes().
+std::atomic<std::uint64_t> remote_accesses{0};
+
 [[noreturn]] void fail_system(const std::string& call) {
     throw SoftDeviceError("software device: " + call + " failed: " + std::strerror(errno));
 }
@@ -268,6 +271,14 @@ void simulate_partition(bool partitioned) noexcept {
 
 bool partition_simulated() noexcept {
     return partitioned_from_everyone.load();
+}
+
+void note_remote_access() noexcept {
+    remote_accesses.fetch_add(1, std::memory_order_release);
+}
+
+void acquire_remote_writes() noexcept {
+    (void)remote_accesses.load(std::memory_order_acquire);
 }
 
 void DeviceCore::queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes) {

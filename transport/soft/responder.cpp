@@ -97,6 +97,10 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
 
 void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue_pair, const wire::Request& request,
                                  const std::uint8_t* payload, std::uint32_t payload_length, std::uint32_t& expected_psn) {
+    // Whatever this request writes into the process's memory is released here, on every way out.
+    const struct Released {
+        ~Released() { note_remote_access(); }
+    } released;
     const bool carries_payload = request.opcode == kOpcodeRdmaWrite || request.opcode == kOpcodeRdmaWriteImmediate ||
                                  request.opcode == kOpcodeSend || request.opcode == kOpcodeSendImmediate ||
                                  request.opcode == kOpcodeSendInvalidate;
