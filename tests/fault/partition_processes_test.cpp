@@ -31,9 +31,10 @@ constexpr auto kOperationDeadline = 5000ms;
     } while (false)
 
 int partitioned_rank(std::uint16_t port, std::uint32_t rank) try {
-    // A short ack timeout (about 67 ms per try, 3 retries): an unreachable peer is given up
-    // on in well under a second, as hardware would with these settings.
-    ChannelBuilder channel = ChannelBuilder().device("soft").ack_timeout(14).retry_count(3).deadline(kOperationDeadline);
+    // A short ack timeout (about 268 ms per try, 3 retries): an unreachable peer is given up
+    // on in about a second, as hardware would with these settings, while a slow but live one
+    // (sanitizer builds on 2 busy cores) still answers in time.
+    ChannelBuilder channel = ChannelBuilder().device("soft").ack_timeout(16).retry_count(3).deadline(kOperationDeadline);
     PreparedMultiChannel prepared = MultiChannelBuilder(channel).rank(rank).world_size(kWorld).build();
     std::vector<std::uint8_t> memory(2 * kWorld * kSlice, 0);
     MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
@@ -96,11 +97,14 @@ int partitioned_rank(std::uint16_t port, std::uint32_t rank) try {
     for (const PeerTransfer& share : shares)
         if (share.peer == other) survivor[0] = share;
     EXPECT(channels.scatter_write(survivor).ok(), "survivors still write to each other");
-    std::uint8_t token = 0;
-    MemoryRegion token_region = channels.register_memory(&token, 1);
-    PendingWork receive = channels.post_receive(other, token_region.slice(0, 1));
-    EXPECT(channels.send(other, token_region.slice(0, 1)).ok(), "survivor send");
+    std::uint8_t tokens[2] = {static_cast<std::uint8_t>(rank), 0};  // [0] sent, [1] received
+    MemoryRegion token_region = channels.register_memory(tokens, sizeof tokens);
+    PendingWork receive = channels.post_receive(other, token_region.slice(1, 1));
+    const WorkResult sent = channels.send(other, token_region.slice(0, 1));
+    if (!sent.ok()) std::fprintf(stderr, "rank %u: %s\n", rank, sent.error().message().c_str());
+    EXPECT(sent.ok(), "survivor send");
     EXPECT(receive.wait().ok(), "survivor receive");
+    EXPECT(tokens[1] == other, "the other survivor's token");
     EXPECT(memory[(kWorld + other) * kSlice] == other + 1, "the other survivor's bytes arrived");
     EXPECT(memory[(kWorld + other + 1) * kSlice - 1] == other + 1, "all of them");
     return 0;
