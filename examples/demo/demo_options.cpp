@@ -1,0 +1,77 @@
+#include "examples/demo/demo_options.hpp"
+
+#include <CLI/CLI.hpp>
+
+namespace demo {
+namespace {
+
+void add_workload_options(CLI::App& app, Workload& workload, bool& json) {
+    app.add_option("--mode", workload.mode, "rc: a queue pair per peer; dc: DC initiators + one DC target")
+        ->check(CLI::IsMember({"rc", "dc"}));
+    app.add_option("--size", workload.size, "bytes of each per-peer slice")->check(CLI::Range(1u, 64u << 20));
+    app.add_option("--iterations", workload.iterations, "rounds of the workload")->check(CLI::Range(1u, 1000000u));
+    app.add_option("--device", workload.device, "auto | soft | a verbs device name");
+    app.add_option_function<std::uint32_t>(
+           "--timeout", [&workload](std::uint32_t seconds) { workload.timeout = std::chrono::seconds(seconds); },
+           "seconds for the whole job, set-up included (default 120)")
+        ->check(CLI::Range(1u, 86400u));
+    app.add_option_function<std::uint32_t>(
+           "--fail-rank", [&workload](std::uint32_t rank) { workload.fail_rank = rank; },
+           "(testing) this rank fails on purpose after connecting")
+        ->group("");  // hidden
+    app.add_flag("--json", json, "print the result as JSON");
+}
+
+}  // namespace
+
+Parsed parse_options(int argc, char** argv) {
+    Parsed parsed;
+    Options& options = parsed.options;
+    CLI::App app{
+        "rdmachan-demo: peers exchange per-peer buffers over RDMA (scatter_write, gather_read, multicast_send, "
+        "immediates) and verify every byte.\nWith no subcommand it starts --peers local peers."};
+    app.require_subcommand(0, 1);
+    add_workload_options(app, options.workload, options.json);
+    app.add_option("--peers", options.peers, "local peers to start (default 4)")->check(CLI::Range(1u, 64u));
+
+    CLI::App* peer = app.add_subcommand(
+        "peer", "run one peer of a job; rank, world size and rendezvous come from the flags or the launcher's "
+                "environment (RDMACHAN_*, Slurm, torchrun, Open MPI, PMI); the token from RDMACHAN_JOB_TOKEN");
+    add_workload_options(*peer, options.workload, options.json);
+    peer->add_option_function<std::uint32_t>("--rank", [&options](std::uint32_t value) { options.rank = value; });
+    peer->add_option_function<std::uint32_t>("--world-size",
+                                             [&options](std::uint32_t value) { options.world_size = value; });
+    peer->add_option_function<std::string>("--rendezvous",
+                                           [&options](const std::string& value) { options.rendezvous = value; },
+                                           "host:port of the rendezvous server");
+    peer->add_option("--job", options.job, "job name (every peer and the rendezvous must agree)");
+    peer->add_flag("--report-events", options.report_events, "(launcher) JSON events on stdout")->group("");
+
+    CLI::App* rendezvous = app.add_subcommand(
+        "rendezvous", "run a standalone rendezvous server for --world-size peers; prints the job token to export "
+                      "as RDMACHAN_JOB_TOKEN unless it is already set");
+    rendezvous->add_option_function<std::uint32_t>(
+                   "--world-size", [&options](std::uint32_t value) { options.world_size = value; })
+        ->required()
+        ->check(CLI::Range(1u, 4096u));
+    rendezvous->add_option("--bind", options.bind, "address to listen on (default 127.0.0.1)");
+    rendezvous->add_option("--port", options.port, "port (default: any free one, printed)");
+    rendezvous->add_option("--job", options.job, "job name");
+    rendezvous->add_option_function<std::uint32_t>(
+                   "--timeout",
+                   [&options](std::uint32_t seconds) { options.workload.timeout = std::chrono::seconds(seconds); },
+                   "seconds until every rank must have arrived (default 120)")
+        ->check(CLI::Range(1u, 86400u));
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& error) {
+        parsed.exit_code = app.exit(error);
+        return parsed;
+    }
+    if (peer->parsed()) options.command = Command::peer;
+    if (rendezvous->parsed()) options.command = Command::rendezvous;
+    return parsed;
+}
+
+}  // namespace demo

@@ -1,0 +1,45 @@
+// rdmachan-demo's command line: what to run (a local job, one peer of a job, a standalone
+// rendezvous) and the workload's settings.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace demo {
+
+enum class Command { local, peer, rendezvous };
+
+struct Workload {
+    std::string mode = "rc";       // rc | dc
+    std::uint32_t size = 65536;    // bytes of each slice, per peer
+    std::uint32_t iterations = 20;
+    std::string device = "auto";
+    std::chrono::seconds timeout{120};  // the whole job, set-up included
+    std::optional<std::uint32_t> fail_rank;  // test hook: that rank fails on purpose
+};
+
+struct Options {
+    Command command = Command::local;
+    Workload workload;
+    bool json = false;
+    std::uint32_t peers = 4;                    // local
+    std::optional<std::uint32_t> rank;          // peer
+    std::optional<std::uint32_t> world_size;    // peer, rendezvous
+    std::optional<std::string> rendezvous;      // peer: host:port
+    std::string job = "rdmachan-demo";          // peer, rendezvous
+    std::string bind = "127.0.0.1";             // rendezvous
+    std::uint16_t port = 0;                     // rendezvous
+    bool report_events = false;                 // peer started by the local launcher
+};
+
+// Parses argv. Returns the options, or an exit code when parsing ended the program (help
+// printed: 0; a bad option: 2, with a message naming it on stderr).
+struct Parsed {
+    Options options;
+    std::optional<int> exit_code;
+};
+Parsed parse_options(int argc, char** argv);
+
+}  // namespace demo

@@ -1,0 +1,257 @@
+#include "examples/demo/local_launcher.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "examples/demo/peer_report.hpp"
+#include "rdmachan/launcher_environment.hpp"
+#include "rdmachan/rendezvous.hpp"
+
+extern char** environ;
+
+namespace demo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+    std::uint32_t rank = 0;
+    pid_t pid = -1;
+    int events = -1;  // read end of the peer's stdout
+    std::string pending;
+    bool connected = false;
+    std::uint32_t iterations = 0;
+    std::optional<PeerReport> report;
+    std::string failure;
+    bool exited = false;
+};
+
+std::vector<std::string> peer_arguments(const Options& options, std::uint32_t rank, const std::string& rendezvous) {
+    const Workload& workload = options.workload;
+    std::vector<std::string> arguments = {"rdmachan-demo",
+                                          "peer",
+                                          "--report-events",
+                                          "--rank",
+                                          std::to_string(rank),
+                                          "--world-size",
+                                          std::to_string(options.peers),
+                                          "--rendezvous",
+                                          rendezvous,
+                                          "--job",
+                                          options.job,
+                                          "--mode",
+                                          workload.mode,
+                                          "--size",
+                                          std::to_string(workload.size),
+                                          "--iterations",
+                                          std::to_string(workload.iterations),
+                                          "--device",
+                                          workload.device,
+                                          "--timeout",
+                                          std::to_string(workload.timeout.count())};
+    if (workload.fail_rank) {
+        arguments.push_back("--fail-rank");
+        arguments.push_back(std::to_string(*workload.fail_rank));
+    }
+    return arguments;
+}
+
+// posix_spawn: no code of ours runs between fork and exec, so the rendezvous thread already
+// running in this process cannot leave a lock held in the child.
+Child spawn_peer(const Options& options, std::uint32_t rank, const std::string& rendezvous, const std::string& token) {
+    int ends[2];
+    if (pipe2(ends, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, ends[1], STDOUT_FILENO);
+    std::vector<std::string> arguments = peer_arguments(options, rank, rendezvous);
+    std::vector<char*> argv;
+    for (std::string& argument : arguments) argv.push_back(argument.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> environment_strings = {"RDMACHAN_JOB_TOKEN=" + token};
+    for (char** entry = environ; *entry != nullptr; ++entry)
+        if (std::strncmp(*entry, "RDMACHAN_JOB_TOKEN=", 19) != 0) environment_strings.emplace_back(*entry);
+    std::vector<char*> environment;
+    for (std::string& entry : environment_strings) environment.push_back(entry.data());
+    environment.push_back(nullptr);
+    Child child;
+    child.rank = rank;
+    const int error = posix_spawn(&child.pid, "/proc/self/exe", &actions, nullptr, argv.data(), environment.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(ends[1]);
+    if (error != 0) {
+        close(ends[0]);
+        throw std::runtime_error("starting rank " + std::to_string(rank) + ": " + std::strerror(error));
+    }
+    child.events = ends[0];
+    return child;
+}
+
+void handle_event(Child& child, const std::string& line) {
+    const nlohmann::json event = nlohmann::json::parse(line, nullptr, false);
+    if (event.is_discarded() || !event.is_object() || !event.contains("event")) return;  // not ours
+    const std::string kind = event["event"].get<std::string>();
+    if (kind == "connected") child.connected = true;
+    if (kind == "iteration") child.iterations = event.value("iteration", 0u);
+    if (kind == "result") child.report = event.at("report").get<PeerReport>();
+    if (kind == "failed") child.failure = event.value("error", std::string("failed"));
+}
+
+// Reads what is available from one peer; false at end of stream.
+bool read_events(Child& child) {
+    char chunk[4096];
+    const ssize_t got = read(child.events, chunk, sizeof chunk);
+    if (got <= 0) return false;
+    child.pending.append(chunk, static_cast<std::size_t>(got));
+    for (std::size_t end; (end = child.pending.find('\n')) != std::string::npos;) {
+        handle_event(child, child.pending.substr(0, end));
+        child.pending.erase(0, end + 1);
+    }
+    return true;
+}
+
+std::string describe_exit(int status) {
+    if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+    if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
+    return "ended";
+}
+
+class Progress {
+public:
+    explicit Progress(std::uint32_t peers, std::uint32_t iterations)
+        : peers_(peers), iterations_(iterations), terminal_(isatty(STDERR_FILENO) != 0) {}
+    void show(const std::vector<Child>& children) {
+        std::uint32_t connected = 0;
+        std::uint64_t done = 0;
+        for (const Child& child : children) {
+            connected += child.connected ? 1 : 0;
+            done += child.iterations;
+        }
+        const std::uint64_t total = static_cast<std::uint64_t>(peers_) * iterations_;
+        const unsigned percent = static_cast<unsigned>(total == 0 ? 100 : done * 100 / total);
+        if (terminal_) {
+            std::fprintf(stderr, "\r  connected %u/%u, iterations %llu/%llu (%u%%)   ", connected, peers_,
+                         static_cast<unsigned long long>(done), static_cast<unsigned long long>(total), percent);
+        } else if (connected != last_connected_ && connected == peers_) {
+            std::fprintf(stderr, "  all %u peers connected\n", peers_);
+        } else if (percent / 25 != last_percent_ / 25) {
+            std::fprintf(stderr, "  iterations %llu/%llu (%u%%)\n", static_cast<unsigned long long>(done),
+                         static_cast<unsigned long long>(total), percent);
+        }
+        last_connected_ = connected;
+        last_percent_ = percent;
+    }
+    void finish() {
+        if (terminal_) std::fprintf(stderr, "\n");
+    }
+
+private:
+    std::uint32_t peers_;
+    std::uint32_t iterations_;
+    bool terminal_;
+    std::uint32_t last_connected_ = 0;
+    unsigned last_percent_ = 0;
+};
+
+}  // namespace
+
+int run_local_job(const Options& options) {
+    const Clock::time_point started = Clock::now();
+    const std::string token = rdmachan::generate_job_token();
+    rdmachan::RendezvousServerSettings server_settings;
+    server_settings.world_size = options.peers;
+    server_settings.job = options.job;
+    server_settings.token = token;
+    server_settings.timeout = options.workload.timeout;
+    rdmachan::RendezvousServer server(server_settings);
+    server.start();
+    const std::string rendezvous = "127.0.0.1:" + std::to_string(server.port());
+    std::fprintf(stderr, "rdmachan-demo: starting %u peers (mode %s, device %s), rendezvous on %s\n", options.peers,
+                 options.workload.mode.c_str(), options.workload.device.c_str(), rendezvous.c_str());
+
+    std::vector<Child> children;
+    std::string first_failure;
+    try {
+        for (std::uint32_t rank = 0; rank < options.peers; ++rank)
+            children.push_back(spawn_peer(options, rank, rendezvous, token));
+    } catch (const std::exception& error) {
+        first_failure = error.what();
+    }
+
+    Progress progress(options.peers, options.workload.iterations);
+    const Clock::time_point deadline = started + options.workload.timeout + std::chrono::seconds(5);
+    std::size_t open = children.size();
+    while (open > 0 && first_failure.empty()) {
+        std::vector<pollfd> descriptors;
+        for (const Child& child : children)
+            descriptors.push_back({child.exited ? -1 : child.events, POLLIN, 0});
+        const int ready = poll(descriptors.data(), descriptors.size(), 200);
+        if (ready < 0 && errno != EINTR) break;
+        for (std::size_t index = 0; index < children.size(); ++index) {
+            Child& child = children[index];
+            if (child.exited || descriptors[index].revents == 0) continue;
+            if (read_events(child)) continue;
+            // End of the peer's output: it has exited (or is about to).
+            int status = 0;
+            waitpid(child.pid, &status, 0);
+            child.exited = true;
+            --open;
+            const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 && child.report;
+            if (!clean && first_failure.empty()) {
+                first_failure = "rank " + std::to_string(child.rank) + " failed (" + describe_exit(status) + ")" +
+                                (child.failure.empty() ? std::string() : ": " + child.failure);
+            }
+        }
+        progress.show(children);
+        if (Clock::now() > deadline && first_failure.empty()) {
+            std::string missing;
+            for (const Child& child : children)
+                if (!child.exited) missing += (missing.empty() ? "" : ", ") + std::to_string(child.rank);
+            first_failure = "the job did not finish within " + std::to_string(options.workload.timeout.count()) +
+                            " s; still running: rank " + missing;
+        }
+    }
+    progress.finish();
+    for (Child& child : children) {
+        if (!child.exited) {
+            kill(child.pid, SIGKILL);
+            waitpid(child.pid, nullptr, 0);
+        }
+        if (child.events >= 0) close(child.events);
+    }
+    if (first_failure.empty()) {
+        try {
+            server.wait();
+        } catch (const std::exception& error) {
+            first_failure = error.what();
+        }
+    }
+    if (!first_failure.empty()) {
+        std::fprintf(stderr, "rdmachan-demo: FAILED: %s\n", first_failure.c_str());
+        if (options.json) std::printf("%s\n", nlohmann::json{{"ok", false}, {"error", first_failure}}.dump(2).c_str());
+        return 1;
+    }
+    const double wall = std::chrono::duration<double>(Clock::now() - started).count();
+    std::vector<PeerReport> reports;
+    for (const Child& child : children) reports.push_back(*child.report);
+    const JobDescription job{options.peers, options.workload.mode, options.workload.size, options.workload.iterations};
+    if (options.json) {
+        std::printf("%s\n", summary_json(job, reports, wall).dump(2).c_str());
+    } else {
+        std::printf("%s", summary_table(job, reports, wall).c_str());
+    }
+    return 0;
+}
+
+}  // namespace demo

@@ -1,0 +1,156 @@
+#include "examples/demo/peer_workload.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "rdmachan/multi_channel.hpp"
+
+namespace demo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::uint8_t pattern(std::uint32_t from, std::uint32_t to, std::uint32_t iteration, std::uint32_t index) {
+    return static_cast<std::uint8_t>(from * 131 + to * 31 + iteration * 7 + index * 13 + 1);
+}
+
+// One rank's buffer: [outgoing slice per peer][incoming slice per peer][read back per peer]
+// [control message out][control message in, per peer].
+struct Layout {
+    std::uint32_t world;
+    std::uint64_t size;
+    std::uint64_t outgoing(std::uint32_t peer) const { return peer * size; }
+    std::uint64_t incoming(std::uint32_t peer) const { return (world + peer) * size; }
+    std::uint64_t read_back(std::uint32_t peer) const { return (2ull * world + peer) * size; }
+    std::uint64_t control_out() const { return 3ull * world * size; }
+    std::uint64_t control_in(std::uint32_t peer) const { return control_out() + 8 + peer * 8ull; }
+    std::uint64_t total() const { return control_in(world); }
+};
+
+[[noreturn]] void fail(std::uint32_t rank, const std::string& what) {
+    throw std::runtime_error("rank " + std::to_string(rank) + ": " + what);
+}
+
+void require(std::uint32_t rank, const rdmachan::MultiResult& result, const char* what) {
+    if (!result.ok()) fail(rank, std::string(what) + " failed:\n" + result.message());
+}
+
+rdmachan::MultiChannelMode mode_of(const std::string& name) {
+    return name == "dc" ? rdmachan::MultiChannelMode::dynamically_connected
+                        : rdmachan::MultiChannelMode::reliable_connected;
+}
+
+}  // namespace
+
+PeerReport run_peer(const PeerIdentity& identity, const Workload& workload, const ProgressCallback& progress) {
+    const std::uint32_t rank = identity.rank;
+    const std::uint32_t world = identity.world_size;
+    const Layout layout{world, workload.size};
+    std::vector<std::uint8_t> memory(layout.total(), 0);
+
+    rdmachan::ChannelBuilder channel = rdmachan::ChannelBuilder().device(workload.device).deadline(workload.timeout);
+    rdmachan::PreparedMultiChannel prepared = rdmachan::MultiChannelBuilder(channel)
+                                                  .rank(rank)
+                                                  .world_size(world)
+                                                  .mode(mode_of(workload.mode))
+                                                  .build();
+    rdmachan::MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    prepared.publish_region("buffer", region);
+    rdmachan::RendezvousSettings settings;
+    settings.host = identity.rendezvous_host;
+    settings.port = identity.rendezvous_port;
+    settings.rank = rank;
+    settings.world_size = world;
+    settings.job = identity.job;
+    settings.token = identity.token;
+    settings.timeout = workload.timeout;
+    rdmachan::MultiChannel channels = std::move(prepared).connect(settings);
+    progress("connected", 0);
+    if (workload.fail_rank == rank) fail(rank, "failing on purpose (--fail-rank " + std::to_string(rank) + ")");
+
+    std::vector<rdmachan::PeerRemoteMemoryRegion> remotes;
+    std::vector<std::uint32_t> everyone;
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        remotes.push_back(channels.remote_region(peer, "buffer"));
+        everyone.push_back(peer);
+    }
+    std::vector<rdmachan::PeerTransfer> writes, reads, notices, controls;
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        writes.push_back({peer, region.slice(layout.outgoing(peer), workload.size),
+                          remotes[peer].region.slice(layout.incoming(rank), workload.size)});
+        reads.push_back({peer, region.slice(layout.read_back(peer), workload.size),
+                         remotes[peer].region.slice(layout.incoming(rank), workload.size)});
+        notices.push_back({peer, region.slice(0, 0), {}});  // receives the write's immediate only
+        controls.push_back({peer, region.slice(layout.control_in(peer), 8), {}});
+    }
+
+    std::vector<double> latencies;
+    const Clock::time_point started = Clock::now();
+    std::uint8_t* bytes = memory.data();
+    for (std::uint32_t iteration = 0; iteration < workload.iterations; ++iteration) {
+        for (std::uint32_t peer = 0; peer < world; ++peer)
+            for (std::uint32_t index = 0; index < workload.size; ++index)
+                bytes[layout.outgoing(peer) + index] = pattern(rank, peer, iteration, index);
+
+        // Receives first: each peer's write carries (iteration << 16 | its rank) as immediate.
+        rdmachan::PendingMultiWork arrivals = channels.post_gather_receive(notices);
+        const Clock::time_point before = Clock::now();
+        require(rank, channels.scatter_write(writes, iteration << 16 | rank), "scatter_write");
+        latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - before).count());
+        const rdmachan::MultiResult arrived = arrivals.wait();
+        require(rank, arrived, "receiving the writes' immediates");
+        for (const rdmachan::PeerResult& entry : arrived.results()) {
+            const std::uint32_t immediate = entry.result.completion().immediate.value_or(~0u);
+            if (immediate != (iteration << 16 | entry.peer))
+                fail(rank, "the write from rank " + std::to_string(entry.peer) + " carried immediate " +
+                               std::to_string(immediate) + " in iteration " + std::to_string(iteration));
+            for (std::uint32_t index = 0; index < workload.size; ++index)
+                if (bytes[layout.incoming(entry.peer) + index] != pattern(entry.peer, rank, iteration, index))
+                    fail(rank, "byte " + std::to_string(index) + " of the slice from rank " +
+                                   std::to_string(entry.peer) + " is wrong in iteration " + std::to_string(iteration));
+        }
+
+        // Read back what this rank wrote into every peer.
+        require(rank, channels.gather_read(reads), "gather_read");
+        for (std::uint32_t peer = 0; peer < world; ++peer)
+            if (std::memcmp(bytes + layout.read_back(peer), bytes + layout.outgoing(peer), workload.size) != 0)
+                fail(rank, "reading back the slice written to rank " + std::to_string(peer) +
+                               " gave other bytes in iteration " + std::to_string(iteration));
+
+        // The control message: "iteration done" to everyone; nobody writes the next iteration's
+        // slices before every peer has checked this one's.
+        rdmachan::PendingMultiWork control_arrivals = channels.post_gather_receive(controls);
+        const std::uint64_t done = 0xd0e0000000000000ull | iteration;
+        std::memcpy(bytes + layout.control_out(), &done, sizeof done);
+        require(rank, channels.multicast_send(everyone, region.slice(layout.control_out(), 8)), "multicast_send");
+        require(rank, control_arrivals.wait(), "receiving the control messages");
+        for (std::uint32_t peer = 0; peer < world; ++peer) {
+            std::uint64_t received = 0;
+            std::memcpy(&received, bytes + layout.control_in(peer), sizeof received);
+            if (received != done)
+                fail(rank, "the control message from rank " + std::to_string(peer) + " is wrong in iteration " +
+                               std::to_string(iteration));
+        }
+        progress("iteration", iteration + 1);
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+
+    PeerReport report;
+    report.rank = rank;
+    report.device = channels.device_name();
+    report.seconds = seconds;
+    report.latency_p50_us = percentile(latencies, 50);
+    report.latency_p99_us = percentile(latencies, 99);
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        const rdmachan::PeerCounters counters = channels.counters(peer);
+        report.counters.push_back({peer, counters.operations, counters.bytes, counters.errors});
+        report.operations += counters.operations;
+        report.bytes += counters.bytes;
+    }
+    report.throughput_mb_s = seconds > 0 ? static_cast<double>(report.bytes) / seconds / 1e6 : 0;
+    return report;
+}
+
+}  // namespace demo

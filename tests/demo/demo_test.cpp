@@ -1,0 +1,90 @@
+// rdmachan-demo as a user runs it: the default job prints the table and exits 0; --json is
+// valid JSON with every rank; 16 peers work; bad options, a failing rank and an unavailable
+// mode end in a non-zero exit with a message naming the culprit.
+#include <doctest/doctest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Run {
+    int status = -1;
+    std::string output;  // stdout and stderr
+};
+
+Run run_demo(const std::string& arguments, bool with_stderr = true) {
+    const std::string command = std::string(RDMACHAN_DEMO_PATH) + " " + arguments + (with_stderr ? " 2>&1" : " 2>/dev/null");
+    Run run;
+    FILE* pipe = popen(command.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    char chunk[4096];
+    for (std::size_t got; (got = std::fread(chunk, 1, sizeof chunk, pipe)) > 0;) run.output.append(chunk, got);
+    const int status = pclose(pipe);
+    run.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return run;
+}
+
+}  // namespace
+
+TEST_CASE("no arguments: 4 peers, every byte verified, the table with every rank and the per-peer counters") {
+    const Run run = run_demo("");
+    CAPTURE(run.output);
+    CHECK(run.status == 0);
+    CHECK(run.output.find("rdmachan-demo: 4 peers, mode rc") != std::string::npos);
+    CHECK(run.output.find("every byte verified") != std::string::npos);
+    CHECK(run.output.find("throughput (MB/s)") != std::string::npos);
+    for (const char* row : {"  rank  0:", "  rank  1:", "  rank  2:", "  rank  3:"})
+        CHECK(run.output.find(row) != std::string::npos);
+    CHECK(run.output.find("all 4 peers connected") != std::string::npos);  // progress, not a terminal
+}
+
+TEST_CASE("--json: one object with every rank, its counters per peer and no errors") {
+    const Run run = run_demo("--json --peers 3 --iterations 4 --size 4096", false);
+    CAPTURE(run.output);
+    REQUIRE(run.status == 0);
+    const nlohmann::json result = nlohmann::json::parse(run.output);
+    CHECK(result.at("ok") == true);
+    CHECK(result.at("peers") == 3);
+    REQUIRE(result.at("ranks").size() == 3);
+    for (std::size_t rank = 0; rank < 3; ++rank) {
+        const nlohmann::json& entry = result["ranks"][rank];
+        CHECK(entry.at("rank") == rank);
+        REQUIRE(entry.at("counters").size() == 3);
+        for (const nlohmann::json& counter : entry["counters"]) {
+            // Per iteration and peer: write, its immediate's receive, read, control send and receive.
+            CHECK(counter.at("operations") == 4 * 5);
+            CHECK(counter.at("errors") == 0);
+        }
+        CHECK(entry.at("latency_p99_us").get<double>() >= entry.at("latency_p50_us").get<double>());
+    }
+}
+
+TEST_CASE("16 peers") {
+    const Run run = run_demo("--peers 16 --iterations 3 --size 4096");
+    CAPTURE(run.output);
+    CHECK(run.status == 0);
+    CHECK(run.output.find("16 peers") != std::string::npos);
+    CHECK(run.output.find("  rank 15:") != std::string::npos);
+}
+
+TEST_CASE("failures: a bad option, an out-of-range value, a failing rank, an unavailable mode") {
+    const Run bogus = run_demo("--bogus");
+    CHECK(bogus.status != 0);
+    CHECK(bogus.output.find("--bogus") != std::string::npos);
+
+    const Run size = run_demo("--size 0");
+    CHECK(size.status != 0);
+    CHECK(size.output.find("--size") != std::string::npos);
+
+    const Run failing = run_demo("--fail-rank 2 --iterations 2");
+    CAPTURE(failing.output);
+    CHECK(failing.status == 1);
+    CHECK(failing.output.find("FAILED: rank 2 failed") != std::string::npos);
+
+    const Run peer_without_rank = run_demo("peer --rendezvous 127.0.0.1:1");
+    CHECK(peer_without_rank.status == 1);
+    CHECK(peer_without_rank.output.find("--rank") != std::string::npos);
+}
