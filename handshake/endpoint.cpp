@@ -184,6 +184,10 @@ void validate(const Endpoint& endpoint) {
     }
     for (std::size_t index = 0; index < endpoint.dc.size(); ++index)
         check_24_bits("dc[" + std::to_string(index) + "].dctn", endpoint.dc[index].dctn);
+    if (endpoint.dci.size() > endpoint_max_dc_entries)
+        field_error("dci", std::to_string(endpoint.dci.size()) + " entries", "has too many entries");
+    for (std::size_t index = 0; index < endpoint.dci.size(); ++index)
+        check_24_bits("dci[" + std::to_string(index) + "]", endpoint.dci[index]);
     for (const auto& [name, region] : endpoint.regions) {
         if (name.empty() || name.size() > endpoint_max_region_name_length)
             field_error("regions", "\"" + name.substr(0, 40) + "\"",
@@ -214,6 +218,7 @@ void to_json(nlohmann::json& json, const Endpoint& endpoint) {
     for (const DcEntry& entry : endpoint.dc)
         json["dc"].push_back(
             {{"dctn", entry.dctn}, {"dc_key", handshake::to_hex_u64(entry.dc_key)}});
+    if (!endpoint.dci.empty()) json["dci"] = endpoint.dci;
     json["regions"] = nlohmann::json::object();
     for (const auto& [name, region] : endpoint.regions)
         json["regions"][name] = {
@@ -273,6 +278,18 @@ void from_json(const nlohmann::json& json, Endpoint& endpoint) {
             read_unsigned(dc[index], path, "dctn", max_24_bits, "24 bits"));
         entry.dc_key = read_hex64(dc[index], path, "dc_key");
         result.dc.push_back(entry);
+    }
+
+    // DC initiator numbers are optional (RC endpoints have none).
+    if (json.contains("dci")) {
+        const nlohmann::json& dci = read_container(json, "", "dci", true, endpoint_max_dc_entries);
+        for (std::size_t index = 0; index < dci.size(); ++index) {
+            const std::string path = "dci[" + std::to_string(index) + "]";
+            if (!dci[index].is_number_unsigned()) field_error(path, describe(dci[index]), "is not an unsigned integer");
+            const std::uint64_t number = dci[index].get<std::uint64_t>();
+            if (number > max_24_bits) field_error(path, std::to_string(number), "is out of range (24 bits)");
+            result.dci.push_back(static_cast<std::uint32_t>(number));
+        }
     }
 
     // Regions are optional: an endpoint without any may leave the field out.

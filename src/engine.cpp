@@ -23,7 +23,6 @@ namespace {
 // The last request of a batch carries its ticket with this bit set: only its completion ends the
 // operation. Slots are numbered far below it.
 constexpr std::uint64_t kFinalRequest = 1ull << 31;
-constexpr std::uint64_t kNoTicket = ~0ull;
 
 mlx5::CompletionStatus status_of_refusal(mlx5::PostResult result) {
     switch (result) {
@@ -52,16 +51,21 @@ std::uint32_t saturating_product(std::uint32_t left, std::uint32_t right) {
 
 }  // namespace
 
-Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count) : settings_(settings) {
+Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const DcSettings& dc)
+    : settings_(settings), dc_(dc) {
     device_ = transport::open_device(settings.device);
     port_ = device_->port_identity(settings.port, settings.gid_index);
     domain_ = device_->allocate_protection_domain();
+    peers_.resize(peer_count);
+    if (dc_.enabled) build_dc();
     // Every request may complete with an error or a flush, signaled or not: the queues hold
     // everything every queue pair can have in flight.
-    send_completions_ = domain_->create_completion_queue(
-        std::max(settings.cq_entries, saturating_product(peer_count, settings.max_send_wr)));
-    receive_completions_ = domain_->create_completion_queue(
-        std::max(settings.cq_entries, saturating_product(peer_count, settings.max_recv_wr)));
+    if (!dc_.enabled) {
+        send_completions_ = domain_->create_completion_queue(
+            std::max(settings.cq_entries, saturating_product(peer_count, settings.max_send_wr)));
+        receive_completions_ = domain_->create_completion_queue(
+            std::max(settings.cq_entries, saturating_product(peer_count, settings.max_recv_wr)));
+    }
 
     transport::QueuePairSettings queue_pair_settings;
     queue_pair_settings.max_send_wr = settings.max_send_wr;
@@ -73,13 +77,17 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count) : sett
     queue_pair_settings.access = static_cast<std::uint32_t>(settings.access);
 
     std::random_device random;
-    peers_.resize(peer_count);
     for (std::uint32_t index = 0; index < peer_count; ++index) {
         Peer& peer = peers_[index];
-        peer.queue_pair = domain_->create_queue_pair(queue_pair_settings, send_completions_, receive_completions_);
+        if (!dc_.enabled) {
+            peer.queue_pair = domain_->create_queue_pair(queue_pair_settings, send_completions_, receive_completions_);
+            peer.local.qpn = peer.queue_pair->qpn();
+        } else {
+            peer.arrivals.reserve(dc_.receive_buffers);
+            peer.waiting.reserve(settings.max_recv_wr);
+        }
         peer.local.gid = port_.gid;
         peer.local.lid = port_.lid;
-        peer.local.qpn = peer.queue_pair->qpn();
         peer.local.psn = settings.psn.has_value() ? *settings.psn : (random() & 0xffffff);
         peer.local.mtu = std::min(settings.mtu, port_.active_mtu);
         peer.local.device = device_->name();
@@ -118,6 +126,7 @@ MemoryRegion Engine::register_memory(void* data, std::size_t length, Access acce
 
 void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
     Peer& peer = peers_[index];
+    if (dc_.enabled) throw Error("connect " + peer.name + ": a DC multi-channel connects through connect_dc");
     if (peer.connected) throw Error("connect " + peer.name + ": already connected");
     std::string name = remote.device.empty() ? "qpn " + std::to_string(remote.qpn)
                                              : remote.device + " qpn " + std::to_string(remote.qpn);
@@ -164,6 +173,9 @@ std::uint64_t Engine::claim_slot(std::uint32_t peer, Operation operation) {
     entry.scope = 0;
     entry.bytes = 0;
     entry.not_posted = nullptr;
+    entry.initiator = -1;
+    entry.receive_addr = 0;
+    entry.receive_length = 0;
     entry.completion = {};
     ++outstanding_;
     ++peers_[peer].outstanding;
@@ -195,6 +207,7 @@ void Engine::finish(Slot& slot, const mlx5::Completion& completion) {
     if (!slot.error_seen) slot.completion = completion;
     slot.state = SlotState::done;
     peer.send_in_flight -= slot.send_requests;
+    if (slot.initiator >= 0) initiators_[slot.initiator].send_in_flight -= slot.send_requests;
     --peer.outstanding;
     --outstanding_;
     if (slot.completion.status == mlx5::CompletionStatus::success) {
@@ -233,9 +246,26 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     if (ticket == kNoTicket) return ticket;
     Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
     if (!peer.connected) return fail_immediately(ticket, mlx5::CompletionStatus::general_error, "the peer is not connected");
+    // DC: a failed peer is not retried on initiators the live peers share (its next failure
+    // would take their work down with it).
+    if (dc_.enabled && !peer.healthy) {
+        return fail_immediately(ticket, mlx5::CompletionStatus::general_error, "the peer failed earlier");
+    }
     if (!reserve_send_budget(peer, count)) {
         return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
                                 "the send budget (max_send_wr) stayed full until the deadline");
+    }
+    transport::QueuePair* queue_pair = peer.queue_pair.get();
+    if (dc_.enabled) {
+        const std::int32_t chosen = choose_initiator(peer, count);
+        if (chosen < 0) {
+            return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
+                                    "no DC initiator had room until the deadline");
+        }
+        slot.initiator = chosen;
+        initiators_[chosen].send_in_flight += count;
+        queue_pair = initiators_[chosen].queue_pair.get();
+        for (std::uint32_t i = 0; i < count; ++i) requests[i].dc_address_vector = peer.address_vector.data();
     }
     for (std::uint32_t i = 0; i < count; ++i) {
         requests[i].wr_id = ticket;
@@ -254,7 +284,7 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
     while (done < count) {
         std::uint32_t posted = 0;
-        const mlx5::PostResult result = peer.queue_pair->post_send(requests + done, count - done, &posted);
+        const mlx5::PostResult result = queue_pair->post_send(requests + done, count - done, &posted);
         done += posted;
         if (result == mlx5::PostResult::ok) break;
         const bool retry = result == mlx5::PostResult::queue_full && std::chrono::steady_clock::now() < until;
@@ -308,6 +338,7 @@ std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* ent
 }
 
 std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local) {
+    if (dc_.enabled) return post_dc_receive(index, local);
     Peer& peer = peers_[index];
     const std::uint64_t ticket = claim_slot(index, Operation::receive);
     if (ticket == kNoTicket) return ticket;
@@ -327,8 +358,18 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
 }
 
 void Engine::deliver(const mlx5::Completion& completion) {
+    if (dc_.enabled && completion.is_receive) {
+        on_arrival(completion);
+        return;
+    }
     Slot* entry = slot_for(completion.wr_id);
-    if (completion.status != mlx5::CompletionStatus::success && entry != nullptr) peers_[entry->peer].healthy = false;
+    if (completion.status != mlx5::CompletionStatus::success && entry != nullptr) {
+        // On DC, a flush says only that the shared initiator failed, maybe for another peer.
+        if (!dc_.enabled || completion.status != mlx5::CompletionStatus::work_request_flushed) {
+            peers_[entry->peer].healthy = false;
+        }
+        if (entry->initiator >= 0) initiators_[entry->initiator].failed = true;
+    }
     if (entry == nullptr || entry->state != SlotState::pending) return;  // a taken or failed operation's stragglers
     if ((completion.wr_id & kFinalRequest) != 0) {
         finish(*entry, completion);
@@ -348,6 +389,7 @@ bool Engine::poll_once() {
         for (std::uint32_t i = 0; i < count; ++i) deliver(completions[i]);
         any = any || count != 0;
     }
+    if (dc_.enabled) recover_failed_initiators();
     return any;
 }
 
@@ -417,6 +459,7 @@ WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline
 }
 
 void Engine::fail_and_flush(std::uint32_t index, const char* why) {
+    if (dc_.enabled) return fail_and_flush_dc(index, why);
     Peer& peer = peers_[index];
     logger().warn("{}: moving QP {} to ERR: {}", peer.name, peer.local.qpn, why);
     peer.healthy = false;

@@ -9,6 +9,7 @@
 // queue pairs can produce, error and flush completions of unsignaled requests included.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -22,9 +23,45 @@
 
 namespace rdmachan::detail {
 
+// The ticket of an operation that could not even get a slot.
+inline constexpr std::uint64_t kNoTicket = ~0ull;
+
+// DC mode (MultiChannel only): W DC initiators shared by every peer, one DC target fed by a
+// shared receive queue of engine-owned receive buffers.
+struct DcSettings {
+    bool enabled = false;
+    std::uint32_t initiators = 4;
+    std::optional<std::uint64_t> key;       // the access key of this process's DC target
+    std::uint32_t receive_buffers = 256;    // in the shared receive queue
+    std::uint32_t receive_size = 16384;     // bytes each: the largest message a peer may send
+};
+
+// A fixed-capacity FIFO of indices (no allocation after construction).
+class IndexQueue {
+public:
+    void reserve(std::uint32_t capacity) { items_.assign(capacity, 0); }
+    bool empty() const { return count_ == 0; }
+    bool full() const { return count_ == items_.size(); }
+    std::uint32_t size() const { return count_; }
+    void push(std::uint32_t item) {
+        items_[(head_ + count_++) % items_.size()] = item;
+    }
+    std::uint32_t pop() {
+        const std::uint32_t item = items_[head_];
+        head_ = (head_ + 1) % static_cast<std::uint32_t>(items_.size());
+        --count_;
+        return item;
+    }
+
+private:
+    std::vector<std::uint32_t> items_;
+    std::uint32_t head_ = 0;
+    std::uint32_t count_ = 0;
+};
+
 class Engine {
 public:
-    Engine(const ChannelSettings& settings, std::uint32_t peer_count);
+    Engine(const ChannelSettings& settings, std::uint32_t peer_count, const DcSettings& dc = {});
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
@@ -44,6 +81,25 @@ public:
     MemoryRegion register_memory(void* data, std::size_t length, Access access);
     // INIT -> RTR -> RTS towards the peer's queue pair. Throws rdmachan::Error naming the peer.
     void connect(std::uint32_t peer, const ChannelEndpoint& remote);
+
+    // DC mode.
+    bool dc_mode() const { return dc_.enabled; }
+    std::uint32_t dc_target_number() const;
+    std::uint64_t dc_key() const { return dc_key_; }
+    std::vector<std::uint32_t> dc_initiator_numbers() const;
+    // The peer's DC target, and the initiators its receives will name. Throws rdmachan::Error
+    // naming both ranks when two ranks' initiators could not be told apart.
+    struct DcPeer {
+        transport::Gid gid{};
+        std::uint16_t lid = 0;
+        std::uint32_t dctn = 0;
+        std::uint64_t key = 0;
+        std::vector<std::uint32_t> initiators;
+        std::string device;
+    };
+    void connect_dc(std::uint32_t peer, const DcPeer& remote);
+    // Queue pairs this engine created: RC one per peer; DC the initiators plus the target.
+    std::uint32_t queue_pair_count() const;
 
     // Data path. A ticket names one outstanding operation — a single work request or a batch
     // posted under one doorbell — whose completion (or the reason it could not be posted) is
@@ -89,6 +145,9 @@ private:
         std::uint32_t scope = 0;          // 0: not in a scope
         std::uint64_t bytes = 0;          // what the requests carried (requester completions omit it)
         const char* not_posted = nullptr; // set when the device refused the post
+        std::int32_t initiator = -1;      // DC: the initiator the requests went to
+        std::uint64_t receive_addr = 0;   // DC: the user's receive buffer
+        std::uint32_t receive_length = 0;
         mlx5::Completion completion;
     };
     struct Peer {
@@ -101,6 +160,16 @@ private:
         std::uint32_t send_in_flight = 0;  // send work requests posted and not yet completed
         std::uint32_t outstanding = 0;     // operations (slots) not yet completed
         PeerCounters counters;
+        // DC: where its work requests go, and its receives matched to arrived messages.
+        std::array<std::uint8_t, 48> address_vector{};
+        std::int32_t initiator = -1;
+        IndexQueue arrivals;  // receive buffers holding a message from this peer
+        IndexQueue waiting;   // receive slots waiting for one
+    };
+    struct Initiator {
+        std::shared_ptr<transport::QueuePair> queue_pair;
+        std::uint32_t send_in_flight = 0;
+        bool failed = false;  // in ERR: recovered once everything on it has completed
     };
 
     std::uint64_t claim_slot(std::uint32_t peer, Operation operation);
@@ -111,6 +180,16 @@ private:
     WorkResult result_of(const Slot& slot) const;
     std::uint64_t fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why);
     bool reserve_send_budget(Peer& peer, std::uint32_t count);
+    // DC.
+    void build_dc();
+    std::int32_t choose_initiator(Peer& peer, std::uint32_t count);
+    void connect_initiator(transport::QueuePair& initiator);
+    void recover_failed_initiators();
+    std::uint64_t post_dc_receive(std::uint32_t peer, const LocalSlice& local);
+    void on_arrival(const mlx5::Completion& completion);
+    void match_receives(std::uint32_t peer);
+    void repost_receive_buffer(std::uint32_t index);
+    void fail_and_flush_dc(std::uint32_t peer, const char* why);
     void backoff(std::uint32_t& round) const;
 
     ChannelSettings settings_;
@@ -126,6 +205,17 @@ private:
     std::vector<std::uint32_t> free_slots_;
     std::uint32_t outstanding_ = 0;
     std::uint32_t next_scope_ = 1;
+
+    DcSettings dc_;
+    std::uint64_t dc_key_ = 0;
+    std::vector<Initiator> initiators_;
+    std::shared_ptr<transport::SharedReceiveQueue> shared_receive_queue_;
+    std::shared_ptr<transport::DcTarget> target_;
+    std::vector<std::uint8_t> receive_memory_;
+    transport::Registration receive_registration_;
+    std::vector<mlx5::Completion> arrived_;  // by receive buffer
+    // (LID << 32 | initiator number) -> rank, sorted: who sent a receive.
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> senders_;
 };
 
 }  // namespace rdmachan::detail

@@ -91,17 +91,18 @@ MultiChannelBuilder& MultiChannelBuilder::dc_key(std::uint64_t value) {
 
 PreparedMultiChannel MultiChannelBuilder::build() const {
     if (!world_size_.has_value()) throw Error("MultiChannelBuilder::build: world_size is not set");
-    if (mode_ == MultiChannelMode::dynamically_connected) {
-        // Being built (issue 6): refuse rather than silently run RC.
-        throw Error("MultiChannelBuilder::build: mode dc (dynamically connected) is not available yet; use rc");
-    }
+
     if (!rank_.has_value()) throw Error("MultiChannelBuilder::build: rank is not set");
     if (*rank_ >= *world_size_) {
         throw Error("MultiChannelBuilder::build: rank " + std::to_string(*rank_) + " is not below world_size " +
                     std::to_string(*world_size_));
     }
     try {
-        return PreparedMultiChannel(std::make_shared<detail::Engine>(settings_, *world_size_), *rank_);
+        detail::DcSettings dc;
+        dc.enabled = mode_ == MultiChannelMode::dynamically_connected;
+        dc.initiators = dc_initiators_;
+        dc.key = dc_key_;
+        return PreparedMultiChannel(std::make_shared<detail::Engine>(settings_, *world_size_, dc), *rank_);
     } catch (const Error& error) {
         throw Error("MultiChannelBuilder::build (rank " + std::to_string(*rank_) + "): " + error.what());
     }
@@ -120,6 +121,10 @@ PreparedMultiChannel::~PreparedMultiChannel() = default;
 std::uint32_t PreparedMultiChannel::world_size() const { return engine_->peer_count(); }
 
 std::vector<ChannelEndpoint> PreparedMultiChannel::endpoints() const {
+    if (engine_ != nullptr && engine_->dc_mode()) {
+        throw Error("PreparedMultiChannel::endpoints: a DC multi-channel has one endpoint per process, not one queue "
+                    "pair per peer: use endpoint()");
+    }
     std::vector<ChannelEndpoint> endpoints;
     for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) endpoints.push_back(engine_->local_endpoint(peer));
     return endpoints;
@@ -159,6 +164,10 @@ MultiChannel& MultiChannel::operator=(MultiChannel&&) noexcept = default;
 MultiChannel::~MultiChannel() = default;
 
 std::uint32_t MultiChannel::world_size() const { return engine_->peer_count(); }
+MultiChannelMode MultiChannel::mode() const {
+    return engine_->dc_mode() ? MultiChannelMode::dynamically_connected : MultiChannelMode::reliable_connected;
+}
+std::uint32_t MultiChannel::queue_pair_count() const { return engine_->queue_pair_count(); }
 
 MemoryRegion MultiChannel::register_memory(void* data, std::size_t length, Access access) {
     return engine_->register_memory(data, length, access);

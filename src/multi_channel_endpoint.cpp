@@ -39,9 +39,15 @@ Endpoint PreparedMultiChannel::endpoint() const {
     endpoint.port.gid_index = port.gid_index;
     endpoint.port.link_layer = port.ethernet ? LinkLayer::ethernet : LinkLayer::infiniband;
     endpoint.port.mtu = engine_->local_endpoint(0).mtu;
-    for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
-        const ChannelEndpoint& local = engine_->local_endpoint(peer);
-        endpoint.rc.push_back(RcEntry{peer, local.qpn, local.psn});
+    if (engine_->dc_mode()) {
+        // O(1) per process: the target every peer addresses, and the initiators it sends from.
+        endpoint.dc.push_back(DcEntry{engine_->dc_target_number(), engine_->dc_key()});
+        endpoint.dci = engine_->dc_initiator_numbers();
+    } else {
+        for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
+            const ChannelEndpoint& local = engine_->local_endpoint(peer);
+            endpoint.rc.push_back(RcEntry{peer, local.qpn, local.psn});
+        }
     }
     endpoint.regions = published_;
     return endpoint;
@@ -67,6 +73,28 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
         if (theirs.rank != peer) {
             throw Error(me + ": table entry " + std::to_string(peer) + " is the endpoint of " + rank_text(theirs.rank));
         }
+        regions[peer] = theirs.regions;
+        if (engine_->dc_mode()) {
+            if (theirs.dc.empty() || theirs.dci.empty()) {
+                throw Error(me + ": " + rank_text(peer) + " published no DC target or no DC initiators (is it in RC mode?)");
+            }
+            detail::Engine::DcPeer remote;
+            remote.gid = theirs.port.gid;
+            remote.lid = theirs.port.lid;
+            remote.dctn = theirs.dc.front().dctn;
+            remote.key = theirs.dc.front().dc_key;
+            remote.initiators = theirs.dci;
+            remote.device = to_string(theirs.device);
+            try {
+                engine_->connect_dc(peer, remote);
+            } catch (const Error& error) {
+                throw Error(me + ": " + error.what());
+            }
+            continue;
+        }
+        if (theirs.rc.empty() && !theirs.dc.empty()) {
+            throw Error(me + ": " + rank_text(peer) + " is in DC mode, this rank in RC mode");
+        }
         // Their queue pair for us: the RC entry that names our rank.
         const RcEntry* entry = nullptr;
         for (const RcEntry& candidate : theirs.rc) {
@@ -81,7 +109,11 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
         remote.mtu = theirs.port.mtu;
         remote.device = to_string(theirs.device);
         channel_table[peer].assign(world, remote);
-        regions[peer] = theirs.regions;
+    }
+    if (engine_->dc_mode()) {
+        MultiChannel channels(std::move(engine_), rank_);
+        channels.remote_regions_ = std::move(regions);
+        return channels;
     }
     // handshake(table of ChannelEndpoint) connects QP p to table[p][rank_]; every slot of a
     // row holds that peer's entry for us.

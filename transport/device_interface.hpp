@@ -103,6 +103,22 @@ public:
     virtual void move_to_error() = 0;
 };
 
+// DC (mlx5 dynamically connected). A shared receive queue feeds a DC target's receives.
+class SharedReceiveQueue {
+public:
+    virtual ~SharedReceiveQueue() = default;
+    virtual mlx5::PostResult post_receive(const mlx5::ReceiveWorkRequest* requests, std::uint32_t count,
+                                          std::uint32_t* posted) noexcept = 0;
+};
+
+// A DC target: created in RESET, made ready (INIT -> RTR) once; its number exists only then.
+class DcTarget {
+public:
+    virtual ~DcTarget() = default;
+    virtual void make_ready(std::uint32_t path_mtu, std::uint8_t min_rnr_timer) = 0;
+    virtual std::uint32_t number() const = 0;  // throws rdmachan::Error before make_ready
+};
+
 class ProtectionDomain {
 public:
     virtual ~ProtectionDomain() = default;
@@ -114,6 +130,24 @@ public:
     virtual std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,
                                                          std::shared_ptr<CompletionQueue> send_queue,
                                                          std::shared_ptr<CompletionQueue> receive_queue) = 0;
+
+    // DC. Devices without DC throw rdmachan::Error saying so (the defaults).
+    // A DC initiator is a queue pair without receive queue whose requests carry
+    // dc_address_vector; connect() takes it INIT -> RTR -> RTS (the remote fields are unused),
+    // also again after recover_initiator().
+    virtual std::shared_ptr<QueuePair> create_dc_initiator(const QueuePairSettings& settings,
+                                                           std::shared_ptr<CompletionQueue> send_queue);
+    // Back to RESET with the send queue at producer index 0; the caller has taken every
+    // completion of the initiator before, and connects it again after.
+    virtual void recover_dc_initiator(QueuePair& initiator);
+    virtual std::shared_ptr<SharedReceiveQueue> create_shared_receive_queue(std::uint32_t max_wr,
+                                                                            std::shared_ptr<CompletionQueue> receive_queue);
+    virtual std::shared_ptr<DcTarget> create_dc_target(std::shared_ptr<SharedReceiveQueue> shared_receive_queue,
+                                                       std::shared_ptr<CompletionQueue> receive_queue,
+                                                       std::uint64_t access_key, std::uint32_t access);
+    // The 48-byte address vector naming a peer's DC target, DCT number and key filled in.
+    virtual std::array<std::uint8_t, 48> dc_address_vector(const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
+                                                           std::uint64_t key);
 };
 
 class Device {

@@ -85,6 +85,9 @@ struct Endpoint {
     PortIdentity port;
     std::vector<RcEntry> rc;
     std::vector<DcEntry> dc;
+    // DC mode: this process's DC initiator numbers. A DC target's receive names the sending
+    // initiator (and its LID), which is how the receiver knows the sending rank. Optional.
+    std::vector<std::uint32_t> dci;
     std::map<std::string, RemoteRegion> regions;
 
     bool operator==(const Endpoint&) const = default;

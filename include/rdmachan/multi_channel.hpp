@@ -33,6 +33,13 @@
 
 namespace rdmachan {
 
+// How a MultiChannel reaches its peers. Reliable connected: one RC queue pair per peer
+// (N-1 queue pairs per process, plus loopback). Dynamically connected (mlx5 DC): a pool of DC
+// initiators shared by all peers plus one DC target with a shared receive queue (W+1 queue
+// pairs per process, whatever the number of peers). The API is the same in both.
+enum class MultiChannelMode { reliable_connected, dynamically_connected };
+std::string_view to_string(MultiChannelMode mode);
+
 // A remote region of one peer.
 struct PeerRemoteMemoryRegion {
     std::uint32_t peer = 0;
@@ -129,6 +136,10 @@ public:
 
     std::uint32_t rank() const { return rank_; }
     std::uint32_t world_size() const;
+    MultiChannelMode mode() const;
+    // Queue pairs this process created for the multi-channel: one per peer (loopback included)
+    // in RC mode; the DC initiators plus the DC target in DC mode.
+    std::uint32_t queue_pair_count() const;
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
 
     // Per peer, blocking.
@@ -232,12 +243,6 @@ private:
     std::map<std::string, RemoteRegion> published_;
 };
 
-// How a MultiChannel reaches its peers. Reliable connected: one RC queue pair per peer
-// (N-1 queue pairs per process, plus loopback). Dynamically connected (mlx5 DC): a pool of DC
-// initiators shared by all peers plus one DC target with a shared receive queue (W+1 queue
-// pairs per process, whatever the number of peers). The API is the same in both.
-enum class MultiChannelMode { reliable_connected, dynamically_connected };
-std::string_view to_string(MultiChannelMode mode);
 
 class MultiChannelBuilder {
 public:
@@ -250,8 +255,8 @@ public:
     MultiChannelBuilder& mode(MultiChannelMode value);
     // DC mode: the number of DC initiators in the pool, [1, 64], default 4.
     MultiChannelBuilder& dc_initiators(std::uint32_t value);
-    // DC mode: the DC access key every rank's target checks. Default: random per job, agreed
-    // through the endpoints; set it to pin one.
+    // DC mode: the access key this process's DC target checks. Default: random per process,
+    // published in its endpoint (initiators use each target's own key); set it to pin one.
     MultiChannelBuilder& dc_key(std::uint64_t value);
     const ChannelSettings& settings() const { return settings_; }
     MultiChannelMode mode() const { return mode_; }

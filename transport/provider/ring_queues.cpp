@@ -35,11 +35,12 @@ RingQueuePair::RingQueuePair(RingQueuePairInit init)
     mlx5::SendQueueConfig config;
     config.max_sge = init_.max_send_sge;
     config.max_inline_data = init_.max_inline_data;
+    config.dc_initiator = init_.dc_initiator;
     send_ = mlx5::SendQueue(init_.send_ring, {send_wr_ids_.data(), send_wqe_ends_.data(), 0, 0}, config);
     receive_ = mlx5::ReceiveQueue(init_.receive_ring, receive_wr_ids_.data(), {});
     target_.send = &send_.tracking();
     target_.send_wqe_count = init_.send_ring.wqe_count;
-    target_.receive = &receive_;
+    target_.receive = init_.receive_ring.wqe_count != 0 ? &receive_ : nullptr;
     init_.send_queue->attach(qpn(), &target_);
     if (init_.receive_queue != init_.send_queue) init_.receive_queue->attach(qpn(), &target_);
 }

@@ -47,6 +47,7 @@ struct RingQueuePairInit {
     std::uint32_t max_recv_wr = 0;
     std::uint32_t max_send_sge = 1;
     std::uint32_t max_inline_data = 0;
+    bool dc_initiator = false;  // WQEs carry the address vector; no receive queue
     std::shared_ptr<RingCompletionQueue> send_queue;
     std::shared_ptr<RingCompletionQueue> receive_queue;
 };
@@ -66,6 +67,8 @@ public:
                                   std::uint32_t* posted) noexcept override;
     std::uint32_t max_send_wr() const noexcept override { return init_.max_send_wr; }
     std::uint32_t max_recv_wr() const noexcept override { return init_.max_recv_wr; }
+    // After the device reset the queue pair (DC initiator recovery): producer index back to 0.
+    void reset_send_queue() { send_.reset(); }
 
 protected:
     // The software device learns of a doorbell through a call (the hardware through the

@@ -2,6 +2,7 @@
 
 #include "rdmachan/error.hpp"
 #include "transport/provider/ring_queues.hpp"
+#include "transport/provider/soft_dc_provider.hpp"
 
 namespace rdmachan::transport {
 namespace {
@@ -112,8 +113,39 @@ public:
         }
     }
 
+    std::shared_ptr<QueuePair> create_dc_initiator(const QueuePairSettings& settings,
+                                                   std::shared_ptr<CompletionQueue> send_queue) override {
+        return soft_dc::create_initiator(device_, domain_, settings, ring_queue(send_queue, "create_dc_initiator"));
+    }
+
+    void recover_dc_initiator(QueuePair& initiator) override { soft_dc::recover_initiator(initiator); }
+
+    std::shared_ptr<SharedReceiveQueue> create_shared_receive_queue(
+        std::uint32_t max_wr, std::shared_ptr<CompletionQueue> receive_queue) override {
+        return soft_dc::create_shared_receive_queue(device_, domain_, max_wr,
+                                                    ring_queue(receive_queue, "create_shared_receive_queue"));
+    }
+
+    std::shared_ptr<DcTarget> create_dc_target(std::shared_ptr<SharedReceiveQueue> shared_receive_queue,
+                                               std::shared_ptr<CompletionQueue> receive_queue, std::uint64_t access_key,
+                                               std::uint32_t access) override {
+        return soft_dc::create_target(device_, domain_, std::move(shared_receive_queue),
+                                      ring_queue(receive_queue, "create_dc_target"), access_key, soft_access(access));
+    }
+
+    std::array<std::uint8_t, 48> dc_address_vector(const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
+                                                   std::uint64_t key) override {
+        return soft_dc::address_vector(gid, lid, dctn, key);
+    }
+
 private:
     static std::shared_ptr<void> soft_owner(RingCompletionQueue& queue) { return queue.owner(); }
+
+    std::shared_ptr<RingCompletionQueue> ring_queue(const std::shared_ptr<CompletionQueue>& queue, const char* call) {
+        auto ring = std::dynamic_pointer_cast<RingCompletionQueue>(queue);
+        if (ring == nullptr) throw Error(std::string(call) + " on " + device_->name() + ": the CQ is another device's");
+        return ring;
+    }
 
     std::shared_ptr<soft::Device> device_;
     std::shared_ptr<soft::ProtectionDomain> domain_;
