@@ -200,9 +200,12 @@ void Engine::match_receives(std::uint32_t index) {
         const std::uint32_t buffer = peer.arrivals.pop();
         Slot& slot = slots_[peer.waiting.pop()];
         mlx5::Completion completion = arrived_[buffer];
-        if (completion.byte_len > slot.receive_length) {
+        // A write with immediate consumed a receive but placed its bytes at the write's target:
+        // byte_len is the write's length, and nothing is copied.
+        const bool data_in_buffer = completion.opcode != mlx5::CompletionOpcode::receive_rdma_with_immediate;
+        if (data_in_buffer && completion.byte_len > slot.receive_length) {
             completion.status = mlx5::CompletionStatus::local_length_error;
-        } else if (completion.byte_len != 0) {
+        } else if (data_in_buffer && completion.byte_len != 0) {
             std::memcpy(reinterpret_cast<void*>(slot.receive_addr),
                         receive_memory_.data() + static_cast<std::size_t>(buffer) * dc_.receive_size, completion.byte_len);
         }
