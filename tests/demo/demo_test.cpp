@@ -62,6 +62,14 @@ TEST_CASE("--json: one object with every rank, its counters per peer and no erro
     }
 }
 
+TEST_CASE("--mode dc: the same workload through DC initiators and targets") {
+    const Run run = run_demo("--mode dc --peers 6 --iterations 4 --size 8192");
+    CAPTURE(run.output);
+    CHECK(run.status == 0);
+    CHECK(run.output.find("6 peers, mode dc") != std::string::npos);
+    CHECK(run.output.find("every byte verified") != std::string::npos);
+}
+
 TEST_CASE("16 peers") {
     const Run run = run_demo("--peers 16 --iterations 3 --size 4096");
     CAPTURE(run.output);

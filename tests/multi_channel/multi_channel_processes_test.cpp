@@ -53,24 +53,34 @@ std::string device_for_rank(std::uint32_t rank) {
     return rank % 2 == 0 ? first : second;
 }
 
-Rank join(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world, std::chrono::milliseconds deadline) {
+// RDMACHAN_TEST_MODE=dc runs every case in DC mode (4 DC initiators per rank); the CTest
+// multi_channel_processes_dc_test sets it.
+MultiChannelMode test_mode() {
+    const char* mode = std::getenv("RDMACHAN_TEST_MODE");
+    return mode != nullptr && std::string(mode) == "dc" ? MultiChannelMode::dynamically_connected
+                                                        : MultiChannelMode::reliable_connected;
+}
+
+// initiators: DC initiators per rank in DC mode (1: every peer shares the one initiator).
+Rank join(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world, std::chrono::milliseconds deadline,
+          std::uint32_t initiators = 4) {
     // A short ack timeout (about 67 ms per try, 3 retries) lets a dead peer be noticed quickly on
     // a kernel RDMA stack too, where nothing closes a connection.
     ChannelBuilder channel = ChannelBuilder().device(device_for_rank(rank)).max_send_wr(64).max_recv_wr(64).ack_timeout(14).retry_count(3).deadline(deadline);
-    PreparedMultiChannel prepared = MultiChannelBuilder(channel).rank(rank).world_size(world).build();
+    PreparedMultiChannel prepared =
+        MultiChannelBuilder(channel).rank(rank).world_size(world).mode(test_mode()).dc_initiators(initiators).build();
     const Layout layout{world};
     std::vector<std::uint8_t> memory(layout.size(), 0);
     MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
-    nlohmann::json mine = {{"endpoints", prepared.endpoints()}, {"region", region.remote()}};
-    multi_test::publish(table, rank, mine.dump());
-    std::vector<std::vector<ChannelEndpoint>> endpoints(world);
-    std::vector<RemoteMemoryRegion> remotes(world);
+    prepared.publish_region("buffer", region);
+    multi_test::publish(table, rank, nlohmann::json(prepared.endpoint()).dump());
+    std::vector<Endpoint> endpoints(world);
     for (std::uint32_t peer = 0; peer < world; ++peer) {
-        const nlohmann::json theirs = nlohmann::json::parse(multi_test::read_published(table, peer, kExchangeDeadline));
-        endpoints[peer] = theirs.at("endpoints").get<std::vector<ChannelEndpoint>>();
-        remotes[peer] = theirs.at("region").get<RemoteMemoryRegion>();
+        endpoints[peer] = nlohmann::json::parse(multi_test::read_published(table, peer, kExchangeDeadline)).get<Endpoint>();
     }
     MultiChannel channels = std::move(prepared).handshake(endpoints);
+    std::vector<RemoteMemoryRegion> remotes(world);
+    for (std::uint32_t peer = 0; peer < world; ++peer) remotes[peer] = channels.remote_region(peer, "buffer").region;
     multi_test::barrier(table, world, kExchangeDeadline);
     return {std::move(channels), std::move(memory), std::move(region), std::move(remotes)};
 }
@@ -258,7 +268,9 @@ int run_ranks(std::uint32_t world, Body body) {
 }
 
 int killed_mid_scatter(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world) try {
-    Rank self = join(table, rank, world, std::chrono::milliseconds(4000));
+    // In DC mode the victim shares the survivors' single initiator: its failure puts that
+    // initiator in error, which must be recovered under the survivors' feet.
+    Rank self = join(table, rank, world, std::chrono::milliseconds(4000), 1);
     const Layout layout{world};
     const std::uint32_t victim = world - 1;
     if (rank == victim) raise(SIGKILL);  // gone while the others scatter to it

@@ -86,6 +86,7 @@ public:
     std::uint32_t max_recv_wr() const noexcept override { return inner_->max_recv_wr(); }
     void connect(const ConnectSettings& settings) override { inner_->connect(settings); }
     void move_to_error() override { inner_->move_to_error(); }
+    QueuePair& inner() const { return *inner_; }
 
 private:
     bool refuse(std::uint32_t* posted) noexcept {
@@ -118,7 +119,35 @@ public:
         return std::make_shared<FaultQueuePair>(inner_->create_queue_pair(settings, send->inner(), receive->inner()), plan_);
     }
 
+    // DC: initiators get the same refusals as queue pairs; their completions and the
+    // target's pass through the wrapped completion queues.
+    std::shared_ptr<QueuePair> create_dc_initiator(const QueuePairSettings& settings,
+                                                   std::shared_ptr<CompletionQueue> send_queue) override {
+        return std::make_shared<FaultQueuePair>(inner_->create_dc_initiator(settings, unwrap(send_queue)), plan_);
+    }
+    void recover_dc_initiator(QueuePair& initiator) override {
+        inner_->recover_dc_initiator(dynamic_cast<FaultQueuePair&>(initiator).inner());
+    }
+    std::shared_ptr<SharedReceiveQueue> create_shared_receive_queue(std::uint32_t max_wr,
+                                                                    std::shared_ptr<CompletionQueue> receive_queue) override {
+        return inner_->create_shared_receive_queue(max_wr, unwrap(receive_queue));
+    }
+    std::shared_ptr<DcTarget> create_dc_target(std::shared_ptr<SharedReceiveQueue> shared_receive_queue,
+                                               std::shared_ptr<CompletionQueue> receive_queue, std::uint64_t access_key,
+                                               std::uint32_t access) override {
+        return inner_->create_dc_target(std::move(shared_receive_queue), unwrap(receive_queue), access_key, access);
+    }
+    std::array<std::uint8_t, 48> dc_address_vector(const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
+                                                   std::uint64_t key) override {
+        return inner_->dc_address_vector(gid, lid, dctn, key);
+    }
+
 private:
+    static std::shared_ptr<CompletionQueue> unwrap(const std::shared_ptr<CompletionQueue>& queue) {
+        auto wrapped = std::dynamic_pointer_cast<FaultCompletionQueue>(queue);
+        if (wrapped == nullptr) throw Error("fault injection: the completion queue comes from another device");
+        return wrapped->inner();
+    }
     std::shared_ptr<ProtectionDomain> inner_;
     std::shared_ptr<FaultPlan> plan_;
 };
