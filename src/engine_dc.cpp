@@ -93,7 +93,7 @@ void Engine::connect_dc(std::uint32_t index, const DcPeer& remote) {
     Peer& peer = peers_[index];
     if (peer.connected) throw Error("connect " + peer.name + ": already connected");
     peer.name = "rank " + std::to_string(index) + " (" + remote.device + " dct " + std::to_string(remote.dctn) + ")";
-    peer.address_vector = domain_->dc_address_vector(remote.gid, remote.lid, remote.dctn, remote.key);
+    peer.address_vector = domain_->dc_address_vector(port_, remote.gid, remote.lid, remote.dctn, remote.key);
     for (std::uint32_t initiator : remote.initiators) {
         const std::uint64_t key = sender_key(remote.lid, initiator);
         auto position = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),

@@ -146,7 +146,7 @@ public:
                                                        std::shared_ptr<CompletionQueue> receive_queue,
                                                        std::uint64_t access_key, std::uint32_t access);
     // The 48-byte address vector naming a peer's DC target, DCT number and key filled in.
-    virtual std::array<std::uint8_t, 48> dc_address_vector(const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
+    virtual std::array<std::uint8_t, 48> dc_address_vector(const PortIdentity& local, const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
                                                            std::uint64_t key);
 };
 

@@ -13,6 +13,7 @@
 #include "rxe_fixture.hpp"
 #include "transport/verbs/mlx5_binding.hpp"
 #include "transport/verbs/mlx5_dc.hpp"
+#include "rdmachan/multi_channel.hpp"
 #include "transport/verbs/verbs_error.hpp"
 
 using namespace rxe_test;
@@ -206,6 +207,22 @@ TEST_CASE("DC on a device that is not mlx5: a clear error, for initiators and ta
                                                side.shared_receive_queue, nullptr},
                                               0x1ee7a330),
                          doctest::Contains(expected.c_str()), VerbsError);
+}
+
+TEST_CASE("a DC MultiChannel on a generic verbs device is refused at build, naming the device") {
+    try {
+        (void)rdmachan::MultiChannelBuilder(rdmachan::ChannelBuilder().device(first_device()))
+            .rank(0)
+            .world_size(2)
+            .mode(rdmachan::MultiChannelMode::dynamically_connected)
+            .build();
+        FAIL("a DC multi-channel was built on " << first_device());
+    } catch (const rdmachan::Error& error) {
+        const std::string text = error.what();
+        CAPTURE(text);
+        CHECK(text.find("needs an mlx5 device") != std::string::npos);
+        CHECK(text.find(first_device()) != std::string::npos);
+    }
 }
 
 TEST_CASE("RTR towards a GID nobody answers for fails at INIT->RTR, naming the QP") {

@@ -137,9 +137,9 @@ public:
                                                std::uint32_t access) override {
         return inner_->create_dc_target(std::move(shared_receive_queue), unwrap(receive_queue), access_key, access);
     }
-    std::array<std::uint8_t, 48> dc_address_vector(const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
+    std::array<std::uint8_t, 48> dc_address_vector(const PortIdentity& local, const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
                                                    std::uint64_t key) override {
-        return inner_->dc_address_vector(gid, lid, dctn, key);
+        return inner_->dc_address_vector(local, gid, lid, dctn, key);
     }
 
 private:

@@ -31,7 +31,7 @@ std::shared_ptr<DcTarget> ProtectionDomain::create_dc_target(std::shared_ptr<Sha
     no_dc("create_dc_target");
 }
 
-std::array<std::uint8_t, 48> ProtectionDomain::dc_address_vector(const Gid&, std::uint16_t, std::uint32_t,
+std::array<std::uint8_t, 48> ProtectionDomain::dc_address_vector(const PortIdentity&, const Gid&, std::uint16_t, std::uint32_t,
                                                                  std::uint64_t) {
     no_dc("dc_address_vector");
 }

@@ -133,8 +133,8 @@ public:
                                       ring_queue(receive_queue, "create_dc_target"), access_key, soft_access(access));
     }
 
-    std::array<std::uint8_t, 48> dc_address_vector(const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
-                                                   std::uint64_t key) override {
+    std::array<std::uint8_t, 48> dc_address_vector(const PortIdentity&, const Gid& gid, std::uint16_t lid,
+                                                   std::uint32_t dctn, std::uint64_t key) override {
         return soft_dc::address_vector(gid, lid, dctn, key);
     }
 

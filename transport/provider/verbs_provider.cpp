@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "rdmachan/error.hpp"
+#include "transport/provider/mlx5_dc_provider.hpp"
 #include "transport/provider/ring_queues.hpp"
 #include "transport/verbs/completion_queue.hpp"
 #include "transport/verbs/context.hpp"
@@ -138,10 +139,16 @@ private:
     LocalPort port_;
 };
 
-// The verbs owner of a ring CQ: kept alive by the ring queue's owner pointer.
-struct Mlx5CompletionQueueOwner {
-    std::shared_ptr<verbs::CompletionQueue> queue;
-};
+
+// Control-plane calls of the verbs layer report VerbsError; the interface promises rdmachan::Error.
+template <typename Call>
+auto guarded(Call call) -> decltype(call()) {
+    try {
+        return call();
+    } catch (const verbs::VerbsError& error) {
+        throw Error(error.what());
+    }
+}
 
 class VerbsProtectionDomain final : public ProtectionDomain {
 public:
@@ -206,7 +213,52 @@ public:
         }
     }
 
+    // DC: only on a ConnectX driven through the direct data path.
+    std::shared_ptr<QueuePair> create_dc_initiator(const QueuePairSettings& settings,
+                                                   std::shared_ptr<CompletionQueue> send_queue) override {
+        require_dc("create_dc_initiator");
+        return guarded([&] { return mlx5_dc::create_initiator(domain_, parent_domain_, settings, ring_of(send_queue)); });
+    }
+    void recover_dc_initiator(QueuePair& initiator) override {
+        require_dc("recover_dc_initiator");
+        guarded([&] {
+            mlx5_dc::recover_initiator(initiator);
+            return 0;
+        });
+    }
+    std::shared_ptr<SharedReceiveQueue> create_shared_receive_queue(std::uint32_t max_wr,
+                                                                    std::shared_ptr<CompletionQueue>) override {
+        require_dc("create_shared_receive_queue");
+        return guarded([&] { return mlx5_dc::create_shared_receive_queue(domain_, max_wr); });
+    }
+    std::shared_ptr<DcTarget> create_dc_target(std::shared_ptr<SharedReceiveQueue> shared_receive_queue,
+                                               std::shared_ptr<CompletionQueue> receive_queue, std::uint64_t access_key,
+                                               std::uint32_t access) override {
+        require_dc("create_dc_target");
+        return guarded([&] {
+            return mlx5_dc::create_target(domain_, std::move(shared_receive_queue), ring_of(receive_queue), access_key,
+                                          verbs_access(access));
+        });
+    }
+    std::array<std::uint8_t, 48> dc_address_vector(const PortIdentity& local, const Gid& gid, std::uint16_t lid,
+                                                   std::uint32_t dctn, std::uint64_t key) override {
+        require_dc("dc_address_vector");
+        return guarded([&] { return mlx5_dc::address_vector(domain_, local, gid, lid, dctn, key); });
+    }
+
 private:
+    void require_dc(const char* call) const {
+        if (!direct_) {
+            throw Error(std::string(call) + ": DC (dynamically connected) mode needs an mlx5 device (ConnectX); '" +
+                        domain_->context()->name() + "' is driven through the generic verbs path");
+        }
+    }
+    std::shared_ptr<RingCompletionQueue> ring_of(const std::shared_ptr<CompletionQueue>& queue) const {
+        auto ring = std::dynamic_pointer_cast<RingCompletionQueue>(queue);
+        if (ring == nullptr) throw Error("DC on " + domain_->context()->name() + ": the CQ is another device's");
+        return ring;
+    }
+
     std::shared_ptr<QueuePair> create_direct(const verbs::QueuePairCapabilities& capabilities, const LocalPort& port,
                                              const std::shared_ptr<CompletionQueue>& send_queue,
                                              const std::shared_ptr<CompletionQueue>& receive_queue) {
