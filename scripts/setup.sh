@@ -8,7 +8,7 @@ packages=(
     build-essential cmake ninja-build pkg-config git
     libibverbs-dev rdma-core ibverbs-providers
     libboost-dev nlohmann-json3-dev doctest-dev libspdlog-dev libfmt-dev libcli11-dev
-    iproute2 valgrind clang
+    iproute2 valgrind clang python3
 )
 
 

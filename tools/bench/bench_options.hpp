@@ -1,0 +1,31 @@
+// rdmachan-bench's command line, perftest style: which test (write, read, send), latency or
+// bandwidth, one size or a sweep, iterations, window, RC or DC, peers, output format, pinning.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+struct Options {
+    std::string test = "write";  // write | read | send
+    bool bandwidth = false;      // --bw; latency otherwise
+    std::vector<std::uint32_t> sizes{8};
+    std::uint32_t iterations = 1000;
+    std::uint32_t window = 64;  // bandwidth: requests per doorbell batch
+    std::string mode = "rc";
+    std::uint32_t peers = 2;  // ranks including rank 0 (the measuring side)
+    std::string device = "auto";
+    std::string format = "table";  // table | json | csv
+    std::vector<int> cpus;          // --cpus 0,1: rank r pinned to cpus[r % size]
+};
+
+struct Parsed {
+    Options options;
+    std::optional<int> exit_code;
+};
+Parsed parse_options(int argc, char** argv);
+
+}  // namespace bench
