@@ -34,6 +34,10 @@ struct Child {
     std::uint32_t iterations = 0;
     std::optional<PeerReport> report;
     std::string failure;
+    // When this peer's failure was first seen (its "failed" event or an unclean exit): the
+    // earliest one is the cause; the others usually failed because of it.
+    std::optional<Clock::time_point> failed_at;
+    std::string exit_description;
     bool exited = false;
 };
 
@@ -105,7 +109,10 @@ void handle_event(Child& child, const std::string& line) {
     if (kind == "connected") child.connected = true;
     if (kind == "iteration") child.iterations = event.value("iteration", 0u);
     if (kind == "result") child.report = event.at("report").get<PeerReport>();
-    if (kind == "failed") child.failure = event.value("error", std::string("failed"));
+    if (kind == "failed") {
+        child.failure = event.value("error", std::string("failed"));
+        if (!child.failed_at) child.failed_at = Clock::now();
+    }
 }
 
 // Reads what is available from one peer; false at end of stream.
@@ -125,6 +132,23 @@ std::string describe_exit(int status) {
     if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
     if (WIFSIGNALED(status)) return std::string("killed by signal ") + strsignal(WTERMSIG(status));
     return "ended";
+}
+
+// The rank that failed first, then the others that failed (usually as a consequence); empty when
+// no rank has failed.
+std::string describe_failures(const std::vector<Child>& children) {
+    const Child* first = nullptr;
+    for (const Child& child : children)
+        if (child.failed_at && (!first || *child.failed_at < *first->failed_at)) first = &child;
+    if (!first) return {};
+    std::string text = "rank " + std::to_string(first->rank) + " failed";
+    if (!first->exit_description.empty()) text += " (" + first->exit_description + ")";
+    if (!first->failure.empty()) text += ": " + first->failure;
+    std::string others;
+    for (const Child& child : children)
+        if (child.failed_at && &child != first) others += (others.empty() ? "" : ", ") + std::to_string(child.rank);
+    if (!others.empty()) text += "\nafter it, these ranks failed too: " + others;
+    return text;
 }
 
 class Progress {
@@ -191,8 +215,15 @@ int run_local_job(const Options& options) {
 
     Progress progress(options.peers, options.workload.iterations);
     const Clock::time_point deadline = started + options.workload.timeout + std::chrono::seconds(5);
+    // After the first failure the others get a short grace period to fail or finish on their
+    // own, so the report can name the rank that failed first rather than whichever exit the
+    // poll loop happened to see first.
+    constexpr std::chrono::seconds failure_grace{3};
+    std::optional<Clock::time_point> first_failure_seen;
+    std::string timeout_failure;
     std::size_t open = children.size();
-    while (open > 0 && first_failure.empty()) {
+    while (open > 0 && first_failure.empty() && timeout_failure.empty()) {
+        if (first_failure_seen && Clock::now() > *first_failure_seen + failure_grace) break;
         std::vector<pollfd> descriptors;
         for (const Child& child : children)
             descriptors.push_back({child.exited ? -1 : child.events, POLLIN, 0});
@@ -201,27 +232,31 @@ int run_local_job(const Options& options) {
         for (std::size_t index = 0; index < children.size(); ++index) {
             Child& child = children[index];
             if (child.exited || descriptors[index].revents == 0) continue;
-            if (read_events(child)) continue;
-            // End of the peer's output: it has exited (or is about to).
-            int status = 0;
-            waitpid(child.pid, &status, 0);
-            child.exited = true;
-            --open;
-            const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 && child.report;
-            if (!clean && first_failure.empty()) {
-                first_failure = "rank " + std::to_string(child.rank) + " failed (" + describe_exit(status) + ")" +
-                                (child.failure.empty() ? std::string() : ": " + child.failure);
+            if (!read_events(child)) {
+                // End of the peer's output: it has exited (or is about to).
+                int status = 0;
+                waitpid(child.pid, &status, 0);
+                child.exited = true;
+                --open;
+                const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0 && child.report;
+                if (!clean) {
+                    child.exit_description = describe_exit(status);
+                    if (!child.failed_at) child.failed_at = Clock::now();
+                }
             }
+            if (child.failed_at && !first_failure_seen) first_failure_seen = Clock::now();
         }
         progress.show(children);
-        if (Clock::now() > deadline && first_failure.empty()) {
+        if (Clock::now() > deadline && !first_failure_seen) {
             std::string missing;
             for (const Child& child : children)
                 if (!child.exited) missing += (missing.empty() ? "" : ", ") + std::to_string(child.rank);
-            first_failure = "the job did not finish within " + std::to_string(options.workload.timeout.count()) +
-                            " s; still running: rank " + missing;
+            timeout_failure = "the job did not finish within " + std::to_string(options.workload.timeout.count()) +
+                              " s; still running: rank " + missing;
         }
     }
+    if (first_failure.empty()) first_failure = describe_failures(children);
+    if (first_failure.empty()) first_failure = timeout_failure;
     progress.finish();
     for (Child& child : children) {
         if (!child.exited) {
