@@ -9,6 +9,8 @@ packages=(
     libibverbs-dev rdma-core ibverbs-providers
     libboost-dev nlohmann-json3-dev doctest-dev libspdlog-dev libfmt-dev libcli11-dev
     iproute2 valgrind clang python3
+    # The soft-RoCE VM tests (tests/vm): qemu boots Debian's kernel with an initramfs of ours.
+    qemu-system-x86 busybox-static cpio kmod xz-utils
 )
 
 
@@ -32,7 +34,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     "${as_root[@]}" apt-get update -qq
-    "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+    "${as_root[@]}" apt-get install -y -qq -o DPkg::Lock::Timeout=300 --no-install-recommends "${missing[@]}"
 else
     echo "setup: all build and test dependencies are installed"
 fi

@@ -50,7 +50,7 @@ if [ ${#missing_packages[@]} -gt 0 ]; then
     note "installing ${missing_packages[*]}"
     apt_log=$(mktemp /tmp/rdmachan-vm-apt.XXXXXX)
     if ! { as_root apt-get update -qq &&
-           as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+           as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 \
                --no-install-recommends "${missing_packages[@]}"; } >"$apt_log" 2>&1; then
         cat "$apt_log" >&2
         vm_fail "apt-get install ${missing_packages[*]} failed (log above)"
