@@ -239,6 +239,21 @@ bool Engine::reserve_send_budget(Peer& peer, std::uint32_t count) {
     return true;
 }
 
+bool Engine::fits_dc_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const {
+    static_assert(kDcMaxSendBytes == 16384, "the refusal message in post_send names the limit");
+    for (std::uint32_t i = 0; i < count; ++i) {
+        const mlx5::SendOpcode opcode = requests[i].opcode;
+        if (opcode != mlx5::SendOpcode::send && opcode != mlx5::SendOpcode::send_with_immediate &&
+            opcode != mlx5::SendOpcode::send_with_invalidate) {
+            continue;
+        }
+        std::uint64_t bytes = 0;
+        for (std::uint32_t element = 0; element < requests[i].num_sge; ++element) bytes += requests[i].sg_list[element].length;
+        if (bytes > dc_.receive_size) return false;
+    }
+    return true;
+}
+
 std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requests, std::uint32_t count,
                                 Operation operation) {
     Peer& peer = peers_[index];
@@ -250,6 +265,13 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     // would take their work down with it).
     if (dc_.enabled && !peer.healthy) {
         return fail_immediately(ticket, mlx5::CompletionStatus::general_error, "the peer failed earlier");
+    }
+    if (dc_.enabled && !fits_dc_receive_buffers(requests, count)) {
+        // The target's receive buffer would be too short: the request would fail there, and
+        // the error would take down the initiator every live peer shares.
+        return fail_immediately(ticket, mlx5::CompletionStatus::local_length_error,
+                                "a send in DC mode carries at most 16384 bytes (rdmachan::kDcMaxSendBytes, the "
+                                "DC target's receive buffers); use an RDMA write for more");
     }
     if (!reserve_send_budget(peer, count)) {
         return fail_immediately(ticket, mlx5::CompletionStatus::general_error,

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "rdmachan/channel.hpp"
+#include "rdmachan/multi_channel.hpp"
 #include "rdmachan/peer_counters.hpp"
 #include "transport/device_interface.hpp"
 
@@ -33,7 +34,7 @@ struct DcSettings {
     std::uint32_t initiators = 4;
     std::optional<std::uint64_t> key;       // the access key of this process's DC target
     std::uint32_t receive_buffers = 256;    // in the shared receive queue
-    std::uint32_t receive_size = 16384;     // bytes each: the largest message a peer may send
+    std::uint32_t receive_size = kDcMaxSendBytes;  // bytes each: the largest message a peer may send
 };
 
 // A fixed-capacity FIFO of indices (no allocation after construction).
@@ -180,6 +181,7 @@ private:
     WorkResult result_of(const Slot& slot) const;
     std::uint64_t fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why);
     bool reserve_send_budget(Peer& peer, std::uint32_t count);
+    bool fits_dc_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const;
     // DC.
     void build_dc();
     std::int32_t choose_initiator(Peer& peer, std::uint32_t count);

@@ -40,6 +40,11 @@ namespace rdmachan {
 enum class MultiChannelMode { reliable_connected, dynamically_connected };
 std::string_view to_string(MultiChannelMode mode);
 
+// DC mode: a send (or send with immediate) carries at most this many bytes, the size of the
+// receive buffers the DC target's shared receive queue holds. A larger send is refused before
+// it is posted; RDMA writes and reads have no such limit.
+inline constexpr std::uint32_t kDcMaxSendBytes = 16384;
+
 // A remote region of one peer.
 struct PeerRemoteMemoryRegion {
     std::uint32_t peer = 0;

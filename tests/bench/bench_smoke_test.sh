@@ -26,6 +26,9 @@ PY
 head -1 "$out" | grep -q '^test,kind,mode,peers,bytes,iterations' || { echo "no CSV header"; exit 1; }
 grep -q '^read,bw,dc,2,1024,64,' "$out" || { echo "no CSV row:"; cat "$out"; exit 1; }
 
+if "$bench" -t send --mode dc -s 16385 >"$out" 2>&1; then echo "a DC send above the receive buffers was accepted"; exit 1; fi
+grep -q -- 'at most 16384 bytes' "$out" || { echo "the DC send limit is not named:"; cat "$out"; exit 1; }
+
 if "$bench" --bogus >"$out" 2>&1; then echo "a bad flag was accepted"; exit 1; fi
 grep -q -- '--bogus' "$out" || { echo "the error does not name the flag"; cat "$out"; exit 1; }
 echo "bench smoke test: ok"

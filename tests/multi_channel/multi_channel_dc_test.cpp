@@ -167,6 +167,30 @@ TEST_CASE("DC: a bad rkey puts the shared initiator in error; it is recovered an
     CHECK(world.ranks[0].healthy(1));
 }
 
+TEST_CASE("DC: a send larger than the target's receive buffers is refused before posting, naming the limit") {
+    World world = make_world(2, 2 * kDcMaxSendBytes, MultiChannelMode::dynamically_connected, 1);
+    PendingWork receive = world.ranks[1].post_receive(0, world.regions[1].slice(0, kDcMaxSendBytes));
+    std::memset(world.memory[0].data(), 0x42, kDcMaxSendBytes + 1);
+    const WorkResult refused = world.ranks[0].send(1, world.regions[0].slice(0, kDcMaxSendBytes + 1), 7u);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message().find("at most 16384 bytes") != std::string::npos);
+    CHECK(refused.error().message().find("rank 1") != std::string::npos);
+    // Nothing reached the target, the shared initiator is not in error, the peer stays healthy,
+    // and a send of exactly the limit arrives whole in the receive that was waiting.
+    CHECK(world.ranks[0].healthy(1));
+    const WorkResult sent = world.ranks[0].send(1, world.regions[0].slice(0, kDcMaxSendBytes), 8u);
+    REQUIRE_MESSAGE(sent.ok(), sent.error().message());
+    const WorkResult received = receive.wait();
+    REQUIRE_MESSAGE(received.ok(), received.error().message());
+    CHECK(received.completion().bytes == kDcMaxSendBytes);
+    CHECK(received.completion().immediate == 8u);
+    CHECK(world.memory[1][kDcMaxSendBytes - 1] == 0x42);
+    // RDMA writes have no such limit.
+    const WorkResult written = world.ranks[0].write(1, world.regions[0].slice(0, kDcMaxSendBytes + 1),
+                                                    world.ranks[0].remote_region(1, "buffer").region.slice(0, kDcMaxSendBytes + 1));
+    CHECK_MESSAGE(written.ok(), written.error().message());
+}
+
 TEST_CASE("queue pairs per process: RC one per peer, DC the initiators plus one target") {
     for (std::uint32_t size : {2u, 8u, 16u}) {
         const World rc = make_world(size, 256, MultiChannelMode::reliable_connected);

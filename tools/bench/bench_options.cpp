@@ -1,6 +1,9 @@
 #include "tools/bench/bench_options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "rdmachan/multi_channel.hpp"
 
 namespace bench {
 
@@ -30,11 +33,19 @@ Parsed parse_options(int argc, char** argv) {
         parsed.exit_code = app.exit(error);
         return parsed;
     }
+    // DC sends land in the target's engine-owned receive buffers, which bound their size.
+    const bool bounded = options.test == "send" && options.mode == "dc";
     if (sweep) {
         options.sizes.clear();
-        for (std::uint32_t bytes = 8; bytes <= (1u << 20); bytes *= 2) options.sizes.push_back(bytes);
+        const std::uint32_t largest = bounded ? rdmachan::kDcMaxSendBytes : 1u << 20;
+        for (std::uint32_t bytes = 8; bytes <= largest; bytes *= 2) options.sizes.push_back(bytes);
     } else if (size_option->count() != 0) {
         options.sizes = {size};
+    }
+    if (bounded && options.sizes.back() > rdmachan::kDcMaxSendBytes) {
+        std::fprintf(stderr, "rdmachan-bench: --size %u: a send in DC mode carries at most %u bytes (the DC target's receive buffers)\n",
+                     options.sizes.back(), rdmachan::kDcMaxSendBytes);
+        parsed.exit_code = 2;
     }
     return parsed;
 }
