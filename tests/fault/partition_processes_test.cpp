@@ -1,7 +1,9 @@
 // A simulated network partition between processes on the software device: one rank stops
 // hearing and being heard (nothing is closed; frames are lost). Its peers' operations towards
 // it fail within the deadline naming it, its own operations fail naming the peers, and the
-// other ranks keep working with each other. No process hangs.
+// other ranks keep working with each other. No process hangs. Both modes: per-peer RC queue
+// pairs, and DC (the survivors' initiators that carried work to the cut-off rank fail and are
+// recovered while the survivors keep writing to each other).
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -30,12 +32,12 @@ constexpr auto kOperationDeadline = 5000ms;
         }                                                                     \
     } while (false)
 
-int partitioned_rank(std::uint16_t port, std::uint32_t rank) try {
+int partitioned_rank(std::uint16_t port, std::uint32_t rank, MultiChannelMode mode) try {
     // A short ack timeout (about 268 ms per try, 3 retries): an unreachable peer is given up
     // on in about a second, as hardware would with these settings, while a slow but live one
     // (sanitizer builds on 2 busy cores) still answers in time.
     ChannelBuilder channel = ChannelBuilder().device("soft").ack_timeout(16).retry_count(3).deadline(kOperationDeadline);
-    PreparedMultiChannel prepared = MultiChannelBuilder(channel).rank(rank).world_size(kWorld).build();
+    PreparedMultiChannel prepared = MultiChannelBuilder(channel).rank(rank).world_size(kWorld).mode(mode).build();
     std::vector<std::uint8_t> memory(2 * kWorld * kSlice, 0);
     MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
     prepared.publish_region("buffer", region);
@@ -113,14 +115,22 @@ int partitioned_rank(std::uint16_t port, std::uint32_t rank) try {
     return 2;
 }
 
-}  // namespace
-
-TEST_CASE("a rank cut off by a partition: its peers fail it by name, it fails them, the rest go on") {
+void run_partition(MultiChannelMode mode) {
     RendezvousServer server({"127.0.0.1", 0, kWorld, "partition", "partition-token", 20000ms});
     const std::uint16_t port = server.port();
     const int succeeded = test::run_children(
-        kWorld, [&](int rank) { return partitioned_rank(port, static_cast<std::uint32_t>(rank)); }, 40000ms,
+        kWorld, [&](int rank) { return partitioned_rank(port, static_cast<std::uint32_t>(rank), mode); }, 40000ms,
         [&server] { server.start(); });
     CHECK(succeeded == static_cast<int>(kWorld));
     CHECK_NOTHROW(server.wait());
+}
+
+}  // namespace
+
+TEST_CASE("RC: a rank cut off by a partition: its peers fail it by name, it fails them, the rest go on") {
+    run_partition(MultiChannelMode::reliable_connected);
+}
+
+TEST_CASE("DC: a rank cut off by a partition: its peers fail it by name, it fails them, the rest go on") {
+    run_partition(MultiChannelMode::dynamically_connected);
 }
