@@ -107,20 +107,28 @@ class SendQueue {
           // ctrl bytes 8-11 as a little-endian word: fm_ce_se is the top byte.
           signal_all_word_(config.signal_all ? static_cast<std::uint32_t>(kCtrlCqUpdate) << 24 : 0),
           // Up to this many SGEs a WQE can neither exceed max_sge nor the 6-bit ds (ctrl, AV,
-          // remote address and atomic take at most 6 units). A WQ signature is computed over
-          // the finished WQE, which only the general path does, so it gets no fast path.
-          fast_path_max_sge_(config.wqe_signature ? 0 : minimum(config.max_sge, kMaxDs - 6)),
+          // remote address and atomic take at most 6 units).
+          fast_path_max_sge_(minimum(config.max_sge, kMaxDs - 6)),
           // The largest WQE the fast path writes: ctrl, address vector, remote address and
-          // atomic segments, and every SGE it accepts. With WQ signatures no room is ever
-          // enough, so every WQE, also one without SGEs, gets its signature on the general path.
-          fast_path_max_wqebbs_(
-              config.wqe_signature ? ~0u : (header_units_ + 2 + fast_path_max_sge_ + 3) / 4),
+          // atomic segments, and every SGE it accepts. A WQ signature is computed over the
+          // finished WQE, which only the general path does, so with WQ signatures no room is
+          // ever enough and every WQE, also one without SGEs, gets its signature there. The
+          // fast path takes one SGE without comparing it with max_sge, so a queue without SGEs
+          // has no fast path either.
+          fast_path_max_wqebbs_(config.wqe_signature || config.max_sge == 0
+                                    ? kNoFastPath
+                                    : (header_units_ + 2 + fast_path_max_sge_ + 3) / 4),
+          rc_fast_path_max_wqebbs_(config.dc_initiator ? kNoFastPath : fast_path_max_wqebbs_),
           blueflame_max_ds_(ring.blueflame_size / kSegmentUnit),
           blueflame_preferred_max_ds_(config.prefer_blueflame ? ring.blueflame_size / kSegmentUnit
                                                               : 0),
+          // BlueFlame wants ds > 1 and ds <= the preferred maximum: one unsigned compare of
+          // ds - 2 against this.
+          blueflame_fast_limit_(blueflame_preferred_max_ds_ >= 2 ? blueflame_preferred_max_ds_ - 1
+                                                                 : 0),
           pending_blueflame_max_ds_(blueflame_preferred_max_ds_),
           pending_start_(tracking.producer_index) {
-        refresh_fast_room();
+        refresh_fast_end();
     }
 
     // Writes up to `count` WQEs and rings one doorbell for all of them (and for any written
@@ -128,40 +136,21 @@ class SendQueue {
     // were written.
     RDMACHAN_ALWAYS_INLINE PostResult post(const SendWorkRequest* requests, std::uint32_t count,
                                            std::uint32_t* posted) {
-        PostResult result = PostResult::ok;
-        std::uint32_t written = 0;
-        // RC or DCI is decided once per post, so the loop knows its header size. Ring stores may
-        // alias any member, so what the loop advances lives in a local cursor meanwhile.
-        Cursor cursor = load_cursor();
-        if (header_units_ == 1) {
-            for (; written < count; ++written) {
-                result = write_as<1>(requests[written], cursor);
-                if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
-            }
-        } else {
-            for (; written < count; ++written) {
-                result = write_as<kDciHeaderUnits>(requests[written], cursor);
-                if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
-            }
-        }
-        store_cursor(cursor);
-        ring_doorbell(cursor.producer_index, cursor.last_wqe);
-        if (posted != nullptr) *posted = written;
-        return result;
+        // RC or DCI is decided once per post, so the encoder knows its header size. The RC post
+        // is inlined into the caller; the DCI one is the same code, out of line. A DCI's
+        // rc_fast_path_max_wqebbs_ fails the RC post's room check, which sends it there.
+        return post_fast<1>(requests, count, posted);
     }
 
     // Writes one WQE without ringing the doorbell, so callers can batch across calls. A refused
     // request writes nothing into the ring.
     RDMACHAN_ALWAYS_INLINE PostResult write(const SendWorkRequest& request) {
-        Cursor cursor = load_cursor();
-        const PostResult result = header_units_ == 1 ? write_as<1>(request, cursor)
-                                                     : write_as<kDciHeaderUnits>(request, cursor);
-        store_cursor(cursor);
-        return result;
+        return header_units_ == 1 ? write_checked<1>(request)
+                                  : write_checked<kDciHeaderUnits>(request);
     }
 
     // Makes every WQE written since the last doorbell visible to the NIC (mlx5-facts.md §4).
-    RDMACHAN_ALWAYS_INLINE void ring_doorbell() {
+    RDMACHAN_HOST_DEVICE void ring_doorbell() {
         ring_doorbell(tracking_.producer_index, pending_last_wqe_);
     }
 
@@ -186,16 +175,503 @@ class SendQueue {
         tracking_.consumer_index = 0;
         pending_start_ = 0;
         pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
-        refresh_fast_room();
+        refresh_fast_end();
     }
 
   private:
     // ctrl plus the 48-byte address vector on a DC initiator.
     static constexpr std::uint32_t kDciHeaderUnits = 1 + kAddressVectorSize / kSegmentUnit;
+    static constexpr std::uint32_t kNoFastPath = ~0u;
+
+    // Where the fast path writes: the next WQE's slot and index, and where the last one went.
+    // Held in registers across a post's WQEs: ring stores may alias any member.
+    struct Cursor {
+        std::uint32_t producer_index;
+        std::uint8_t* wqe;
+        std::uint8_t* last_wqe;
+        std::uint32_t qpn_big;
+        std::uint64_t* wr_ids;
+        std::uint32_t* wqe_ends;
+    };
+
+    RDMACHAN_ALWAYS_INLINE Cursor load_cursor() const {
+        const std::uint32_t producer_index = tracking_.producer_index;
+        return {producer_index, wqe_at(producer_index), pending_last_wqe_,
+                qpn_big_,       tracking_.wr_id,        tracking_.wqe_end};
+    }
+
+    RDMACHAN_HOST_DEVICE std::uint8_t* wqe_at(std::uint32_t producer_index) const {
+        return ring_.buffer +
+               static_cast<std::size_t>(producer_index & mask_) * kSendWqeBasicBlockSize;
+    }
+
+    // The post: when `count` of the largest fast-path WQE fit before the ring end and in the free
+    // room, no WQE of the batch needs a room check of its own. Everything else, and any request
+    // the fast path does not take, continues on the general post.
+    template <std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE PostResult post_fast(const SendWorkRequest* requests,
+                                                std::uint32_t count, std::uint32_t* posted) {
+        const std::uint32_t start = tracking_.producer_index;
+        const std::uint32_t max_wqebbs =
+            kHeaderUnits == 1 ? rc_fast_path_max_wqebbs_ : fast_path_max_wqebbs_;
+        if (RDMACHAN_UNLIKELY(count == 0 ||
+                              static_cast<std::uint64_t>(count) * max_wqebbs > fast_end_ - start)) {
+            if (kHeaderUnits == 1 && header_units_ != 1) return post_dci(requests, count, posted);
+            return post_general<kHeaderUnits>(requests, count, 0, posted);
+        }
+        std::uint8_t* const first_wqe = wqe_at(start);
+        Cursor cursor{start, first_wqe, first_wqe, qpn_big_, tracking_.wr_id, tracking_.wqe_end};
+        const SendWorkRequest* const end = requests + count;
+        const SendWorkRequest* const stop = write_runs<kHeaderUnits>(requests, end, cursor);
+        tracking_.producer_index = cursor.producer_index;
+        if (RDMACHAN_UNLIKELY(stop != end)) {
+            // The general post rings for the WQEs written here too: they are pending.
+            if (cursor.producer_index != start) {
+                pending_last_wqe_ = cursor.last_wqe;
+                pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+            }
+            return post_general<kHeaderUnits>(stop, static_cast<std::uint32_t>(end - stop),
+                                              static_cast<std::uint32_t>(stop - requests), posted);
+        }
+        ring_doorbell_fast(start, cursor.producer_index, cursor.last_wqe, count == 1);
+        if (posted != nullptr) *posted = count;
+        return PostResult::ok;
+    }
+
+    RDMACHAN_NOINLINE PostResult post_dci(const SendWorkRequest* requests, std::uint32_t count,
+                                          std::uint32_t* posted) {
+        return post_fast<kDciHeaderUnits>(requests, count, posted);
+    }
+
+    // Requests one at a time, each checked for room: after a request the fast path did not
+    // take, a batch larger than the fast room, or a post of nothing (which still rings for
+    // WQEs written with write()). `done` requests of this post were already written.
+    template <std::uint32_t kHeaderUnits>
+    RDMACHAN_NOINLINE PostResult post_general(const SendWorkRequest* requests, std::uint32_t count,
+                                              std::uint32_t done, std::uint32_t* posted) {
+        PostResult result = PostResult::ok;
+        std::uint32_t written = 0;
+        for (; written < count; ++written) {
+            result = write_checked<kHeaderUnits>(requests[written]);
+            if (RDMACHAN_UNLIKELY(result != PostResult::ok)) break;
+        }
+        ring_doorbell(tracking_.producer_index, pending_last_wqe_);
+        if (posted != nullptr) *posted = done + written;
+        return result;
+    }
+
+    // One WQE through the fast path if it fits the fast room, else through the general path.
+    template <std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE PostResult write_checked(const SendWorkRequest& request) {
+        Cursor cursor = load_cursor();
+        if (RDMACHAN_LIKELY(fast_end_ - cursor.producer_index >= fast_path_max_wqebbs_) &&
+            write_one<kHeaderUnits>(request, cursor)) {
+            tracking_.producer_index = cursor.producer_index;
+            pending_last_wqe_ = cursor.last_wqe;
+            pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+            return PostResult::ok;
+        }
+        return write_general(request);
+    }
+
+    // The fast path over a batch. Consecutive requests with the same opcode stay in that
+    // opcode's loop, so the opcode is dispatched through the jump table only when it changes.
+    // Returns the first request not written (`end` when all were).
+    template <std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE const SendWorkRequest* write_runs(const SendWorkRequest* request,
+                                                             const SendWorkRequest* end,
+                                                             Cursor& cursor) {
+        for (;;) {
+            bool more;
+            switch (request->opcode) {
+                case SendOpcode::rdma_write:
+                    more = write_run<SendOpcode::rdma_write, kHeaderUnits>(request, end, cursor);
+                    break;
+                case SendOpcode::rdma_write_with_immediate:
+                    more = write_run<SendOpcode::rdma_write_with_immediate, kHeaderUnits>(
+                        request, end, cursor);
+                    break;
+                case SendOpcode::send:
+                    more = write_run<SendOpcode::send, kHeaderUnits>(request, end, cursor);
+                    break;
+                case SendOpcode::send_with_immediate:
+                    more = write_run<SendOpcode::send_with_immediate, kHeaderUnits>(request, end,
+                                                                                    cursor);
+                    break;
+                case SendOpcode::send_with_invalidate:
+                    more = write_run<SendOpcode::send_with_invalidate, kHeaderUnits>(request, end,
+                                                                                     cursor);
+                    break;
+                case SendOpcode::rdma_read:
+                    more = write_run<SendOpcode::rdma_read, kHeaderUnits>(request, end, cursor);
+                    break;
+                case SendOpcode::atomic_compare_and_swap:
+                    more = write_run<SendOpcode::atomic_compare_and_swap, kHeaderUnits>(
+                        request, end, cursor);
+                    break;
+                case SendOpcode::atomic_fetch_and_add:
+                    more = write_run<SendOpcode::atomic_fetch_and_add, kHeaderUnits>(request, end,
+                                                                                     cursor);
+                    break;
+                default:
+                    return request;  // the general path refuses it
+            }
+            if (!more) return request;
+        }
+    }
+
+    // Writes requests with opcode kOpcode until the opcode changes (returns true), the batch ends
+    // or a request needs the general path (returns false; `request` is where it stopped).
+    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE bool write_run(const SendWorkRequest*& request,
+                                          const SendWorkRequest* end, Cursor& cursor) {
+        do {
+            if (RDMACHAN_UNLIKELY((!encode_fast<kOpcode, kHeaderUnits>(*request, cursor))))
+                return false;
+            if (++request == end) return false;
+        } while (request->opcode == kOpcode);
+        return true;
+    }
+
+    // One request through the fast path, its opcode dispatched; false if it needs the general path.
+    template <std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE bool write_one(const SendWorkRequest& request, Cursor& cursor) {
+        switch (request.opcode) {
+            case SendOpcode::rdma_write:
+                return encode_fast<SendOpcode::rdma_write, kHeaderUnits>(request, cursor);
+            case SendOpcode::rdma_write_with_immediate:
+                return encode_fast<SendOpcode::rdma_write_with_immediate, kHeaderUnits>(request,
+                                                                                        cursor);
+            case SendOpcode::send:
+                return encode_fast<SendOpcode::send, kHeaderUnits>(request, cursor);
+            case SendOpcode::send_with_immediate:
+                return encode_fast<SendOpcode::send_with_immediate, kHeaderUnits>(request, cursor);
+            case SendOpcode::send_with_invalidate:
+                return encode_fast<SendOpcode::send_with_invalidate, kHeaderUnits>(request, cursor);
+            case SendOpcode::rdma_read:
+                return encode_fast<SendOpcode::rdma_read, kHeaderUnits>(request, cursor);
+            case SendOpcode::atomic_compare_and_swap:
+                return encode_fast<SendOpcode::atomic_compare_and_swap, kHeaderUnits>(request,
+                                                                                      cursor);
+            case SendOpcode::atomic_fetch_and_add:
+                return encode_fast<SendOpcode::atomic_fetch_and_add, kHeaderUnits>(request, cursor);
+        }
+        return false;
+    }
+
+    // The fast-path encoder: no inline data, no WQ signature, and room before the ring end (the
+    // caller checked it for the largest WQE this path writes), so no segment wraps. Returns false,
+    // having written nothing, for a request the general path must take.
+    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE bool encode_fast(const SendWorkRequest& request, Cursor& cursor) {
+        constexpr std::uint32_t kTraits = detail::opcode_traits(kOpcode);
+        constexpr std::uint32_t kHeaderSegments = kTraits >> detail::kTraitSegmentsShift & 3;
+        // Inline payloads, and flag bits that are not fm_ce_se bits, go to the general path, so
+        // the flags need no mask here.
+        const std::uint64_t flags = request.flags;
+        if (RDMACHAN_UNLIKELY((flags & ~std::uint64_t{detail::kFmCeSeFlags}) != 0)) return false;
+        const std::uint32_t num_sge = request.num_sge;
+        const std::uint8_t* address_vector = nullptr;
+        if constexpr (kHeaderUnits != 1) {
+            address_vector = request.dc_address_vector;
+            if (RDMACHAN_UNLIKELY(address_vector == nullptr)) return false;
+        }
+
+        std::uint8_t* const wqe = cursor.wqe;
+        // The data segments come first: their place is fixed by the opcode. One SGE, the common
+        // case, gets a WQE size known at compile time; a single zero-length SGE (which is skipped,
+        // not encoded) goes to the general path.
+        constexpr std::uint32_t kFixedUnits = kHeaderUnits + kHeaderSegments;
+        std::uint8_t* segment = wqe + kFixedUnits * kSegmentUnit;
+        const ScatterGatherElement* element = request.sg_list;
+        if (RDMACHAN_LIKELY(num_sge == 1)) {
+            const std::uint64_t length_lkey = load_length_lkey(*element);
+            if (RDMACHAN_UNLIKELY(static_cast<std::uint32_t>(length_lkey) == 0)) return false;
+            store_data_segment(segment, length_lkey, element->addr);
+            finish_fast<kOpcode, kHeaderUnits>(request, cursor, address_vector, flags,
+                                               kFixedUnits + 1);
+            return true;
+        }
+        // One SGE is always within max_sge (a queue without SGEs has no fast path); more are
+        // checked. Zero-length SGEs are skipped, not encoded (libmlx5 set_data_ptr_seg callers).
+        if (RDMACHAN_UNLIKELY(num_sge > fast_path_max_sge_)) return false;
+        std::uint32_t ds = kFixedUnits;
+        for (const ScatterGatherElement* const end = element + num_sge; element != end; ++element) {
+            const std::uint64_t length_lkey = load_length_lkey(*element);
+            if (RDMACHAN_UNLIKELY(static_cast<std::uint32_t>(length_lkey) == 0)) continue;
+            store_data_segment(segment, length_lkey, element->addr);
+            segment += kDataSegmentSize;
+            ++ds;
+        }
+        finish_fast<kOpcode, kHeaderUnits>(request, cursor, address_vector, flags, ds);
+        return true;
+    }
+
+    // The fast-path WQE after its data segments: the segments before them, ctrl, and the
+    // bookkeeping. Written twice in encode_fast so that one SGE gets a constant `ds`.
+    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits>
+    RDMACHAN_ALWAYS_INLINE void finish_fast(const SendWorkRequest& request, Cursor& cursor,
+                                            const std::uint8_t* address_vector, std::uint64_t flags,
+                                            std::uint32_t ds) {
+        constexpr std::uint32_t kTraits = detail::opcode_traits(kOpcode);
+        constexpr std::uint32_t kHeaderSegments = kTraits >> detail::kTraitSegmentsShift & 3;
+        std::uint8_t* const wqe = cursor.wqe;
+        // Held in 64 bits: with a zero immediate it fills ctrl bytes 8-15 in one store.
+        std::uint64_t flags_word = (flags << 24) | signal_all_word_;
+        std::uint8_t* segment = wqe + kControlSegmentSize;
+        if constexpr (kHeaderUnits != 1) {
+            // ctrl + address vector is exactly 64 bytes: it fills this WQEBB.
+            std::memcpy(segment, address_vector, kAddressVectorSize);
+            segment += kAddressVectorSize;
+            flags_word |= static_cast<std::uint64_t>(byte_swap16(request.dci_stream_id)) << 8;
+        } else {
+            (void)address_vector;
+        }
+        if constexpr (kHeaderSegments != 0) {
+            store_remote_address(segment, request);
+            if constexpr (kHeaderSegments == 2)
+                store_atomic<kOpcode == SendOpcode::atomic_compare_and_swap>(
+                    segment + kRemoteAddressSegmentSize, request);
+        }
+        const std::uint32_t producer_index = cursor.producer_index;
+        // qpn_big_ has a zero ds byte, so adding ds there is an OR.
+        store_control(wqe, producer_index, kTraits, cursor.qpn_big + (ds << 24), flags_word,
+                      request);
+
+        const std::uint32_t wqebbs = (ds + 3) / 4;
+        const std::uint32_t slot = producer_index & mask_;
+        cursor.wr_ids[slot] = request.wr_id;
+        cursor.wqe_ends[slot] = producer_index + wqebbs;
+        cursor.producer_index = producer_index + wqebbs;
+        cursor.last_wqe = wqe;
+        cursor.wqe = wqe + wqebbs * kSendWqeBasicBlockSize;
+    }
+
+    // Inline payloads, WQ signatures, WQEs that reach the ring end, and every refusal: sized
+    // exactly before a byte is written, then encoded with wrap checks.
+    RDMACHAN_SEND_COLD RDMACHAN_HOST_DEVICE PostResult
+    write_general(const SendWorkRequest& request) {
+        if (static_cast<std::uint32_t>(request.opcode) >
+            static_cast<std::uint32_t>(SendOpcode::atomic_fetch_and_add))
+            return PostResult::invalid_request;
+        const std::uint32_t traits = detail::opcode_traits(request.opcode);
+        if (request.num_sge > config_.max_sge) return PostResult::too_many_sge;
+        const bool is_inline = (request.flags & kSendInline) != 0;
+        const std::uint32_t header_segments = traits >> detail::kTraitSegmentsShift & 3;
+        // Reads and atomics have no outgoing payload to carry inline.
+        if (is_inline && (request.opcode == SendOpcode::rdma_read || header_segments == 2)) {
+            return PostResult::invalid_request;
+        }
+        if (header_units_ != 1 && request.dc_address_vector == nullptr)
+            return PostResult::invalid_request;
+        std::uint32_t data_units = 0;
+        std::uint32_t inline_length = 0;
+        if (is_inline) {
+            for (std::uint32_t i = 0; i < request.num_sge; ++i)
+                inline_length += request.sg_list[i].length;
+            if (inline_length > config_.max_inline_data) return PostResult::inline_too_large;
+            // A zero-length inline payload adds no segment at all (libmlx5 set_data_inl_seg).
+            if (inline_length != 0)
+                data_units = (inline_length + kInlineHeaderSize + kSegmentUnit - 1) / kSegmentUnit;
+        } else {
+            for (std::uint32_t i = 0; i < request.num_sge; ++i)
+                data_units += request.sg_list[i].length != 0;
+        }
+        const std::uint32_t ds = header_units_ + header_segments + data_units;
+        if (ds > kMaxDs) return PostResult::invalid_request;
+        const std::uint32_t wqebbs = (ds + 3) / 4;
+        if (wqebbs > free_wqebbs()) return PostResult::queue_full;
+        std::uint8_t* const wqe = wqe_at(tracking_.producer_index);
+        if (is_inline) {
+            encode_general<true>(request, traits, wqe, inline_length);
+            // BlueFlame carries inline WQEs even when it is not preferred for others.
+            pending_blueflame_max_ds_ = blueflame_max_ds_;
+        } else {
+            encode_general<false>(request, traits, wqe, 0);
+            pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+        }
+        pending_last_wqe_ = wqe;
+        refresh_fast_end();
+        return PostResult::ok;
+    }
+
+    // Completions only ever add free WQEBBs, so a fast end computed earlier is never too far:
+    // when the fast path reaches it, the general path takes the next WQE and computes it afresh.
+    RDMACHAN_HOST_DEVICE void refresh_fast_end() {
+        const std::uint32_t producer_index = tracking_.producer_index;
+        const std::uint32_t before_ring_end = ring_.wqe_count - (producer_index & mask_);
+        const std::uint32_t free = free_wqebbs();
+        fast_end_ = producer_index + (free < before_ring_end ? free : before_ring_end);
+    }
+
+    // Writes the WQE at the producer index and accounts for it; the caller has checked that it
+    // fits. Segments start on 16-byte boundaries and the ring end is 64-byte aligned, so a
+    // segment either fits before the end or starts exactly at it (mlx5-facts.md §3): a segment
+    // pointer that reaches the end continues at the ring start.
+    template <bool kInline>
+    RDMACHAN_HOST_DEVICE void encode_general(const SendWorkRequest& request, std::uint32_t traits,
+                                             std::uint8_t* wqe, std::uint32_t inline_length) {
+        const std::uint32_t producer_index = tracking_.producer_index;
+        std::uint8_t* const buffer = ring_.buffer;
+        std::uint8_t* const ring_end = ring_end_;
+        std::uint32_t ds = header_units_;
+        // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
+        // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
+        std::uint64_t flags_word =
+            static_cast<std::uint64_t>((request.flags & detail::kFmCeSeFlags) << 24) |
+            signal_all_word_;
+
+        std::uint8_t* segment = wqe + kControlSegmentSize;
+        if (header_units_ != 1) {
+            // ctrl + address vector is exactly 64 bytes: it fills this WQEBB. The caller refused
+            // a DCI request without one.
+            std::memcpy(segment, request.dc_address_vector, kAddressVectorSize);
+            segment = next_segment(segment + kAddressVectorSize, buffer, ring_end);
+            flags_word |= static_cast<std::uint64_t>(byte_swap16(request.dci_stream_id)) << 8;
+        }
+        const std::uint32_t header_segments = traits >> detail::kTraitSegmentsShift & 3;
+        if (header_segments != 0) {
+            store_remote_address(segment, request);
+            segment = next_segment(segment + kRemoteAddressSegmentSize, buffer, ring_end);
+            ds += header_segments;
+            if (header_segments == 2) {
+                if (request.opcode == SendOpcode::atomic_compare_and_swap)
+                    store_atomic<true>(segment, request);
+                else
+                    store_atomic<false>(segment, request);
+                segment = next_segment(segment + kAtomicSegmentSize, buffer, ring_end);
+            }
+        }
+        if constexpr (kInline) {
+            if (inline_length != 0) {
+                write_inline(segment, request, inline_length);
+                ds += (inline_length + kInlineHeaderSize + kSegmentUnit - 1) / kSegmentUnit;
+            }
+        } else {
+            // A zero-length SGE is skipped, not encoded (libmlx5 set_data_ptr_seg callers).
+            const ScatterGatherElement* element = request.sg_list;
+            for (const ScatterGatherElement* const end = element + request.num_sge; element != end;
+                 ++element) {
+                const std::uint64_t length_lkey = load_length_lkey(*element);
+                if (static_cast<std::uint32_t>(length_lkey) == 0) continue;
+                store_data_segment(segment, length_lkey, element->addr);
+                segment = next_segment(segment + kDataSegmentSize, buffer, ring_end);
+                ++ds;
+            }
+        }
+        store_control(wqe, producer_index, traits, qpn_big_ | ds << 24, flags_word, request);
+        if (config_.wqe_signature) wqe[kCtrlSignature] = signature(wqe, ds * kSegmentUnit);
+
+        const std::uint32_t wqebbs = (ds + 3) / 4;
+        const std::uint32_t slot = producer_index & mask_;
+        tracking_.wr_id[slot] = request.wr_id;
+        tracking_.wqe_end[slot] = producer_index + wqebbs;
+        tracking_.producer_index = producer_index + wqebbs;
+    }
+
+    // ctrl: opmod (byte 0) stays 0, the WQE index (bytes 1-2) is the producer index's low 16
+    // bits, stored over the opcode word; `qpn_ds` is bytes 4-7 as stored; bytes 8-11 are
+    // `flags_word` (zero above bit 31) and 12-15 the immediate (or the rkey to invalidate), one
+    // 8-byte store for both.
+    RDMACHAN_ALWAYS_INLINE static void store_control(std::uint8_t* wqe,
+                                                     std::uint32_t producer_index,
+                                                     std::uint32_t traits, std::uint32_t qpn_ds,
+                                                     std::uint64_t flags_word,
+                                                     const SendWorkRequest& request) {
+        store_big32(wqe + kCtrlOpmodIndexOpcode, traits & detail::kTraitOpcodeMask);
+        store_big16(wqe + kCtrlOpmodIndexOpcode + 1, static_cast<std::uint16_t>(producer_index));
+        std::memcpy(wqe + kCtrlQpnDs, &qpn_ds, sizeof qpn_ds);
+        if ((traits & detail::kTraitImmediate) != 0)
+            flags_word |= static_cast<std::uint64_t>(host_to_big32(request.immediate)) << 32;
+        std::memcpy(wqe + kCtrlSignature, &flags_word, sizeof flags_word);
+    }
+
+    // raddr BE64, rkey BE32 and the reserved word zero.
+    RDMACHAN_ALWAYS_INLINE static void store_remote_address(std::uint8_t* segment,
+                                                            const SendWorkRequest& request) {
+        store_big64(segment, request.remote_addr);
+        store_big32(segment + 8, request.rkey);
+        store_big32(segment + 12, 0);
+    }
+
+    template <bool kCompareAndSwap>
+    RDMACHAN_ALWAYS_INLINE static void store_atomic(std::uint8_t* segment,
+                                                    const SendWorkRequest& request) {
+        if constexpr (kCompareAndSwap) {
+            store_big64(segment, request.swap);
+            store_big64(segment + 8, request.compare_add);
+        } else {
+            store_big64(segment, request.compare_add);  // the compare field is unused
+        }
+    }
+
+    // An SGE's length (low half) and lkey (high half) in one 8-byte load: they are adjacent in
+    // ScatterGatherElement as byte_count and lkey are in the data segment.
+    RDMACHAN_ALWAYS_INLINE static std::uint64_t load_length_lkey(
+        const ScatterGatherElement& element) {
+        static_assert(offsetof(ScatterGatherElement, lkey) ==
+                      offsetof(ScatterGatherElement, length) + 4);
+        std::uint64_t length_lkey;
+        std::memcpy(&length_lkey,
+                    reinterpret_cast<const unsigned char*>(&element) +
+                        offsetof(ScatterGatherElement, length),
+                    sizeof length_lkey);
+        return length_lkey;
+    }
+
+    // The halves swapped into big-endian order (rotate, then byte swap): one store for both.
+    RDMACHAN_ALWAYS_INLINE static void store_data_segment(std::uint8_t* segment,
+                                                          std::uint64_t length_lkey,
+                                                          std::uint64_t addr) {
+        store_big64(segment, length_lkey << 32 | length_lkey >> 32);
+        store_big64(segment + 8, addr);
+    }
+
+    RDMACHAN_ALWAYS_INLINE static std::uint32_t minimum(std::uint32_t a, std::uint32_t b) {
+        return a < b ? a : b;
+    }
+
+    RDMACHAN_ALWAYS_INLINE static std::uint8_t* next_segment(std::uint8_t* position,
+                                                             std::uint8_t* buffer,
+                                                             std::uint8_t* ring_end) {
+        return position == ring_end ? buffer : position;
+    }
+
+    // The doorbell after a fast-path post, which wrote from `start` to `producer_index` without
+    // reaching the ring end; `one_wqe` says it wrote a single WQE (at `last_wqe`).
+    RDMACHAN_ALWAYS_INLINE void ring_doorbell_fast(std::uint32_t start,
+                                                   std::uint32_t producer_index,
+                                                   const std::uint8_t* last_wqe, bool one_wqe) {
+        to_device_barrier();
+        store_release32(ring_.doorbell_record + kSendDoorbell,
+                        host_to_big32(producer_index & 0xffff));
+        flush_writes();
+        std::uint8_t* const destination = ring_.blueflame_register + blueflame_offset_;
+        const std::uint32_t ds = last_wqe[kCtrlQpnDs + 3] & kMaxDs;  // ctrl byte 7
+        // BlueFlame for a single WQE since the last doorbell (none left pending by write()),
+        // with ds > 1 and within the preferred size. A fast-path WQE does not wrap.
+        if (one_wqe && pending_start_ == start && ds - 2 < blueflame_fast_limit_) {
+            copy_blueflame_block(destination, last_wqe);
+            if (RDMACHAN_UNLIKELY(ds > 4)) {
+                for (std::uint32_t block = 1; block < (ds + 3) / 4; ++block) {
+                    copy_blueflame_block(destination + block * kSendWqeBasicBlockSize,
+                                         last_wqe + block * kSendWqeBasicBlockSize);
+                }
+            }
+        } else {
+            // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
+            std::uint64_t value;
+            std::memcpy(&value, last_wqe, sizeof value);
+            mmio_write64(destination, value);
+        }
+        flush_writes();
+        blueflame_offset_ ^= ring_.blueflame_size;
+        pending_start_ = producer_index;
+    }
 
     // The doorbell for WQEs up to `producer_index`, the last of them at `last_wqe`.
-    RDMACHAN_ALWAYS_INLINE void ring_doorbell(std::uint32_t producer_index,
-                                              const std::uint8_t* last_wqe) {
+    RDMACHAN_NOINLINE void ring_doorbell(std::uint32_t producer_index,
+                                         const std::uint8_t* last_wqe) {
         if (producer_index == pending_start_) return;  // nothing written since the last doorbell
 
         to_device_barrier();
@@ -227,264 +703,6 @@ class SendQueue {
         blueflame_offset_ ^= ring_.blueflame_size;
         pending_start_ = producer_index;
         pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
-    }
-
-    // What writing WQEs reads and advances, held in registers across a post's WQEs.
-    struct Cursor {
-        std::uint32_t producer_index;
-        std::uint32_t fast_room;
-        std::uint8_t* last_wqe;
-        std::uint64_t* wr_ids;
-        std::uint32_t* wqe_ends;
-    };
-
-    RDMACHAN_ALWAYS_INLINE Cursor load_cursor() const {
-        return {tracking_.producer_index, fast_room_, pending_last_wqe_, tracking_.wr_id,
-                tracking_.wqe_end};
-    }
-
-    RDMACHAN_ALWAYS_INLINE void store_cursor(const Cursor& cursor) {
-        tracking_.producer_index = cursor.producer_index;
-        fast_room_ = cursor.fast_room;
-        pending_last_wqe_ = cursor.last_wqe;
-    }
-
-    template <std::uint32_t kHeaderUnits>
-    RDMACHAN_ALWAYS_INLINE PostResult write_as(const SendWorkRequest& request, Cursor& cursor) {
-        // One switch; each case gets an encoder with its segment layout known at compile time.
-        using detail::opcode_traits;
-        switch (request.opcode) {
-            case SendOpcode::rdma_write:
-                return write_fast<opcode_traits(SendOpcode::rdma_write), kHeaderUnits>(request,
-                                                                                       cursor);
-            case SendOpcode::rdma_write_with_immediate:
-                return write_fast<opcode_traits(SendOpcode::rdma_write_with_immediate),
-                                  kHeaderUnits>(request, cursor);
-            case SendOpcode::send:
-                return write_fast<opcode_traits(SendOpcode::send), kHeaderUnits>(request, cursor);
-            case SendOpcode::send_with_immediate:
-                return write_fast<opcode_traits(SendOpcode::send_with_immediate), kHeaderUnits>(
-                    request, cursor);
-            case SendOpcode::send_with_invalidate:
-                return write_fast<opcode_traits(SendOpcode::send_with_invalidate), kHeaderUnits>(
-                    request, cursor);
-            case SendOpcode::rdma_read:
-                return write_fast<opcode_traits(SendOpcode::rdma_read), kHeaderUnits>(request,
-                                                                                      cursor);
-            case SendOpcode::atomic_compare_and_swap:
-                return write_fast<opcode_traits(SendOpcode::atomic_compare_and_swap), kHeaderUnits>(
-                    request, cursor);
-            case SendOpcode::atomic_fetch_and_add:
-                return write_fast<opcode_traits(SendOpcode::atomic_fetch_and_add), kHeaderUnits>(
-                    request, cursor);
-        }
-        return PostResult::invalid_request;
-    }
-
-    template <std::uint32_t kTraits, std::uint32_t kHeaderUnits>
-    RDMACHAN_ALWAYS_INLINE PostResult write_fast(const SendWorkRequest& request, Cursor& cursor) {
-        // The fast path takes a WQE when any WQE it writes would fit: before the ring end and
-        // in the free room. Only the last few WQEBBs before either go to the general path,
-        // which sizes the WQE exactly.
-        const bool fast = request.num_sge <= fast_path_max_sge_ &&
-                          (request.flags & kSendInline) == 0 &&
-                          cursor.fast_room >= fast_path_max_wqebbs_ &&
-                          (kHeaderUnits == 1 || request.dc_address_vector != nullptr);
-        if (RDMACHAN_UNLIKELY(!fast)) {
-            // The general path works on the members: hand the cursor over and take it back.
-            store_cursor(cursor);
-            const PostResult result = write_general(request, kTraits);
-            cursor = load_cursor();
-            return result;
-        }
-        cursor.fast_room -= encode<false, false>(request, kTraits, kHeaderUnits, cursor, 0);
-        return PostResult::ok;
-    }
-
-    // Inline payloads, WQ signatures, WQEs that reach the ring end, and every refusal: sized
-    // exactly before a byte is written, then encoded with wrap checks.
-    RDMACHAN_SEND_COLD RDMACHAN_HOST_DEVICE PostResult write_general(const SendWorkRequest& request,
-                                                                     std::uint32_t traits) {
-        if (request.num_sge > config_.max_sge) return PostResult::too_many_sge;
-        const bool is_inline = (request.flags & kSendInline) != 0;
-        const std::uint32_t header_segments = traits >> detail::kTraitSegmentsShift & 3;
-        // Reads and atomics have no outgoing payload to carry inline.
-        if (is_inline && (request.opcode == SendOpcode::rdma_read || header_segments == 2)) {
-            return PostResult::invalid_request;
-        }
-        if (header_units_ != 1 && request.dc_address_vector == nullptr)
-            return PostResult::invalid_request;
-        std::uint32_t data_units = 0;
-        std::uint32_t inline_length = 0;
-        if (is_inline) {
-            for (std::uint32_t i = 0; i < request.num_sge; ++i)
-                inline_length += request.sg_list[i].length;
-            if (inline_length > config_.max_inline_data) return PostResult::inline_too_large;
-            // A zero-length inline payload adds no segment at all (libmlx5 set_data_inl_seg).
-            if (inline_length != 0)
-                data_units = (inline_length + kInlineHeaderSize + kSegmentUnit - 1) / kSegmentUnit;
-        } else {
-            for (std::uint32_t i = 0; i < request.num_sge; ++i)
-                data_units += request.sg_list[i].length != 0;
-        }
-        const std::uint32_t ds = header_units_ + header_segments + data_units;
-        if (ds > kMaxDs) return PostResult::invalid_request;
-        const std::uint32_t wqebbs = (ds + 3) / 4;
-        if (wqebbs > free_wqebbs()) return PostResult::queue_full;
-        Cursor cursor = load_cursor();
-        if (is_inline) {
-            encode<true, true>(request, traits, header_units_, cursor, inline_length);
-            // BlueFlame carries inline WQEs even when it is not preferred for others.
-            pending_blueflame_max_ds_ = blueflame_max_ds_;
-        } else {
-            encode<true, false>(request, traits, header_units_, cursor, 0);
-            pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
-        }
-        store_cursor(cursor);
-        refresh_fast_room();
-        return PostResult::ok;
-    }
-
-    // Completions only ever add free WQEBBs, so a room computed earlier is never too large: when
-    // it runs out, the general path takes the next WQE and computes it afresh.
-    RDMACHAN_HOST_DEVICE void refresh_fast_room() {
-        const std::uint32_t producer_index = tracking_.producer_index;
-        const std::uint32_t before_ring_end = ring_.wqe_count - (producer_index & mask_);
-        const std::uint32_t free = free_wqebbs();
-        fast_room_ = free < before_ring_end ? free : before_ring_end;
-    }
-
-    // Writes the WQE at producer_index and accounts for it. The caller has checked that it fits.
-    // Segments start on 16-byte boundaries and the ring end is 64-byte aligned, so a segment
-    // either fits before the end or starts exactly at it (mlx5-facts.md §3): with kMayWrap a
-    // segment pointer that reaches the end continues at the ring start.
-    template <bool kMayWrap, bool kInline>
-    RDMACHAN_ALWAYS_INLINE std::uint32_t encode(const SendWorkRequest& request,
-                                                std::uint32_t traits, std::uint32_t header_units,
-                                                Cursor& cursor, std::uint32_t inline_length) {
-        const std::uint32_t producer_index = cursor.producer_index;
-        // Stores into the ring may alias any member, so what the encoder needs is read once.
-        std::uint8_t* const buffer = ring_.buffer;
-        std::uint8_t* const ring_end = ring_end_;
-        const std::uint32_t slot = producer_index & mask_;
-        std::uint8_t* const wqe = buffer + static_cast<std::size_t>(slot) * kSendWqeBasicBlockSize;
-        std::uint32_t ds = header_units;
-        const std::uint32_t fm_ce_se = request.flags & detail::kFmCeSeFlags;
-        // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
-        // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
-        std::uint32_t word_signature_stream_flags = (fm_ce_se << 24) | signal_all_word_;
-
-        std::uint8_t* segment = wqe + kControlSegmentSize;
-        if (header_units != 1) {
-            // ctrl + address vector is exactly 64 bytes: it fills this WQEBB. Both paths have
-            // refused a DCI request without one; the test keeps the compiler sure of it.
-            const std::uint8_t* const address_vector = request.dc_address_vector;
-            if (address_vector != nullptr) std::memcpy(segment, address_vector, kAddressVectorSize);
-            segment = next_segment<kMayWrap>(segment + kAddressVectorSize, buffer, ring_end);
-            word_signature_stream_flags |=
-                static_cast<std::uint32_t>(byte_swap16(request.dci_stream_id)) << 8;
-        }
-        const std::uint32_t header_segments = traits >> detail::kTraitSegmentsShift & 3;
-        if (header_segments != 0) {
-            store_big64(segment, request.remote_addr);
-            store_big32(segment + 8, request.rkey);
-            store_big32(segment + 12, 0);
-            segment = next_segment<kMayWrap>(segment + kRemoteAddressSegmentSize, buffer, ring_end);
-            ds += header_segments;
-            if (header_segments == 2) {
-                if (request.opcode == SendOpcode::atomic_compare_and_swap) {
-                    store_big64(segment, request.swap);
-                    store_big64(segment + 8, request.compare_add);
-                } else {
-                    store_big64(segment, request.compare_add);  // the compare field is unused
-                }
-                segment = next_segment<kMayWrap>(segment + kAtomicSegmentSize, buffer, ring_end);
-            }
-        }
-        if constexpr (kInline) {
-            if (inline_length != 0) {
-                write_inline(segment, request, inline_length);
-                ds += (inline_length + kInlineHeaderSize + kSegmentUnit - 1) / kSegmentUnit;
-            }
-        } else {
-            // A zero-length SGE is skipped, not encoded (libmlx5 set_data_ptr_seg callers).
-            const ScatterGatherElement* element = request.sg_list;
-            const std::uint32_t num_sge = request.num_sge;
-            if (num_sge == 1) {  // the common case, without the loop
-                const std::uint64_t length_lkey = load_length_lkey(*element);
-                if (RDMACHAN_LIKELY(static_cast<std::uint32_t>(length_lkey) != 0)) {
-                    store_data_segment(segment, length_lkey, element->addr);
-                    ++ds;
-                }
-            } else {
-                for (const ScatterGatherElement* const end = element + num_sge; element != end;
-                     ++element) {
-                    const std::uint64_t length_lkey = load_length_lkey(*element);
-                    if (RDMACHAN_UNLIKELY(static_cast<std::uint32_t>(length_lkey) == 0)) continue;
-                    store_data_segment(segment, length_lkey, element->addr);
-                    segment = next_segment<kMayWrap>(segment + kDataSegmentSize, buffer, ring_end);
-                    ++ds;
-                }
-            }
-        }
-        // The WQE index is the producer index's low 16 bits; opmod (byte 0) stays 0.
-        const std::uint32_t opcode_word =
-            static_cast<std::uint32_t>(static_cast<std::uint16_t>(producer_index)) << 8 |
-            (traits & detail::kTraitOpcodeMask);
-        store_big32(wqe + kCtrlOpmodIndexOpcode, opcode_word);
-        const std::uint32_t qpn_ds =
-            qpn_big_ | (ds << 24);  // ds is the last byte of a big-endian word
-        std::memcpy(wqe + kCtrlQpnDs, &qpn_ds, sizeof qpn_ds);
-        std::memcpy(wqe + kCtrlSignature, &word_signature_stream_flags,
-                    sizeof word_signature_stream_flags);
-        store_big32(wqe + kCtrlImmediate,
-                    (traits & detail::kTraitImmediate) != 0 ? request.immediate : 0);
-        if constexpr (kMayWrap) {
-            if (config_.wqe_signature) wqe[kCtrlSignature] = signature(wqe, ds * kSegmentUnit);
-        }
-
-        const std::uint32_t wqebbs = (ds + 3) / 4;
-        cursor.wr_ids[slot] = request.wr_id;
-        cursor.wqe_ends[slot] = producer_index + wqebbs;
-        cursor.producer_index = producer_index + wqebbs;
-        cursor.last_wqe = wqe;
-        return wqebbs;
-    }
-
-    // An SGE's length (low half) and lkey (high half) in one 8-byte load: they are adjacent in
-    // ScatterGatherElement as byte_count and lkey are in the data segment.
-    RDMACHAN_ALWAYS_INLINE static std::uint64_t load_length_lkey(
-        const ScatterGatherElement& element) {
-        static_assert(offsetof(ScatterGatherElement, lkey) ==
-                      offsetof(ScatterGatherElement, length) + 4);
-        std::uint64_t length_lkey;
-        std::memcpy(&length_lkey,
-                    reinterpret_cast<const unsigned char*>(&element) +
-                        offsetof(ScatterGatherElement, length),
-                    sizeof length_lkey);
-        return length_lkey;
-    }
-
-    // The halves swapped into big-endian order (rotate, then byte swap): one store for both.
-    RDMACHAN_ALWAYS_INLINE static void store_data_segment(std::uint8_t* segment,
-                                                          std::uint64_t length_lkey,
-                                                          std::uint64_t addr) {
-        store_big64(segment, length_lkey << 32 | length_lkey >> 32);
-        store_big64(segment + 8, addr);
-    }
-
-    RDMACHAN_ALWAYS_INLINE static std::uint32_t minimum(std::uint32_t a, std::uint32_t b) {
-        return a < b ? a : b;
-    }
-
-    template <bool kMayWrap>
-    RDMACHAN_ALWAYS_INLINE static std::uint8_t* next_segment(std::uint8_t* position,
-                                                             std::uint8_t* buffer,
-                                                             std::uint8_t* ring_end) {
-        if constexpr (kMayWrap) {
-            if (position == ring_end) return buffer;
-        }
-        return position;
     }
 
     // Eight ordered 64-bit stores, never memcpy: string moves may reorder or merge the writes
@@ -546,13 +764,16 @@ class SendQueue {
     std::uint32_t mask_ = 0;
     std::uint32_t qpn_big_ = 0;          // ctrl bytes 4-6 (qpn) as stored, ds byte zero
     std::uint32_t header_units_ = 1;     // ctrl, plus the address vector on a DCI
-    std::uint32_t signal_all_word_ = 0;  // CQ update bit in the ctrl bytes 8-11 word
+    std::uint64_t signal_all_word_ = 0;  // CQ update bit in the ctrl bytes 8-11 word
     std::uint32_t fast_path_max_sge_ = 0;
-    std::uint32_t fast_path_max_wqebbs_ = 0;
-    // WQEBBs the fast path may still fill: free, and before the ring end (so nothing wraps).
-    std::uint32_t fast_room_ = 0;
+    std::uint32_t fast_path_max_wqebbs_ = kNoFastPath;
+    std::uint32_t rc_fast_path_max_wqebbs_ = kNoFastPath;  // the same on RC, none on a DCI
     std::uint32_t blueflame_max_ds_ = 0;            // largest WQE (in ds) that BlueFlame can carry
     std::uint32_t blueflame_preferred_max_ds_ = 0;  // the same for WQEs without inline data
+    std::uint32_t blueflame_fast_limit_ = 0;
+    // The fast path may fill WQEBBs up to this producer index: free, and before the ring end
+    // (so nothing wraps).
+    std::uint32_t fast_end_ = 0;
     std::uint32_t blueflame_offset_ = 0;
     // The WQEs written since the last doorbell: the producer index they began at, where the
     // last one is, and the largest BlueFlame copy its kind allows (inline or not).
