@@ -2,7 +2,9 @@
 // ring, 128-byte entries, every syndrome, an unknown QP, and the 24-bit consumer index.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -138,4 +140,140 @@ TEST_CASE("a CQE with inline-scattered data is refused: scatter-to-CQE is disabl
     mlx5::Completion completion;
     REQUIRE(fixture.poll(&completion, 1) == 1);
     CHECK(completion.status == mlx5::CompletionStatus::local_qp_operation_error);
+}
+
+TEST_CASE(
+    "random mixes of send completions over two QPs, polled in random batches, decode as one by "
+    "one") {
+    // Requester CQEs of every send opcode (and an unknown one), error CQEs and CQEs of an
+    // unknown QP, interleaved over two QPs, over many passes of 64- and 128-byte rings: the
+    // poller's per-QP and per-opcode shortcuts must give what each CQE says on its own.
+    struct Kind {
+        std::uint8_t cqe_opcode;
+        std::uint8_t wqe_opcode;
+        mlx5::CompletionStatus status;
+        mlx5::CompletionOpcode opcode;
+        std::uint8_t flags;
+    };
+    const Kind kinds[] = {
+        {mlx5::kCqeRequester, mlx5::kOpcodeRdmaWrite, mlx5::CompletionStatus::success,
+         mlx5::CompletionOpcode::rdma_write, 0},
+        {mlx5::kCqeRequester, mlx5::kOpcodeRdmaWriteImmediate, mlx5::CompletionStatus::success,
+         mlx5::CompletionOpcode::rdma_write, mlx5::kCompletionWithImmediate},
+        {mlx5::kCqeRequester, mlx5::kOpcodeSend, mlx5::CompletionStatus::success,
+         mlx5::CompletionOpcode::send, 0},
+        {mlx5::kCqeRequester, mlx5::kOpcodeSendImmediate, mlx5::CompletionStatus::success,
+         mlx5::CompletionOpcode::send, mlx5::kCompletionWithImmediate},
+        {mlx5::kCqeRequester, mlx5::kOpcodeRdmaRead, mlx5::CompletionStatus::success,
+         mlx5::CompletionOpcode::rdma_read, 0},
+        {mlx5::kCqeRequester, mlx5::kOpcodeAtomicCompareAndSwap, mlx5::CompletionStatus::success,
+         mlx5::CompletionOpcode::atomic_compare_and_swap, 0},
+        {mlx5::kCqeRequester, mlx5::kOpcodeAtomicFetchAndAdd, mlx5::CompletionStatus::success,
+         mlx5::CompletionOpcode::atomic_fetch_and_add, 0},
+        {mlx5::kCqeRequester, 0x33, mlx5::CompletionStatus::general_error,
+         mlx5::CompletionOpcode::send, 0},
+        {mlx5::kCqeRequesterError, mlx5::kOpcodeRdmaWrite,
+         mlx5::CompletionStatus::remote_access_error, mlx5::CompletionOpcode::send, 0},
+    };
+    for (const std::uint32_t cqe_size : {64u, 128u}) {
+        CAPTURE(cqe_size);
+        Fixture fixture(32, cqe_size, 0xfffff0);  // the 24-bit consumer index wraps too
+        std::vector<std::uint64_t> other_wr_ids(16);
+        std::vector<std::uint32_t> other_wqe_ends(16);
+        for (std::uint32_t i = 0; i < 16; ++i) {
+            other_wr_ids[i] = 5000 + i;
+            other_wqe_ends[i] = 100 + i;
+        }
+        mlx5::SendQueueTracking other_tracking{other_wr_ids.data(), other_wqe_ends.data(), 0, 0};
+        mlx5::CompletionTarget other;
+        other.send = &other_tracking;
+        other.send_wqe_count = 16;
+        const auto resolve = [&](std::uint32_t qpn, std::uint32_t) -> mlx5::CompletionTarget* {
+            if (qpn == 0x1234) return &fixture.target;
+            if (qpn == 0xabcdef) return &other;
+            return nullptr;
+        };
+        struct Written {
+            std::uint32_t qpn;
+            std::uint16_t counter;
+            const Kind* kind;
+            std::uint32_t byte_count;
+        };
+        std::vector<Written> pending;
+        std::uint32_t seed = 12345;
+        const auto random = [&seed] {
+            seed = seed * 1103515245u + 12345u;
+            return seed >> 8;
+        };
+        std::uint32_t checked = 0;
+        for (int round = 0; round < 400; ++round) {
+            // Up to the free entries: runs of one kind and QP, and single changes.
+            const std::uint32_t room = 32 - static_cast<std::uint32_t>(pending.size());
+            const std::uint32_t count = room == 0 ? 0 : random() % (room + 1);
+            for (std::uint32_t i = 0; i < count; ++i) {
+                const std::uint32_t qp_choice = random() % 8;
+                const std::uint32_t qpn = qp_choice < 4 ? 0x1234 : qp_choice < 7 ? 0xabcdef : 0x777;
+                const Kind* kind =
+                    random() % 3 == 0 ? &kinds[random() % std::size(kinds)] : &kinds[0];
+                const std::uint16_t counter = static_cast<std::uint16_t>(random());
+                std::uint8_t* cqe = fixture.next(kind->cqe_opcode, qpn, counter, kind->wqe_opcode);
+                const std::uint32_t byte_count = random();
+                mlx5::store_big32(cqe + mlx5::kCqeByteCount, byte_count);
+                if (kind->cqe_opcode == mlx5::kCqeRequesterError)
+                    cqe[mlx5::kCqeSyndrome] = mlx5::kSyndromeRemoteAccess;
+                pending.push_back({qpn, counter, kind, byte_count});
+            }
+            const std::uint32_t capacity = 1 + random() % 20;
+            mlx5::Completion completions[20];
+            for (mlx5::Completion& completion : completions)
+                std::memset(static_cast<void*>(&completion), 0xa5, sizeof completion);
+            const std::uint32_t polled = fixture.queue.poll(completions, capacity, resolve);
+            REQUIRE(polled == std::min<std::size_t>(capacity, pending.size()));
+            for (std::uint32_t i = 0; i < polled; ++i) {
+                CAPTURE(checked);
+                const Written& written = pending[i];
+                const mlx5::Completion& completion = completions[i];
+                CHECK(completion.qp_num == written.qpn);
+                CHECK(!completion.is_receive);
+                if (written.qpn == 0x777) {
+                    CHECK(completion.wr_id == 0);
+                    CHECK(completion.status == mlx5::CompletionStatus::general_error);
+                    continue;
+                }
+                const std::uint32_t slot = written.counter & 15;
+                const bool first_qp = written.qpn == 0x1234;
+                CHECK(completion.wr_id == (first_qp ? 1000u : 5000u) + slot);
+                CHECK(completion.status == written.kind->status);
+                if (written.kind->status == mlx5::CompletionStatus::success) {
+                    CHECK(completion.opcode == written.kind->opcode);
+                    CHECK(completion.flags == written.kind->flags);
+                    const std::uint32_t byte_len =
+                        written.kind->wqe_opcode == mlx5::kOpcodeRdmaRead ? written.byte_count
+                        : written.kind->opcode == mlx5::CompletionOpcode::atomic_compare_and_swap ||
+                                written.kind->opcode == mlx5::CompletionOpcode::atomic_fetch_and_add
+                            ? 8u
+                            : 0u;
+                    CHECK(completion.byte_len == byte_len);
+                    CHECK(completion.vendor_error == 0);
+                    CHECK(completion.syndrome == 0);
+                }
+                ++checked;
+            }
+            // The tracking of each QP was retired to the last of its CQEs in the batch.
+            for (const bool first_qp : {true, false}) {
+                for (std::uint32_t i = polled; i-- > 0;) {
+                    if (pending[i].qpn != (first_qp ? 0x1234u : 0xabcdefu)) continue;
+                    const std::uint32_t slot = pending[i].counter & 15;
+                    CHECK((first_qp ? fixture.tracking.consumer_index
+                                    : other_tracking.consumer_index) ==
+                          (first_qp ? slot + 1 : 100 + slot));
+                    break;
+                }
+            }
+            pending.erase(pending.begin(), pending.begin() + polled);
+            CHECK(mlx5::big_to_host32(fixture.doorbell_record[0]) ==
+                  (fixture.queue.consumer_index() & 0xffffff));
+        }
+        CHECK(checked > 2000);
+    }
 }

@@ -51,23 +51,26 @@ enum CompletionFlag : std::uint8_t {
     kCompletionWithInvalidate = 1u << 2,
 };
 
+// The fields a successful send completion sets come first, in three 8-byte words (wr_id;
+// status to dlid_path_bits; byte_len and qp_num), so that the poller fills them with three
+// stores.
 struct Completion {
     std::uint64_t wr_id = 0;
     CompletionStatus status = CompletionStatus::success;
     CompletionOpcode opcode = CompletionOpcode::send;
-    std::uint8_t flags = 0;        // CompletionFlag bits
-    std::uint8_t vendor_error = 0; // the CQE's vendor syndrome, kept for error reports
-    std::uint8_t syndrome = 0;     // the CQE's mlx5 syndrome (error CQEs only)
+    std::uint8_t flags = 0;         // CompletionFlag bits
+    bool is_receive = false;        // responder-side completion (receive queue or SRQ)
+    std::uint8_t vendor_error = 0;  // the CQE's vendor syndrome, kept for error reports
+    std::uint8_t syndrome = 0;      // the CQE's mlx5 syndrome (error CQEs only)
     std::uint8_t sl = 0;
     std::uint8_t dlid_path_bits = 0;
     std::uint32_t byte_len = 0;
-    std::uint32_t immediate = 0;       // host order; with kCompletionWithImmediate
-    std::uint32_t invalidated_rkey = 0;  // with kCompletionWithInvalidate
     std::uint32_t qp_num = 0;
+    std::uint32_t immediate = 0;         // host order; with kCompletionWithImmediate
+    std::uint32_t invalidated_rkey = 0;  // with kCompletionWithInvalidate
     std::uint32_t src_qp = 0;
     std::uint16_t slid = 0;
     std::uint16_t pkey_index = 0;
-    bool is_receive = false;  // responder-side completion (receive queue or SRQ)
 };
 
 // Words a person can act on, for logs and exception messages.

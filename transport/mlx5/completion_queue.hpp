@@ -81,6 +81,7 @@ class CompletionQueue {
           // The mlx5_cqe64 is the last 64 bytes of an entry (128-byte CQEs put inline data first).
           first_cqe64_(ring.buffer + (ring.cqe_size - kCqeSize64)),
           end_cqe64_(first_cqe64_ + static_cast<std::size_t>(ring.cqe_count) * ring.cqe_size),
+          cqe_stride_(ring.cqe_size),
           next_cqe64_(first_cqe64_ +
                       static_cast<std::size_t>(consumer_index & (ring.cqe_count - 1)) *
                           ring.cqe_size),
@@ -96,8 +97,9 @@ class CompletionQueue {
                                               Resolver&& resolve) {
         // An empty CQ is the most frequent poll of all: it looks at one op_own byte and
         // rewrites the doorbell record, without setting up the loop.
-        const std::uint8_t op_own = load_acquire8(next_cqe64_ + kCqeOpOwn);
-        if (RDMACHAN_UNLIKELY(capacity == 0) || !software_owned(op_own, owner_parity_)) {
+        const std::uint8_t* const cqe = next_cqe64_;
+        const std::uint8_t state = cqe_state(load_acquire8(cqe + kCqeOpOwn), owner_parity_);
+        if (RDMACHAN_UNLIKELY(capacity == 0) || state >= kNotOwned) {
             // libmlx5 updates the consumer index on every poll, also an empty one (cq.c
             // update_cons_index).
             store_release32(ring_.doorbell_record + kCqSetConsumerIndex,
@@ -105,67 +107,202 @@ class CompletionQueue {
             return 0;
         }
         // The resolver goes by value: a lambda's captures then travel in registers.
-        return poll_owned<std::remove_cvref_t<Resolver>>(completions, capacity, resolve, op_own);
+        return poll_owned<std::remove_cvref_t<Resolver>>(completions, capacity, resolve, state,
+                                                         cqe);
     }
 
     RDMACHAN_HOST_DEVICE std::uint32_t consumer_index() const { return consumer_index_; }
     RDMACHAN_HOST_DEVICE const CompletionQueueRing& ring() const { return ring_; }
 
   private:
-    // poll() once the next CQE is known to be ours; `op_own` is its op_own byte, read with acquire.
-    // Out of line, so that the empty poll above saves no registers (compilers otherwise may
-    // set up this loop's frame before the empty check).
+    // cqe_state() of an entry software does not own (yet), and the largest value of a successful
+    // requester CQE in the plain 64-byte format.
+    static constexpr std::uint32_t kNotOwned = kCqeInvalid << 3;
+    static constexpr std::uint32_t kPlainRequester = 1;
+
+    // Ownership and the common case in one byte (mlx5-facts.md §5). Software owns the entry when
+    // its opcode is not "invalid" and its owner bit equals the pass parity of the index. With
+    // x = op_own ^ parity, rotating x right by one puts the owner mismatch in bit 7, the opcode in
+    // bits 6:3, the format in bits 2:1 and the solicited bit in bit 0: the entry is ours exactly
+    // when the result is below kNotOwned (owner matches, opcode < 0xf), and a successful
+    // requester CQE in the plain format (opcode 0, format 0) exactly when it is at most 1.
+    RDMACHAN_ALWAYS_INLINE static std::uint8_t cqe_state(std::uint8_t op_own,
+                                                         std::uint32_t parity) {
+        const std::uint8_t x = static_cast<std::uint8_t>(op_own ^ parity);
+        return static_cast<std::uint8_t>((x >> 1) | (x << 7));
+    }
+
+    // The first CQE of a poll, once it is known to be ours, with no loop set up: a poll for one
+    // completion of a send ends here. Anything else continues in poll_more(). Out of line, so
+    // that the empty poll above saves no registers (compilers otherwise may set up a frame
+    // before the empty check).
     template <typename Resolver>
-    RDMACHAN_NOINLINE std::uint32_t poll_owned(Completion* completions, std::uint32_t capacity,
-                                               Resolver resolve, std::uint8_t op_own) {
+    RDMACHAN_NOINLINE std::uint32_t poll_owned(Completion* completion, std::uint32_t capacity,
+                                               Resolver resolve, std::uint8_t state,
+                                               const std::uint8_t* cqe) {
+        if (RDMACHAN_UNLIKELY(state > kPlainRequester))
+            return poll_more(completion, capacity, resolve, nullptr, 0);
+        // The CQE body is read only after its owner bit said it is complete (mlx5-facts.md §5).
+        from_device_barrier();
+        const std::uint32_t sop_drop_qpn = load32(cqe + kCqeSopDropQpn);  // as stored (big-endian)
+        const std::uint32_t qpn = byte_swap32(sop_drop_qpn) & 0xffffff;
+        CompletionTarget* const target =
+            resolve(qpn, load_big32(cqe + kCqeSrqnUserIndex) & 0xffffff);
+        const std::uint32_t entry = requester_entry(sop_drop_qpn & 0xff);
+        if (RDMACHAN_UNLIKELY(target == nullptr || target->send == nullptr ||
+                              entry > kRequesterPlainEntryMax))
+            return poll_more(completion, capacity, resolve, target, kFirstResolved);
+        store_send_fields(*completion, cqe, entry, static_cast<std::uint64_t>(qpn) << 32);
+        const std::uint32_t slot = load_big16(cqe + kCqeWqeCounter) & (target->send_wqe_count - 1);
+        SendQueueTracking& tracking = *target->send;
+        store_wr_id(*completion, tracking.wr_id[slot]);
+        tracking.consumer_index = tracking.wqe_end[slot];
+        cqe += cqe_stride_;
+        if (RDMACHAN_UNLIKELY(cqe == end_cqe64_)) {  // next pass of the ring: owner bit flips
+            cqe = first_cqe64_;
+            owner_parity_ ^= 1;
+        }
+        next_cqe64_ = cqe;
+        if (capacity == 1 || cqe_state(load_acquire8(cqe + kCqeOpOwn), owner_parity_) >= kNotOwned)
+            return finish(1);
+        return poll_more(completion + 1, capacity - 1, resolve, nullptr, 1);
+    }
+
+    // The loop over the CQEs from next_cqe64_ (which is ours) on. `done_resolved` holds the
+    // completions this poll already took (bit 0) and kFirstResolved when `first_target` is what
+    // the resolver returned for the first CQE (six arguments, so that the calls above are jumps).
+    static constexpr std::uint32_t kFirstResolved = 2;
+    template <typename Resolver>
+    RDMACHAN_ALWAYS_INLINE std::uint32_t poll_more(Completion* completions, std::uint32_t capacity,
+                                                   Resolver& resolve,
+                                                   CompletionTarget* first_target,
+                                                   std::uint32_t done_resolved) {
+        // 64-byte CQEs (the usual size) get a loop with the stride known at compile time.
+        if (cqe_stride_ == kCqeSize64)
+            return poll_loop<Resolver, kCqeSize64>(completions, capacity, resolve, first_target,
+                                                   done_resolved);
+        return poll_loop<Resolver, 0>(completions, capacity, resolve, first_target, done_resolved);
+    }
+
+    // Consecutive send completions of one QP (the QPN alone names the QP of a requester CQE)
+    // reuse the resolver's answer and the QP's tracking arrays, and while sop_drop_qpn (QPN and
+    // WQE opcode) stays the same, the decoded opcode as well: the common CQE costs one compare.
+    // kStride is the CQE size, or 0 for ring_.cqe_size at run time.
+    template <typename Resolver, std::uint32_t kStride>
+    RDMACHAN_NOINLINE std::uint32_t poll_loop(Completion* const completions,
+                                              const std::uint32_t capacity, Resolver resolve,
+                                              CompletionTarget* first_target,
+                                              const std::uint32_t done_resolved) {
+        bool first_resolved = (done_resolved & kFirstResolved) != 0;
         // Completion has byte fields, stores through them may alias this object, and the barrier
         // below is a compiler barrier too: without locals every iteration would reload the ring
         // description from memory.
-        const std::uint8_t* const first_cqe64 = first_cqe64_;
-        const std::uint8_t* const end_cqe64 = end_cqe64_;
-        const std::uint32_t cqe_size = ring_.cqe_size;
+        const std::size_t stride = kStride != 0 ? kStride : cqe_stride_;
         const std::uint8_t* cqe = next_cqe64_;
-        std::uint32_t owner_parity = owner_parity_;
+        std::uint32_t parity = owner_parity_;
+        std::uint8_t state = cqe_state(load_acquire8(cqe + kCqeOpOwn), parity);
         Completion* completion = completions;
-        // A count down rather than an end pointer: the count of polled completions is then a
-        // subtraction, not a division by sizeof(Completion).
-        std::uint32_t room = capacity;
+        // The loop runs to `limit`: the ring end or the last entry the caller has room for,
+        // whichever comes first, so that it checks one bound per CQE.
+        const std::uint8_t* limit = pass_limit(cqe, capacity);
+        // The last send completion: its sop_drop_qpn as stored (the initial value is no WQE
+        // opcode we post, so it matches no CQE until set), its table entry, the qp_num word and
+        // the QP's tracking.
+        std::uint64_t cached_sop_drop_qpn = std::uint64_t{1} << 32;
+        std::uint64_t cached_bytes = 0;
+        std::uint64_t qpn_word = 0;
+        const std::uint64_t* wr_ids = nullptr;
+        const std::uint32_t* wqe_ends = nullptr;
+        std::uint32_t wqe_mask = 0;
+        std::uint32_t* send_consumer_index = nullptr;
         for (;;) {
-            // The CQE body is read only after its owner bit said it is complete (mlx5-facts.md §5).
-            from_device_barrier();
-            const std::uint32_t sop_drop_qpn = load_big32(cqe + kCqeSopDropQpn);
-            CompletionTarget* const target =
-                resolve(sop_drop_qpn & 0xffffff, load_big32(cqe + kCqeSrqnUserIndex) & 0xffffff);
-            const std::uint64_t requester = requester_fields(sop_drop_qpn >> 24);
-            // The common CQE: a successful send-side completion in the plain 64-byte format
-            // (opcode and format bits of op_own zero) of a send opcode we post.
-            if (RDMACHAN_LIKELY((op_own & 0xfc) == (kCqeRequester << 4) && target != nullptr &&
-                                requester != kUnknownRequester)) {
-                SendQueueTracking& tracking = *target->send;
-                const std::uint32_t slot =
-                    load_big16(cqe + kCqeWqeCounter) & (target->send_wqe_count - 1);
-                tracking.consumer_index = tracking.wqe_end[slot];
-                completion->wr_id = tracking.wr_id[slot];
-                completion->qp_num = sop_drop_qpn & 0xffffff;
-                completion->is_receive = false;
-                store_requester_fields(*completion, requester, cqe);
+            if (RDMACHAN_LIKELY(state <= kPlainRequester)) {
+                // The CQE body is read only after its owner bit said it is complete
+                // (mlx5-facts.md §5).
+                from_device_barrier();
+                const std::uint32_t sop_drop_qpn = load32(cqe + kCqeSopDropQpn);
+                if (RDMACHAN_UNLIKELY(sop_drop_qpn != cached_sop_drop_qpn)) {
+                    const std::uint32_t entry = requester_entry(sop_drop_qpn & 0xff);
+                    if (entry == kRequesterUnknown) goto general;
+                    // Another QP, or none yet (the QPN is bytes 1-3 as stored).
+                    if (send_consumer_index == nullptr ||
+                        ((sop_drop_qpn ^ cached_sop_drop_qpn) & 0xffffff00) != 0) {
+                        const std::uint32_t qpn = byte_swap32(sop_drop_qpn) & 0xffffff;
+                        CompletionTarget* target = first_target;
+                        if (!first_resolved)
+                            target = resolve(qpn, load_big32(cqe + kCqeSrqnUserIndex) & 0xffffff);
+                        first_resolved = false;
+                        if (target == nullptr || target->send == nullptr) {
+                            decode(cqe, cqe[kCqeOpOwn], byte_swap32(sop_drop_qpn), target,
+                                   *completion);
+                            cached_sop_drop_qpn = std::uint64_t{1} << 32;
+                            send_consumer_index = nullptr;
+                            goto next;
+                        }
+                        qpn_word = static_cast<std::uint64_t>(qpn) << 32;
+                        wr_ids = target->send->wr_id;
+                        wqe_ends = target->send->wqe_end;
+                        wqe_mask = (target->send_wqe_count - 1) & 0xffff;
+                        send_consumer_index = &target->send->consumer_index;
+                    }
+                    if (entry > kRequesterPlainEntryMax) {
+                        // byte_len from the CQE or 8: filled here, not cached.
+                        *send_consumer_index = complete_send(*completion, cqe, wr_ids, wqe_ends,
+                                                             wqe_mask, entry, qpn_word);
+                        cached_sop_drop_qpn = sop_drop_qpn | std::uint64_t{1} << 32;
+                        goto next;
+                    }
+                    cached_sop_drop_qpn = sop_drop_qpn;
+                    cached_bytes = entry;
+                }
+                *send_consumer_index = complete_plain_send(*completion, cqe, wr_ids, wqe_ends,
+                                                           wqe_mask, cached_bytes, qpn_word);
             } else {
-                decode(cqe, op_own, sop_drop_qpn, target, *completion);
+                if (state >= kNotOwned) break;
+                from_device_barrier();
+            general:
+                // Responder, error and every other CQE: the general decoder.
+                const std::uint32_t sop_drop_qpn = load_big32(cqe + kCqeSopDropQpn);
+                CompletionTarget* target = first_target;
+                if (!first_resolved)
+                    target = resolve(sop_drop_qpn & 0xffffff,
+                                     load_big32(cqe + kCqeSrqnUserIndex) & 0xffffff);
+                first_resolved = false;
+                decode(cqe, cqe[kCqeOpOwn], sop_drop_qpn, target, *completion);
+                // decode() may have retired send WQEs of the cached QP: the cache stays valid,
+                // as complete_send() reads the consumer index afresh from wqe_ends each time.
             }
+        next:
             ++completion;
-            cqe += cqe_size;
-            if (RDMACHAN_UNLIKELY(cqe == end_cqe64)) {  // next pass of the ring: owner bit flips
-                cqe = first_cqe64;
-                owner_parity ^= 1;
+            cqe += stride;
+            if (RDMACHAN_UNLIKELY(cqe == limit)) {
+                if (cqe == end_cqe64_) {  // next pass of the ring: owner bit flips
+                    cqe = first_cqe64_;
+                    parity ^= 1;
+                }
+                const std::uint32_t room =
+                    capacity - static_cast<std::uint32_t>(completion - completions);
+                if (room == 0) break;
+                limit = pass_limit(cqe, room);
             }
-            if (--room == 0) break;
-            op_own = load_acquire8(cqe + kCqeOpOwn);
-            if (!software_owned(op_own, owner_parity)) break;
+            state = cqe_state(load_acquire8(cqe + kCqeOpOwn), parity);
         }
-        const std::uint32_t count = capacity - room;
-        const std::uint32_t consumer_index = consumer_index_ + count;
         next_cqe64_ = cqe;
-        owner_parity_ = owner_parity;
+        owner_parity_ = static_cast<std::uint8_t>(parity);
+        return finish((done_resolved & 1) + static_cast<std::uint32_t>(completion - completions));
+    }
+
+    // Where a walk from `cqe` for at most `room` entries stops: at the ring end or after them.
+    RDMACHAN_ALWAYS_INLINE const std::uint8_t* pass_limit(const std::uint8_t* cqe,
+                                                          std::uint32_t room) const {
+        const std::size_t to_end = static_cast<std::size_t>(end_cqe64_ - cqe);
+        const std::size_t wanted = static_cast<std::size_t>(room) * cqe_stride_;
+        return cqe + (wanted < to_end ? wanted : to_end);
+    }
+
+    // Advances the consumer index by `count` and writes it to the CQ doorbell record.
+    RDMACHAN_ALWAYS_INLINE std::uint32_t finish(std::uint32_t count) {
+        const std::uint32_t consumer_index = consumer_index_ + count;
         consumer_index_ = consumer_index;
         // The NIC reads the consumer index to know which entries it may overwrite; the release
         // orders it after every read of the CQEs it frees.
@@ -174,30 +311,84 @@ class CompletionQueue {
         return count;
     }
 
-    // Software owns the entry when its opcode is not "invalid" and its owner bit equals the pass
-    // parity of the index (mlx5-facts.md §5). Both in one compare: with x = op_own ^ parity,
-    // rotating x right by one puts the owner mismatch in bit 7 and the opcode in bits 6:3, so
-    // the entry is ours exactly when the result is below 0x78 (owner matches, opcode < 0xf).
-    RDMACHAN_ALWAYS_INLINE static bool software_owned(std::uint8_t op_own, std::uint32_t parity) {
-        const std::uint8_t x = static_cast<std::uint8_t>(op_own ^ parity);
-        const std::uint8_t rotated = static_cast<std::uint8_t>((x >> 1) | (x << 7));
-        return rotated < (kCqeInvalid << 3);
+    // A successful requester completion: fills the completion in three 8-byte stores and returns
+    // the send queue's consumer index after the WQE the CQE names (one signaled completion
+    // retires every unsignaled WQE before it).
+    RDMACHAN_ALWAYS_INLINE static std::uint32_t complete_send(
+        Completion& completion, const std::uint8_t* cqe, const std::uint64_t* wr_ids,
+        const std::uint32_t* wqe_ends, std::uint32_t wqe_mask, std::uint32_t entry,
+        std::uint64_t qpn_word) {
+        store_send_fields(completion, cqe, entry, qpn_word);
+        const std::uint32_t slot = wqe_counter(cqe) & wqe_mask;
+        store_wr_id(completion, wr_ids[slot]);
+        return wqe_ends[slot];
     }
 
-    // A requester completion's status, opcode and flags as Completion bytes 8-15 (status,
-    // opcode, flags, vendor_error, syndrome, sl, dlid_path_bits, padding; all but the first
-    // three zero), with bits 63:62 saying where byte_len comes from. One table lookup per CQE
-    // instead of a branch per field.
-    static constexpr std::uint64_t kUnknownRequester = ~std::uint64_t{0};
-    static constexpr std::uint64_t kByteLengthFromCqe = std::uint64_t{1} << 63;
-    static constexpr std::uint64_t kByteLengthEight = std::uint64_t{1} << 62;
-    RDMACHAN_ALWAYS_INLINE static constexpr std::uint64_t requester_bytes(CompletionOpcode opcode,
-                                                                          std::uint8_t flags) {
-        return static_cast<std::uint64_t>(CompletionStatus::success) |
-               static_cast<std::uint64_t>(opcode) << 8 | static_cast<std::uint64_t>(flags) << 16;
+    // complete_send() for an entry without byte_len: `bytes` is the entry.
+    RDMACHAN_ALWAYS_INLINE static std::uint32_t complete_plain_send(
+        Completion& completion, const std::uint8_t* cqe, const std::uint64_t* wr_ids,
+        const std::uint32_t* wqe_ends, std::uint32_t wqe_mask, std::uint64_t bytes,
+        std::uint64_t qpn_word) {
+        unsigned char* const out = reinterpret_cast<unsigned char*>(&completion);
+        std::memcpy(out + offsetof(Completion, status), &bytes, sizeof bytes);
+        std::memcpy(out + offsetof(Completion, byte_len), &qpn_word, sizeof qpn_word);
+        const std::uint32_t slot = wqe_counter(cqe) & wqe_mask;
+        store_wr_id(completion, wr_ids[slot]);
+        return wqe_ends[slot];
     }
-    RDMACHAN_ALWAYS_INLINE static constexpr std::uint64_t requester_fields(
-        std::uint32_t wqe_opcode) {
+
+    // Completion bytes 8-23 of a successful requester completion: status to dlid_path_bits from
+    // the table entry, byte_len and qp_num.
+    RDMACHAN_ALWAYS_INLINE static void store_send_fields(Completion& completion,
+                                                         const std::uint8_t* cqe,
+                                                         std::uint32_t entry,
+                                                         std::uint64_t qpn_word) {
+        std::uint64_t length_qpn = qpn_word;
+        const std::uint64_t bytes = entry & kRequesterPlainEntryMax;
+        if (RDMACHAN_UNLIKELY(entry != bytes)) {
+            length_qpn |=
+                (entry & kRequesterLengthFromCqe) != 0 ? load_big32(cqe + kCqeByteCount) : 8;
+        }
+        unsigned char* const out = reinterpret_cast<unsigned char*>(&completion);
+        std::memcpy(out + offsetof(Completion, status), &bytes, sizeof bytes);
+        std::memcpy(out + offsetof(Completion, byte_len), &length_qpn, sizeof length_qpn);
+    }
+
+    // Stored on its own, after the others: the compiler would otherwise pair it with the status
+    // word into one 16-byte vector store, built with two more instructions.
+    RDMACHAN_ALWAYS_INLINE static void store_wr_id(Completion& completion, std::uint64_t wr_id) {
+        unsigned char* const out = reinterpret_cast<unsigned char*>(&completion);
+        asm("" : "+m"(*out));
+        std::memcpy(out + offsetof(Completion, wr_id), &wr_id, sizeof wr_id);
+    }
+
+    // wqe_counter in bits 15:0, with sop_drop_qpn's low 16 bits above it: one load and a byte
+    // swap, for a mask below 2^16.
+    RDMACHAN_ALWAYS_INLINE static std::uint32_t wqe_counter(const std::uint8_t* cqe) {
+        static_assert(kCqeWqeCounter == kCqeSopDropQpn + 4);
+        return load_big32(cqe + kCqeWqeCounter - 2);
+    }
+
+    RDMACHAN_ALWAYS_INLINE static std::uint32_t load32(const std::uint8_t* source) {
+        std::uint32_t value;
+        std::memcpy(&value, source, sizeof value);
+        return value;
+    }
+
+    // A requester completion's status, opcode and flags as Completion bytes 8-10 (bytes 11-15,
+    // is_receive to dlid_path_bits, are zero), by the WQE opcode, with bits 31:24 saying what
+    // the three stores cannot carry as they stand: byte_len from the CQE (RDMA read) or 8
+    // (atomics), or an opcode we do not post (decode() reports it as a general error).
+    static constexpr std::uint32_t kRequesterLengthFromCqe = 1u << 24;
+    static constexpr std::uint32_t kRequesterLengthEight = 2u << 24;
+    static constexpr std::uint32_t kRequesterUnknown = 0xff000000u;
+    static constexpr std::uint32_t kRequesterPlainEntryMax = 0xffffff;
+    RDMACHAN_ALWAYS_INLINE static constexpr std::uint32_t requester_bytes(CompletionOpcode opcode,
+                                                                          std::uint8_t flags) {
+        return static_cast<std::uint32_t>(CompletionStatus::success) |
+               static_cast<std::uint32_t>(opcode) << 8 | static_cast<std::uint32_t>(flags) << 16;
+    }
+    RDMACHAN_HOST_DEVICE static constexpr std::uint32_t requester_fields(std::uint32_t wqe_opcode) {
         switch (wqe_opcode) {
             case kOpcodeRdmaWrite:
                 return requester_bytes(CompletionOpcode::rdma_write, 0);
@@ -209,38 +400,45 @@ class CompletionQueue {
             case kOpcodeSendImmediate:
                 return requester_bytes(CompletionOpcode::send, kCompletionWithImmediate);
             case kOpcodeRdmaRead:
-                return requester_bytes(CompletionOpcode::rdma_read, 0) | kByteLengthFromCqe;
+                return requester_bytes(CompletionOpcode::rdma_read, 0) | kRequesterLengthFromCqe;
             case kOpcodeAtomicCompareAndSwap:
                 return requester_bytes(CompletionOpcode::atomic_compare_and_swap, 0) |
-                       kByteLengthEight;
+                       kRequesterLengthEight;
             case kOpcodeAtomicFetchAndAdd:
                 return requester_bytes(CompletionOpcode::atomic_fetch_and_add, 0) |
-                       kByteLengthEight;
+                       kRequesterLengthEight;
             case kOpcodeUmr:
                 return requester_bytes(CompletionOpcode::local_invalidate, 0);
             default:
-                return kUnknownRequester;  // decode() reports it as a general error
+                return kRequesterUnknown;
         }
     }
-    static_assert(offsetof(Completion, status) == 8 && offsetof(Completion, opcode) == 9 &&
-                      offsetof(Completion, flags) == 10 &&
-                      offsetof(Completion, vendor_error) == 11 &&
-                      offsetof(Completion, syndrome) == 12 && offsetof(Completion, sl) == 13 &&
-                      offsetof(Completion, dlid_path_bits) == 14 &&
-                      offsetof(Completion, byte_len) == 16,
-                  "requester_fields() packs Completion bytes 8-15 in this order");
-
-    RDMACHAN_ALWAYS_INLINE static void store_requester_fields(Completion& completion,
-                                                              std::uint64_t fields,
-                                                              const std::uint8_t* cqe) {
-        const std::uint64_t bytes = fields & 0xffffffff;
-        std::memcpy(reinterpret_cast<unsigned char*>(&completion) + offsetof(Completion, status),
-                    &bytes, sizeof bytes);
-        std::uint32_t byte_len = 0;
-        if (RDMACHAN_UNLIKELY((fields >> 62) != 0))
-            byte_len = (fields & kByteLengthFromCqe) != 0 ? load_big32(cqe + kCqeByteCount) : 8;
-        completion.byte_len = byte_len;
+    struct RequesterTable {
+        std::uint32_t entry[256];
+    };
+    static constexpr RequesterTable make_requester_table() {
+        RequesterTable table{};
+        for (std::uint32_t opcode = 0; opcode < 256; ++opcode)
+            table.entry[opcode] = requester_fields(opcode);
+        return table;
     }
+    RDMACHAN_ALWAYS_INLINE static std::uint32_t requester_entry(std::uint32_t wqe_opcode) {
+#if defined(__CUDA_ARCH__)
+        return requester_fields(wqe_opcode);
+#else
+        // One load indexed by the opcode byte, instead of a range check and a branch per field.
+        static constexpr RequesterTable kTable = make_requester_table();
+        return kTable.entry[wqe_opcode];
+#endif
+    }
+    static_assert(offsetof(Completion, status) == 8 && offsetof(Completion, opcode) == 9 &&
+                      offsetof(Completion, flags) == 10 && offsetof(Completion, is_receive) == 11 &&
+                      offsetof(Completion, vendor_error) == 12 &&
+                      offsetof(Completion, syndrome) == 13 && offsetof(Completion, sl) == 14 &&
+                      offsetof(Completion, dlid_path_bits) == 15 &&
+                      offsetof(Completion, byte_len) == 16 && offsetof(Completion, qp_num) == 20 &&
+                      sizeof(bool) == 1 && static_cast<int>(CompletionStatus::success) == 0,
+                  "complete_send() fills Completion bytes 0-23 in three words in this order");
 
     // Everything but the common requester CQE: responder, error, unknown-QP and other CQEs.
     RDMACHAN_COLD static void decode(const std::uint8_t* cqe, std::uint8_t op_own,
@@ -386,8 +584,9 @@ class CompletionQueue {
     // parity is the pass parity of the consumer index, (consumer_index / cqe_count) & 1.
     const std::uint8_t* first_cqe64_ = nullptr;
     const std::uint8_t* end_cqe64_ = nullptr;
+    std::size_t cqe_stride_ = 64;  // ring_.cqe_size, in pointer width
     const std::uint8_t* next_cqe64_ = nullptr;
-    std::uint32_t owner_parity_ = 0;
+    std::uint8_t owner_parity_ = 0;
     std::uint32_t consumer_index_ = 0;
 };
 
