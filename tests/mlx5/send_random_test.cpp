@@ -23,9 +23,11 @@ struct InFlight {
     std::uint64_t wr_id;
 };
 
-}  // namespace
-
-TEST_CASE("random batches, partial retirement and full-ring refusals follow the model") {
+// One run of the model: a ring of `wqe_count` WQEBBs, batches of 1 to `max_batch` requests,
+// each repeating the previous request's shape with probability `repeat_percent` (runs of one
+// opcode take the encoder's per-opcode loop).
+void run_model(std::uint32_t wqe_count, std::uint32_t max_batch, std::uint32_t repeat_percent,
+               int steps) {
     std::vector<std::uint8_t> payload(256);
     for (std::size_t i = 0; i < payload.size(); ++i)
         payload[i] = static_cast<std::uint8_t>(i * 7 + 3);
@@ -47,7 +49,7 @@ TEST_CASE("random batches, partial retirement and full-ring refusals follow the 
     mlx5::SendQueueConfig config;
     config.max_sge = 4;
     config.max_inline_data = 256;
-    constexpr std::uint32_t kWqeCount = 16;
+    const std::uint32_t kWqeCount = wqe_count;
     const std::uint32_t first = 65536 - 100;  // the 16-bit index wraps early in the run
     Ring ring(kWqeCount, first, config);
     std::uint32_t producer = first;
@@ -60,7 +62,8 @@ TEST_CASE("random batches, partial retirement and full-ring refusals follow the 
     std::uint32_t refusals = 0;
     std::uint32_t retirements = 0;
 
-    for (int step = 0; step < 20000; ++step) {
+    std::size_t shape = 0;
+    for (int step = 0; step < steps; ++step) {
         CAPTURE(step);
         if (!in_flight.empty() && random() % 3 == 0) {
             // A completion for a random WQE in flight retires it and everything before it.
@@ -75,10 +78,11 @@ TEST_CASE("random batches, partial retirement and full-ring refusals follow the 
             ++retirements;
             continue;
         }
-        const std::uint32_t count = 1 + random() % 4;
+        const std::uint32_t count = 1 + random() % max_batch;
         std::vector<mlx5::SendWorkRequest> batch;
         for (std::uint32_t i = 0; i < count; ++i) {
-            batch.push_back(all_shapes[random() % all_shapes.size()].request);
+            if (random() % 100 >= repeat_percent) shape = random() % all_shapes.size();
+            batch.push_back(all_shapes[shape].request);
             batch.back().wr_id = next_wr_id++;
         }
         // The model: WQEs are accepted in order while they fit in the free WQEBBs.
@@ -137,4 +141,14 @@ TEST_CASE("random batches, partial retirement and full-ring refusals follow the 
     CHECK(refusals > 100);
     CHECK(retirements > 1000);
     CHECK(producer - first > 100 * kWqeCount);
+}
+
+}  // namespace
+
+TEST_CASE("random batches, partial retirement and full-ring refusals follow the model") {
+    run_model(16, 4, 0, 20000);
+}
+
+TEST_CASE("long batches with runs of one shape on a larger ring follow the model") {
+    run_model(256, 24, 80, 6000);
 }

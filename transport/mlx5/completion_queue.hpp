@@ -358,7 +358,9 @@ class CompletionQueue {
     // word into one 16-byte vector store, built with two more instructions.
     RDMACHAN_ALWAYS_INLINE static void store_wr_id(Completion& completion, std::uint64_t wr_id) {
         unsigned char* const out = reinterpret_cast<unsigned char*>(&completion);
+#if !defined(__CUDA_ARCH__)
         asm("" : "+m"(*out));
+#endif
         std::memcpy(out + offsetof(Completion, wr_id), &wr_id, sizeof wr_id);
     }
 

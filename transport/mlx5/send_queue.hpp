@@ -126,9 +126,11 @@ class SendQueue {
           // ds - 2 against this.
           blueflame_fast_limit_(blueflame_preferred_max_ds_ >= 2 ? blueflame_preferred_max_ds_ - 1
                                                                  : 0),
+          blueflame_one_block_limit_(minimum(blueflame_fast_limit_, 3)),
           pending_blueflame_max_ds_(blueflame_preferred_max_ds_),
           pending_start_(tracking.producer_index) {
         refresh_fast_end();
+        post_fast_end_ = fast_end_;
     }
 
     // Writes up to `count` WQEs and rings one doorbell for all of them (and for any written
@@ -176,6 +178,7 @@ class SendQueue {
         pending_start_ = 0;
         pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
         refresh_fast_end();
+        post_fast_end_ = fast_end_;
     }
 
   private:
@@ -214,15 +217,16 @@ class SendQueue {
         const std::uint32_t start = tracking_.producer_index;
         const std::uint32_t max_wqebbs =
             kHeaderUnits == 1 ? rc_fast_path_max_wqebbs_ : fast_path_max_wqebbs_;
-        if (RDMACHAN_UNLIKELY(count == 0 ||
-                              static_cast<std::uint64_t>(count) * max_wqebbs > fast_end_ - start)) {
+        if (RDMACHAN_UNLIKELY(count == 0 || static_cast<std::uint64_t>(count) * max_wqebbs >
+                                                post_fast_end_ - start)) {
             if (kHeaderUnits == 1 && header_units_ != 1) return post_dci(requests, count, posted);
             return post_general<kHeaderUnits>(requests, count, 0, posted);
         }
         std::uint8_t* const first_wqe = wqe_at(start);
         Cursor cursor{start, first_wqe, first_wqe, qpn_big_, tracking_.wr_id, tracking_.wqe_end};
         const SendWorkRequest* const end = requests + count;
-        const SendWorkRequest* const stop = write_runs<kHeaderUnits>(requests, end, cursor);
+        const SendWorkRequest* const stop =
+            write_runs<kHeaderUnits, kHeaderUnits != 1>(requests, end, cursor);
         tracking_.producer_index = cursor.producer_index;
         if (RDMACHAN_UNLIKELY(stop != end)) {
             // The general post rings for the WQEs written here too: they are pending.
@@ -233,7 +237,7 @@ class SendQueue {
             return post_general<kHeaderUnits>(stop, static_cast<std::uint32_t>(end - stop),
                                               static_cast<std::uint32_t>(stop - requests), posted);
         }
-        ring_doorbell_fast(start, cursor.producer_index, cursor.last_wqe, count == 1);
+        ring_doorbell_fast(cursor.producer_index, cursor.last_wqe, count == 1);
         if (posted != nullptr) *posted = count;
         return PostResult::ok;
     }
@@ -269,15 +273,18 @@ class SendQueue {
             tracking_.producer_index = cursor.producer_index;
             pending_last_wqe_ = cursor.last_wqe;
             pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+            post_fast_end_ = cursor.producer_index;
             return PostResult::ok;
         }
-        return write_general(request);
+        const PostResult result = write_general(request);
+        if (result == PostResult::ok) post_fast_end_ = tracking_.producer_index;
+        return result;
     }
 
     // The fast path over a batch. Consecutive requests with the same opcode stay in that
     // opcode's loop, so the opcode is dispatched through the jump table only when it changes.
     // Returns the first request not written (`end` when all were).
-    template <std::uint32_t kHeaderUnits>
+    template <std::uint32_t kHeaderUnits, bool kMultiSge>
     RDMACHAN_ALWAYS_INLINE const SendWorkRequest* write_runs(const SendWorkRequest* request,
                                                              const SendWorkRequest* end,
                                                              Cursor& cursor) {
@@ -285,33 +292,37 @@ class SendQueue {
             bool more;
             switch (request->opcode) {
                 case SendOpcode::rdma_write:
-                    more = write_run<SendOpcode::rdma_write, kHeaderUnits>(request, end, cursor);
+                    more = write_run<SendOpcode::rdma_write, kHeaderUnits, kMultiSge>(request, end,
+                                                                                      cursor);
                     break;
                 case SendOpcode::rdma_write_with_immediate:
-                    more = write_run<SendOpcode::rdma_write_with_immediate, kHeaderUnits>(
-                        request, end, cursor);
+                    more =
+                        write_run<SendOpcode::rdma_write_with_immediate, kHeaderUnits, kMultiSge>(
+                            request, end, cursor);
                     break;
                 case SendOpcode::send:
-                    more = write_run<SendOpcode::send, kHeaderUnits>(request, end, cursor);
+                    more =
+                        write_run<SendOpcode::send, kHeaderUnits, kMultiSge>(request, end, cursor);
                     break;
                 case SendOpcode::send_with_immediate:
-                    more = write_run<SendOpcode::send_with_immediate, kHeaderUnits>(request, end,
-                                                                                    cursor);
+                    more = write_run<SendOpcode::send_with_immediate, kHeaderUnits, kMultiSge>(
+                        request, end, cursor);
                     break;
                 case SendOpcode::send_with_invalidate:
-                    more = write_run<SendOpcode::send_with_invalidate, kHeaderUnits>(request, end,
-                                                                                     cursor);
+                    more = write_run<SendOpcode::send_with_invalidate, kHeaderUnits, kMultiSge>(
+                        request, end, cursor);
                     break;
                 case SendOpcode::rdma_read:
-                    more = write_run<SendOpcode::rdma_read, kHeaderUnits>(request, end, cursor);
+                    more = write_run<SendOpcode::rdma_read, kHeaderUnits, kMultiSge>(request, end,
+                                                                                     cursor);
                     break;
                 case SendOpcode::atomic_compare_and_swap:
-                    more = write_run<SendOpcode::atomic_compare_and_swap, kHeaderUnits>(
+                    more = write_run<SendOpcode::atomic_compare_and_swap, kHeaderUnits, kMultiSge>(
                         request, end, cursor);
                     break;
                 case SendOpcode::atomic_fetch_and_add:
-                    more = write_run<SendOpcode::atomic_fetch_and_add, kHeaderUnits>(request, end,
-                                                                                     cursor);
+                    more = write_run<SendOpcode::atomic_fetch_and_add, kHeaderUnits, kMultiSge>(
+                        request, end, cursor);
                     break;
                 default:
                     return request;  // the general path refuses it
@@ -322,11 +333,12 @@ class SendQueue {
 
     // Writes requests with opcode kOpcode until the opcode changes (returns true), the batch ends
     // or a request needs the general path (returns false; `request` is where it stopped).
-    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits>
+    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits, bool kMultiSge>
     RDMACHAN_ALWAYS_INLINE bool write_run(const SendWorkRequest*& request,
                                           const SendWorkRequest* end, Cursor& cursor) {
         do {
-            if (RDMACHAN_UNLIKELY((!encode_fast<kOpcode, kHeaderUnits>(*request, cursor))))
+            if (RDMACHAN_UNLIKELY(
+                    (!encode_fast<kOpcode, kHeaderUnits, kMultiSge>(*request, cursor))))
                 return false;
             if (++request == end) return false;
         } while (request->opcode == kOpcode);
@@ -338,23 +350,26 @@ class SendQueue {
     RDMACHAN_ALWAYS_INLINE bool write_one(const SendWorkRequest& request, Cursor& cursor) {
         switch (request.opcode) {
             case SendOpcode::rdma_write:
-                return encode_fast<SendOpcode::rdma_write, kHeaderUnits>(request, cursor);
+                return encode_fast<SendOpcode::rdma_write, kHeaderUnits, true>(request, cursor);
             case SendOpcode::rdma_write_with_immediate:
-                return encode_fast<SendOpcode::rdma_write_with_immediate, kHeaderUnits>(request,
-                                                                                        cursor);
+                return encode_fast<SendOpcode::rdma_write_with_immediate, kHeaderUnits, true>(
+                    request, cursor);
             case SendOpcode::send:
-                return encode_fast<SendOpcode::send, kHeaderUnits>(request, cursor);
+                return encode_fast<SendOpcode::send, kHeaderUnits, true>(request, cursor);
             case SendOpcode::send_with_immediate:
-                return encode_fast<SendOpcode::send_with_immediate, kHeaderUnits>(request, cursor);
+                return encode_fast<SendOpcode::send_with_immediate, kHeaderUnits, true>(request,
+                                                                                        cursor);
             case SendOpcode::send_with_invalidate:
-                return encode_fast<SendOpcode::send_with_invalidate, kHeaderUnits>(request, cursor);
+                return encode_fast<SendOpcode::send_with_invalidate, kHeaderUnits, true>(request,
+                                                                                         cursor);
             case SendOpcode::rdma_read:
-                return encode_fast<SendOpcode::rdma_read, kHeaderUnits>(request, cursor);
+                return encode_fast<SendOpcode::rdma_read, kHeaderUnits, true>(request, cursor);
             case SendOpcode::atomic_compare_and_swap:
-                return encode_fast<SendOpcode::atomic_compare_and_swap, kHeaderUnits>(request,
-                                                                                      cursor);
+                return encode_fast<SendOpcode::atomic_compare_and_swap, kHeaderUnits, true>(request,
+                                                                                            cursor);
             case SendOpcode::atomic_fetch_and_add:
-                return encode_fast<SendOpcode::atomic_fetch_and_add, kHeaderUnits>(request, cursor);
+                return encode_fast<SendOpcode::atomic_fetch_and_add, kHeaderUnits, true>(request,
+                                                                                         cursor);
         }
         return false;
     }
@@ -362,7 +377,7 @@ class SendQueue {
     // The fast-path encoder: no inline data, no WQ signature, and room before the ring end (the
     // caller checked it for the largest WQE this path writes), so no segment wraps. Returns false,
     // having written nothing, for a request the general path must take.
-    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits>
+    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits, bool kMultiSge>
     RDMACHAN_ALWAYS_INLINE bool encode_fast(const SendWorkRequest& request, Cursor& cursor) {
         constexpr std::uint32_t kTraits = detail::opcode_traits(kOpcode);
         constexpr std::uint32_t kHeaderSegments = kTraits >> detail::kTraitSegmentsShift & 3;
@@ -392,9 +407,11 @@ class SendQueue {
                                                kFixedUnits + 1);
             return true;
         }
-        // One SGE is always within max_sge (a queue without SGEs has no fast path); more are
-        // checked. Zero-length SGEs are skipped, not encoded (libmlx5 set_data_ptr_seg callers).
-        if (RDMACHAN_UNLIKELY(num_sge > fast_path_max_sge_)) return false;
+        // Other SGE counts are left to the out-of-line paths, so that the inlined RC post needs
+        // fewer registers. One SGE is always within max_sge (a queue without SGEs has no fast
+        // path); more are checked. Zero-length SGEs are skipped, not encoded (libmlx5
+        // set_data_ptr_seg callers).
+        if (!kMultiSge || RDMACHAN_UNLIKELY(num_sge > fast_path_max_sge_)) return false;
         std::uint32_t ds = kFixedUnits;
         for (const ScatterGatherElement* const end = element + num_sge; element != end; ++element) {
             const std::uint64_t length_lkey = load_length_lkey(*element);
@@ -637,26 +654,27 @@ class SendQueue {
         return position == ring_end ? buffer : position;
     }
 
-    // The doorbell after a fast-path post, which wrote from `start` to `producer_index` without
-    // reaching the ring end; `one_wqe` says it wrote a single WQE (at `last_wqe`).
-    RDMACHAN_ALWAYS_INLINE void ring_doorbell_fast(std::uint32_t start,
-                                                   std::uint32_t producer_index,
+    // The doorbell after a fast-path post, which wrote up to `producer_index` without reaching
+    // the ring end, with no WQE of write() pending; `one_wqe` says it wrote a single WQE (at
+    // `last_wqe`).
+    RDMACHAN_ALWAYS_INLINE void ring_doorbell_fast(std::uint32_t producer_index,
                                                    const std::uint8_t* last_wqe, bool one_wqe) {
         to_device_barrier();
         store_release32(ring_.doorbell_record + kSendDoorbell,
                         host_to_big32(producer_index & 0xffff));
         flush_writes();
         std::uint8_t* const destination = ring_.blueflame_register + blueflame_offset_;
-        const std::uint32_t ds = last_wqe[kCtrlQpnDs + 3] & kMaxDs;  // ctrl byte 7
-        // BlueFlame for a single WQE since the last doorbell (none left pending by write()),
-        // with ds > 1 and within the preferred size. A fast-path WQE does not wrap.
-        if (one_wqe && pending_start_ == start && ds - 2 < blueflame_fast_limit_) {
+        // ctrl byte 7 is all ds: the fast path writes ds below 64 and qpn above it.
+        const std::uint32_t ds = last_wqe[kCtrlQpnDs + 3];
+        // BlueFlame for a single WQE since the last doorbell (a fast-path post has none left
+        // pending by write()), with ds > 1 and within the preferred size; one unsigned compare
+        // for a WQE of one WQEBB. A fast-path WQE does not wrap.
+        if (one_wqe && ds - 2 < blueflame_one_block_limit_) {
             copy_blueflame_block(destination, last_wqe);
-            if (RDMACHAN_UNLIKELY(ds > 4)) {
-                for (std::uint32_t block = 1; block < (ds + 3) / 4; ++block) {
-                    copy_blueflame_block(destination + block * kSendWqeBasicBlockSize,
-                                         last_wqe + block * kSendWqeBasicBlockSize);
-                }
+        } else if (one_wqe && ds - 2 < blueflame_fast_limit_) {
+            for (std::uint32_t block = 0; block < (ds + 3) / 4; ++block) {
+                copy_blueflame_block(destination + block * kSendWqeBasicBlockSize,
+                                     last_wqe + block * kSendWqeBasicBlockSize);
             }
         } else {
             // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
@@ -672,6 +690,7 @@ class SendQueue {
     // The doorbell for WQEs up to `producer_index`, the last of them at `last_wqe`.
     RDMACHAN_NOINLINE void ring_doorbell(std::uint32_t producer_index,
                                          const std::uint8_t* last_wqe) {
+        post_fast_end_ = fast_end_;                    // nothing is pending after this
         if (producer_index == pending_start_) return;  // nothing written since the last doorbell
 
         to_device_barrier();
@@ -771,9 +790,13 @@ class SendQueue {
     std::uint32_t blueflame_max_ds_ = 0;            // largest WQE (in ds) that BlueFlame can carry
     std::uint32_t blueflame_preferred_max_ds_ = 0;  // the same for WQEs without inline data
     std::uint32_t blueflame_fast_limit_ = 0;
+    std::uint32_t blueflame_one_block_limit_ = 0;  // the same, at most one WQEBB (ds <= 4)
     // The fast path may fill WQEBBs up to this producer index: free, and before the ring end
     // (so nothing wraps).
     std::uint32_t fast_end_ = 0;
+    // fast_end_ while no WQE written with write() waits for a doorbell, else the producer index
+    // (no room): a post then takes the general path, which rings for those WQEs too.
+    std::uint32_t post_fast_end_ = 0;
     std::uint32_t blueflame_offset_ = 0;
     // The WQEs written since the last doorbell: the producer index they began at, where the
     // last one is, and the largest BlueFlame copy its kind allows (inline or not).
