@@ -91,7 +91,9 @@ class CompletionQueue {
     // Polls up to `capacity` completions into `completions`; returns how many. `resolve(qpn,
     // user_index)` returns a CompletionTarget* for the QP a CQE names, or nullptr; it is copied
     // (cheap for a lambda, whose captures then stay in registers), so it must not keep state in
-    // itself that the caller reads afterwards.
+    // itself that the caller reads afterwards. It must give the same answer for the same QPN
+    // during a poll: consecutive send completions of one QP ask it once, for the first of them.
+    // The target and its tracking must not change during the poll, nor overlap `completions`.
     template <typename Resolver>
     RDMACHAN_ALWAYS_INLINE std::uint32_t poll(Completion* completions, std::uint32_t capacity,
                                               Resolver&& resolve) {
