@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# rdmachan-bench over a size sweep (8 B .. 1 MiB): RDMA write, RDMA read and send, latency and
+# bandwidth, RC and DC, 2 processes on this machine (issue 9). Writes every run's CSV and a PNG
+# plot of bandwidth and latency against message size, and prints markdown tables of the figures.
+#   scripts/bench_sweep.sh [build-dir] [output-dir]     (defaults: build-perf, docs/performance)
+# Environment: CPUS (default 0,1: rank r pinned to CPU r), LATENCY_ITERATIONS (default 1000),
+# BANDWIDTH_ITERATIONS (default 2000), WINDOW (default 16 requests per doorbell).
+set -euo pipefail
+
+source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${1:-build-perf}"
+output_dir="${2:-$source_dir/docs/performance}"
+cpus="${CPUS:-0,1}"
+latency_iterations="${LATENCY_ITERATIONS:-1000}"
+bandwidth_iterations="${BANDWIDTH_ITERATIONS:-2000}"
+window="${WINDOW:-16}"
+
+command -v gnuplot >/dev/null || { echo "bench_sweep.sh: gnuplot is not installed (apt-get install gnuplot-nox)" >&2; exit 1; }
+build_log="$(mktemp)"
+if ! { cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build "$build_dir" --target rdmachan-bench -j 2; } >"$build_log" 2>&1; then
+    cat "$build_log" >&2
+    echo "bench_sweep.sh: building rdmachan-bench failed (log above)" >&2
+    exit 1
+fi
+rm -f "$build_log"
+bench="$build_dir/tools/bench/rdmachan-bench"
+mkdir -p "$output_dir"
+csv_dir="$(mktemp -d)"
+trap 'rm -rf "$csv_dir"' EXIT
+
+for mode in rc dc; do
+    for test in write read send; do
+        "$bench" -t "$test" -a -n "$latency_iterations" --mode "$mode" --cpus "$cpus" --format csv \
+            >"$csv_dir/$test-lat-$mode.csv"
+        "$bench" -t "$test" --bw -a -n "$bandwidth_iterations" --window "$window" --mode "$mode" \
+            --cpus "$cpus" --format csv >"$csv_dir/$test-bw-$mode.csv"
+    done
+done
+# Sends in DC mode go through engine-owned 16 KiB receive buffers: larger sends are refused by
+# design (docs/ARCHITECTURE.md), so the DC send rows end at 16 KiB.
+
+# One file with every row (the header once), kept beside the plot.
+{
+    head -n 1 "$csv_dir/write-lat-rc.csv"
+    for file in "$csv_dir"/*.csv; do tail -n +2 "$file"; done
+} >"$output_dir/sweep.csv"
+
+plot_lines() {  # plot_lines <kind> <column>: one line per test and mode
+    local kind=$1 column=$2 separator=""
+    for mode in rc dc; do
+        for test in write read send; do
+            printf '%s"%s" using 5:%s with linespoints title "%s %s"' "$separator" \
+                "$csv_dir/$test-$kind-$mode.csv" "$column" "$test" "$(echo "$mode" | tr a-z A-Z)"
+            separator=", "
+        done
+    done
+}
+gnuplot <<GNUPLOT
+set terminal pngcairo size 1200,500 font "sans,10"
+set output "$output_dir/sweep.png"
+set datafile separator ","
+set key autotitle columnhead
+set logscale x 2
+set xtics ("8 B" 8, "64 B" 64, "512 B" 512, "4 KiB" 4096, "32 KiB" 32768, "256 KiB" 262144, "1 MiB" 1048576)
+set grid
+set termoption noenhanced
+set multiplot layout 1,2 title "rdmachan-bench on the software mlx5 device, 2 processes ($(uname -m), $(nproc) cores)"
+set title "bandwidth (average)"
+set xlabel "message size"
+set ylabel "MB/s (10^6 bytes)"
+set key top left
+plot $(plot_lines bw 14)
+set title "latency, typical (write, send: half the round trip; read: the round trip)"
+set ylabel "microseconds"
+set logscale y 10
+set key top left
+plot $(plot_lines lat 9)
+unset multiplot
+GNUPLOT
+
+python3 - "$csv_dir" <<'PY'
+import csv, os, sys
+directory = sys.argv[1]
+def rows(name):
+    with open(os.path.join(directory, name)) as f:
+        return {int(r["bytes"]): r for r in csv.DictReader(f)}
+def size(b):
+    return "%d MiB" % (b >> 20) if b >= 1 << 20 else "%d KiB" % (b >> 10) if b >= 1024 else "%d B" % b
+for kind, title, column, unit in (("lat", "Latency, typical (median)", "t_typical_us", "us"),
+                                  ("bw", "Bandwidth, average", "bw_average_mb_s", "MB/s")):
+    tables = {(t, m): rows("%s-%s-%s.csv" % (t, kind, m)) for t in ("write", "read", "send") for m in ("rc", "dc")}
+    sizes = sorted(set().union(*[set(t) for t in tables.values()]))
+    print("%s (%s):" % (title, unit))
+    print()
+    print("| bytes | " + " | ".join("%s %s" % (t, m.upper()) for (t, m) in tables) + " |")
+    print("|---:|" + "---:|" * len(tables))
+    for b in sizes:
+        cells = ["%.1f" % float(tables[k][b][column]) if b in tables[k] else "-" for k in tables]
+        print("| %s | %s |" % (size(b), " | ".join(cells)))
+    print()
+PY

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# rdmachan on the software mlx5 device against UCX's ucx_perftest over TCP loopback, measured in
+# the same run, both tools pinned to the same CPUs (issue 9):
+#   - 8-byte RDMA write latency (one-way: half the ping-pong round trip, median of the samples);
+#   - 64 KiB and 1 MiB RDMA write bandwidth (average over the whole run).
+# Each figure is the median of RUNS runs (default 3). Prints a markdown table with the ratios.
+#   scripts/compare_ucx.sh [build-dir]        (default: build-perf)
+# Environment: RUNS, CPUS (default 0,1), LATENCY_ITERATIONS, BANDWIDTH_BYTES (total per size).
+set -euo pipefail
+
+source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${1:-build-perf}"
+runs="${RUNS:-3}"
+cpus="${CPUS:-0,1}"
+latency_iterations="${LATENCY_ITERATIONS:-10000}"
+bandwidth_bytes="${BANDWIDTH_BYTES:-1073741824}"
+
+need_package() {
+    local command_name=$1 package=$2
+    command -v "$command_name" >/dev/null && return
+    echo "compare_ucx.sh: installing $package" >&2
+    local as_root=()
+    [ "$(id -u)" -eq 0 ] || as_root=(sudo)
+    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "$package" >/dev/null
+}
+need_package ucx_perftest ucx-utils
+need_package python3 python3
+
+build_log="$(mktemp)"
+if ! { cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
+       cmake --build "$build_dir" --target rdmachan-bench -j 2; } >"$build_log" 2>&1; then
+    cat "$build_log" >&2
+    echo "compare_ucx.sh: building rdmachan-bench failed (log above)" >&2
+    exit 1
+fi
+rm -f "$build_log"
+bench="$build_dir/tools/bench/rdmachan-bench"
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# UCX over TCP on the loopback interface only; "self" lets a process reach itself.
+export UCX_TLS=tcp,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# One ucx_perftest run: server in the background, client against it. Prints the client's
+# "Final:" line: iterations, latency 50%ile/average/overall, bandwidth average/overall (MiB/s),
+# message rate average/overall.
+ucx_run() {
+    local test=$1 bytes=$2 iterations=$3 port
+    port=$(free_port)
+    taskset -c "$cpus" ucx_perftest -p "$port" >"$work/server.log" 2>&1 &
+    local server=$!
+    local final=""
+    for _ in $(seq 1 50); do
+        sleep 0.1
+        if final=$(taskset -c "$cpus" ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$bytes" -n "$iterations" 2>"$work/client.log" | grep '^Final:'); then
+            break
+        fi
+        kill -0 "$server" 2>/dev/null || break
+    done
+    wait "$server" || true
+    [ -n "$final" ] || { echo "compare_ucx.sh: ucx_perftest $test -s $bytes failed:" >&2; cat "$work/client.log" "$work/server.log" >&2; exit 1; }
+    echo "$final"
+}
+
+# The figure each tool reports, in microseconds or bytes per second.
+ucx_latency() { ucx_run ucp_put_lat 8 "$latency_iterations" | awk '{print $3}'; }
+ucx_bandwidth() {
+    local bytes=$1
+    # The overall message rate times the size: bytes per second, free of UCX's MB unit.
+    ucx_run ucp_put_bw "$bytes" $((bandwidth_bytes / bytes)) | awk -v bytes="$bytes" '{printf "%.0f\n", $9 * bytes}'
+}
+rdmachan_json() { taskset -c "$cpus" "$bench" --format json "$@"; }
+rdmachan_latency() {
+    rdmachan_json -t write -s 8 -n "$latency_iterations" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["t_typical_us"])'
+}
+rdmachan_bandwidth() {
+    local bytes=$1
+    rdmachan_json -t write --bw -s "$bytes" -n $((bandwidth_bytes / bytes)) --window 16 |
+        python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["rows"][0]["bw_average_mb_s"] * 1e6))'
+}
+
+median() { sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+measure() {  # measure <name> <command...>: runs the command RUNS times, records every figure
+    local name=$1
+    shift
+    : >"$work/$name"
+    for _ in $(seq 1 "$runs"); do "$@" >>"$work/$name"; done
+}
+
+# Interleave the tools so that a slow stretch of the machine hits both.
+for size in latency 65536 1048576; do
+    if [ "$size" = latency ]; then
+        measure rdmachan_latency rdmachan_latency
+        measure ucx_latency ucx_latency
+    else
+        measure "rdmachan_bw_$size" rdmachan_bandwidth "$size"
+        measure "ucx_bw_$size" ucx_bandwidth "$size"
+    fi
+done
+
+python3 - "$work" "$runs" "$cpus" "UCX $(ucx_info -v 2>/dev/null | sed -n "s/^# Version //p" | head -n 1)" <<'PY'
+import os, statistics, sys
+work, runs, cpus, ucx_version = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+def figures(name):
+    with open(os.path.join(work, name)) as f:
+        return [float(line) for line in f if line.strip()]
+def row(label, ours, theirs, unit, scale, lower_is_better):
+    a, b = statistics.median(figures(ours)), statistics.median(figures(theirs))
+    ratio = a / b
+    met = ratio <= 1.0 if lower_is_better else ratio >= 1.0
+    target = "rdmachan <= UCX" if lower_is_better else "rdmachan >= UCX"
+    verdict = "met" if met else ("missed: rdmachan %.2fx UCX" % ratio)
+    runs_a = ", ".join("%.1f" % (x / scale) for x in figures(ours))
+    runs_b = ", ".join("%.1f" % (x / scale) for x in figures(theirs))
+    print("| %s | %.1f %s | %.1f %s | %.2f | %s (%s) | %s / %s |" % (label, a / scale, unit, b / scale, unit, ratio, target, verdict, runs_a, runs_b))
+print("| figure | rdmachan (soft mlx5 device) | UCX ucx_perftest (tcp, lo) | rdmachan / UCX | target | every run: rdmachan / UCX |")
+print("|---|---:|---:|---:|---|---|")
+row("8 B RDMA write latency, one-way, median", "rdmachan_latency", "ucx_latency", "us", 1.0, True)
+row("64 KiB RDMA write bandwidth", "rdmachan_bw_65536", "ucx_bw_65536", "MB/s", 1e6, False)
+row("1 MiB RDMA write bandwidth", "rdmachan_bw_1048576", "ucx_bw_1048576", "MB/s", 1e6, False)
+print()
+print("Medians of %s runs each; both tools pinned with `taskset -c %s`; MB = 10^6 bytes. %s" % (runs, cpus, ucx_version))
+PY

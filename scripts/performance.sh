@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Regenerates every figure in docs/PERFORMANCE.md (issue 9), in one run on this machine. Each
+# block of the document between "<!-- generated: NAME -->" and "<!-- end: NAME -->" is replaced
+# by what its command prints; the prose around the blocks holds no figure of its own.
+#   instruction-counts   scripts/instruction_counts.sh   (callgrind, Release -O3)
+#   sweep                scripts/bench_sweep.sh          (also docs/performance/sweep.png, .csv)
+#   ucx                  scripts/compare_ucx.sh          (rdmachan-bench against ucx_perftest)
+#   scripts/performance.sh [build-dir]                   (default: build-perf)
+set -euo pipefail
+
+source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${1:-build-perf}"
+document="$source_dir/docs/PERFORMANCE.md"
+# Taken before anything is written: the code the figures belong to ("-dirty": uncommitted changes).
+commit="$(git -C "$source_dir" describe --always --dirty --abbrev=7)"
+
+"$source_dir/scripts/setup.sh" >/dev/null
+# The measuring tools are not needed to build or test the library, so setup.sh leaves them out.
+missing=()
+for pair in gnuplot:gnuplot-nox ucx_perftest:ucx-utils; do
+    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    as_root=()
+    [ "$(id -u)" -eq 0 ] || as_root=(sudo)
+    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+blocks="$(mktemp -d)"
+trap 'rm -rf "$blocks"' EXIT
+echo "performance: instruction counts (callgrind)" >&2
+"$source_dir/scripts/instruction_counts.sh" "$build_dir" >"$blocks/instruction-counts"
+echo "performance: rdmachan-bench size sweep" >&2
+"$source_dir/scripts/bench_sweep.sh" "$build_dir" "$source_dir/docs/performance" >"$blocks/sweep"
+echo "performance: rdmachan against ucx_perftest" >&2
+"$source_dir/scripts/compare_ucx.sh" "$build_dir" >"$blocks/ucx"
+
+python3 - "$document" "$blocks" "$commit" <<'PY'
+import os, re, sys
+document, blocks, commit = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(document).read()
+for name in sorted(os.listdir(blocks)):
+    body = open(os.path.join(blocks, name)).read().rstrip("\n")
+    pattern = re.compile(r"(<!-- generated: %s -->\n).*?(<!-- end: %s -->)" % (re.escape(name), re.escape(name)), re.S)
+    if not pattern.search(text):
+        sys.exit("performance: %s has no block named %s" % (document, name))
+    stamp = "_Printed by the command at commit %s._\n\n" % commit
+    text = pattern.sub(lambda m: m.group(1) + stamp + body + "\n" + m.group(2), text)
+open(document, "w").write(text)
+PY
+echo "performance: $document regenerated" >&2
