@@ -298,8 +298,17 @@ int killed_mid_scatter(multi_test::SharedTable& table, std::uint32_t rank, std::
     std::vector<PeerTransfer> survivors(shares.begin(), shares.end() - 1);
     EXPECT(self.channels.scatter_write(survivors).ok(), "survivors' scatter_write");
     multi_test::barrier(table, world - 1, kExchangeDeadline);
-    for (std::uint32_t peer = 0; peer < victim; ++peer) {
-        EXPECT(bytes[layout.incoming(peer)] == static_cast<std::uint8_t>(peer + 1), "survivor bytes");
+    // Every survivor's slice holds exactly its bytes; the killed rank (gone before it wrote)
+    // left its slice untouched; nothing else was written.
+    for (std::size_t index = 0; index < layout.size(); ++index) {
+        std::uint8_t expected = 0;
+        if (index < layout.incoming(0)) expected = static_cast<std::uint8_t>(rank + 1);
+        for (std::uint32_t peer = 0; peer < victim; ++peer)
+            if (index >= layout.incoming(peer) && index < layout.incoming(peer) + kSlice) expected = static_cast<std::uint8_t>(peer + 1);
+        if (bytes[index] != expected) {
+            std::fprintf(stderr, "rank %u: byte %zu is %u, expected %u\n", rank, index, bytes[index], expected);
+            return 1;
+        }
     }
     return 0;
 } catch (const std::exception& error) {
