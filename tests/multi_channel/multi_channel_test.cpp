@@ -3,7 +3,9 @@
 // scopes that throw and manual scopes.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "rdmachan/multi_channel.hpp"
@@ -18,20 +20,30 @@ struct World {
     std::vector<MemoryRegion> regions;
 };
 
+// RDMACHAN_TEST_MODE=dc runs the cases on worlds in DC mode (2 DC initiators per rank); the
+// CTest multi_channel_test_dc sets it.
+MultiChannelMode test_mode() {
+    const char* mode = std::getenv("RDMACHAN_TEST_MODE");
+    return mode != nullptr && std::string(mode) == "dc" ? MultiChannelMode::dynamically_connected
+                                                        : MultiChannelMode::reliable_connected;
+}
+
 World make_world(std::uint32_t size, std::size_t bytes, ChannelBuilder channel = ChannelBuilder().deadline(std::chrono::seconds(5))) {
     std::vector<PreparedMultiChannel> prepared;
-    std::vector<std::vector<ChannelEndpoint>> table;
+    std::vector<Endpoint> table;
     World world;
     for (std::uint32_t rank = 0; rank < size; ++rank) {
-        prepared.push_back(MultiChannelBuilder(channel).rank(rank).world_size(size).build());
+        prepared.push_back(MultiChannelBuilder(channel).rank(rank).world_size(size).mode(test_mode()).dc_initiators(2).build());
         // Endpoints cross as JSON, as between processes.
-        const nlohmann::json published = prepared.back().endpoints();
-        table.push_back(published.get<std::vector<ChannelEndpoint>>());
+        table.push_back(nlohmann::json(prepared.back().endpoint()).get<Endpoint>());
     }
     for (std::uint32_t rank = 0; rank < size; ++rank) {
         world.memory.emplace_back(bytes, 0);
         world.regions.push_back(prepared[rank].register_memory(world.memory[rank].data(), bytes));
         world.ranks.push_back(std::move(prepared[rank]).handshake(table));
+        // The mode really is the one asked for: DC holds its initiators plus one target.
+        CHECK(world.ranks.back().queue_pair_count() ==
+              (test_mode() == MultiChannelMode::dynamically_connected ? 3u : size));
     }
     return world;
 }
