@@ -25,9 +25,10 @@ struct InFlight {
 
 // One run of the model: a ring of `wqe_count` WQEBBs, batches of 1 to `max_batch` requests,
 // each repeating the previous request's shape with probability `repeat_percent` (runs of one
-// opcode take the encoder's per-opcode loop).
+// opcode take the encoder's per-opcode loop); `dc` makes it a DC initiator, every request with
+// an address vector.
 void run_model(std::uint32_t wqe_count, std::uint32_t max_batch, std::uint32_t repeat_percent,
-               int steps) {
+               int steps, bool dc = false) {
     std::vector<std::uint8_t> payload(256);
     for (std::size_t i = 0; i < payload.size(); ++i)
         payload[i] = static_cast<std::uint8_t>(i * 7 + 3);
@@ -46,9 +47,15 @@ void run_model(std::uint32_t wqe_count, std::uint32_t max_batch, std::uint32_t r
     const std::vector<Shape> all_shapes =
         shapes(elements, inline_elements, inline_singles, payload.data());
 
+    std::uint8_t address_vector[48];
+    for (std::size_t i = 0; i < sizeof address_vector; ++i)
+        address_vector[i] = static_cast<std::uint8_t>(0xc0 + i);
+    const std::uint8_t* const expected_address_vector = dc ? address_vector : nullptr;
+
     mlx5::SendQueueConfig config;
     config.max_sge = 4;
     config.max_inline_data = 256;
+    config.dc_initiator = dc;
     const std::uint32_t kWqeCount = wqe_count;
     const std::uint32_t first = 65536 - 100;  // the 16-bit index wraps early in the run
     Ring ring(kWqeCount, first, config);
@@ -84,13 +91,14 @@ void run_model(std::uint32_t wqe_count, std::uint32_t max_batch, std::uint32_t r
             if (random() % 100 >= repeat_percent) shape = random() % all_shapes.size();
             batch.push_back(all_shapes[shape].request);
             batch.back().wr_id = next_wr_id++;
+            batch.back().dc_address_vector = expected_address_vector;
         }
         // The model: WQEs are accepted in order while they fit in the free WQEBBs.
         std::vector<Expected> expected;
         std::vector<std::uint32_t> starts;
         std::uint32_t model_producer = producer;
         for (const mlx5::SendWorkRequest& request : batch) {
-            Expected wqe = reference(request, model_producer, false, nullptr);
+            Expected wqe = reference(request, model_producer, false, expected_address_vector);
             const std::uint32_t wqebbs = (wqe.ds + 3) / 4;
             if (wqebbs > kWqeCount - (model_producer - consumer)) break;
             starts.push_back(model_producer);
@@ -151,4 +159,9 @@ TEST_CASE("random batches, partial retirement and full-ring refusals follow the 
 
 TEST_CASE("long batches with runs of one shape on a larger ring follow the model") {
     run_model(256, 24, 80, 6000);
+}
+
+// The out-of-line DCI post, including its refresh of the fast room at the ring end.
+TEST_CASE("DC initiator: long batches with runs of one shape follow the model") {
+    run_model(256, 24, 80, 6000, true);
 }

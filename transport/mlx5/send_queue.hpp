@@ -82,10 +82,12 @@ RDMACHAN_HOST_DEVICE constexpr std::uint32_t opcode_traits(SendOpcode opcode) {
     return 0;
 }
 
-// The request flags that are ctrl.fm_ce_se bits as they stand.
-static_assert(kSendSignaled == kCtrlCqUpdate && kSendSolicited == kCtrlSolicited &&
-                  kSendFence == kCtrlFence && (kSendInline & 0xff) == 0,
-              "the encoder copies these request flags into fm_ce_se unchanged");
+// The request flags that are ctrl.fm_ce_se bits, already where fm_ce_se is in the ctrl bytes
+// 8-11 word.
+static_assert(kSendSignaled == std::uint32_t{kCtrlCqUpdate} << 24 &&
+                  kSendSolicited == std::uint32_t{kCtrlSolicited} << 24 &&
+                  kSendFence == std::uint32_t{kCtrlFence} << 24 && (kSendInline & 0xff000000) == 0,
+              "the encoder copies these request flags into ctrl bytes 8-11 unchanged");
 inline constexpr std::uint32_t kFmCeSeFlags = kSendSignaled | kSendSolicited | kSendFence;
 
 }  // namespace detail
@@ -118,7 +120,11 @@ class SendQueue {
           fast_path_max_wqebbs_(config.wqe_signature || config.max_sge == 0
                                     ? kNoFastPath
                                     : (header_units_ + 2 + fast_path_max_sge_ + 3) / 4),
-          rc_fast_path_max_wqebbs_(config.dc_initiator ? kNoFastPath : fast_path_max_wqebbs_),
+          // The inlined RC post writes one SGE only (several go to the general path), so its
+          // WQEs are all kOneSgeWqebbs<1> long.
+          rc_fast_path_max_wqebbs_(config.dc_initiator || fast_path_max_wqebbs_ == kNoFastPath
+                                       ? kNoFastPath
+                                       : kOneSgeWqebbs<1>),
           blueflame_max_ds_(ring.blueflame_size / kSegmentUnit),
           blueflame_preferred_max_ds_(config.prefer_blueflame ? ring.blueflame_size / kSegmentUnit
                                                               : 0),
@@ -141,7 +147,7 @@ class SendQueue {
         // RC or DCI is decided once per post, so the encoder knows its header size. The RC post
         // is inlined into the caller; the DCI one is the same code, out of line. A DCI's
         // rc_fast_path_max_wqebbs_ fails the RC post's room check, which sends it there.
-        return post_fast<1>(requests, count, posted);
+        return post_fast<1, false>(requests, count, posted);
     }
 
     // Writes one WQE without ringing the doorbell, so callers can batch across calls. A refused
@@ -185,22 +191,41 @@ class SendQueue {
     // ctrl plus the 48-byte address vector on a DC initiator.
     static constexpr std::uint32_t kDciHeaderUnits = 1 + kAddressVectorSize / kSegmentUnit;
     static constexpr std::uint32_t kNoFastPath = ~0u;
+    // The WQEBBs of a fast-path WQE with one SGE: the same for every opcode (no, one or two
+    // header segments after ctrl and the address vector).
+    template <std::uint32_t kHeaderUnits>
+    static constexpr std::uint32_t kOneSgeWqebbs = (kHeaderUnits + 1 + 3) / 4;
+    static_assert(kOneSgeWqebbs<1> == (1 + 2 + 1 + 3) / 4 &&
+                  kOneSgeWqebbs<kDciHeaderUnits> == (kDciHeaderUnits + 2 + 1 + 3) / 4);
 
-    // Where the fast path writes: the next WQE's slot and index, and where the last one went.
-    // Held in registers across a post's WQEs: ring stores may alias any member.
+    // Where the fast path writes: the next WQE's slot and address, and where the last one went.
+    // Held in registers across a post's WQEs: ring stores may alias any member. The fast path
+    // never reaches past the ring end, so the slot only grows (up to wqe_count) and the
+    // producer index is index_base + slot; the tracking arrays are indexed by the slot itself.
     struct Cursor {
-        std::uint32_t producer_index;
+        // Pointer-sized, so that it indexes the tracking arrays without a zero extension.
+        std::size_t slot;
+        std::uint32_t index_base;  // the producer index with the slot bits cleared
         std::uint8_t* wqe;
         std::uint8_t* last_wqe;
         std::uint32_t qpn_big;
         std::uint64_t* wr_ids;
         std::uint32_t* wqe_ends;
+
+        RDMACHAN_HOST_DEVICE std::uint32_t producer_index() const {
+            return index_base + static_cast<std::uint32_t>(slot);
+        }
     };
 
-    RDMACHAN_ALWAYS_INLINE Cursor load_cursor() const {
-        const std::uint32_t producer_index = tracking_.producer_index;
-        return {producer_index, wqe_at(producer_index), pending_last_wqe_,
-                qpn_big_,       tracking_.wr_id,        tracking_.wqe_end};
+    RDMACHAN_ALWAYS_INLINE Cursor load_cursor(std::uint32_t producer_index) const {
+        const std::uint32_t slot = producer_index & mask_;
+        return {slot,
+                producer_index - slot,
+                ring_.buffer + std::size_t{slot} * kSendWqeBasicBlockSize,
+                pending_last_wqe_,
+                qpn_big_,
+                tracking_.wr_id,
+                tracking_.wqe_end};
     }
 
     RDMACHAN_HOST_DEVICE std::uint8_t* wqe_at(std::uint32_t producer_index) const {
@@ -208,43 +233,77 @@ class SendQueue {
                static_cast<std::size_t>(producer_index & mask_) * kSendWqeBasicBlockSize;
     }
 
-    // The post: when `count` of the largest fast-path WQE fit before the ring end and in the free
-    // room, no WQE of the batch needs a room check of its own. Everything else, and any request
-    // the fast path does not take, continues on the general post.
+    // Whether `count` of the largest WQE the fast post writes fit in its room.
     template <std::uint32_t kHeaderUnits>
-    RDMACHAN_ALWAYS_INLINE PostResult post_fast(const SendWorkRequest* requests,
-                                                std::uint32_t count, std::uint32_t* posted) {
-        const std::uint32_t start = tracking_.producer_index;
+    RDMACHAN_ALWAYS_INLINE bool fast_room_fits(std::uint32_t count) const {
         const std::uint32_t max_wqebbs =
             kHeaderUnits == 1 ? rc_fast_path_max_wqebbs_ : fast_path_max_wqebbs_;
-        if (RDMACHAN_UNLIKELY(count == 0 || static_cast<std::uint64_t>(count) * max_wqebbs >
-                                                post_fast_end_ - start)) {
+        return count != 0 && static_cast<std::uint64_t>(count) * max_wqebbs <=
+                                 post_fast_end_ - tracking_.producer_index;
+    }
+
+    // The fast room is computed only when the general path writes a WQE, so it runs out at the
+    // ring end (and where the free room ended) even when completions have freed the ring since.
+    // A post that does not fit computes it afresh once, unless WQEs written with write() wait for
+    // a doorbell (the general post rings for them).
+    RDMACHAN_HOST_DEVICE void refresh_fast_room() {
+        if (doorbell_pending()) return;
+        refresh_fast_end();
+        post_fast_end_ = fast_end_;
+    }
+
+    // The post: when `count` of the largest fast-path WQE fit before the ring end and in the free
+    // room, no WQE of the batch needs a room check of its own. Everything else, and any request
+    // the fast path does not take, continues on the general post. kRefreshed: the fast room was
+    // just recomputed, so a post that does not fit goes to the general post.
+    template <std::uint32_t kHeaderUnits, bool kRefreshed>
+    RDMACHAN_ALWAYS_INLINE PostResult post_fast(const SendWorkRequest* requests,
+                                                std::uint32_t count, std::uint32_t* posted) {
+        if (RDMACHAN_UNLIKELY(!fast_room_fits<kHeaderUnits>(count))) {
             if (kHeaderUnits == 1 && header_units_ != 1) return post_dci(requests, count, posted);
+            if constexpr (!kRefreshed) return post_refreshed<kHeaderUnits>(requests, count, posted);
             return post_general<kHeaderUnits>(requests, count, 0, posted);
         }
-        std::uint8_t* const first_wqe = wqe_at(start);
-        Cursor cursor{start, first_wqe, first_wqe, qpn_big_, tracking_.wr_id, tracking_.wqe_end};
+        const std::uint32_t start = tracking_.producer_index;
+        constexpr bool kMultiSge = kHeaderUnits != 1;
+        Cursor cursor = load_cursor(start);
         const SendWorkRequest* const end = requests + count;
         const SendWorkRequest* const stop =
-            write_runs<kHeaderUnits, kHeaderUnits != 1>(requests, end, cursor);
-        tracking_.producer_index = cursor.producer_index;
+            write_runs<kHeaderUnits, kMultiSge>(requests, end, cursor);
+        const std::uint32_t producer_index = cursor.producer_index();
+        tracking_.producer_index = producer_index;
+        // With one SGE per WQE every fast-path WQE has the same WQEBB count, so the last one is
+        // found from the next slot instead of being carried through the loop.
+        std::uint8_t* const last_wqe =
+            kMultiSge ? cursor.last_wqe
+                      : cursor.wqe - kOneSgeWqebbs<kHeaderUnits> * kSendWqeBasicBlockSize;
         if (RDMACHAN_UNLIKELY(stop != end)) {
             // The general post rings for the WQEs written here too: they are pending.
-            if (cursor.producer_index != start) {
-                pending_last_wqe_ = cursor.last_wqe;
+            if (producer_index != start) {
+                pending_last_wqe_ = last_wqe;
                 pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
             }
             return post_general<kHeaderUnits>(stop, static_cast<std::uint32_t>(end - stop),
                                               static_cast<std::uint32_t>(stop - requests), posted);
         }
-        ring_doorbell_fast(cursor.producer_index, cursor.last_wqe, count == 1);
+        ring_doorbell_fast(producer_index, last_wqe, count == 1);
         if (posted != nullptr) *posted = count;
         return PostResult::ok;
     }
 
+    // The DCI post is out of line already: it refreshes the fast room before its only copy of the
+    // fast path.
     RDMACHAN_NOINLINE PostResult post_dci(const SendWorkRequest* requests, std::uint32_t count,
                                           std::uint32_t* posted) {
-        return post_fast<kDciHeaderUnits>(requests, count, posted);
+        if (!fast_room_fits<kDciHeaderUnits>(count)) refresh_fast_room();
+        return post_fast<kDciHeaderUnits, true>(requests, count, posted);
+    }
+
+    template <std::uint32_t kHeaderUnits>
+    RDMACHAN_COLD PostResult post_refreshed(const SendWorkRequest* requests, std::uint32_t count,
+                                            std::uint32_t* posted) {
+        refresh_fast_room();
+        return post_fast<kHeaderUnits, true>(requests, count, posted);
     }
 
     // Requests one at a time, each checked for room: after a request the fast path did not
@@ -267,13 +326,15 @@ class SendQueue {
     // One WQE through the fast path if it fits the fast room, else through the general path.
     template <std::uint32_t kHeaderUnits>
     RDMACHAN_ALWAYS_INLINE PostResult write_checked(const SendWorkRequest& request) {
-        Cursor cursor = load_cursor();
-        if (RDMACHAN_LIKELY(fast_end_ - cursor.producer_index >= fast_path_max_wqebbs_) &&
+        const std::uint32_t start = tracking_.producer_index;
+        Cursor cursor = load_cursor(start);
+        if (RDMACHAN_LIKELY(fast_end_ - start >= fast_path_max_wqebbs_) &&
             write_one<kHeaderUnits>(request, cursor)) {
-            tracking_.producer_index = cursor.producer_index;
+            const std::uint32_t producer_index = cursor.producer_index();
+            tracking_.producer_index = producer_index;
             pending_last_wqe_ = cursor.last_wqe;
             pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
-            post_fast_end_ = cursor.producer_index;
+            post_fast_end_ = producer_index;
             return PostResult::ok;
         }
         const PostResult result = write_general(request);
@@ -403,8 +464,8 @@ class SendQueue {
             const std::uint64_t length_lkey = load_length_lkey(*element);
             if (RDMACHAN_UNLIKELY(static_cast<std::uint32_t>(length_lkey) == 0)) return false;
             store_data_segment(segment, length_lkey, element->addr);
-            finish_fast<kOpcode, kHeaderUnits>(request, cursor, address_vector, flags,
-                                               kFixedUnits + 1);
+            finish_fast<kOpcode, kHeaderUnits, kMultiSge>(request, cursor, address_vector, flags,
+                                                          kFixedUnits + 1);
             return true;
         }
         // Other SGE counts are left to the out-of-line paths, so that the inlined RC post needs
@@ -420,13 +481,13 @@ class SendQueue {
             segment += kDataSegmentSize;
             ++ds;
         }
-        finish_fast<kOpcode, kHeaderUnits>(request, cursor, address_vector, flags, ds);
+        finish_fast<kOpcode, kHeaderUnits, kMultiSge>(request, cursor, address_vector, flags, ds);
         return true;
     }
 
     // The fast-path WQE after its data segments: the segments before them, ctrl, and the
     // bookkeeping. Written twice in encode_fast so that one SGE gets a constant `ds`.
-    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits>
+    template <SendOpcode kOpcode, std::uint32_t kHeaderUnits, bool kMultiSge>
     RDMACHAN_ALWAYS_INLINE void finish_fast(const SendWorkRequest& request, Cursor& cursor,
                                             const std::uint8_t* address_vector, std::uint64_t flags,
                                             std::uint32_t ds) {
@@ -434,7 +495,7 @@ class SendQueue {
         constexpr std::uint32_t kHeaderSegments = kTraits >> detail::kTraitSegmentsShift & 3;
         std::uint8_t* const wqe = cursor.wqe;
         // Held in 64 bits: with a zero immediate it fills ctrl bytes 8-15 in one store.
-        std::uint64_t flags_word = (flags << 24) | signal_all_word_;
+        std::uint64_t flags_word = flags | signal_all_word_;
         std::uint8_t* segment = wqe + kControlSegmentSize;
         if constexpr (kHeaderUnits != 1) {
             // ctrl + address vector is exactly 64 bytes: it fills this WQEBB.
@@ -450,17 +511,18 @@ class SendQueue {
                 store_atomic<kOpcode == SendOpcode::atomic_compare_and_swap>(
                     segment + kRemoteAddressSegmentSize, request);
         }
-        const std::uint32_t producer_index = cursor.producer_index;
+        const std::size_t slot = cursor.slot;
+        const std::uint32_t producer_index = cursor.producer_index();
         // qpn_big_ has a zero ds byte, so adding ds there is an OR.
         store_control(wqe, producer_index, kTraits, cursor.qpn_big + (ds << 24), flags_word,
                       request);
 
         const std::uint32_t wqebbs = (ds + 3) / 4;
-        const std::uint32_t slot = producer_index & mask_;
         cursor.wr_ids[slot] = request.wr_id;
         cursor.wqe_ends[slot] = producer_index + wqebbs;
-        cursor.producer_index = producer_index + wqebbs;
-        cursor.last_wqe = wqe;
+        cursor.slot = slot + wqebbs;
+        // Without several SGEs, the caller finds the last WQE from cursor.wqe (kOneSgeWqebbs).
+        if constexpr (kMultiSge) cursor.last_wqe = wqe;
         cursor.wqe = wqe + wqebbs * kSendWqeBasicBlockSize;
     }
 
@@ -535,8 +597,7 @@ class SendQueue {
         // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
         // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
         std::uint64_t flags_word =
-            static_cast<std::uint64_t>((request.flags & detail::kFmCeSeFlags) << 24) |
-            signal_all_word_;
+            static_cast<std::uint64_t>(request.flags & detail::kFmCeSeFlags) | signal_all_word_;
 
         std::uint8_t* segment = wqe + kControlSegmentSize;
         if (header_units_ != 1) {
@@ -786,7 +847,7 @@ class SendQueue {
     std::uint64_t signal_all_word_ = 0;  // CQ update bit in the ctrl bytes 8-11 word
     std::uint32_t fast_path_max_sge_ = 0;
     std::uint32_t fast_path_max_wqebbs_ = kNoFastPath;
-    std::uint32_t rc_fast_path_max_wqebbs_ = kNoFastPath;  // the same on RC, none on a DCI
+    std::uint32_t rc_fast_path_max_wqebbs_ = kNoFastPath;  // the RC post's (one SGE), none on a DCI
     std::uint32_t blueflame_max_ds_ = 0;            // largest WQE (in ds) that BlueFlame can carry
     std::uint32_t blueflame_preferred_max_ds_ = 0;  // the same for WQEs without inline data
     std::uint32_t blueflame_fast_limit_ = 0;

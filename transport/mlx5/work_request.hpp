@@ -24,11 +24,12 @@ enum class SendOpcode : std::uint8_t {
 };
 
 // Bit flags for SendWorkRequest::flags; values are our own, not IBV_SEND_*. The first three
-// equal their mlx5 ctrl fm_ce_se bits (CQ update 0x08, solicited 0x02, fence 0x80), so the
-// encoder copies them with one AND (send_queue.hpp asserts it).
-inline constexpr std::uint32_t kSendSignaled = 0x08;
-inline constexpr std::uint32_t kSendSolicited = 0x02;
-inline constexpr std::uint32_t kSendFence = 0x80;
+// are their mlx5 ctrl fm_ce_se bits (CQ update 0x08, solicited 0x02, fence 0x80) in the top
+// byte, where fm_ce_se sits in ctrl bytes 8-11 read as a little-endian word, so the encoder
+// stores them as they are (send_queue.hpp asserts it).
+inline constexpr std::uint32_t kSendSignaled = 0x08u << 24;
+inline constexpr std::uint32_t kSendSolicited = 0x02u << 24;
+inline constexpr std::uint32_t kSendFence = 0x80u << 24;
 inline constexpr std::uint32_t kSendInline = 1u << 8;
 
 struct SendWorkRequest {
