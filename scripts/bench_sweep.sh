@@ -3,7 +3,8 @@
 # bandwidth, RC and DC, 2 processes on this machine (issue 9). Writes every run's CSV and a PNG
 # plot of bandwidth and latency against message size, and prints markdown tables of the figures.
 #   scripts/bench_sweep.sh [build-dir] [output-dir]     (defaults: build-perf, docs/performance)
-# Environment: CPUS (default 0,1: rank r pinned to CPU r), LATENCY_ITERATIONS (default 1000),
+# Environment: CPUS (default 0,1: both processes on these CPUs, as compare_ucx.sh runs them),
+# LATENCY_ITERATIONS (default 1000),
 # BANDWIDTH_ITERATIONS (default 2000), WINDOW (default 16 requests per doorbell).
 set -euo pipefail
 
@@ -31,10 +32,10 @@ trap 'rm -rf "$csv_dir"' EXIT
 
 for mode in rc dc; do
     for test in write read send; do
-        "$bench" -t "$test" -a -n "$latency_iterations" --mode "$mode" --cpus "$cpus" --format csv \
+        taskset -c "$cpus" "$bench" -t "$test" -a -n "$latency_iterations" --mode "$mode" --format csv \
             >"$csv_dir/$test-lat-$mode.csv"
-        "$bench" -t "$test" --bw -a -n "$bandwidth_iterations" --window "$window" --mode "$mode" \
-            --cpus "$cpus" --format csv >"$csv_dir/$test-bw-$mode.csv"
+        taskset -c "$cpus" "$bench" -t "$test" --bw -a -n "$bandwidth_iterations" --window "$window" \
+            --mode "$mode" --format csv >"$csv_dir/$test-bw-$mode.csv"
     done
 done
 # Sends in DC mode go through engine-owned 16 KiB receive buffers: larger sends are refused by

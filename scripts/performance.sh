@@ -11,8 +11,10 @@ set -euo pipefail
 source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${1:-build-perf}"
 document="$source_dir/docs/PERFORMANCE.md"
-# Taken before anything is written: the code the figures belong to ("-dirty": uncommitted changes).
-commit="$(git -C "$source_dir" describe --always --dirty --abbrev=7)"
+# Taken before anything is written: the code the figures belong to ("-dirty": uncommitted changes
+# outside docs/, which this command rewrites).
+commit="$(git -C "$source_dir" rev-parse --short=7 HEAD)"
+git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
 
 "$source_dir/scripts/setup.sh" >/dev/null
 # The measuring tools are not needed to build or test the library, so setup.sh leaves them out.
