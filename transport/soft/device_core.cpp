@@ -406,6 +406,9 @@ void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, cons
 
 void DeviceCore::respond(Connection& connection, const wire::Response& response, const void* payload,
                          std::uint32_t payload_length) {
+    // What the request wrote into this process's memory is released before the answer leaves:
+    // the initiator may learn of the write from it and tell this process out of band.
+    note_remote_access();
     std::vector<std::uint8_t> frame = wire::frame(wire::FrameType::response, response, payload, payload_length);
     if (connection.socket < 0 && connection.gid == gid && connection.lid == lid) {
         loopback_.push_back(std::move(frame));
