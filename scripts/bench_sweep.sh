@@ -17,14 +17,7 @@ bandwidth_iterations="${BANDWIDTH_ITERATIONS:-2000}"
 window="${WINDOW:-16}"
 
 command -v gnuplot >/dev/null || { echo "bench_sweep.sh: gnuplot is not installed (apt-get install gnuplot-nox)" >&2; exit 1; }
-build_log="$(mktemp)"
-if ! { cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build "$build_dir" --target rdmachan-bench -j 2; } >"$build_log" 2>&1; then
-    cat "$build_log" >&2
-    echo "bench_sweep.sh: building rdmachan-bench failed (log above)" >&2
-    exit 1
-fi
-rm -f "$build_log"
+"$source_dir/scripts/build_release.sh" "$build_dir" rdmachan-bench
 bench="$build_dir/tools/bench/rdmachan-bench"
 mkdir -p "$output_dir"
 csv_dir="$(mktemp -d)"

@@ -27,14 +27,7 @@ need_package() {
 need_package ucx_perftest ucx-utils
 need_package python3 python3
 
-build_log="$(mktemp)"
-if ! { cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build "$build_dir" --target rdmachan-bench -j 2; } >"$build_log" 2>&1; then
-    cat "$build_log" >&2
-    echo "compare_ucx.sh: building rdmachan-bench failed (log above)" >&2
-    exit 1
-fi
-rm -f "$build_log"
+"$source_dir/scripts/build_release.sh" "$build_dir" rdmachan-bench
 bench="$build_dir/tools/bench/rdmachan-bench"
 
 work="$(mktemp -d)"

@@ -11,14 +11,7 @@ operations="${OPERATIONS:-1000000}"
 
 command -v valgrind >/dev/null || { echo "instruction_counts.sh: valgrind is not installed" >&2; exit 1; }
 
-build_log="$(mktemp)"
-if ! { cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release &&
-       cmake --build "$build_dir" --target mlx5_data_path_benchmark -j 2; } >"$build_log" 2>&1; then
-    cat "$build_log" >&2
-    echo "instruction_counts.sh: building mlx5_data_path_benchmark failed (log above)" >&2
-    exit 1
-fi
-rm -f "$build_log"
+"$source_dir/scripts/build_release.sh" "$build_dir" mlx5_data_path_benchmark
 benchmark="$build_dir/tests/mlx5/mlx5_data_path_benchmark"
 
 out_dir="$(mktemp -d)"
