@@ -6,7 +6,8 @@
 //
 // The common WQE (no inline payload, not reaching the ring end, room to spare) takes a fast
 // path with no per-segment wrap checks; everything else goes through one out-of-line general
-// path. Both are the same encoder template, so they cannot drift apart.
+// path. Both write the segments with the same helpers (wqe_segments.hpp), so they cannot drift
+// apart.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,7 @@
 #include "transport/mlx5/rings.hpp"
 #include "transport/mlx5/work_request.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
+#include "transport/mlx5/wqe_segments.hpp"
 
 // The general path stays out of line so that the hot loop keeps its registers.
 #if defined(__CUDACC__)
@@ -38,60 +40,6 @@ struct SendQueueConfig {
     bool wqe_signature = false;    // the QP was created with WQ signatures (rarely used)
 };
 
-// The 48-byte extended address vector of a DC work request: the base vector of the peer's
-// address handle (mlx5dv_ah.av on hardware) with the DCT number and DC key filled in, as
-// rdma-core's mlx5_send_wr_set_dc_addr does (mlx5-facts.md §1).
-RDMACHAN_HOST_DEVICE inline void make_dc_address_vector(
-    std::uint8_t (&address_vector)[kAddressVectorSize], const std::uint8_t* base_address_vector,
-    std::uint32_t dctn, std::uint64_t dc_key) {
-    std::memcpy(address_vector, base_address_vector, kAddressVectorSize);
-    store_big64(address_vector + kAvDcKey, dc_key);
-    const std::uint32_t dqp_dct = load_big32(address_vector + kAvDqpDct);
-    store_big32(address_vector + kAvDqpDct, dqp_dct | kExtendedAddressVector | (dctn & 0xffffff));
-}
-
-namespace detail {
-
-// Per-opcode facts in one byte, a compile-time constant in each case of SendQueue::write's
-// switch: bits 4:0 the mlx5 opcode, bits 6:5 how many 16-byte header segments follow ctrl
-// (1 = remote address, 2 = remote address + atomic), bit 7 whether ctrl.imm carries the
-// request's immediate (or the rkey to invalidate).
-inline constexpr std::uint32_t kTraitOpcodeMask = 0x1f;
-inline constexpr std::uint32_t kTraitSegmentsShift = 5;
-inline constexpr std::uint32_t kTraitImmediate = 1u << 7;
-
-RDMACHAN_HOST_DEVICE constexpr std::uint32_t opcode_traits(SendOpcode opcode) {
-    switch (opcode) {
-        case SendOpcode::rdma_write:
-            return kOpcodeRdmaWrite | 1u << kTraitSegmentsShift;
-        case SendOpcode::rdma_write_with_immediate:
-            return kOpcodeRdmaWriteImmediate | 1u << kTraitSegmentsShift | kTraitImmediate;
-        case SendOpcode::send:
-            return kOpcodeSend;
-        case SendOpcode::send_with_immediate:
-            return kOpcodeSendImmediate | kTraitImmediate;
-        case SendOpcode::send_with_invalidate:
-            return kOpcodeSendInvalidate | kTraitImmediate;
-        case SendOpcode::rdma_read:
-            return kOpcodeRdmaRead | 1u << kTraitSegmentsShift;
-        case SendOpcode::atomic_compare_and_swap:
-            return kOpcodeAtomicCompareAndSwap | 2u << kTraitSegmentsShift;
-        case SendOpcode::atomic_fetch_and_add:
-            return kOpcodeAtomicFetchAndAdd | 2u << kTraitSegmentsShift;
-    }
-    return 0;
-}
-
-// The request flags that are ctrl.fm_ce_se bits, already where fm_ce_se is in the ctrl bytes
-// 8-11 word.
-static_assert(kSendSignaled == std::uint32_t{kCtrlCqUpdate} << 24 &&
-                  kSendSolicited == std::uint32_t{kCtrlSolicited} << 24 &&
-                  kSendFence == std::uint32_t{kCtrlFence} << 24 && (kSendInline & 0xff000000) == 0,
-              "the encoder copies these request flags into ctrl bytes 8-11 unchanged");
-inline constexpr std::uint32_t kFmCeSeFlags = kSendSignaled | kSendSolicited | kSendFence;
-
-}  // namespace detail
-
 class SendQueue {
   public:
     SendQueue() = default;
@@ -110,7 +58,7 @@ class SendQueue {
           signal_all_word_(config.signal_all ? static_cast<std::uint32_t>(kCtrlCqUpdate) << 24 : 0),
           // Up to this many SGEs a WQE can neither exceed max_sge nor the 6-bit ds (ctrl, AV,
           // remote address and atomic take at most 6 units).
-          fast_path_max_sge_(minimum(config.max_sge, kMaxDs - 6)),
+          fast_path_max_sge_(detail::minimum(config.max_sge, kMaxDs - 6)),
           // The largest WQE the fast path writes: ctrl, address vector, remote address and
           // atomic segments, and every SGE it accepts. A WQ signature is computed over the
           // finished WQE, which only the general path does, so with WQ signatures no room is
@@ -132,7 +80,7 @@ class SendQueue {
           // ds - 2 against this.
           blueflame_fast_limit_(blueflame_preferred_max_ds_ >= 2 ? blueflame_preferred_max_ds_ - 1
                                                                  : 0),
-          blueflame_one_block_limit_(minimum(blueflame_fast_limit_, 3)),
+          blueflame_one_block_limit_(detail::minimum(blueflame_fast_limit_, 3)),
           pending_blueflame_max_ds_(blueflame_preferred_max_ds_),
           pending_start_(tracking.producer_index) {
         refresh_fast_end();
@@ -461,9 +409,9 @@ class SendQueue {
         std::uint8_t* segment = wqe + kFixedUnits * kSegmentUnit;
         const ScatterGatherElement* element = request.sg_list;
         if (RDMACHAN_LIKELY(num_sge == 1)) {
-            const std::uint64_t length_lkey = load_length_lkey(*element);
+            const std::uint64_t length_lkey = detail::load_length_lkey(*element);
             if (RDMACHAN_UNLIKELY(static_cast<std::uint32_t>(length_lkey) == 0)) return false;
-            store_data_segment(segment, length_lkey, element->addr);
+            detail::store_data_segment(segment, length_lkey, element->addr);
             finish_fast<kOpcode, kHeaderUnits, kMultiSge>(request, cursor, address_vector, flags,
                                                           kFixedUnits + 1);
             return true;
@@ -475,9 +423,9 @@ class SendQueue {
         if (!kMultiSge || RDMACHAN_UNLIKELY(num_sge > fast_path_max_sge_)) return false;
         std::uint32_t ds = kFixedUnits;
         for (const ScatterGatherElement* const end = element + num_sge; element != end; ++element) {
-            const std::uint64_t length_lkey = load_length_lkey(*element);
+            const std::uint64_t length_lkey = detail::load_length_lkey(*element);
             if (RDMACHAN_UNLIKELY(static_cast<std::uint32_t>(length_lkey) == 0)) continue;
-            store_data_segment(segment, length_lkey, element->addr);
+            detail::store_data_segment(segment, length_lkey, element->addr);
             segment += kDataSegmentSize;
             ++ds;
         }
@@ -506,15 +454,15 @@ class SendQueue {
             (void)address_vector;
         }
         if constexpr (kHeaderSegments != 0) {
-            store_remote_address(segment, request);
+            detail::store_remote_address(segment, request);
             if constexpr (kHeaderSegments == 2)
-                store_atomic<kOpcode == SendOpcode::atomic_compare_and_swap>(
+                detail::store_atomic<kOpcode == SendOpcode::atomic_compare_and_swap>(
                     segment + kRemoteAddressSegmentSize, request);
         }
         const std::size_t slot = cursor.slot;
         const std::uint32_t producer_index = cursor.producer_index();
         // qpn_big_ has a zero ds byte, so adding ds there is an OR.
-        store_control(wqe, producer_index, kTraits, cursor.qpn_big + (ds << 24), flags_word,
+        detail::store_control(wqe, producer_index, kTraits, cursor.qpn_big + (ds << 24), flags_word,
                       request);
 
         const std::uint32_t wqebbs = (ds + 3) / 4;
@@ -604,20 +552,20 @@ class SendQueue {
             // ctrl + address vector is exactly 64 bytes: it fills this WQEBB. The caller refused
             // a DCI request without one.
             std::memcpy(segment, request.dc_address_vector, kAddressVectorSize);
-            segment = next_segment(segment + kAddressVectorSize, buffer, ring_end);
+            segment = detail::next_segment(segment + kAddressVectorSize, buffer, ring_end);
             flags_word |= static_cast<std::uint64_t>(byte_swap16(request.dci_stream_id)) << 8;
         }
         const std::uint32_t header_segments = traits >> detail::kTraitSegmentsShift & 3;
         if (header_segments != 0) {
-            store_remote_address(segment, request);
-            segment = next_segment(segment + kRemoteAddressSegmentSize, buffer, ring_end);
+            detail::store_remote_address(segment, request);
+            segment = detail::next_segment(segment + kRemoteAddressSegmentSize, buffer, ring_end);
             ds += header_segments;
             if (header_segments == 2) {
                 if (request.opcode == SendOpcode::atomic_compare_and_swap)
-                    store_atomic<true>(segment, request);
+                    detail::store_atomic<true>(segment, request);
                 else
-                    store_atomic<false>(segment, request);
-                segment = next_segment(segment + kAtomicSegmentSize, buffer, ring_end);
+                    detail::store_atomic<false>(segment, request);
+                segment = detail::next_segment(segment + kAtomicSegmentSize, buffer, ring_end);
             }
         }
         if constexpr (kInline) {
@@ -630,14 +578,14 @@ class SendQueue {
             const ScatterGatherElement* element = request.sg_list;
             for (const ScatterGatherElement* const end = element + request.num_sge; element != end;
                  ++element) {
-                const std::uint64_t length_lkey = load_length_lkey(*element);
+                const std::uint64_t length_lkey = detail::load_length_lkey(*element);
                 if (static_cast<std::uint32_t>(length_lkey) == 0) continue;
-                store_data_segment(segment, length_lkey, element->addr);
-                segment = next_segment(segment + kDataSegmentSize, buffer, ring_end);
+                detail::store_data_segment(segment, length_lkey, element->addr);
+                segment = detail::next_segment(segment + kDataSegmentSize, buffer, ring_end);
                 ++ds;
             }
         }
-        store_control(wqe, producer_index, traits, qpn_big_ | ds << 24, flags_word, request);
+        detail::store_control(wqe, producer_index, traits, qpn_big_ | ds << 24, flags_word, request);
         if (config_.wqe_signature) wqe[kCtrlSignature] = signature(wqe, ds * kSegmentUnit);
 
         const std::uint32_t wqebbs = (ds + 3) / 4;
@@ -645,74 +593,6 @@ class SendQueue {
         tracking_.wr_id[slot] = request.wr_id;
         tracking_.wqe_end[slot] = producer_index + wqebbs;
         tracking_.producer_index = producer_index + wqebbs;
-    }
-
-    // ctrl: opmod (byte 0) stays 0, the WQE index (bytes 1-2) is the producer index's low 16
-    // bits, stored over the opcode word; `qpn_ds` is bytes 4-7 as stored; bytes 8-11 are
-    // `flags_word` (zero above bit 31) and 12-15 the immediate (or the rkey to invalidate), one
-    // 8-byte store for both.
-    RDMACHAN_ALWAYS_INLINE static void store_control(std::uint8_t* wqe,
-                                                     std::uint32_t producer_index,
-                                                     std::uint32_t traits, std::uint32_t qpn_ds,
-                                                     std::uint64_t flags_word,
-                                                     const SendWorkRequest& request) {
-        store_big32(wqe + kCtrlOpmodIndexOpcode, traits & detail::kTraitOpcodeMask);
-        store_big16(wqe + kCtrlOpmodIndexOpcode + 1, static_cast<std::uint16_t>(producer_index));
-        std::memcpy(wqe + kCtrlQpnDs, &qpn_ds, sizeof qpn_ds);
-        if ((traits & detail::kTraitImmediate) != 0)
-            flags_word |= static_cast<std::uint64_t>(host_to_big32(request.immediate)) << 32;
-        std::memcpy(wqe + kCtrlSignature, &flags_word, sizeof flags_word);
-    }
-
-    // raddr BE64, rkey BE32 and the reserved word zero.
-    RDMACHAN_ALWAYS_INLINE static void store_remote_address(std::uint8_t* segment,
-                                                            const SendWorkRequest& request) {
-        store_big64(segment, request.remote_addr);
-        store_big32(segment + 8, request.rkey);
-        store_big32(segment + 12, 0);
-    }
-
-    template <bool kCompareAndSwap>
-    RDMACHAN_ALWAYS_INLINE static void store_atomic(std::uint8_t* segment,
-                                                    const SendWorkRequest& request) {
-        if constexpr (kCompareAndSwap) {
-            store_big64(segment, request.swap);
-            store_big64(segment + 8, request.compare_add);
-        } else {
-            store_big64(segment, request.compare_add);  // the compare field is unused
-        }
-    }
-
-    // An SGE's length (low half) and lkey (high half) in one 8-byte load: they are adjacent in
-    // ScatterGatherElement as byte_count and lkey are in the data segment.
-    RDMACHAN_ALWAYS_INLINE static std::uint64_t load_length_lkey(
-        const ScatterGatherElement& element) {
-        static_assert(offsetof(ScatterGatherElement, lkey) ==
-                      offsetof(ScatterGatherElement, length) + 4);
-        std::uint64_t length_lkey;
-        std::memcpy(&length_lkey,
-                    reinterpret_cast<const unsigned char*>(&element) +
-                        offsetof(ScatterGatherElement, length),
-                    sizeof length_lkey);
-        return length_lkey;
-    }
-
-    // The halves swapped into big-endian order (rotate, then byte swap): one store for both.
-    RDMACHAN_ALWAYS_INLINE static void store_data_segment(std::uint8_t* segment,
-                                                          std::uint64_t length_lkey,
-                                                          std::uint64_t addr) {
-        store_big64(segment, length_lkey << 32 | length_lkey >> 32);
-        store_big64(segment + 8, addr);
-    }
-
-    RDMACHAN_ALWAYS_INLINE static std::uint32_t minimum(std::uint32_t a, std::uint32_t b) {
-        return a < b ? a : b;
-    }
-
-    RDMACHAN_ALWAYS_INLINE static std::uint8_t* next_segment(std::uint8_t* position,
-                                                             std::uint8_t* buffer,
-                                                             std::uint8_t* ring_end) {
-        return position == ring_end ? buffer : position;
     }
 
     // The doorbell after a fast-path post, which wrote up to `producer_index` without reaching
@@ -731,10 +611,10 @@ class SendQueue {
         // pending by write()), with ds > 1 and within the preferred size; one unsigned compare
         // for a WQE of one WQEBB. A fast-path WQE does not wrap.
         if (one_wqe && ds - 2 < blueflame_one_block_limit_) {
-            copy_blueflame_block(destination, last_wqe);
+            detail::copy_blueflame_block(destination, last_wqe);
         } else if (one_wqe && ds - 2 < blueflame_fast_limit_) {
             for (std::uint32_t block = 0; block < (ds + 3) / 4; ++block) {
-                copy_blueflame_block(destination + block * kSendWqeBasicBlockSize,
+                detail::copy_blueflame_block(destination + block * kSendWqeBasicBlockSize,
                                      last_wqe + block * kSendWqeBasicBlockSize);
             }
         } else {
@@ -766,12 +646,12 @@ class SendQueue {
         if (single && ds > 1 && ds <= pending_blueflame_max_ds_) {
             // The whole WQE in 64-byte blocks; the source wraps at the ring end like the WQE.
             // The first block needs no wrap check: a WQE starts inside the ring.
-            copy_blueflame_block(destination, source);
+            detail::copy_blueflame_block(destination, source);
             for (std::uint32_t blocks = (ds + 3) / 4 - 1; blocks != 0; --blocks) {
                 destination += kSendWqeBasicBlockSize;
                 source += kSendWqeBasicBlockSize;
                 if (source == ring_end_) source = ring_.buffer;
-                copy_blueflame_block(destination, source);
+                detail::copy_blueflame_block(destination, source);
             }
         } else {
             // Ctrl bytes 0-7 of the last WQE: its index tells the NIC how far to fetch.
@@ -783,22 +663,6 @@ class SendQueue {
         blueflame_offset_ ^= ring_.blueflame_size;
         pending_start_ = producer_index;
         pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
-    }
-
-    // Eight ordered 64-bit stores, never memcpy: string moves may reorder or merge the writes
-    // into the write-combining buffer (rdma-core util/mmio.h, mmio_memcpy_x64).
-    RDMACHAN_ALWAYS_INLINE static void copy_blueflame_block(std::uint8_t* destination,
-                                                            const std::uint8_t* source) {
-#if defined(__CUDACC__)
-#pragma unroll
-#else
-#pragma GCC unroll 8
-#endif
-        for (std::uint32_t word = 0; word < kSendWqeBasicBlockSize; word += 8) {
-            std::uint64_t value;
-            std::memcpy(&value, source + word, sizeof value);
-            mmio_write64(destination + word, value);
-        }
     }
 
     // Inline payload: a 4-byte header, then the SGEs' bytes back to back, split at the ring end
