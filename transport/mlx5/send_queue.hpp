@@ -83,8 +83,7 @@ class SendQueue {
           blueflame_one_block_limit_(detail::minimum(blueflame_fast_limit_, 3)),
           pending_blueflame_max_ds_(blueflame_preferred_max_ds_),
           pending_start_(tracking.producer_index) {
-        refresh_fast_end();
-        post_fast_end_ = fast_end_;
+        refresh_fast_room();
     }
 
     // Writes up to `count` WQEs and rings one doorbell for all of them (and for any written
@@ -131,8 +130,7 @@ class SendQueue {
         tracking_.consumer_index = 0;
         pending_start_ = 0;
         pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
-        refresh_fast_end();
-        post_fast_end_ = fast_end_;
+        refresh_fast_room();
     }
 
   private:
