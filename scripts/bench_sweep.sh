@@ -16,7 +16,7 @@ latency_iterations="${LATENCY_ITERATIONS:-1000}"
 bandwidth_iterations="${BANDWIDTH_ITERATIONS:-2000}"
 window="${WINDOW:-16}"
 
-command -v gnuplot >/dev/null || { echo "bench_sweep.sh: gnuplot is not installed (apt-get install gnuplot-nox)" >&2; exit 1; }
+"$source_dir/scripts/setup.sh" gnuplot-nox >/dev/null
 "$source_dir/scripts/build_release.sh" "$build_dir" rdmachan-bench
 bench="$build_dir/tools/bench/rdmachan-bench"
 mkdir -p "$output_dir"

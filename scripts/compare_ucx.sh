@@ -15,17 +15,7 @@ cpus="${CPUS:-0,1}"
 latency_iterations="${LATENCY_ITERATIONS:-10000}"
 bandwidth_bytes="${BANDWIDTH_BYTES:-1073741824}"
 
-need_package() {
-    local command_name=$1 package=$2
-    command -v "$command_name" >/dev/null && return
-    echo "compare_ucx.sh: installing $package" >&2
-    local as_root=()
-    [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "$package" >/dev/null
-}
-need_package ucx_perftest ucx-utils
-need_package python3 python3
+"$source_dir/scripts/setup.sh" ucx-utils >/dev/null
 
 "$source_dir/scripts/build_release.sh" "$build_dir" rdmachan-bench
 bench="$build_dir/tools/bench/rdmachan-bench"

@@ -9,7 +9,7 @@ source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${1:-build-perf-o3}"
 operations="${OPERATIONS:-1000000}"
 
-command -v valgrind >/dev/null || { echo "instruction_counts.sh: valgrind is not installed" >&2; exit 1; }
+"$source_dir/scripts/setup.sh" >/dev/null  # valgrind among the rest
 
 "$source_dir/scripts/build_release.sh" "$build_dir" mlx5_data_path_benchmark
 benchmark="$build_dir/tests/mlx5/mlx5_data_path_benchmark"

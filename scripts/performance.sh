@@ -16,19 +16,7 @@ document="$source_dir/docs/PERFORMANCE.md"
 commit="$(git -C "$source_dir" rev-parse --short=7 HEAD)"
 git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
 
-"$source_dir/scripts/setup.sh" >/dev/null
-# The measuring tools are not needed to build or test the library, so setup.sh leaves them out.
-missing=()
-for pair in gnuplot:gnuplot-nox ucx_perftest:ucx-utils; do
-    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
-done
-if [ "${#missing[@]}" -gt 0 ]; then
-    as_root=()
-    [ "$(id -u)" -eq 0 ] || as_root=(sudo)
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${as_root[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-
+# Each script installs what it measures with (setup.sh and its extra packages).
 blocks="$(mktemp -d)"
 trap 'rm -rf "$blocks"' EXIT
 echo "performance: instruction counts (callgrind)" >&2

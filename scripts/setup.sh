@@ -2,6 +2,8 @@
 # Installs everything rdmachan needs to build and test, from Debian/Ubuntu packages.
 # Idempotent: packages already present are not reinstalled, and the package lists are
 # refreshed only when something is missing.
+#   scripts/setup.sh [PACKAGE...]     extra packages, for the tools that need more (the measuring
+#                                     scripts: gnuplot-nox, ucx-utils)
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,7 @@ packages=(
     iproute2 valgrind clang python3
     # The soft-RoCE VM tests (tests/vm): qemu boots Debian's kernel with an initramfs of ours.
     qemu-system-x86 busybox-static cpio kmod xz-utils
+    "$@"
 )
 
 
