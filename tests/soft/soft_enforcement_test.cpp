@@ -198,6 +198,63 @@ TEST_CASE("receiver not ready: RNR retry exceeded") {
     check_flushed_after_error(*pair.a);
 }
 
+TEST_CASE("requests sent before the responder reaches RTR are sent again each ACK timeout and executed once") {
+    // 4.096 us * 2^14 = 67 ms per try, 7 retries: about 537 ms before the requester gives up,
+    // room for a loaded machine between the wait below and the responder's RTR.
+    EndpointOptions options;
+    options.timeout = 14;
+    options.retry_cnt = 7;
+    std::shared_ptr<soft::Device> first_device = soft::Device::open();
+    std::shared_ptr<soft::Device> second_device = soft::Device::open();
+    SoftEndpoint a(first_device, options);
+    SoftEndpoint b(second_device, options);
+    a.connect(b.address());  // b stays in INIT: it drops what arrives
+    std::memset(a.buffer(), 0x77, 64);
+    const mlx5::ScatterGatherElement payload = a.local(0, 64);
+    const mlx5::ScatterGatherElement result = a.local(64, 8);
+    mlx5::SendWorkRequest requests[2];
+    requests[0] = write_request(1, &payload, b.address().buffer_addr + 128, b.address().rkey);
+    requests[0].flags = 0;
+    requests[1] = write_request(2, &result, b.address().buffer_addr, b.address().rkey);
+    requests[1].opcode = mlx5::SendOpcode::atomic_fetch_and_add;
+    requests[1].compare_add = 5;
+    REQUIRE(a.post(requests, 2) == mlx5::PostResult::ok);
+    CHECK_FALSE(a.wait_send(std::chrono::milliseconds(150)).has_value());  // two tries and more, dropped
+    b.connect(a.address());
+    const auto completion = a.wait_send();
+    REQUIRE(completion.has_value());
+    CHECK(completion->wr_id == 2);
+    CHECK(completion->status == mlx5::CompletionStatus::success);
+    std::uint64_t word = 0;
+    std::memcpy(&word, b.buffer(), 8);
+    CHECK(word == 5);  // added once, however many copies were sent
+    std::uint64_t old = 1;
+    std::memcpy(&old, a.buffer() + 64, 8);
+    CHECK(old == 0);
+    CHECK(b.buffer()[128] == 0x77);
+    CHECK(b.buffer()[191] == 0x77);
+}
+
+TEST_CASE("a responder that never reaches RTR: transport retry exceeded after retry_cnt resends") {
+    EndpointOptions options;
+    options.timeout = 12;
+    options.retry_cnt = 2;  // three tries of 16.8 ms
+    std::shared_ptr<soft::Device> first_device = soft::Device::open();
+    std::shared_ptr<soft::Device> second_device = soft::Device::open();
+    SoftEndpoint a(first_device, options);
+    SoftEndpoint b(second_device, options);
+    a.connect(b.address());
+    const mlx5::ScatterGatherElement payload = a.local(0, 64);
+    mlx5::SendWorkRequest request = write_request(3, &payload, b.address().buffer_addr, b.address().rkey);
+    const auto started = std::chrono::steady_clock::now();
+    REQUIRE(a.post(&request, 1) == mlx5::PostResult::ok);
+    const auto completion = a.wait_send();
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::transport_retry_exceeded);
+    CHECK(std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(50));
+    CHECK(all_zero(b.buffer(), 64));
+}
+
 TEST_CASE("moving a QP to ERR flushes its posted receives and later sends") {
     Pair pair;
     REQUIRE(pair.a->post_receive(90, 0, 64) == mlx5::PostResult::ok);

@@ -78,8 +78,11 @@ void DeviceCore::handle_dc_request(Connection& connection, QueuePairContext& tar
     }
     const DcPeer peer{connection.gid, connection.lid, request.source_qpn};
     auto found = target.dc_expected_psn.find(peer);
-    if ((request.dc_flags & wire::kDcConnect) != 0) {
-        // A (re)connecting DCI starts a new PSN sequence, as a DC connect does on the wire.
+    const bool retransmitted = (request.dc_flags & wire::kDcRetransmission) != 0;
+    if ((request.dc_flags & wire::kDcConnect) != 0 && (!retransmitted || found == target.dc_expected_psn.end())) {
+        // A (re)connecting DCI starts a new PSN sequence, as a DC connect does on the wire. A
+        // retransmitted connect from a DCI this DCT knows may repeat one it executed: the PSN
+        // check below decides, as for any other request.
         found = target.dc_expected_psn.insert_or_assign(peer, request.psn).first;
     }
     // Unknown initiators and out-of-sequence requests (after an RNR NAK) are dropped; the

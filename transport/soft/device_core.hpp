@@ -104,7 +104,8 @@ struct QueuePairContext {
     Clock::time_point retry_at{};      // RNR: when to resend from in_flight.front()
     bool waiting_rnr = false;
     std::uint32_t rnr_retries_left = 0;
-    Clock::time_point progress_deadline{};  // transport timeout for the oldest in-flight request
+    Clock::time_point progress_deadline{};  // when the oldest in-flight request is sent again
+    std::uint32_t transport_retries_left = 0;  // resends left before transport retry exceeded
     std::atomic<bool> doorbell_pending{false};
 
     // DC initiator: whether the current target (receive_attributes.remote) has seen this DCI's
@@ -181,6 +182,10 @@ private:
     void flush_queue_pair(QueuePairContext& queue_pair);
     void service_timers();
     Clock::time_point next_timer();
+    // Requester: the ACK timer restarts with every response and when a QP starts sending; a
+    // timeout sends everything in flight again, retry_cnt times, then fails the QP.
+    void restart_ack_timer(QueuePairContext& queue_pair);
+    void resend_in_flight(QueuePairContext& queue_pair, bool retransmission);
     bool send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame);
 
     Connection* connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);

@@ -1,6 +1,7 @@
 // What the software device does with WQEs: decode the bytes the data path wrote, check them as
 // the NIC's memory translation would, carry the operation to the responder, and complete it
 // with the CQE a ConnectX writes. Errors move the QP to ERR and flush what follows.
+#include <cstddef>
 #include <cstring>
 #include <string>
 
@@ -22,9 +23,10 @@ constexpr std::uint32_t kRnrTimerMicroseconds[32] = {
     2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
 // The local ACK timeout: 4.096 us * 2^timeout per try, for retry_cnt retries and the first try.
-Clock::duration transport_timeout(const ReadyToSendAttributes& attributes) {
-    const double per_try_us = 4.096 * static_cast<double>(1ull << attributes.timeout);
-    return std::chrono::microseconds(static_cast<long long>(per_try_us * (attributes.retry_cnt + 1)));
+// The local ACK timeout: how long one try waits for a response before the requester sends
+// everything in flight again (IB spec 9.7.6.1.3; verbs' `timeout` and `retry_cnt`).
+Clock::duration ack_timeout(const ReadyToSendAttributes& attributes) {
+    return std::chrono::microseconds(static_cast<long long>(4.096 * static_cast<double>(1ull << attributes.timeout)));
 }
 
 bool is_read_or_atomic(std::uint8_t opcode) {
@@ -231,7 +233,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
     queue_pair.next_psn = (queue_pair.next_psn + 1) & 0xffffff;
     in_flight.psn = request.psn;
     in_flight.frame = wire::frame(wire::FrameType::request, request, payload.data(), static_cast<std::uint32_t>(payload.size()));
-    if (queue_pair.in_flight.empty()) queue_pair.progress_deadline = Clock::now() + transport_timeout(queue_pair.send_attributes);
+    if (queue_pair.in_flight.empty()) restart_ack_timer(queue_pair);
     queue_pair.in_flight.push_back(std::move(in_flight));
     if (!queue_pair.waiting_rnr && !send_request(queue_pair, queue_pair.in_flight.back().frame)) {
         fail_queue_pair(queue_pair, kSyndromeTransportRetryExceeded, "the peer device cannot be reached");
@@ -266,7 +268,7 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
                 }
             }
             queue_pair.rnr_retries_left = queue_pair.send_attributes.rnr_retry;
-            queue_pair.progress_deadline = Clock::now() + transport_timeout(queue_pair.send_attributes);
+            restart_ack_timer(queue_pair);
             complete_requester(queue_pair, done, 0);
             // A DCI may hold a WQE for another target until this target answered everything.
             if (queue_pair.transport == Transport::dc_initiator && queue_pair.in_flight.empty()) {
@@ -345,6 +347,24 @@ void DeviceCore::flush_queue_pair(QueuePairContext& queue_pair) {
     }
 }
 
+void DeviceCore::restart_ack_timer(QueuePairContext& queue_pair) {
+    queue_pair.progress_deadline = Clock::now() + ack_timeout(queue_pair.send_attributes);
+    queue_pair.transport_retries_left = queue_pair.send_attributes.retry_cnt;
+}
+
+void DeviceCore::resend_in_flight(QueuePairContext& queue_pair, bool retransmission) {
+    for (InFlight& request : queue_pair.in_flight) {
+        if (retransmission) {
+            std::uint8_t& flags = request.frame[sizeof(wire::FrameHeader) + offsetof(wire::Request, dc_flags)];
+            if ((flags & wire::kDcRequest) != 0) flags |= wire::kDcRetransmission;
+        }
+        if (!send_request(queue_pair, request.frame)) {
+            fail_queue_pair(queue_pair, kSyndromeTransportRetryExceeded, "the peer device cannot be reached");
+            return;
+        }
+    }
+}
+
 void DeviceCore::service_timers() {
     const Clock::time_point now = Clock::now();
     for (auto& [qpn, queue_pair] : queue_pairs) {
@@ -357,19 +377,25 @@ void DeviceCore::service_timers() {
             if (now < queue_pair->retry_at) continue;
             // Go back to the refused request and resend it and everything after it.
             queue_pair->waiting_rnr = false;
-            queue_pair->progress_deadline = now + transport_timeout(queue_pair->send_attributes);
-            for (const InFlight& request : queue_pair->in_flight) {
-                if (!send_request(*queue_pair, request.frame)) {
-                    fail_queue_pair(*queue_pair, kSyndromeTransportRetryExceeded, "the peer device cannot be reached");
-                    break;
-                }
-            }
+            restart_ack_timer(*queue_pair);
+            resend_in_flight(*queue_pair, false);
             continue;
         }
         if (queue_pair->send_attributes.timeout != 0 && now >= queue_pair->progress_deadline) {
-            detail::logger().debug("QP {}: transport timeout with {} requests in flight, oldest psn {}", queue_pair->qpn,
-                                   queue_pair->in_flight.size(), queue_pair->in_flight.front().psn);
-            fail_queue_pair(*queue_pair, kSyndromeTransportRetryExceeded, "no response within the transport timeout");
+            if (queue_pair->transport_retries_left == 0) {
+                detail::logger().debug("QP {}: transport timeout with {} requests in flight, oldest psn {}", queue_pair->qpn,
+                                       queue_pair->in_flight.size(), queue_pair->in_flight.front().psn);
+                fail_queue_pair(*queue_pair, kSyndromeTransportRetryExceeded, "no response within the transport timeout");
+                continue;
+            }
+            // No response within one ACK timeout: the request (or its answer) may have been
+            // dropped, by a responder not yet in RTR, say. Go back to the oldest and send
+            // everything in flight again; the responder drops what it already executed.
+            --queue_pair->transport_retries_left;
+            detail::logger().debug("QP {}: no response within the ACK timeout: {} requests sent again from psn {}",
+                                   queue_pair->qpn, queue_pair->in_flight.size(), queue_pair->in_flight.front().psn);
+            queue_pair->progress_deadline = now + ack_timeout(queue_pair->send_attributes);
+            resend_in_flight(*queue_pair, true);
         }
     }
 }

@@ -89,9 +89,14 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
     const RemoteQueuePair& peer = queue_pair.receive_attributes.remote;
     if ((queue_pair.state != QueuePairState::ready_to_receive && queue_pair.state != QueuePairState::ready_to_send) ||
         peer.qpn != request.source_qpn || peer.gid != connection.gid || peer.lid != connection.lid) {
+        detail::logger().debug("QP {}: request psn {} from QP {} dropped: not ready or connected elsewhere", queue_pair.qpn,
+                               request.psn, request.source_qpn);
         return;
     }
-    if (request.psn != queue_pair.expected_psn) return;  // out of sequence after a NAK: the initiator resends
+    if (request.psn != queue_pair.expected_psn) {
+        detail::logger().debug("QP {}: request psn {} dropped: {} expected", queue_pair.qpn, request.psn, queue_pair.expected_psn);
+        return;  // out of sequence after a NAK, or a copy of one executed: the initiator resends
+    }
     perform_request(connection, queue_pair, request, payload, payload_length, queue_pair.expected_psn);
 }
 

@@ -53,6 +53,9 @@ enum RequestDcFlag : std::uint8_t {
     kDcRequest = 1u << 0,        // from a DCI to a DCT
     kDcConnect = 1u << 1,        // the DCI's first request to this DCT since it (re)connected: sets the PSN
     kDcGlobalRoute = 1u << 2,    // the address vector carried a GRH
+    // A copy sent again after a transport timeout: the first may have been executed, so a
+    // retransmitted connect must not restart the PSN sequence of a DCI the DCT already knows.
+    kDcRetransmission = 1u << 3,
 };
 
 struct Response {
