@@ -13,10 +13,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
+#include "rdmachan/launcher_environment.hpp"
 #include "rdmachan/multi_channel.hpp"
 
 namespace {
@@ -94,8 +94,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: multi_channel_all_to_all [ranks 1..64] [slice bytes 1..16777216]\n");
         return 2;
     }
-    std::random_device random;
-    const std::string token = std::to_string(random()) + std::to_string(random());
+    const std::string token = rdmachan::generate_job_token();
 
     std::vector<int> port_pipes;
     std::vector<pid_t> children;

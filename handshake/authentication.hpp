@@ -11,8 +11,7 @@
 
 namespace rdmachan::handshake {
 
-std::string make_nonce();  // 32 hex digits from std::random_device
-std::uint64_t random_u64();
+std::string make_nonce();  // 128 random bits (OpenSSL's generator) as 32 hex digits
 
 // HMAC-SHA-256(token, label and fields, each length-prefixed so no two lists collide), as hex.
 std::string make_proof(std::string_view token, std::string_view label,

@@ -1,6 +1,7 @@
 #include <optional>
 
 #include "handshake/authentication.hpp"
+#include "handshake/crypto.hpp"
 #include "handshake/connection.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/handshake.hpp"

@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
     build-essential cmake ninja-build pkg-config git
     libibverbs-dev rdma-core ibverbs-providers
-    libboost-dev nlohmann-json3-dev doctest-dev libspdlog-dev libfmt-dev libcli11-dev
+    libboost-dev nlohmann-json3-dev doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev
     iproute2 valgrind clang python3
     # The soft-RoCE VM tests (tests/vm): qemu boots Debian's kernel with an initramfs of ours.
     qemu-system-x86 busybox-static cpio kmod xz-utils

@@ -1,9 +1,9 @@
 #include "src/engine.hpp"
 
 #include <algorithm>
-#include <random>
 #include <thread>
 
+#include "rdmachan/handshake.hpp"
 #include "src/logger.hpp"
 
 namespace rdmachan {
@@ -76,7 +76,6 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
     queue_pair_settings.port = settings.port;
     queue_pair_settings.access = static_cast<std::uint32_t>(settings.access);
 
-    std::random_device random;
     for (std::uint32_t index = 0; index < peer_count; ++index) {
         Peer& peer = peers_[index];
         if (!dc_.enabled) {
@@ -88,7 +87,7 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
         }
         peer.local.gid = port_.gid;
         peer.local.lid = port_.lid;
-        peer.local.psn = settings.psn.has_value() ? *settings.psn : (random() & 0xffffff);
+        peer.local.psn = settings.psn.has_value() ? *settings.psn : random_psn();
         peer.local.mtu = std::min(settings.mtu, port_.active_mtu);
         peer.local.device = device_->name();
         peer.name = peer_count == 1 ? "unconnected peer" : "rank " + std::to_string(index);

@@ -8,8 +8,8 @@
 // it. One-sided operations (write, read, atomics) stay zero-copy.
 #include <algorithm>
 #include <cstring>
-#include <random>
 
+#include "rdmachan/handshake.hpp"
 #include "src/engine.hpp"
 #include "src/logger.hpp"
 
@@ -46,8 +46,7 @@ void Engine::build_dc() {
         connect_initiator(*initiator.queue_pair);
     }
 
-    std::random_device random;
-    dc_key_ = dc_.key.has_value() ? *dc_.key : (static_cast<std::uint64_t>(random()) << 32 | random());
+    dc_key_ = dc_.key.has_value() ? *dc_.key : random_dc_key();
     shared_receive_queue_ = domain_->create_shared_receive_queue(dc_.receive_buffers, receive_completions_);
     target_ = domain_->create_dc_target(shared_receive_queue_, receive_completions_, dc_key_,
                                         static_cast<std::uint32_t>(settings_.access));
@@ -61,9 +60,8 @@ void Engine::build_dc() {
 }
 
 void Engine::connect_initiator(transport::QueuePair& initiator) {
-    std::random_device random;
     transport::ConnectSettings connect;
-    connect.local_psn = settings_.psn.has_value() ? *settings_.psn : (random() & 0xffffff);
+    connect.local_psn = settings_.psn.has_value() ? *settings_.psn : random_psn();
     connect.path_mtu = std::min(settings_.mtu, port_.active_mtu);
     connect.ack_timeout = settings_.ack_timeout;
     connect.retry_count = settings_.retry_count;

@@ -3,8 +3,8 @@
 #include "rdmachan/multi_channel.hpp"
 
 #include <exception>
-#include <random>
 
+#include "rdmachan/handshake.hpp"
 #include "src/engine.hpp"
 #include "src/operations.hpp"
 
@@ -111,8 +111,7 @@ PreparedMultiChannel MultiChannelBuilder::build() const {
 PreparedMultiChannel::PreparedMultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank)
     : engine_(std::move(engine)), rank_(rank) {
     // A restarted process that reuses a rank gets a new session: the rendezvous can tell them apart.
-    std::random_device random;
-    session_ = (static_cast<std::uint64_t>(random()) << 32) | random();
+    session_ = random_session_id();
 }
 PreparedMultiChannel::PreparedMultiChannel(PreparedMultiChannel&&) noexcept = default;
 PreparedMultiChannel& PreparedMultiChannel::operator=(PreparedMultiChannel&&) noexcept = default;

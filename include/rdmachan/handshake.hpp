@@ -27,7 +27,7 @@ Endpoint exchange_pairwise(const PairwiseSettings& settings, const Endpoint& min
 
 // The lowest of both sides' MTU and the local port's active MTU; throws on non-verbs sizes.
 std::uint32_t negotiate_mtu(std::uint32_t local, std::uint32_t remote, std::uint32_t port_active);
-std::uint32_t random_psn();         // 24 bits, std::random_device
+std::uint32_t random_psn();         // 24 bits; these three from OpenSSL's generator
 std::uint64_t random_dc_key();      // for a job that did not set one
 std::uint64_t random_session_id();  // never 0
 }  // namespace rdmachan

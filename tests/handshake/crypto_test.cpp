@@ -1,11 +1,14 @@
-// SHA-256 against the FIPS 180 examples, HMAC-SHA-256 against RFC 4231.
-#include "handshake/sha256.hpp"
+// The OpenSSL wrapper: SHA-256 against the FIPS 180 examples, HMAC-SHA-256 against RFC 4231,
+// the constant-time comparison, the random generator.
+#include "handshake/crypto.hpp"
 
 #include <doctest/doctest.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
+#include "handshake/authentication.hpp"
 #include "handshake/hex.hpp"
 
 using namespace rdmachan::handshake;
@@ -29,16 +32,8 @@ TEST_CASE("SHA-256 reproduces the FIPS 180 examples") {
           "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     CHECK(hex(sha256(as_bytes("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"))) ==
           "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-    // One million 'a', fed in uneven pieces so block boundaries fall mid-update.
-    Sha256 hash;
-    const std::string piece(997, 'a');
-    std::size_t fed = 0;
-    while (fed < 1000000) {
-        const std::size_t take = std::min<std::size_t>(piece.size(), 1000000 - fed);
-        hash.update(std::string_view(piece).substr(0, take));
-        fed += take;
-    }
-    CHECK(hex(hash.finish()) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    const std::string million(1000000, 'a');
+    CHECK(hex(sha256(as_bytes(million))) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 }
 
 TEST_CASE("HMAC-SHA-256 reproduces the RFC 4231 test cases") {
@@ -62,14 +57,46 @@ TEST_CASE("HMAC-SHA-256 reproduces the RFC 4231 test cases") {
           "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
 }
 
-TEST_CASE("digest comparison finds a difference in any byte") {
+TEST_CASE("HMAC-SHA-256 with an empty key matches the definition (key padded with zeros)") {
+    // RFC 2104: the key is padded to the block size, so an empty key and a key of 64 zero
+    // bytes give the same MAC.
+    CHECK(hmac_sha256({}, as_bytes("message")) == hmac_sha256(repeated(0, 64), as_bytes("message")));
+    CHECK(hmac_sha256({}, as_bytes("message")) != hmac_sha256(repeated(1, 64), as_bytes("message")));
+}
+
+TEST_CASE("the constant-time comparison finds a difference in any byte and in the length") {
     const Digest digest = sha256(as_bytes("abc"));
-    CHECK(digests_equal(digest, digest));
+    CHECK(equal_in_constant_time(digest, digest));
     for (std::size_t index = 0; index < digest.size(); ++index) {
         Digest changed = digest;
         changed[index] ^= 1;
-        CHECK_FALSE(digests_equal(digest, changed));
+        CHECK_FALSE(equal_in_constant_time(digest, changed));
     }
+    CHECK_FALSE(equal_in_constant_time(std::span(digest).first(31), digest));
+    CHECK(equal_in_constant_time({}, {}));
+    CHECK(proofs_match("00ff", "00ff"));
+    CHECK_FALSE(proofs_match("00ff", "00fe"));
+    CHECK_FALSE(proofs_match("00ff", "00ff00"));
+}
+
+TEST_CASE("random bytes: every call differs, and every bit position takes both values") {
+    // 256 draws of 64 bits: a generator stuck on a value, or on a bit, fails this with
+    // certainty; a working one fails with probability about 2^-250.
+    std::set<std::uint64_t> seen;
+    std::uint64_t ones = 0;
+    std::uint64_t zeros = 0;
+    for (int draw = 0; draw < 256; ++draw) {
+        const std::uint64_t value = random_u64();
+        seen.insert(value);
+        ones |= value;
+        zeros |= ~value;
+    }
+    CHECK(seen.size() == 256);
+    CHECK(ones == ~std::uint64_t{0});
+    CHECK(zeros == ~std::uint64_t{0});
+    const std::string nonce = make_nonce();
+    CHECK(nonce.size() == 32);
+    CHECK(nonce != make_nonce());
 }
 
 TEST_CASE("hex helpers reject malformed text") {

@@ -1,0 +1,32 @@
+// The handshake's cryptography, all from OpenSSL's libcrypto: HMAC-SHA-256 for proofs of the
+// job token, a constant-time comparison for checking them, and random bytes from the
+// operating system's generator for nonces, tokens, session ids, PSNs and DC keys. Kept behind
+// this one small interface so nothing else in the project includes OpenSSL.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace rdmachan::handshake {
+
+using Digest = std::array<std::uint8_t, 32>;
+
+Digest sha256(std::span<const std::uint8_t> bytes);
+Digest hmac_sha256(std::span<const std::uint8_t> key, std::span<const std::uint8_t> message);
+
+// True when both spans hold the same bytes; the time taken depends only on their lengths.
+bool equal_in_constant_time(std::span<const std::uint8_t> left, std::span<const std::uint8_t> right);
+
+// Fills `bytes` from OpenSSL's generator (seeded by the kernel); throws rdmachan::Error when
+// the generator cannot produce them, rather than handing out predictable values.
+void random_bytes(std::span<std::uint8_t> bytes);
+std::uint64_t random_u64();
+
+inline std::span<const std::uint8_t> as_bytes(std::string_view text) {
+    return {reinterpret_cast<const std::uint8_t*>(text.data()), text.size()};
+}
+
+}  // namespace rdmachan::handshake
