@@ -25,7 +25,12 @@ std::string format_ranks(const std::vector<std::uint32_t>& ranks) {
         while (end + 1 < ranks.size() && ranks[end + 1] == ranks[end] + 1) ++end;
         if (!text.empty()) text += ", ";
         text += std::to_string(ranks[index]);
-        if (end > index) text += "-" + std::to_string(ranks[end]);
+        // Appended in two steps: GCC 12 at -O3 warns (-Wrestrict, GCC bug 105329) about the
+        // inlined copy in `"-" + std::string`.
+        if (end > index) {
+            text += '-';
+            text += std::to_string(ranks[end]);
+        }
         index = end + 1;
     }
     return text;

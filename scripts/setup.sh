@@ -2,20 +2,33 @@
 # Installs everything rdmachan needs to build and test, from Debian/Ubuntu packages.
 # Idempotent: packages already present are not reinstalled, and the package lists are
 # refreshed only when something is missing.
-#   scripts/setup.sh [PACKAGE...]     extra packages, for the tools that need more (the measuring
-#                                     scripts: gnuplot-nox, ucx-utils)
+#   scripts/setup.sh [--build-only] [PACKAGE...]
+#     --build-only   only what building the library and its programs needs (scripts/demo.sh):
+#                    no test, VM or fuzzing tools
+#     PACKAGE...     extra packages, for the tools that need more (the measuring scripts:
+#                    gnuplot-nox, ucx-utils)
 set -euo pipefail
+
+build_only=0
+if [ "${1:-}" = "--build-only" ]; then
+    build_only=1
+    shift
+fi
 
 packages=(
     build-essential cmake ninja-build pkg-config git
     libibverbs-dev rdma-core ibverbs-providers
-    libboost-dev nlohmann-json3-dev doctest-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev
-    iproute2 valgrind clang python3
-    # The soft-RoCE VM tests (tests/vm): qemu boots Debian's kernel with an initramfs of ours.
-    qemu-system-x86 busybox-static cpio kmod xz-utils
-    "$@"
+    libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev
+    doctest-dev
 )
-
+if [ "$build_only" -eq 0 ]; then
+    packages+=(
+        iproute2 valgrind clang python3
+        # The soft-RoCE VM tests (tests/vm): qemu boots Debian's kernel with an initramfs of ours.
+        qemu-system-x86 busybox-static cpio kmod xz-utils
+    )
+fi
+packages+=("$@")
 
 if [ "$(id -u)" -eq 0 ]; then
     as_root=()
@@ -42,8 +55,10 @@ else
     echo "setup: all build and test dependencies are installed"
 fi
 
-# libFuzzer's runtime (the fuzz targets): its own package on Debian 12; on releases where clang
-# ships it, the package does not exist and nothing is needed.
+# libFuzzer's and Clang's sanitizer runtimes (the fuzz targets, the Clang sanitizer build): their
+# own package on Debian 12; on releases where clang ships them, the package does not exist and
+# nothing is needed.
+[ "$build_only" -eq 1 ] && exit 0
 if ! dpkg-query -W -f='${Status}' libclang-rt-dev 2>/dev/null | grep -q "install ok installed"; then
     export DEBIAN_FRONTEND=noninteractive
     if ! apt-cache show libclang-rt-dev >/dev/null 2>&1; then "${as_root[@]}" apt-get update -qq; fi

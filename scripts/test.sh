@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole rdmachan test suite:
-#   1. a RelWithDebInfo build: every suite, the golden-vector checks, the install test and the
+#   1. a RelWithDebInfo build with GCC: every suite, the golden-vector checks, the install test and the
 #      soft-RoCE VM tests (label "vm");
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build: every suite except the VM tests;
-#   3. a ThreadSanitizer build: every suite except the VM tests;
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build with Clang (Debug): every suite
+#      except the VM tests;
+#   3. a ThreadSanitizer build with GCC at -O3 (Release): every suite except the VM tests;
 #   4. the handshake's libFuzzer targets, 30 s each (with the sanitizer builds).
+# Warnings are errors in all of them (RDMACHAN_WARNINGS_AS_ERRORS). At the end it prints where the
+# time went: setup, each build's configure, compile and tests (with the slowest steps of each).
 # Usage: scripts/test.sh [--no-sanitizers] [--no-vm]
 set -euo pipefail
 
@@ -21,7 +24,9 @@ for argument in "$@"; do
     esac
 done
 
+setup_started=$(date +%s.%N)
 "$root/scripts/setup.sh"
+setup_finished=$(date +%s.%N)
 
 jobs=$(nproc)
 failed=()
@@ -30,18 +35,50 @@ total_failed=0
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+# Where the time goes: one line per phase, printed again at the end.
+timings=()
+phase_started=0
+start_phase() { phase_started=$(date +%s.%N); }
+end_phase() {
+    local seconds
+    seconds=$(awk -v from="$phase_started" -v to="$(date +%s.%N)" 'BEGIN { print to - from }')
+    timings+=("$(printf '%7.1f s  %s' "$seconds" "$1")")
+}
+timings+=("$(printf '%7.1f s  %s' "$(awk -v from="$setup_started" -v to="$setup_finished" 'BEGIN { print to - from }')" "setup (packages)")")
+
+# The slowest compile and link steps of the build just run, from ninja's log (one line per
+# step: start ms, end ms, mtime, output, hash); `first` is the line count before the build.
+report_slowest_steps() {
+    local directory=$1 first=$2
+    tail -n +"$((first + 1))" "$directory/.ninja_log" | grep -v '^#' |
+        awk '{printf "%6.1f s  %s\n", ($2 - $1) / 1000, $4}' | sort -rn | head -n 5 | sed 's/^/    /'
+}
+
 run_suite() {
     local name=$1 directory=$2 exclude=$3
     shift 3
     echo "=== $name: configure and build ($directory)"
-    cmake -S "$root" -B "$directory" -G Ninja "$@" >/dev/null
+    start_phase
+    cmake -S "$root" -B "$directory" -G Ninja -DRDMACHAN_WARNINGS_AS_ERRORS=ON "$@" >/dev/null
+    end_phase "$name: configure"
+    local logged=0
+    [ -f "$directory/.ninja_log" ] && logged=$(wc -l <"$directory/.ninja_log")
+    start_phase
     cmake --build "$directory" -j "$jobs"
+    end_phase "$name: build ($(($(wc -l <"$directory/.ninja_log") - logged)) steps)"
+    echo "--- slowest build steps:"
+    report_slowest_steps "$directory" "$logged"
     echo "=== $name: run"
     local exclude_arguments=()
     [ -n "$exclude" ] && exclude_arguments=(-LE "$exclude")
     local status=0
+    start_phase
     # pipefail (set above) makes a failing ctest fail this pipeline.
     ctest --test-dir "$directory" --output-on-failure -j "$jobs" "${exclude_arguments[@]}" | tee "$log" || status=1
+    end_phase "$name: tests"
+    echo "--- slowest tests:"
+    grep -E 'Test +#[0-9]+:' "$log" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/' |
+        sort -rn | head -n 5 | awk '{printf "    %6.1f s  %s\n", $1, $2}'
     # ctest's summary: "NN% tests passed, F tests failed out of T".
     local summary
     summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
@@ -59,26 +96,37 @@ run_suite() {
 
 main_exclude=""
 [ "$vm" -eq 0 ] && main_exclude="vm"
-run_suite "main build" "$root/build/test-main" "$main_exclude" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+run_suite "main build (GCC, RelWithDebInfo)" "$root/build/test-main" "$main_exclude" \
+    -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
 if [ "$sanitizers" -eq 1 ]; then
+    # The three builds also cover the compilers and build types users pick, so a new warning
+    # fails here rather than in a user's build: GCC at -O2 (main), Clang at -O0 (ASan+UBSan),
+    # GCC at -O3 (TSan, Release flags plus debug information for its reports). Clang's warnings
+    # do not depend on the optimisation level; GCC's -O0 finds nothing -O2 does not.
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        run_suite "ASan+UBSan build" "$root/build/test-asan" "vm|install" \
-        -DCMAKE_BUILD_TYPE=Debug -DRDMACHAN_SANITIZE_ADDRESS=ON
+        run_suite "ASan+UBSan build (Clang, Debug)" "$root/build/test-asan" "vm|install" \
+        -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DRDMACHAN_SANITIZE_ADDRESS=ON
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        run_suite "TSan build" "$root/build/test-tsan" "vm|install" \
-        -DCMAKE_BUILD_TYPE=Debug -DRDMACHAN_SANITIZE_THREAD=ON
+        run_suite "TSan build (GCC, Release)" "$root/build/test-tsan" "vm|install" \
+        -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g -DRDMACHAN_SANITIZE_THREAD=ON
 fi
 
 if [ "$sanitizers" -eq 1 ]; then
     # The handshake's libFuzzer targets (endpoint parser, frame decoder), 30 s each.
     echo "=== fuzzers: build and run"
+    start_phase
     if "$root/tests/handshake/run_fuzzers.sh" "$root/build/test-fuzz" 30; then
         total_passed=$((total_passed + 1))
     else
         total_failed=$((total_failed + 1))
         failed+=("fuzzers")
     fi
+    end_phase "fuzzers: build and run"
 fi
+
+echo "=== where the time went"
+printf '%s\n' "${timings[@]}"
+printf '%7.1f s  total\n' "$(awk -v from="$setup_started" -v to="$(date +%s.%N)" 'BEGIN { print to - from }')"
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "test: FAILED in: ${failed[*]}" >&2

@@ -7,14 +7,30 @@ source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 build_dir="${1:-$source_dir/../build-handshake-fuzz}"
 seconds="${2:-30}"
 CC=clang CXX=clang++ cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DRDMACHAN_FUZZ=ON -DRDMACHAN_BUILD_TOOLS=OFF >/dev/null
+    -DRDMACHAN_FUZZ=ON -DRDMACHAN_BUILD_TOOLS=OFF -DRDMACHAN_WARNINGS_AS_ERRORS=ON >/dev/null
 cmake --build "$build_dir" -j2 --target handshake_fuzz_endpoint handshake_fuzz_frame
+# Each fuzzer uses one core: both run at once, so the run takes `seconds`, not twice that.
+pids=()
 for target in endpoint frame; do
     work="$build_dir/fuzz-$target"
     mkdir -p "$work/corpus"
     echo "fuzzing $target for ${seconds}s"
     "$build_dir/tests/handshake/handshake_fuzz_$target" -max_total_time="$seconds" \
         -artifact_prefix="$work/" "$work/corpus" "$source_dir/tests/handshake/corpus/$target" \
-        >"$work/log.txt" 2>&1 || { tail -40 "$work/log.txt"; echo "fuzzer $target found a problem"; exit 1; }
-    tail -1 "$work/log.txt"
+        >"$work/log.txt" 2>&1 &
+    pids+=($!)
 done
+status=0
+index=0
+for target in endpoint frame; do
+    work="$build_dir/fuzz-$target"
+    if wait "${pids[$index]}"; then
+        tail -1 "$work/log.txt"
+    else
+        tail -40 "$work/log.txt"
+        echo "fuzzer $target found a problem"
+        status=1
+    fi
+    index=$((index + 1))
+done
+exit "$status"

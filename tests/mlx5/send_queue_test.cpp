@@ -48,7 +48,7 @@ struct Fixture {
     mlx5::SendQueue queue;
 };
 
-mlx5::SendWorkRequest write(std::uint64_t wr_id, const mlx5::ScatterGatherElement* elements, std::uint32_t count,
+mlx5::SendWorkRequest write_request(std::uint64_t wr_id, const mlx5::ScatterGatherElement* elements, std::uint32_t count,
                             std::uint32_t flags = mlx5::kSendSignaled) {
     mlx5::SendWorkRequest request;
     request.wr_id = wr_id;
@@ -75,14 +75,14 @@ TEST_CASE("a refused request writes nothing and rings nothing") {
     Fixture fixture(8);
     std::vector<std::uint8_t> payload(600, 1);
     const mlx5::ScatterGatherElement too_big{reinterpret_cast<std::uint64_t>(payload.data()), 600, 0};
-    const mlx5::SendWorkRequest inline_request = write(1, &too_big, 1, mlx5::kSendSignaled | mlx5::kSendInline);
+    const mlx5::SendWorkRequest inline_request = write_request(1, &too_big, 1, mlx5::kSendSignaled | mlx5::kSendInline);
     const std::vector<std::uint8_t> before = fixture.memory;
     CHECK(fixture.queue.post(&inline_request, 1, nullptr) == mlx5::PostResult::inline_too_large);
     mlx5::ScatterGatherElement elements[5] = {};
     for (auto& element : elements) element = {0x1000, 8, 1};
-    const mlx5::SendWorkRequest too_many = write(2, elements, 5);
+    const mlx5::SendWorkRequest too_many = write_request(2, elements, 5);
     CHECK(fixture.queue.post(&too_many, 1, nullptr) == mlx5::PostResult::too_many_sge);
-    mlx5::SendWorkRequest inline_read = write(3, elements, 1, mlx5::kSendInline);
+    mlx5::SendWorkRequest inline_read = write_request(3, elements, 1, mlx5::kSendInline);
     inline_read.opcode = mlx5::SendOpcode::rdma_read;
     CHECK(fixture.queue.post(&inline_read, 1, nullptr) == mlx5::PostResult::invalid_request);
     CHECK(fixture.memory == before);
@@ -94,7 +94,7 @@ TEST_CASE("a full ring refuses the WQE that does not fit, and accepts again afte
     Fixture fixture(8);
     const mlx5::ScatterGatherElement element{0x1000, 64, 7};
     std::vector<mlx5::SendWorkRequest> requests;
-    for (std::uint64_t i = 0; i < 9; ++i) requests.push_back(write(100 + i, &element, 1, i == 7 ? mlx5::kSendSignaled : 0));
+    for (std::uint64_t i = 0; i < 9; ++i) requests.push_back(write_request(100 + i, &element, 1, i == 7 ? mlx5::kSendSignaled : 0));
     std::uint32_t posted = 0;
     CHECK(fixture.queue.post(requests.data(), 9, &posted) == mlx5::PostResult::queue_full);
     CHECK(posted == 8);
@@ -116,7 +116,7 @@ TEST_CASE("BlueFlame: single WQEs are copied whole and the offset alternates") {
     const mlx5::ScatterGatherElement element{0x2000, 32, 9};
     for (std::uint32_t post = 0; post < 4; ++post) {
         std::fill(fixture.registers.begin(), fixture.registers.end(), 0);
-        const mlx5::SendWorkRequest request = write(post, &element, 1);
+        const mlx5::SendWorkRequest request = write_request(post, &element, 1);
         REQUIRE(fixture.queue.post(&request, 1, nullptr) == mlx5::PostResult::ok);
         const std::uint32_t offset = (post % 2) * 256;
         CHECK(std::memcmp(fixture.registers.data() + offset, fixture.wqe(post), 48) == 0);
@@ -128,7 +128,7 @@ TEST_CASE("the 16-bit WQE index and doorbell record wrap at 65536") {
     Fixture fixture(64, 0, 65534);
     const mlx5::ScatterGatherElement element{0x3000, 16, 3};
     for (std::uint32_t i = 0; i < 4; ++i) {
-        const mlx5::SendWorkRequest request = write(i, &element, 1);
+        const mlx5::SendWorkRequest request = write_request(i, &element, 1);
         REQUIRE(fixture.queue.post(&request, 1, nullptr) == mlx5::PostResult::ok);
         const std::uint32_t producer = 65534 + i;
         const std::uint32_t opmod_index_opcode = mlx5::load_big32(fixture.wqe(producer));
@@ -155,7 +155,7 @@ TEST_CASE("random WQE sizes over many wraps: every WQE decodes back, nothing out
                            length, 0x100 + i};
             total += length;
         }
-        mlx5::SendWorkRequest request = write(round, elements, sges, mlx5::kSendSignaled | (use_inline ? mlx5::kSendInline : 0u));
+        mlx5::SendWorkRequest request = write_request(round, elements, sges, mlx5::kSendSignaled | (use_inline ? mlx5::kSendInline : 0u));
         if (random() % 2 == 0) request.opcode = mlx5::SendOpcode::send;
         const std::uint32_t start = fixture.queue.tracking().producer_index;
         mlx5::PostResult result = fixture.queue.post(&request, 1, nullptr);
