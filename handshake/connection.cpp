@@ -31,6 +31,7 @@ Task<std::string> FramedConnection::read_frame() {
             throw Error("connection from " + peer() + " closed before the next frame");
         }
         if (error) throw Error("reading from " + peer() + " failed: " + error.message());
+        bytes_received_ += received;
         decoder_.feed(std::span<const std::uint8_t>(buffer_.data(), received));
     }
 }

@@ -29,12 +29,15 @@ class FramedConnection {
     void set_peer(std::string peer);
     void set_size_cap(std::size_t size_cap) { decoder_.set_size_cap(size_cap); }
     const std::string& peer() const { return decoder_.peer(); }
+    // Every byte read from the socket so far (frame headers included).
+    std::uint64_t bytes_received() const { return bytes_received_; }
     void close();
 
   private:
     tcp::socket socket_;
     FrameDecoder decoder_;
     std::array<std::uint8_t, 16384> buffer_;
+    std::uint64_t bytes_received_ = 0;
 };
 
 // Parses JSON text received from `peer`, requiring an object; errors name the peer.

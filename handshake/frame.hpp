@@ -13,8 +13,10 @@
 
 namespace rdmachan::handshake {
 
-inline constexpr std::uint32_t protocol_version = 1;
-inline constexpr std::uint32_t protocol_min_compatible_version = 1;
+// Version 2: the rendezvous table carries, per peer, only the RC entry that peer made for the
+// receiving rank (version 1 sent every peer's whole endpoint, O(N^2) bytes per rank).
+inline constexpr std::uint32_t protocol_version = 2;
+inline constexpr std::uint32_t protocol_min_compatible_version = 2;
 inline constexpr std::array<std::uint8_t, 8> protocol_magic = {'R', 'D', 'M', 'A',
                                                                'C', 'H', 'A', 'N'};
 inline constexpr std::size_t frame_header_size = 4;

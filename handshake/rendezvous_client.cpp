@@ -84,6 +84,12 @@ struct Rendezvous::State {
                 throw Error(server_name() + " sent the endpoint of rank " +
                             std::to_string(received[index].rank) + " at index " +
                             std::to_string(index));
+            // Protocol 2: a peer's endpoint carries at most the RC entry it made for us.
+            for (const RcEntry& entry : received[index].rc)
+                if (entry.peer != settings.rank)
+                    throw Error(server_name() + " sent rank " + std::to_string(index) +
+                                "'s rc entry for rank " + std::to_string(entry.peer) + " to " +
+                                me() + " (protocol 2 sends only the entry for the recipient)");
         }
         table = std::move(received);
     }
@@ -136,6 +142,10 @@ Rendezvous::~Rendezvous() = default;
 
 std::uint16_t Rendezvous::port() const {
     return state_->settings.port;
+}
+
+std::uint64_t Rendezvous::bytes_received() const {
+    return state_->connection ? state_->connection->bytes_received() : 0;
 }
 
 std::vector<Endpoint> Rendezvous::exchange(const Endpoint& mine) {

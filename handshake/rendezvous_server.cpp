@@ -37,6 +37,44 @@ namespace {
 
 enum class Phase { gathering, table_sent, released, failed };
 
+// An RC entry as the server keeps it per (rank, peer): qpn and psn are 24 bits each; `present`
+// tells an entry from a peer the rank made no queue pair for.
+struct PackedRcEntry {
+    std::uint32_t qpn : 24 = 0;
+    std::uint32_t present : 1 = 0;
+    std::uint32_t psn = 0;
+};
+
+// The endpoint as JSON text without "rc" and without its closing brace, so a recipient's RC
+// entry (or none) can be appended: `{"device":"soft",...,"session":"..."` .
+std::string serialize_common_part(const Endpoint& endpoint) {
+    nlohmann::json json = endpoint;
+    json.erase("rc");
+    std::string text = json.dump();
+    text.pop_back();  // the closing '}'
+    return text;
+}
+
+// The RC entries of `endpoint` indexed by the peer they are for. A peer out of range or named
+// twice is the registering rank's error (Rejection text names the field).
+std::vector<PackedRcEntry> index_rc_entries(const Endpoint& endpoint, std::uint32_t world_size) {
+    std::vector<PackedRcEntry> by_peer(endpoint.rc.empty() ? 0 : world_size);
+    for (std::size_t index = 0; index < endpoint.rc.size(); ++index) {
+        const RcEntry& entry = endpoint.rc[index];
+        const std::string field = "rc[" + std::to_string(index) + "].peer";
+        if (entry.peer >= world_size)
+            throw Error("endpoint field '" + field + "' = " + std::to_string(entry.peer) +
+                        " is not a rank of world size " + std::to_string(world_size));
+        if (by_peer[entry.peer].present)
+            throw Error("endpoint field '" + field + "' = " + std::to_string(entry.peer) +
+                        " names a peer that an earlier rc entry names already");
+        by_peer[entry.peer].qpn = entry.qpn & 0xffffff;
+        by_peer[entry.peer].psn = entry.psn;
+        by_peer[entry.peer].present = 1;
+    }
+    return by_peer;
+}
+
 // Thrown inside a connection's coroutine to reject the peer with a message sent back to it.
 struct Rejection {
     std::string message;
@@ -58,12 +96,16 @@ struct RendezvousServer::State {
     std::string listening_on;
 
     Phase phase = Phase::gathering;
-    std::vector<std::optional<Endpoint>> registered;
+    // Per registered rank: its session, its endpoint serialized once without "rc" and without
+    // the closing brace, and the RC entry it made for each peer (indexed by peer). Each rank's
+    // table is assembled from these by concatenation (see table_for), O(N) bytes per rank.
+    std::vector<std::optional<std::uint64_t>> registered;
+    std::vector<std::string> common_text;
+    std::vector<std::vector<PackedRcEntry>> rc_for_peer;
     std::uint32_t registered_count = 0;
     std::vector<bool> in_barrier;
     std::uint32_t barrier_count = 0;
     std::uint32_t released_count = 0;
-    std::string table_frame;
     std::string failure;
 
     std::thread thread;
@@ -157,9 +199,11 @@ struct RendezvousServer::State {
 
             const nlohmann::json registration = co_await connection->read_message("register");
             Endpoint endpoint;
+            std::vector<PackedRcEntry> rc_entries;
             try {
                 if (!registration.contains("endpoint")) throw Error("register lacks 'endpoint'");
                 from_json(registration["endpoint"], endpoint);
+                rc_entries = index_rc_entries(endpoint, settings.world_size);
             } catch (const Error& error) {
                 throw Rejection{who + " sent an invalid endpoint: " + error.what()};
             }
@@ -174,16 +218,18 @@ struct RendezvousServer::State {
                     (phase == Phase::failed ? "failed: " + failure : std::string("completed"))};
             if (const auto& existing = registered[claimed_rank])
                 throw Rejection{"rank " + std::to_string(claimed_rank) +
-                                " is already registered (session " + to_hex_u64(existing->session) +
+                                " is already registered (session " + to_hex_u64(*existing) +
                                 "); " + connection->peer() + " with session " + session +
                                 " claims it too"};
             rank = static_cast<std::uint32_t>(claimed_rank);
-            registered[*rank] = std::move(endpoint);
+            registered[*rank] = endpoint.session;
+            common_text[*rank] = serialize_common_part(endpoint);
+            rc_for_peer[*rank] = std::move(rc_entries);
             if (++registered_count == settings.world_size) publish_table();
 
             co_await wait_for(table_event, Phase::table_sent);
             if (phase == Phase::failed) throw Rejection{failure};
-            co_await connection->write_frame(table_frame);
+            co_await connection->write_frame(table_for(*rank));
 
             co_await connection->read_message("barrier");
             in_barrier[*rank] = true;
@@ -221,12 +267,36 @@ struct RendezvousServer::State {
     }
 
     void publish_table() {
-        nlohmann::json table = {{"type", "table"}, {"endpoints", nlohmann::json::array()}};
-        for (const auto& endpoint : registered) table["endpoints"].push_back(*endpoint);
-        table_frame = table.dump();
         phase = Phase::table_sent;
         table_event.cancel();
         detail::logger().debug("{}: all {} ranks registered", name(), settings.world_size);
+    }
+
+    // {"type":"table","endpoints":[...]} for `recipient`: each rank's pre-serialized common part
+    // followed by the RC entry it made for `recipient` (or an empty "rc").
+    std::string table_for(std::uint32_t recipient) const {
+        std::size_t size = 64;
+        for (const std::string& text : common_text) size += text.size() + 64;
+        std::string frame;
+        frame.reserve(size);
+        frame += R"({"type":"table","endpoints":[)";
+        const std::string peer_field = R"(,"rc":[{"peer":)" + std::to_string(recipient) + R"(,"psn":)";
+        for (std::uint32_t rank = 0; rank < settings.world_size; ++rank) {
+            if (rank != 0) frame += ',';
+            frame += common_text[rank];
+            const std::vector<PackedRcEntry>& entries = rc_for_peer[rank];
+            if (recipient < entries.size() && entries[recipient].present) {
+                frame += peer_field;
+                frame += std::to_string(entries[recipient].psn);
+                frame += R"(,"qpn":)";
+                frame += std::to_string(entries[recipient].qpn);
+                frame += "}]}";
+            } else {
+                frame += R"(,"rc":[]})";
+            }
+        }
+        frame += "]}";
+        return frame;
     }
 
     void on_deadline() {
@@ -283,6 +353,8 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
     if (state.settings.world_size == 0)
         throw Error("RendezvousServer: world size 0 for job '" + state.settings.job + "'");
     state.registered.resize(state.settings.world_size);
+    state.common_text.resize(state.settings.world_size);
+    state.rc_for_peer.resize(state.settings.world_size);
     state.in_barrier.resize(state.settings.world_size);
     try {
         const tcp::endpoint endpoint(asio::ip::make_address(state.settings.bind_address),
