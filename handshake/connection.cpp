@@ -49,6 +49,10 @@ Task<void> FramedConnection::write_frame(std::string payload) {
 
 Task<nlohmann::json> FramedConnection::read_message(const char* expected_type) {
     const std::string frame = co_await read_frame();
+    co_return parse_message(frame, expected_type);
+}
+
+nlohmann::json FramedConnection::parse_message(const std::string& frame, const char* expected_type) const {
     nlohmann::json message = parse_json_object(frame, peer(), "message");
     const auto type = message.find("type");
     if (type == message.end() || !type->is_string())
@@ -62,7 +66,7 @@ Task<nlohmann::json> FramedConnection::read_message(const char* expected_type) {
     if (*type != expected_type)
         throw Error("expected a '" + std::string(expected_type) + "' message from " + peer() +
                     ", got '" + type->get<std::string>().substr(0, 40) + "'");
-    co_return message;
+    return message;
 }
 
 Task<void> FramedConnection::write_message(const nlohmann::json& message) {

@@ -24,6 +24,8 @@ class FramedConnection {
     // Reads a frame holding a JSON message of the given type; a {"type":"error"} message is
     // thrown as rdmachan::Error carrying the peer's text.
     Task<nlohmann::json> read_message(const char* expected_type);
+    // The checks of read_message on a frame already read.
+    nlohmann::json parse_message(const std::string& frame, const char* expected_type) const;
     Task<void> write_message(const nlohmann::json& message);
 
     void set_peer(std::string peer);

@@ -8,6 +8,7 @@
 #include "handshake/connection.hpp"
 #include "handshake/hex.hpp"
 #include "handshake/rendezvous_protocol.hpp"
+#include "handshake/rendezvous_table.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
 #include "src/logger.hpp"
@@ -44,16 +45,6 @@ struct PackedRcEntry {
     std::uint32_t present : 1 = 0;
     std::uint32_t psn = 0;
 };
-
-// The endpoint as JSON text without "rc" and without its closing brace, so a recipient's RC
-// entry (or none) can be appended: `{"device":"soft",...,"session":"..."` .
-std::string serialize_common_part(const Endpoint& endpoint) {
-    nlohmann::json json = endpoint;
-    json.erase("rc");
-    std::string text = json.dump();
-    text.pop_back();  // the closing '}'
-    return text;
-}
 
 // The RC entries of `endpoint` indexed by the peer they are for. A peer out of range or named
 // twice is the registering rank's error (Rejection text names the field).
@@ -96,11 +87,11 @@ struct RendezvousServer::State {
     std::string listening_on;
 
     Phase phase = Phase::gathering;
-    // Per registered rank: its session, its endpoint serialized once without "rc" and without
-    // the closing brace, and the RC entry it made for each peer (indexed by peer). Each rank's
-    // table is assembled from these by concatenation (see table_for), O(N) bytes per rank.
+    // Per registered rank: its session, its table row serialized once around the RC part, and
+    // the RC entry it made for each peer (indexed by peer). Each rank's table is assembled from
+    // these by concatenation (see table_for), O(N) bytes per rank.
     std::vector<std::optional<std::uint64_t>> registered;
-    std::vector<std::string> common_text;
+    std::vector<TableRowText> row_text;
     std::vector<std::vector<PackedRcEntry>> rc_for_peer;
     std::uint32_t registered_count = 0;
     std::vector<bool> in_barrier;
@@ -202,7 +193,12 @@ struct RendezvousServer::State {
             std::vector<PackedRcEntry> rc_entries;
             try {
                 if (!registration.contains("endpoint")) throw Error("register lacks 'endpoint'");
+                if (!registration.contains("rc")) throw Error("register lacks 'rc'");
                 from_json(registration["endpoint"], endpoint);
+                // Protocol 2 carries the RC entries as compact triples beside the endpoint.
+                std::vector<RcEntry> compact = parse_compact_rc_entries(registration["rc"]);
+                endpoint.rc.insert(endpoint.rc.end(), compact.begin(), compact.end());
+                validate(endpoint);
                 rc_entries = index_rc_entries(endpoint, settings.world_size);
             } catch (const Error& error) {
                 throw Rejection{who + " sent an invalid endpoint: " + error.what()};
@@ -223,7 +219,7 @@ struct RendezvousServer::State {
                                 " claims it too"};
             rank = static_cast<std::uint32_t>(claimed_rank);
             registered[*rank] = endpoint.session;
-            common_text[*rank] = serialize_common_part(endpoint);
+            row_text[*rank] = table_row_text(endpoint);
             rc_for_peer[*rank] = std::move(rc_entries);
             if (++registered_count == settings.world_size) publish_table();
 
@@ -272,28 +268,25 @@ struct RendezvousServer::State {
         detail::logger().debug("{}: all {} ranks registered", name(), settings.world_size);
     }
 
-    // {"type":"table","endpoints":[...]} for `recipient`: each rank's pre-serialized common part
-    // followed by the RC entry it made for `recipient` (or an empty "rc").
+    // {"type":"table","rows":[...]} for `recipient`: each rank's pre-serialized row around the
+    // RC entry it made for `recipient` (or none).
     std::string table_for(std::uint32_t recipient) const {
         std::size_t size = 64;
-        for (const std::string& text : common_text) size += text.size() + 64;
+        for (const TableRowText& text : row_text) size += text.prefix.size() + text.suffix.size() + 24;
         std::string frame;
         frame.reserve(size);
-        frame += R"({"type":"table","endpoints":[)";
-        const std::string peer_field = R"(,"rc":[{"peer":)" + std::to_string(recipient) + R"(,"psn":)";
+        frame += R"({"type":"table","rows":[)";
         for (std::uint32_t rank = 0; rank < settings.world_size; ++rank) {
             if (rank != 0) frame += ',';
-            frame += common_text[rank];
+            frame += row_text[rank].prefix;
             const std::vector<PackedRcEntry>& entries = rc_for_peer[rank];
             if (recipient < entries.size() && entries[recipient].present) {
-                frame += peer_field;
-                frame += std::to_string(entries[recipient].psn);
-                frame += R"(,"qpn":)";
-                frame += std::to_string(entries[recipient].qpn);
-                frame += "}]}";
+                const RcEntry entry{recipient, entries[recipient].qpn, entries[recipient].psn};
+                append_table_rc(frame, &entry);
             } else {
-                frame += R"(,"rc":[]})";
+                append_table_rc(frame, nullptr);
             }
+            frame += row_text[rank].suffix;
         }
         frame += "]}";
         return frame;
@@ -353,7 +346,7 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
     if (state.settings.world_size == 0)
         throw Error("RendezvousServer: world size 0 for job '" + state.settings.job + "'");
     state.registered.resize(state.settings.world_size);
-    state.common_text.resize(state.settings.world_size);
+    state.row_text.resize(state.settings.world_size);
     state.rc_for_peer.resize(state.settings.world_size);
     state.in_barrier.resize(state.settings.world_size);
     try {
