@@ -37,10 +37,12 @@ Task<std::string> FramedConnection::read_frame() {
 }
 
 Task<void> FramedConnection::write_frame(std::string payload) {
-    const std::string frame = encode_frame(payload);
+    // The header and the payload as two buffers: a table frame of a large job is not copied.
+    const std::string header = encode_frame_header(payload.size());
+    const std::array<asio::const_buffer, 2> buffers = {asio::buffer(header), asio::buffer(payload)};
     boost::system::error_code error;
     try {
-        co_await asio::async_write(socket_, asio::buffer(frame), asio::use_awaitable);
+        co_await asio::async_write(socket_, buffers, asio::use_awaitable);
     } catch (const boost::system::system_error& failure) {
         error = failure.code();
     }

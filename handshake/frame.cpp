@@ -20,13 +20,18 @@ std::uint32_t get_u32(const char* bytes) {
 
 }  // namespace
 
-std::string encode_frame(std::string_view payload, std::size_t size_cap) {
-    if (payload.size() > size_cap)
-        throw Error("frame of " + std::to_string(payload.size()) +
+std::string encode_frame_header(std::size_t payload_size, std::size_t size_cap) {
+    if (payload_size > size_cap)
+        throw Error("frame of " + std::to_string(payload_size) +
                     " bytes is larger than the cap of " + std::to_string(size_cap) + " bytes");
-    std::string frame;
+    std::string header;
+    put_u32(header, static_cast<std::uint32_t>(payload_size));
+    return header;
+}
+
+std::string encode_frame(std::string_view payload, std::size_t size_cap) {
+    std::string frame = encode_frame_header(payload.size(), size_cap);
     frame.reserve(frame_header_size + payload.size());
-    put_u32(frame, static_cast<std::uint32_t>(payload.size()));
     frame.append(payload);
     return frame;
 }

@@ -29,6 +29,9 @@ inline constexpr std::size_t authenticated_frame_size_cap = 64 * 1024 * 1024;
 // Throws rdmachan::Error if the payload is larger than `size_cap`.
 std::string encode_frame(std::string_view payload,
                          std::size_t size_cap = authenticated_frame_size_cap);
+// Just the 4-byte header of a frame of `payload_size` bytes (same check).
+std::string encode_frame_header(std::size_t payload_size,
+                                std::size_t size_cap = authenticated_frame_size_cap);
 
 // Splits a byte stream into frames. `peer` names the other side in every error.
 class FrameDecoder {

@@ -1,3 +1,5 @@
+#include <sys/resource.h>
+
 #include <condition_variable>
 #include <list>
 #include <mutex>
@@ -37,6 +39,17 @@ std::string format_ranks(const std::vector<std::uint32_t>& ranks) {
 namespace {
 
 enum class Phase { gathering, table_sent, released, failed };
+
+std::string describe_accept_error(const boost::system::error_code& error) {
+    std::string text = error.message();
+    if (error == boost::system::errc::too_many_files_open) {
+        rlimit limit{};
+        ::getrlimit(RLIMIT_NOFILE, &limit);
+        text += " (this process is out of file descriptors: RLIMIT_NOFILE is " + std::to_string(limit.rlim_cur) +
+                ", hard limit " + std::to_string(limit.rlim_max) + ")";
+    }
+    return text;
+}
 
 // An RC entry as the server keeps it per (rank, peer): qpn and psn are 24 bits each; `present`
 // tells an entry from a peer the rank made no queue pair for.
@@ -81,6 +94,9 @@ struct RendezvousServer::State {
     // Waiters park on these timers (never expiring); cancel() wakes them all.
     asio::steady_timer table_event{io};
     asio::steady_timer release_event{io};
+    asio::steady_timer table_slot_event{io};  // cancel_one() when a table write finishes
+    static constexpr std::uint32_t max_tables_in_flight = 32;
+    std::uint32_t tables_in_flight = 0;
     std::list<std::shared_ptr<FramedConnection>> connections;
     // Read by other threads while the server runs; set once before start().
     std::uint16_t port = 0;
@@ -98,6 +114,7 @@ struct RendezvousServer::State {
     std::uint32_t barrier_count = 0;
     std::uint32_t released_count = 0;
     std::string failure;
+    std::string accept_failure;  // the last reason accept() failed, for the deadline's report
 
     std::thread thread;
     std::mutex mutex;
@@ -110,8 +127,27 @@ struct RendezvousServer::State {
     }
 
     Task<void> accept_loop() {
+        asio::steady_timer pause(io);
         for (;;) {
-            tcp::socket socket = co_await acceptor.async_accept(asio::use_awaitable);
+            tcp::socket socket(io);
+            boost::system::error_code accept_error;
+            try {
+                socket = co_await acceptor.async_accept(asio::use_awaitable);
+            } catch (const boost::system::system_error& failure) {
+                accept_error = failure.code();
+            }
+            if (accept_error == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+            if (accept_error) {
+                // Out of descriptors, most likely: the ranks waiting in the backlog get in once
+                // some are free; until then the deadline's report carries the reason.
+                if (accept_failure.empty())
+                    detail::logger().error("{}: accepting a connection failed: {}", name(),
+                                           describe_accept_error(accept_error));
+                accept_failure = describe_accept_error(accept_error);
+                pause.expires_after(std::chrono::milliseconds(50));
+                co_await pause.async_wait(asio::use_awaitable);
+                continue;
+            }
             boost::system::error_code error;
             const tcp::endpoint remote = socket.remote_endpoint(error);
             auto connection = std::make_shared<FramedConnection>(
@@ -225,7 +261,25 @@ struct RendezvousServer::State {
 
             co_await wait_for(table_event, Phase::table_sent);
             if (phase == Phase::failed) throw Rejection{failure};
-            co_await connection->write_frame(table_for(*rank));
+            // At most a few tables exist at once: at 4,096 ranks each is most of a megabyte.
+            while (tables_in_flight >= max_tables_in_flight && phase != Phase::failed) {
+                try {
+                    co_await table_slot_event.async_wait(asio::use_awaitable);
+                } catch (const boost::system::system_error&) {
+                    // Woken by cancel_one(): a table finished; look again.
+                }
+            }
+            if (phase == Phase::failed) throw Rejection{failure};
+            ++tables_in_flight;
+            std::exception_ptr write_failure;
+            try {
+                co_await connection->write_frame(table_for(*rank));
+            } catch (...) {
+                write_failure = std::current_exception();
+            }
+            --tables_in_flight;
+            table_slot_event.cancel_one();
+            if (write_failure) std::rethrow_exception(write_failure);
 
             co_await connection->read_message("barrier");
             in_barrier[*rank] = true;
@@ -306,7 +360,8 @@ struct RendezvousServer::State {
                                    : "ranks that never entered the barrier: ";
         }
         fail(name() + ": deadline of " + std::to_string(settings.timeout.count()) + " ms expired; " + what +
-             format_ranks(missing));
+             format_ranks(missing) +
+             (accept_failure.empty() ? std::string() : " (accepting connections failed: " + accept_failure + ")"));
     }
 
     // Ends the rendezvous for everyone with `why`: waiting ranks are woken and sent it.
@@ -317,6 +372,7 @@ struct RendezvousServer::State {
         phase = Phase::failed;
         table_event.cancel();
         release_event.cancel();
+        table_slot_event.cancel();
         boost::system::error_code ignored;
         acceptor.close(ignored);
         // Give waiting ranks a moment to receive the error, then drop everyone.
@@ -330,6 +386,7 @@ struct RendezvousServer::State {
         deadline_timer.cancel();
         table_event.cancel();
         release_event.cancel();
+        table_slot_event.cancel();
         for (auto& connection : connections) connection->close();
         std::lock_guard lock(mutex);
         if (finished) return;
@@ -365,6 +422,7 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
     }
     state.table_event.expires_at(asio::steady_timer::time_point::max());
     state.release_event.expires_at(asio::steady_timer::time_point::max());
+    state.table_slot_event.expires_at(asio::steady_timer::time_point::max());
 }
 
 RendezvousServer::~RendezvousServer() {

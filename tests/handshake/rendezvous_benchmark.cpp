@@ -1,10 +1,13 @@
 // Wall time and bytes received per rank of an N-rank rendezvous (exchange + barrier), with
 // endpoints shaped as a MultiChannel publishes them: RC (one rc entry per rank, itself included,
 // with random 24-bit QPNs and PSNs) or DC (one DC target, 4 DC initiators). The parent hosts the
-// server; the ranks are forked processes (default) or threads of this process.
+// server; the ranks are forked processes (default), or T threads in each of N/T forked processes
+// (--threads-per-process T: each rank's client holds 4 descriptors — its socket and its
+// io_context's epoll, eventfd and timerfd — so 4,096 ranks in one process would need more than
+// a 20,000-descriptor limit allows, with the server's 4,096 sockets besides).
 // Several world sizes in one call print, for each after the first, how bytes per rank grew
 // against how the world size grew (linear: the two ratios match).
-// Usage: rendezvous_benchmark [--mode rc|dc] [--threads] [--timeout SECONDS] [N ...]
+// Usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] [N ...]
 #include <sys/mman.h>
 
 #include <atomic>
@@ -25,7 +28,7 @@ namespace {
 
 struct Options {
     bool dc = false;
-    bool threads = false;
+    int threads_per_process = 1;
     int timeout_seconds = 60;
     std::vector<int> world_sizes;
 };
@@ -83,7 +86,7 @@ int run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, b
 struct Outcome {
     bool succeeded = false;
     double seconds = 0;        // server start to every rank released
-    double start_seconds = 0;  // forking the processes / starting the threads
+    double start_seconds = 0;  // forking the processes
     std::uint64_t min_bytes = 0, max_bytes = 0;
     double mean_bytes = 0;
 };
@@ -105,43 +108,44 @@ Outcome run(const Options& options, int ranks) {
     const auto begin = std::chrono::steady_clock::now();
     auto server_start = begin;
     int succeeded = 0;
-    if (options.threads) {
-        std::atomic<int> good{0};
-        std::vector<std::thread> threads;
-        threads.reserve(world_size);
-        for (std::uint32_t rank = 0; rank < world_size; ++rank)
-            threads.emplace_back([&, rank] {
+    const int per_process = options.threads_per_process;
+    const int processes = (ranks + per_process - 1) / per_process;
+    succeeded = rdmachan::test::run_children(
+        processes,
+        [&](int process) {
+            const int first = process * per_process;
+            const int last = std::min(ranks, first + per_process);
+            if (per_process == 1) {
                 try {
-                    if (run_rank(port, rank, world_size, options.dc, options.timeout_seconds, bytes[rank]) == 0)
-                        good.fetch_add(1);
+                    return run_rank(port, static_cast<std::uint32_t>(first), world_size, options.dc,
+                                    options.timeout_seconds, bytes[first]);
                 } catch (const rdmachan::Error& error) {
-                    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
-                }
-            });
-        server_start = std::chrono::steady_clock::now();
-        server.start();
-        for (auto& thread : threads) thread.join();
-        succeeded = good.load();
-    } else {
-        succeeded = rdmachan::test::run_children(
-            ranks,
-            [&](int rank) {
-                try {
-                    return run_rank(port, static_cast<std::uint32_t>(rank), world_size, options.dc,
-                                    options.timeout_seconds, bytes[rank]);
-                } catch (const rdmachan::Error& error) {
-                    std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+                    std::fprintf(stderr, "rank %d: %s\n", first, error.what());
                     return 2;
                 }
-            },
-            timeout + std::chrono::seconds(5), [&] {
-                server_start = std::chrono::steady_clock::now();
-                server.start();
-            });
-    }
+            }
+            std::atomic<int> good{0};
+            std::vector<std::thread> threads;
+            for (int rank = first; rank < last; ++rank)
+                threads.emplace_back([&, rank] {
+                    try {
+                        if (run_rank(port, static_cast<std::uint32_t>(rank), world_size, options.dc,
+                                     options.timeout_seconds, bytes[rank]) == 0)
+                            good.fetch_add(1);
+                    } catch (const rdmachan::Error& error) {
+                        std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+                    }
+                });
+            for (auto& thread : threads) thread.join();
+            return good.load() == last - first ? 0 : 3;
+        },
+        timeout + std::chrono::seconds(5), [&] {
+            server_start = std::chrono::steady_clock::now();
+            server.start();
+        });
     try {
         server.wait();
-        outcome.succeeded = succeeded == ranks;
+        outcome.succeeded = succeeded == processes;
     } catch (const rdmachan::Error& error) {
         std::fprintf(stderr, "rendezvous_benchmark: %s\n", error.what());
     }
@@ -163,7 +167,7 @@ Outcome run(const Options& options, int ranks) {
 [[noreturn]] void usage(const char* complaint) {
     std::fprintf(stderr,
                  "rendezvous_benchmark: %s\n"
-                 "usage: rendezvous_benchmark [--mode rc|dc] [--threads] [--timeout SECONDS] [N ...]\n",
+                 "usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] [N ...]\n",
                  complaint);
     std::exit(2);
 }
@@ -178,8 +182,10 @@ int main(int argc, char** argv) {
             const std::string mode = argv[++index];
             if (mode != "rc" && mode != "dc") usage("--mode must be rc or dc");
             options.dc = mode == "dc";
-        } else if (argument == "--threads") {
-            options.threads = true;
+        } else if (argument == "--threads-per-process" && index + 1 < argc) {
+            options.threads_per_process = std::atoi(argv[++index]);
+            if (options.threads_per_process < 1 || options.threads_per_process > 4096)
+                usage("--threads-per-process must be in 1..4096");
         } else if (argument == "--timeout" && index + 1 < argc) {
             options.timeout_seconds = std::atoi(argv[++index]);
             if (options.timeout_seconds < 1) usage("--timeout must be a positive number of seconds");
@@ -191,7 +197,9 @@ int main(int argc, char** argv) {
     }
     if (options.world_sizes.empty()) options.world_sizes.push_back(64);
     const char* mode = options.dc ? "dc" : "rc";
-    const char* runner = options.threads ? "threads" : "processes";
+    const std::string runner = options.threads_per_process == 1
+                                   ? std::string("processes")
+                                   : "processes_of_" + std::to_string(options.threads_per_process) + "_threads";
     int status = 0;
     const Outcome* previous = nullptr;
     int previous_ranks = 0;
@@ -200,7 +208,7 @@ int main(int argc, char** argv) {
         const Outcome outcome = run(options, ranks);
         std::printf("rendezvous: mode=%s ranks=%d runner=%s seconds=%.3f start_seconds=%.3f "
                     "bytes_per_rank=%.0f (min %llu, max %llu)",
-                    mode, ranks, runner, outcome.seconds, outcome.start_seconds, outcome.mean_bytes,
+                    mode, ranks, runner.c_str(), outcome.seconds, outcome.start_seconds, outcome.mean_bytes,
                     static_cast<unsigned long long>(outcome.min_bytes),
                     static_cast<unsigned long long>(outcome.max_bytes));
         if (previous != nullptr && previous->mean_bytes > 0)
