@@ -2,8 +2,8 @@
 # Regenerates the figures in docs/SCALE.md (issue 16): the block between
 # "<!-- generated: scale -->" and "<!-- end: scale -->" is replaced by what this prints.
 #   rendezvous   tests/handshake/rendezvous_benchmark: wall time and bytes received per rank at
-#                64, 256, 1,024 (processes) and 1,024 and 4,096 ranks (256 processes of 16
-#                threads), RC- and DC-shaped endpoints
+#                64 to 1,024 ranks as processes, 1,024 to 4,096 as processes of 16 threads,
+#                doubling each time, RC- and DC-shaped endpoints
 #   peer cost    tests/multi_channel/peer_cost_benchmark: heap and RSS per peer, RC and DC, at
 #                1,024 and 4,096 peers, and queue pairs per process
 #   pmix         scripts/pmix_exchange_benchmark.sh RANKS, if it exists, at 4, 16 and 64 ranks
@@ -39,11 +39,11 @@ run() {
     echo '```'
     echo "\$ scripts/scale.sh    # $(nproc) cores, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
     for mode in rc dc; do
-        echo "\$ rendezvous_benchmark --mode $mode 64 256 1024"
-        run "$rendezvous" --mode "$mode" --timeout 120 64 256 1024
+        echo "\$ rendezvous_benchmark --mode $mode 64 128 256 512 1024"
+        run "$rendezvous" --mode "$mode" --timeout 120 64 128 256 512 1024
         # 4,096 ranks as 256 processes of 16 threads (docs/SCALE.md says why), with a deadline.
-        echo "\$ rendezvous_benchmark --mode $mode --threads-per-process 16 --timeout 120 1024 4096"
-        run "$rendezvous" --mode "$mode" --threads-per-process 16 --timeout 120 1024 4096
+        echo "\$ rendezvous_benchmark --mode $mode --threads-per-process 16 --timeout 120 1024 2048 4096"
+        run "$rendezvous" --mode "$mode" --threads-per-process 16 --timeout 120 1024 2048 4096
     done
     for mode in rc dc; do
         echo "\$ peer_cost_benchmark --mode $mode 1024 4096"

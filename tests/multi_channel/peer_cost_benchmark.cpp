@@ -3,7 +3,8 @@
 // cost only), and heap (mallinfo2) and RSS are read before and after. The per-peer figure is
 // the difference between N and a 2-rank world divided by N-2, so what every MultiChannel costs
 // regardless of its world (device, protection domain, DC receive buffers) is not counted.
-// RC also prints what one queue pair costs on its own (the heap and RSS of creating it).
+// RC also prints the parts of that figure that one queue pair and its completion-queue entries
+// take, measured on their own (heap or RSS, whichever grew more: rings may be mapped memory).
 // Usage: peer_cost_benchmark [--mode rc|dc] [N ...]   (default: dc 1024 4096)
 #include <malloc.h>
 
@@ -15,6 +16,7 @@
 
 #include "rdmachan/error.hpp"
 #include "rdmachan/multi_channel.hpp"
+#include "transport/device_interface.hpp"
 
 namespace {
 
@@ -92,6 +94,47 @@ Measured measure(std::uint32_t world, bool dc) {
     return measured;
 }
 
+// RC: the parts of the per-peer figure that the device objects take, measured on their own
+// with the engine's default settings: one queue pair (its rings and the device's state for it),
+// and the completion-queue entries the engine provisions per peer (its send and receive CQs
+// hold max_send_wr and max_recv_wr entries per peer).
+struct RcParts {
+    double queue_pair = 0;
+    double completion_entries = 0;
+};
+
+RcParts measure_rc_parts(std::uint32_t count) {
+    const ChannelSettings defaults = ChannelBuilder().settings();
+    auto device = transport::open_device("soft");
+    auto domain = device->allocate_protection_domain();
+    auto small_queue = domain->create_completion_queue(defaults.cq_entries);
+    transport::QueuePairSettings settings;
+    settings.max_send_wr = defaults.max_send_wr;
+    settings.max_recv_wr = defaults.max_recv_wr;
+    settings.max_send_sge = defaults.max_send_sge;
+    settings.max_recv_sge = defaults.max_recv_sge;
+    settings.max_inline_data = defaults.max_inline_data;
+    RcParts parts;
+    {
+        const Usage before = usage_now();
+        std::vector<std::shared_ptr<transport::QueuePair>> queue_pairs;
+        for (std::uint32_t index = 0; index < count; ++index)
+            queue_pairs.push_back(domain->create_queue_pair(settings, small_queue, small_queue));
+        const Usage after = usage_now();
+        parts.queue_pair = std::max(static_cast<double>(after.heap) - static_cast<double>(before.heap),
+                                    static_cast<double>(after.rss) - static_cast<double>(before.rss)) / count;
+    }
+    {
+        const Usage before = usage_now();
+        auto send_queue = domain->create_completion_queue(count * defaults.max_send_wr);
+        auto receive_queue = domain->create_completion_queue(count * defaults.max_recv_wr);
+        const Usage after = usage_now();
+        parts.completion_entries = std::max(static_cast<double>(after.heap) - static_cast<double>(before.heap),
+                                            static_cast<double>(after.rss) - static_cast<double>(before.rss)) / count;
+    }
+    return parts;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -136,6 +179,13 @@ int main(int argc, char** argv) {
                         per_peer(measured.built.heap, base.built.heap),
                         per_peer(measured.handshaken.heap - measured.built.heap,
                                  base.handshaken.heap - base.built.heap));
+            if (!dc) {
+                const RcParts parts = measure_rc_parts(world);
+                std::printf("peer cost: mode=rc peers=%u of which queue_pair=%.0f completion_queue_entries=%.0f "
+                            "(the rest: the engine's operation slots, max_send_wr + max_recv_wr per peer, and "
+                            "its per-peer state)\n",
+                            world - 1, parts.queue_pair, parts.completion_entries);
+            }
             std::fflush(stdout);
         }
     } catch (const Error& error) {
