@@ -31,15 +31,18 @@ Task<std::string> FramedConnection::read_frame() {
             throw Error("connection from " + peer() + " closed before the next frame");
         }
         if (error) throw Error("reading from " + peer() + " failed: " + error.message());
+        bytes_received_ += received;
         decoder_.feed(std::span<const std::uint8_t>(buffer_.data(), received));
     }
 }
 
 Task<void> FramedConnection::write_frame(std::string payload) {
-    const std::string frame = encode_frame(payload);
+    // The header and the payload as two buffers: a table frame of a large job is not copied.
+    const std::string header = encode_frame_header(payload.size());
+    const std::array<asio::const_buffer, 2> buffers = {asio::buffer(header), asio::buffer(payload)};
     boost::system::error_code error;
     try {
-        co_await asio::async_write(socket_, asio::buffer(frame), asio::use_awaitable);
+        co_await asio::async_write(socket_, buffers, asio::use_awaitable);
     } catch (const boost::system::system_error& failure) {
         error = failure.code();
     }
@@ -48,6 +51,10 @@ Task<void> FramedConnection::write_frame(std::string payload) {
 
 Task<nlohmann::json> FramedConnection::read_message(const char* expected_type) {
     const std::string frame = co_await read_frame();
+    co_return parse_message(frame, expected_type);
+}
+
+nlohmann::json FramedConnection::parse_message(const std::string& frame, const char* expected_type) const {
     nlohmann::json message = parse_json_object(frame, peer(), "message");
     const auto type = message.find("type");
     if (type == message.end() || !type->is_string())
@@ -61,7 +68,7 @@ Task<nlohmann::json> FramedConnection::read_message(const char* expected_type) {
     if (*type != expected_type)
         throw Error("expected a '" + std::string(expected_type) + "' message from " + peer() +
                     ", got '" + type->get<std::string>().substr(0, 40) + "'");
-    co_return message;
+    return message;
 }
 
 Task<void> FramedConnection::write_message(const nlohmann::json& message) {

@@ -24,17 +24,22 @@ class FramedConnection {
     // Reads a frame holding a JSON message of the given type; a {"type":"error"} message is
     // thrown as rdmachan::Error carrying the peer's text.
     Task<nlohmann::json> read_message(const char* expected_type);
+    // The checks of read_message on a frame already read.
+    nlohmann::json parse_message(const std::string& frame, const char* expected_type) const;
     Task<void> write_message(const nlohmann::json& message);
 
     void set_peer(std::string peer);
     void set_size_cap(std::size_t size_cap) { decoder_.set_size_cap(size_cap); }
     const std::string& peer() const { return decoder_.peer(); }
+    // Every byte read from the socket so far (frame headers included).
+    std::uint64_t bytes_received() const { return bytes_received_; }
     void close();
 
   private:
     tcp::socket socket_;
     FrameDecoder decoder_;
     std::array<std::uint8_t, 16384> buffer_;
+    std::uint64_t bytes_received_ = 0;
 };
 
 // Parses JSON text received from `peer`, requiring an object; errors name the peer.

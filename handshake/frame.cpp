@@ -20,13 +20,18 @@ std::uint32_t get_u32(const char* bytes) {
 
 }  // namespace
 
-std::string encode_frame(std::string_view payload, std::size_t size_cap) {
-    if (payload.size() > size_cap)
-        throw Error("frame of " + std::to_string(payload.size()) +
+std::string encode_frame_header(std::size_t payload_size, std::size_t size_cap) {
+    if (payload_size > size_cap)
+        throw Error("frame of " + std::to_string(payload_size) +
                     " bytes is larger than the cap of " + std::to_string(size_cap) + " bytes");
-    std::string frame;
+    std::string header;
+    put_u32(header, static_cast<std::uint32_t>(payload_size));
+    return header;
+}
+
+std::string encode_frame(std::string_view payload, std::size_t size_cap) {
+    std::string frame = encode_frame_header(payload.size(), size_cap);
     frame.reserve(frame_header_size + payload.size());
-    put_u32(frame, static_cast<std::uint32_t>(payload.size()));
     frame.append(payload);
     return frame;
 }
@@ -49,7 +54,19 @@ std::optional<std::string> FrameDecoder::next_frame() {
     if (length > size_cap_)
         throw Error("frame from " + peer_ + " announces " + std::to_string(length) +
                     " bytes, more than the cap of " + std::to_string(size_cap_) + " bytes");
-    if (buffered() < frame_header_size + length) return std::nullopt;
+    if (buffered() < frame_header_size + length) {
+        // Room for the whole frame at once (the length passed the cap): a frame of a megabyte
+        // would otherwise be copied at every doubling of the buffer.
+        buffer_.reserve(consumed_ + frame_header_size + length);
+        return std::nullopt;
+    }
+    if (consumed_ == 0 && buffer_.size() == frame_header_size + length) {
+        // The buffer holds exactly this frame: hand it over instead of copying it.
+        std::string frame = std::move(buffer_);
+        buffer_.clear();
+        frame.erase(0, frame_header_size);
+        return frame;
+    }
     std::string frame = buffer_.substr(consumed_ + frame_header_size, length);
     consumed_ += frame_header_size + length;
     return frame;

@@ -13,8 +13,10 @@
 
 namespace rdmachan::handshake {
 
-inline constexpr std::uint32_t protocol_version = 1;
-inline constexpr std::uint32_t protocol_min_compatible_version = 1;
+// Version 2: the rendezvous table carries, per peer, only the RC entry that peer made for the
+// receiving rank (version 1 sent every peer's whole endpoint, O(N^2) bytes per rank).
+inline constexpr std::uint32_t protocol_version = 2;
+inline constexpr std::uint32_t protocol_min_compatible_version = 2;
 inline constexpr std::array<std::uint8_t, 8> protocol_magic = {'R', 'D', 'M', 'A',
                                                                'C', 'H', 'A', 'N'};
 inline constexpr std::size_t frame_header_size = 4;
@@ -27,6 +29,9 @@ inline constexpr std::size_t authenticated_frame_size_cap = 64 * 1024 * 1024;
 // Throws rdmachan::Error if the payload is larger than `size_cap`.
 std::string encode_frame(std::string_view payload,
                          std::size_t size_cap = authenticated_frame_size_cap);
+// Just the 4-byte header of a frame of `payload_size` bytes (same check).
+std::string encode_frame_header(std::size_t payload_size,
+                                std::size_t size_cap = authenticated_frame_size_cap);
 
 // Splits a byte stream into frames. `peer` names the other side in every error.
 class FrameDecoder {

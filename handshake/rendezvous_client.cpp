@@ -4,6 +4,7 @@
 #include "handshake/connection.hpp"
 #include "handshake/hex.hpp"
 #include "handshake/rendezvous_protocol.hpp"
+#include "handshake/rendezvous_table.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
 #include "src/logger.hpp"
@@ -63,19 +64,29 @@ struct Rendezvous::State {
             !proofs_match(expected, accepted["proof"].get<std::string>()))
             throw Error(server_name() + " failed to prove the job token to " + me());
         connection->set_size_cap(authenticated_frame_size_cap);
-        const nlohmann::json registration = {{"type", "register"}, {"endpoint", mine}};
+        // The RC entries travel as compact [peer, qpn, psn] triples (protocol 2).
+        Endpoint without_rc = mine;
+        without_rc.rc.clear();
+        const nlohmann::json registration = {
+            {"type", "register"}, {"endpoint", without_rc}, {"rc", compact_rc_entries(mine.rc)}};
         co_await connection->write_message(registration);
 
-        const nlohmann::json table_message = co_await connection->read_message("table");
-        const auto endpoints = table_message.find("endpoints");
-        if (endpoints == table_message.end() || !endpoints->is_array() ||
-            endpoints->size() != settings.world_size)
+        const std::string table_frame = co_await connection->read_frame();
+        std::vector<Endpoint> scanned;
+        if (scan_table(table_frame, settings.world_size, settings.rank, scanned)) {
+            table = std::move(scanned);
+            co_return;
+        }
+        // Not the canonical form (or not valid): the JSON parse says what is wrong, if anything.
+        const nlohmann::json table_message = connection->parse_message(table_frame, "table");
+        const auto rows = table_message.find("rows");
+        if (rows == table_message.end() || !rows->is_array() || rows->size() != settings.world_size)
             throw Error(server_name() + " sent a table that is not " +
-                        std::to_string(settings.world_size) + " endpoints");
+                        std::to_string(settings.world_size) + " rows");
         std::vector<Endpoint> received(settings.world_size);
         for (std::uint32_t index = 0; index < settings.world_size; ++index) {
             try {
-                from_json((*endpoints)[index], received[index]);
+                received[index] = parse_table_row((*rows)[index], index, settings.rank);
             } catch (const Error& error) {
                 throw Error(server_name() + " sent an invalid endpoint for rank " +
                             std::to_string(index) + ": " + error.what());
@@ -136,6 +147,10 @@ Rendezvous::~Rendezvous() = default;
 
 std::uint16_t Rendezvous::port() const {
     return state_->settings.port;
+}
+
+std::uint64_t Rendezvous::bytes_received() const {
+    return state_->connection ? state_->connection->bytes_received() : 0;
 }
 
 std::vector<Endpoint> Rendezvous::exchange(const Endpoint& mine) {

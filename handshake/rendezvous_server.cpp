@@ -1,3 +1,5 @@
+#include <sys/resource.h>
+
 #include <condition_variable>
 #include <list>
 #include <mutex>
@@ -8,6 +10,7 @@
 #include "handshake/connection.hpp"
 #include "handshake/hex.hpp"
 #include "handshake/rendezvous_protocol.hpp"
+#include "handshake/rendezvous_table.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
 #include "src/logger.hpp"
@@ -42,6 +45,45 @@ namespace {
 
 enum class Phase { gathering, table_sent, released, failed };
 
+std::string describe_accept_error(const boost::system::error_code& error) {
+    std::string text = error.message();
+    if (error == boost::system::errc::too_many_files_open) {
+        rlimit limit{};
+        ::getrlimit(RLIMIT_NOFILE, &limit);
+        text += " (this process is out of file descriptors: RLIMIT_NOFILE is " + std::to_string(limit.rlim_cur) +
+                ", hard limit " + std::to_string(limit.rlim_max) + ")";
+    }
+    return text;
+}
+
+// An RC entry as the server keeps it per (rank, peer): qpn and psn are 24 bits each; `present`
+// tells an entry from a peer the rank made no queue pair for.
+struct PackedRcEntry {
+    std::uint32_t qpn : 24 = 0;
+    std::uint32_t present : 1 = 0;
+    std::uint32_t psn = 0;
+};
+
+// The RC entries of `endpoint` indexed by the peer they are for. A peer out of range or named
+// twice is the registering rank's error (Rejection text names the field).
+std::vector<PackedRcEntry> index_rc_entries(const Endpoint& endpoint, std::uint32_t world_size) {
+    std::vector<PackedRcEntry> by_peer(endpoint.rc.empty() ? 0 : world_size);
+    for (std::size_t index = 0; index < endpoint.rc.size(); ++index) {
+        const RcEntry& entry = endpoint.rc[index];
+        const std::string field = "rc[" + std::to_string(index) + "].peer";
+        if (entry.peer >= world_size)
+            throw Error("endpoint field '" + field + "' = " + std::to_string(entry.peer) +
+                        " is not a rank of world size " + std::to_string(world_size));
+        if (by_peer[entry.peer].present)
+            throw Error("endpoint field '" + field + "' = " + std::to_string(entry.peer) +
+                        " names a peer that an earlier rc entry names already");
+        by_peer[entry.peer].qpn = entry.qpn & 0xffffff;
+        by_peer[entry.peer].psn = entry.psn;
+        by_peer[entry.peer].present = 1;
+    }
+    return by_peer;
+}
+
 // Thrown inside a connection's coroutine to reject the peer with a message sent back to it.
 struct Rejection {
     std::string message;
@@ -57,19 +99,27 @@ struct RendezvousServer::State {
     // Waiters park on these timers (never expiring); cancel() wakes them all.
     asio::steady_timer table_event{io};
     asio::steady_timer release_event{io};
+    asio::steady_timer table_slot_event{io};  // cancel_one() when a table write finishes
+    static constexpr std::uint32_t max_tables_in_flight = 32;
+    std::uint32_t tables_in_flight = 0;
     std::list<std::shared_ptr<FramedConnection>> connections;
     // Read by other threads while the server runs; set once before start().
     std::uint16_t port = 0;
     std::string listening_on;
 
     Phase phase = Phase::gathering;
-    std::vector<std::optional<Endpoint>> registered;
+    // Per registered rank: its session, its table row serialized once around the RC part, and
+    // the RC entry it made for each peer (indexed by peer). Each rank's table is assembled from
+    // these by concatenation (see table_for), O(N) bytes per rank.
+    std::vector<std::optional<std::uint64_t>> registered;
+    std::vector<TableRowText> row_text;
+    std::vector<std::vector<PackedRcEntry>> rc_for_peer;
     std::uint32_t registered_count = 0;
     std::vector<bool> in_barrier;
     std::uint32_t barrier_count = 0;
     std::uint32_t released_count = 0;
-    std::string table_frame;
     std::string failure;
+    std::string accept_failure;  // the last reason accept() failed, for the deadline's report
 
     std::thread thread;
     std::mutex mutex;
@@ -82,8 +132,27 @@ struct RendezvousServer::State {
     }
 
     Task<void> accept_loop() {
+        asio::steady_timer pause(io);
         for (;;) {
-            tcp::socket socket = co_await acceptor.async_accept(asio::use_awaitable);
+            tcp::socket socket(io);
+            boost::system::error_code accept_error;
+            try {
+                socket = co_await acceptor.async_accept(asio::use_awaitable);
+            } catch (const boost::system::system_error& failure) {
+                accept_error = failure.code();
+            }
+            if (accept_error == asio::error::operation_aborted || !acceptor.is_open()) co_return;
+            if (accept_error) {
+                // Out of descriptors, most likely: the ranks waiting in the backlog get in once
+                // some are free; until then the deadline's report carries the reason.
+                if (accept_failure.empty())
+                    detail::logger().error("{}: accepting a connection failed: {}", name(),
+                                           describe_accept_error(accept_error));
+                accept_failure = describe_accept_error(accept_error);
+                pause.expires_after(std::chrono::milliseconds(50));
+                co_await pause.async_wait(asio::use_awaitable);
+                continue;
+            }
             boost::system::error_code error;
             const tcp::endpoint remote = socket.remote_endpoint(error);
             auto connection = std::make_shared<FramedConnection>(
@@ -162,9 +231,16 @@ struct RendezvousServer::State {
 
             const nlohmann::json registration = co_await connection->read_message("register");
             Endpoint endpoint;
+            std::vector<PackedRcEntry> rc_entries;
             try {
                 if (!registration.contains("endpoint")) throw Error("register lacks 'endpoint'");
+                if (!registration.contains("rc")) throw Error("register lacks 'rc'");
                 from_json(registration["endpoint"], endpoint);
+                // Protocol 2 carries the RC entries as compact triples beside the endpoint.
+                std::vector<RcEntry> compact = parse_compact_rc_entries(registration["rc"]);
+                endpoint.rc.insert(endpoint.rc.end(), compact.begin(), compact.end());
+                validate(endpoint);
+                rc_entries = index_rc_entries(endpoint, settings.world_size);
             } catch (const Error& error) {
                 throw Rejection{who + " sent an invalid endpoint: " + error.what()};
             }
@@ -179,16 +255,36 @@ struct RendezvousServer::State {
                     (phase == Phase::failed ? "failed: " + failure : std::string("completed"))};
             if (const auto& existing = registered[claimed_rank])
                 throw Rejection{"rank " + std::to_string(claimed_rank) +
-                                " is already registered (session " + to_hex_u64(existing->session) +
+                                " is already registered (session " + to_hex_u64(*existing) +
                                 "); " + connection->peer() + " with session " + session +
                                 " claims it too"};
             rank = static_cast<std::uint32_t>(claimed_rank);
-            registered[*rank] = std::move(endpoint);
+            registered[*rank] = endpoint.session;
+            row_text[*rank] = table_row_text(endpoint);
+            rc_for_peer[*rank] = std::move(rc_entries);
             if (++registered_count == settings.world_size) publish_table();
 
             co_await wait_for(table_event, Phase::table_sent);
             if (phase == Phase::failed) throw Rejection{failure};
-            co_await connection->write_frame(table_frame);
+            // At most a few tables exist at once: at 4,096 ranks each is most of a megabyte.
+            while (tables_in_flight >= max_tables_in_flight && phase != Phase::failed) {
+                try {
+                    co_await table_slot_event.async_wait(asio::use_awaitable);
+                } catch (const boost::system::system_error&) {
+                    // Woken by cancel_one(): a table finished; look again.
+                }
+            }
+            if (phase == Phase::failed) throw Rejection{failure};
+            ++tables_in_flight;
+            std::exception_ptr write_failure;
+            try {
+                co_await connection->write_frame(table_for(*rank));
+            } catch (...) {
+                write_failure = std::current_exception();
+            }
+            --tables_in_flight;
+            table_slot_event.cancel_one();
+            if (write_failure) std::rethrow_exception(write_failure);
 
             co_await connection->read_message("barrier");
             in_barrier[*rank] = true;
@@ -226,12 +322,33 @@ struct RendezvousServer::State {
     }
 
     void publish_table() {
-        nlohmann::json table = {{"type", "table"}, {"endpoints", nlohmann::json::array()}};
-        for (const auto& endpoint : registered) table["endpoints"].push_back(*endpoint);
-        table_frame = table.dump();
         phase = Phase::table_sent;
         table_event.cancel();
         detail::logger().debug("{}: all {} ranks registered", name(), settings.world_size);
+    }
+
+    // {"type":"table","rows":[...]} for `recipient`: each rank's pre-serialized row around the
+    // RC entry it made for `recipient` (or none).
+    std::string table_for(std::uint32_t recipient) const {
+        std::size_t size = 64;
+        for (const TableRowText& text : row_text) size += text.prefix.size() + text.suffix.size() + 24;
+        std::string frame;
+        frame.reserve(size);
+        frame += R"({"type":"table","rows":[)";
+        for (std::uint32_t rank = 0; rank < settings.world_size; ++rank) {
+            if (rank != 0) frame += ',';
+            frame += row_text[rank].prefix;
+            const std::vector<PackedRcEntry>& entries = rc_for_peer[rank];
+            if (recipient < entries.size() && entries[recipient].present) {
+                const RcEntry entry{recipient, entries[recipient].qpn, entries[recipient].psn};
+                append_table_rc(frame, &entry);
+            } else {
+                append_table_rc(frame, nullptr);
+            }
+            frame += row_text[rank].suffix;
+        }
+        frame += "]}";
+        return frame;
     }
 
     void on_deadline() {
@@ -248,7 +365,8 @@ struct RendezvousServer::State {
                                    : "ranks that never entered the barrier: ";
         }
         fail(name() + ": deadline of " + std::to_string(settings.timeout.count()) + " ms expired; " + what +
-             format_ranks(missing));
+             format_ranks(missing) +
+             (accept_failure.empty() ? std::string() : " (accepting connections failed: " + accept_failure + ")"));
     }
 
     // Ends the rendezvous for everyone with `why`: waiting ranks are woken and sent it.
@@ -259,6 +377,7 @@ struct RendezvousServer::State {
         phase = Phase::failed;
         table_event.cancel();
         release_event.cancel();
+        table_slot_event.cancel();
         boost::system::error_code ignored;
         acceptor.close(ignored);
         // Give waiting ranks a moment to receive the error, then drop everyone.
@@ -272,6 +391,7 @@ struct RendezvousServer::State {
         deadline_timer.cancel();
         table_event.cancel();
         release_event.cancel();
+        table_slot_event.cancel();
         for (auto& connection : connections) connection->close();
         std::lock_guard lock(mutex);
         if (finished) return;
@@ -288,6 +408,8 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
     if (state.settings.world_size == 0)
         throw Error("RendezvousServer: world size 0 for job '" + state.settings.job + "'");
     state.registered.resize(state.settings.world_size);
+    state.row_text.resize(state.settings.world_size);
+    state.rc_for_peer.resize(state.settings.world_size);
     state.in_barrier.resize(state.settings.world_size);
     try {
         const tcp::endpoint endpoint(asio::ip::make_address(state.settings.bind_address),
@@ -305,6 +427,7 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
     }
     state.table_event.expires_at(asio::steady_timer::time_point::max());
     state.release_event.expires_at(asio::steady_timer::time_point::max());
+    state.table_slot_event.expires_at(asio::steady_timer::time_point::max());
 }
 
 RendezvousServer::~RendezvousServer() {

@@ -76,31 +76,39 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
     queue_pair_settings.port = settings.port;
     queue_pair_settings.access = static_cast<std::uint32_t>(settings.access);
 
+    rc_queues_.resize(dc_.enabled ? 1 : peer_count);
+    for (std::uint32_t index = 0; index < rc_queues_.size(); ++index) {
+        RcQueue& queue = rc_queues_[index];
+        if (!dc_.enabled) {
+            queue.queue_pair = domain_->create_queue_pair(queue_pair_settings, send_completions_, receive_completions_);
+            queue.local.qpn = queue.queue_pair->qpn();
+        }
+        queue.local.gid = port_.gid;
+        queue.local.lid = port_.lid;
+        queue.local.psn = settings.psn.has_value() ? *settings.psn : random_psn();
+        queue.local.mtu = std::min(settings.mtu, port_.active_mtu);
+        queue.local.device = device_->name();
+    }
     for (std::uint32_t index = 0; index < peer_count; ++index) {
         Peer& peer = peers_[index];
-        if (!dc_.enabled) {
-            peer.queue_pair = domain_->create_queue_pair(queue_pair_settings, send_completions_, receive_completions_);
-            peer.local.qpn = peer.queue_pair->qpn();
-        } else {
-            peer.arrivals.reserve(dc_.receive_buffers);
-            peer.waiting.reserve(settings.max_recv_wr);
-        }
-        peer.local.gid = port_.gid;
-        peer.local.lid = port_.lid;
-        peer.local.psn = settings.psn.has_value() ? *settings.psn : random_psn();
-        peer.local.mtu = std::min(settings.mtu, port_.active_mtu);
-        peer.local.device = device_->name();
         peer.name = peer_count == 1 ? "unconnected peer" : "rank " + std::to_string(index);
     }
 
     scratch_requests_.resize(settings.max_send_wr);
     scratch_elements_.resize(settings.max_send_wr);
 
-    // One slot per request the budgets admit: a slot is free whenever a post can proceed.
+    // One slot per request the budgets admit: a slot is free whenever a post can proceed. RC:
+    // every queue pair's send and receive depth. DC: the initiators' send depth, plus one
+    // receive per peer and a receive depth more (receives wait in the engine, not in a queue
+    // pair); more receives than that wait for a slot, as a full queue does, up to the deadline.
+    // Nothing per DC peer is sized by the queue depth (docs/SCALE.md).
     const std::uint64_t capacity =
-        static_cast<std::uint64_t>(peer_count) * (settings.max_send_wr + settings.max_recv_wr);
+        dc_.enabled ? static_cast<std::uint64_t>(initiators_.size()) * settings.max_send_wr + peer_count +
+                          settings.max_recv_wr
+                    : static_cast<std::uint64_t>(peer_count) * (settings.max_send_wr + settings.max_recv_wr);
     if (capacity >= kFinalRequest) throw Error("Engine: too many outstanding operations to track");
     slots_.resize(capacity);
+    if (dc_.enabled) waiting_links_.assign(capacity, LinkedIndexQueue::kNone);
     free_slots_.reserve(capacity);
     for (std::uint64_t slot = capacity; slot-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(slot));
 }
@@ -135,8 +143,9 @@ void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
     connect.remote_lid = remote.lid;
     connect.remote_qpn = remote.qpn;
     connect.remote_psn = remote.psn;
-    connect.local_psn = peer.local.psn;
-    connect.path_mtu = std::min(peer.local.mtu, remote.mtu);
+    RcQueue& queue = rc_queues_[index];
+    connect.local_psn = queue.local.psn;
+    connect.path_mtu = std::min(queue.local.mtu, remote.mtu);
     connect.ack_timeout = settings_.ack_timeout;
     connect.retry_count = settings_.retry_count;
     connect.rnr_retry = settings_.rnr_retry;
@@ -145,11 +154,11 @@ void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
     connect.max_dest_rd_atomic = settings_.max_rd_atomic;
     connect.source_gid_index = port_.gid_index;
     try {
-        peer.queue_pair->connect(connect);
+        queue.queue_pair->connect(connect);
     } catch (const std::exception& error) {
         throw Error("handshake with " + peer.name + ": " + error.what());
     }
-    peer.remote = remote;
+    queue.remote = remote;
     peer.connected = true;
 }
 
@@ -276,7 +285,7 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
         return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
                                 "the send budget (max_send_wr) stayed full until the deadline");
     }
-    transport::QueuePair* queue_pair = peer.queue_pair.get();
+    transport::QueuePair* queue_pair = dc_.enabled ? nullptr : rc_queues_[index].queue_pair.get();
     if (dc_.enabled) {
         const std::int32_t chosen = choose_initiator(peer, count);
         if (chosen < 0) {
@@ -360,7 +369,6 @@ std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* ent
 
 std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local) {
     if (dc_.enabled) return post_dc_receive(index, local);
-    Peer& peer = peers_[index];
     const std::uint64_t ticket = claim_slot(index, Operation::receive);
     if (ticket == kNoTicket) return ticket;
     const mlx5::ScatterGatherElement element{local.addr(), local.length(), local.lkey()};
@@ -369,7 +377,7 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
     while (true) {
         std::uint32_t posted = 0;
-        const mlx5::PostResult result = peer.queue_pair->post_receive(&request, 1, &posted);
+        const mlx5::PostResult result = rc_queues_[index].queue_pair->post_receive(&request, 1, &posted);
         if (result == mlx5::PostResult::ok) return ticket;
         if (result != mlx5::PostResult::queue_full || std::chrono::steady_clock::now() >= until) {
             return fail_immediately(ticket, status_of_refusal(result), reason_of_refusal(result));
@@ -482,10 +490,10 @@ WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline
 void Engine::fail_and_flush(std::uint32_t index, const char* why) {
     if (dc_.enabled) return fail_and_flush_dc(index, why);
     Peer& peer = peers_[index];
-    logger().warn("{}: moving QP {} to ERR: {}", peer.name, peer.local.qpn, why);
+    logger().warn("{}: moving QP {} to ERR: {}", peer.name, rc_queues_[index].local.qpn, why);
     peer.healthy = false;
     try {
-        peer.queue_pair->move_to_error();
+        rc_queues_[index].queue_pair->move_to_error();
     } catch (const std::exception& error) {
         logger().error("{}: modify to ERR failed: {}", peer.name, error.what());
     }

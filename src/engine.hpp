@@ -37,26 +37,34 @@ struct DcSettings {
     std::uint32_t receive_size = kDcMaxSendBytes;  // bytes each: the largest message a peer may send
 };
 
-// A fixed-capacity FIFO of indices (no allocation after construction).
-class IndexQueue {
+// A FIFO of indices linked through an array shared by every queue of its kind (an index is in
+// at most one such queue at a time): 12 bytes per queue whatever its capacity, so a DC peer
+// costs nothing sized by the queue depth. The links are sized at construction (no allocation).
+class LinkedIndexQueue {
 public:
-    void reserve(std::uint32_t capacity) { items_.assign(capacity, 0); }
+    static constexpr std::uint32_t kNone = ~0u;
     bool empty() const { return count_ == 0; }
-    bool full() const { return count_ == items_.size(); }
     std::uint32_t size() const { return count_; }
-    void push(std::uint32_t item) {
-        items_[(head_ + count_++) % items_.size()] = item;
+    void push(std::vector<std::uint32_t>& links, std::uint32_t item) {
+        links[item] = kNone;
+        if (count_ == 0) {
+            head_ = item;
+        } else {
+            links[tail_] = item;
+        }
+        tail_ = item;
+        ++count_;
     }
-    std::uint32_t pop() {
-        const std::uint32_t item = items_[head_];
-        head_ = (head_ + 1) % static_cast<std::uint32_t>(items_.size());
+    std::uint32_t pop(const std::vector<std::uint32_t>& links) {
+        const std::uint32_t item = head_;
+        head_ = links[item];
         --count_;
         return item;
     }
 
 private:
-    std::vector<std::uint32_t> items_;
-    std::uint32_t head_ = 0;
+    std::uint32_t head_ = kNone;
+    std::uint32_t tail_ = kNone;
     std::uint32_t count_ = 0;
 };
 
@@ -71,8 +79,9 @@ public:
     std::uint32_t peer_count() const { return static_cast<std::uint32_t>(peers_.size()); }
     const transport::PortIdentity& port() const { return port_; }
     std::string device_name() const { return device_->name(); }
-    const ChannelEndpoint& local_endpoint(std::uint32_t peer) const { return peers_[peer].local; }
-    const ChannelEndpoint& remote_endpoint(std::uint32_t peer) const { return peers_[peer].remote; }
+    // DC: one endpoint per process (any peer index gives it); RC: the queue pair for that peer.
+    const ChannelEndpoint& local_endpoint(std::uint32_t peer) const { return rc_queues_[dc_.enabled ? 0 : peer].local; }
+    const ChannelEndpoint& remote_endpoint(std::uint32_t peer) const { return rc_queues_[dc_.enabled ? 0 : peer].remote; }
     const std::string& peer_name(std::uint32_t peer) const { return peers_[peer].name; }
     void set_peer_name(std::uint32_t peer, std::string name) { peers_[peer].name = std::move(name); }
     bool healthy(std::uint32_t peer) const { return peers_[peer].healthy; }
@@ -151,10 +160,14 @@ private:
         std::uint32_t receive_length = 0;
         mlx5::Completion completion;
     };
-    struct Peer {
+    // RC: the queue pair for one peer and both ends' endpoints. Kept apart from Peer so that a
+    // DC peer, which has no queue pair of its own, costs none of it (docs/SCALE.md).
+    struct RcQueue {
         std::shared_ptr<transport::QueuePair> queue_pair;
         ChannelEndpoint local;
         ChannelEndpoint remote;
+    };
+    struct Peer {
         std::string name;
         bool connected = false;
         bool healthy = true;
@@ -164,8 +177,8 @@ private:
         // DC: where its work requests go, and its receives matched to arrived messages.
         std::array<std::uint8_t, 48> address_vector{};
         std::int32_t initiator = -1;
-        IndexQueue arrivals;  // receive buffers holding a message from this peer
-        IndexQueue waiting;   // receive slots waiting for one
+        LinkedIndexQueue arrivals;  // receive buffers holding a message from this peer (arrival_links_)
+        LinkedIndexQueue waiting;   // receive slots waiting for one (waiting_links_), at most max_recv_wr
     };
     struct Initiator {
         std::shared_ptr<transport::QueuePair> queue_pair;
@@ -201,6 +214,7 @@ private:
     std::shared_ptr<transport::CompletionQueue> send_completions_;
     std::shared_ptr<transport::CompletionQueue> receive_completions_;
     std::vector<Peer> peers_;
+    std::vector<RcQueue> rc_queues_;  // RC: by peer; DC: one, the process's own endpoint
     std::vector<mlx5::SendWorkRequest> scratch_requests_;
     std::vector<mlx5::ScatterGatherElement> scratch_elements_;
     std::vector<Slot> slots_;
@@ -216,6 +230,8 @@ private:
     std::vector<std::uint8_t> receive_memory_;
     transport::Registration receive_registration_;
     std::vector<mlx5::Completion> arrived_;  // by receive buffer
+    std::vector<std::uint32_t> arrival_links_;  // by receive buffer: the next in its peer's arrivals
+    std::vector<std::uint32_t> waiting_links_;  // by slot: the next in its peer's waiting receives
     // (LID << 32 | initiator number) -> rank, sorted: who sent a receive.
     std::vector<std::pair<std::uint64_t, std::uint32_t>> senders_;
 };

@@ -56,6 +56,7 @@ void Engine::build_dc() {
     receive_memory_.assign(static_cast<std::size_t>(dc_.receive_buffers) * dc_.receive_size, 0);
     receive_registration_ = domain_->register_memory(receive_memory_.data(), receive_memory_.size(), transport::kAccessLocalWrite);
     arrived_.resize(dc_.receive_buffers);
+    arrival_links_.assign(dc_.receive_buffers, LinkedIndexQueue::kNone);
     for (std::uint32_t index = 0; index < dc_.receive_buffers; ++index) repost_receive_buffer(index);
 }
 
@@ -90,7 +91,9 @@ std::uint32_t Engine::queue_pair_count() const {
 void Engine::connect_dc(std::uint32_t index, const DcPeer& remote) {
     Peer& peer = peers_[index];
     if (peer.connected) throw Error("connect " + peer.name + ": already connected");
-    peer.name = "rank " + std::to_string(index) + " (" + remote.device + " dct " + std::to_string(remote.dctn) + ")";
+    // "rank N" (set at construction) stays the name: a longer one would be a heap block per
+    // peer, and at thousands of DC peers every byte per peer counts (docs/SCALE.md).
+    logger().debug("rank {}: {} DC target {}", index, remote.device, remote.dctn);
     peer.address_vector = domain_->dc_address_vector(port_, remote.gid, remote.lid, remote.dctn, remote.key);
     for (std::uint32_t initiator : remote.initiators) {
         const std::uint64_t key = sender_key(remote.lid, initiator);
@@ -182,21 +185,17 @@ void Engine::on_arrival(const mlx5::Completion& completion) {
         return;
     }
     Peer& peer = peers_[found->second];
-    if (peer.arrivals.full()) {
-        logger().error("DC: more arrivals from {} than receive buffers; dropped", peer.name);
-        repost_receive_buffer(index);
-        return;
-    }
+    // A receive buffer is in no list until it is reposted, so arrivals never exceed the buffers.
     arrived_[index] = completion;
-    peer.arrivals.push(index);
+    peer.arrivals.push(arrival_links_, index);
     match_receives(found->second);
 }
 
 void Engine::match_receives(std::uint32_t index) {
     Peer& peer = peers_[index];
     while (!peer.arrivals.empty() && !peer.waiting.empty()) {
-        const std::uint32_t buffer = peer.arrivals.pop();
-        Slot& slot = slots_[peer.waiting.pop()];
+        const std::uint32_t buffer = peer.arrivals.pop(arrival_links_);
+        Slot& slot = slots_[peer.waiting.pop(waiting_links_)];
         mlx5::Completion completion = arrived_[buffer];
         // A write with immediate consumed a receive but placed its bytes at the write's target:
         // byte_len is the write's length, and nothing is copied.
@@ -222,7 +221,7 @@ std::uint64_t Engine::post_dc_receive(std::uint32_t index, const LocalSlice& loc
     slot.receive_length = local.length();
     std::uint32_t round = 0;
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
-    while (peer.waiting.full()) {
+    while (peer.waiting.size() >= settings_.max_recv_wr) {
         if (poll_once()) continue;
         if (std::chrono::steady_clock::now() >= until) {
             return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
@@ -230,7 +229,7 @@ std::uint64_t Engine::post_dc_receive(std::uint32_t index, const LocalSlice& loc
         }
         backoff(round);
     }
-    peer.waiting.push(slot_index);
+    peer.waiting.push(waiting_links_, slot_index);
     match_receives(index);
     return ticket;
 }
@@ -243,7 +242,7 @@ void Engine::fail_and_flush_dc(std::uint32_t index, const char* why) {
     mlx5::Completion flushed;
     flushed.status = mlx5::CompletionStatus::work_request_flushed;
     flushed.is_receive = true;
-    while (!peer.waiting.empty()) finish(slots_[peer.waiting.pop()], flushed);
+    while (!peer.waiting.empty()) finish(slots_[peer.waiting.pop(waiting_links_)], flushed);
     // Its sends are on a shared initiator: that initiator goes to ERR (the other peers' work on
     // it fails too, as on hardware) and is recovered once flushed.
     if (peer.send_in_flight != 0 && peer.initiator >= 0) {

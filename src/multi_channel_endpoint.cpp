@@ -61,7 +61,9 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
         throw Error(me + ": the endpoint table has " + std::to_string(table.size()) + " ranks, the world has " +
                     std::to_string(world));
     }
-    std::vector<std::vector<ChannelEndpoint>> channel_table(world);
+    // RC: the queue pair each peer made for this rank (one entry per peer, not a world x world
+    // table: at thousands of ranks that would be gigabytes).
+    std::vector<ChannelEndpoint> remotes(engine_->dc_mode() ? 0 : world);
     std::vector<std::map<std::string, RemoteRegion>> regions(world);
     for (std::uint32_t peer = 0; peer < world; ++peer) {
         const Endpoint& theirs = table[peer];
@@ -108,16 +110,16 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
         remote.psn = entry->psn;
         remote.mtu = theirs.port.mtu;
         remote.device = to_string(theirs.device);
-        channel_table[peer].assign(world, remote);
+        remotes[peer] = std::move(remote);
     }
     if (engine_->dc_mode()) {
         MultiChannel channels(std::move(engine_), rank_);
         channels.remote_regions_ = std::move(regions);
         return channels;
     }
-    // handshake(table of ChannelEndpoint) connects QP p to table[p][rank_]; every slot of a
-    // row holds that peer's entry for us.
-    MultiChannel channels = std::move(*this).handshake(channel_table);
+    // Queue pair `peer` of this rank talks to the queue pair that peer made for this rank.
+    for (std::uint32_t peer = 0; peer < world; ++peer) engine_->connect(peer, remotes[peer]);
+    MultiChannel channels(std::move(engine_), rank_);
     channels.remote_regions_ = std::move(regions);
     return channels;
 }

@@ -232,7 +232,8 @@ public:
     void publish_region(const std::string& name, const MemoryRegion& region);
     Endpoint endpoint() const;
     // table[r] = endpoint() of rank r. Each entry is checked (rank, world, RC entries, MTU)
-    // and errors name the rank.
+    // and errors name the rank. In RC mode only the entry of table[r].rc that names this rank
+    // is used, so table[r] may carry just that one, as rendezvous() returns it (protocol 2).
     MultiChannel handshake(const std::vector<Endpoint>& table) &&;
     // One call: exchange endpoints through the rendezvous (settings.rank and world_size must be
     // this multi-channel's), connect every queue pair, then meet in the rendezvous barrier so

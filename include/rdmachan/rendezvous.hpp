@@ -1,6 +1,8 @@
 // N-peer rendezvous for MultiChannel: every rank sends its endpoint to one server, which waits
-// for all ranks, sends everyone the full table, then runs a barrier so nobody moves queue pairs
-// to RTR/RTS before every endpoint is known. Wire protocol: handshake/README.md.
+// for all ranks, sends each rank the table it needs, then runs a barrier so nobody moves queue
+// pairs to RTR/RTS before every endpoint is known. Rank i's table holds every rank's endpoint
+// with its `rc` cut down to the entry that rank made for i (so bytes per rank grow linearly
+// with the world size). Wire protocol (version 2): handshake/README.md.
 #pragma once
 
 #include <chrono>
@@ -68,7 +70,9 @@ class Rendezvous {
     Rendezvous& operator=(const Rendezvous&) = delete;
 
     // Registers `mine` (its rank and session must match the settings' rank and this process)
-    // and returns every rank's endpoint, indexed by rank. Throws rdmachan::Error naming the
+    // and returns every rank's endpoint, indexed by rank. Each endpoint's `rc` holds only the
+    // entry that rank made for this rank (empty if it made none, e.g. in DC mode); everything
+    // else (port, session, device, dc, dci, regions) is as that rank registered it. Throws rdmachan::Error naming the
     // server and the reason (rejection, deadline, protocol error).
     std::vector<Endpoint> exchange(const Endpoint& mine);
     // Returns once every rank has entered the barrier; on the same connection as exchange().
@@ -76,6 +80,8 @@ class Rendezvous {
 
     // The port the client connects to (the in-process server's chosen port on rank 0).
     std::uint16_t port() const;
+    // Bytes received from the server so far (frame headers included); for measurements.
+    std::uint64_t bytes_received() const;
 
   private:
     struct State;

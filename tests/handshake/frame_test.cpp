@@ -77,12 +77,17 @@ TEST_CASE("hello frames check the magic and both sides' versions") {
     CHECK(hello.min_compatible_version == protocol_min_compatible_version);
     CHECK(hello.body == "{\"a\":1}");
 
-    // A newer peer that can still talk to version 1 is accepted.
-    CHECK(decode_hello(encode_hello("{}", 3, 1), "peer F").version == 3);
+    // A newer peer that can still talk to version 2 is accepted.
+    CHECK(decode_hello(encode_hello("{}", 3, 2), "peer F").version == 3);
 
-    CHECK_THROWS_WITH_AS(decode_hello(encode_hello("{}", 4, 2), "peer G"),
-                         "peer peer G speaks handshake protocol version 4 (compatible down to 2), "
-                         "incompatible with this side's version 1 (compatible down to 1)",
+    CHECK_THROWS_WITH_AS(decode_hello(encode_hello("{}", 4, 3), "peer G"),
+                         "peer peer G speaks handshake protocol version 4 (compatible down to 3), "
+                         "incompatible with this side's version 2 (compatible down to 2)",
+                         rdmachan::Error);
+    // Version 1 (every rank received the whole table) is refused, naming both versions.
+    CHECK_THROWS_WITH_AS(decode_hello(encode_hello("{}", 1, 1), "peer old"),
+                         "peer peer old speaks handshake protocol version 1 (compatible down to 1), "
+                         "incompatible with this side's version 2 (compatible down to 2)",
                          rdmachan::Error);
     CHECK_THROWS_WITH_AS(decode_hello(encode_hello("{}", 0, 0), "peer H"),
                          doctest::Contains("version 0"), rdmachan::Error);

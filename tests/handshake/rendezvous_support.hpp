@@ -33,6 +33,13 @@ inline Endpoint predictable_endpoint(std::uint32_t rank, std::uint32_t world_siz
     return endpoint;
 }
 
+// What `recipient` receives of `endpoint` from the rendezvous (protocol 2): everything but the
+// RC entries for other ranks.
+inline Endpoint as_received_by(Endpoint endpoint, std::uint32_t recipient) {
+    std::erase_if(endpoint.rc, [recipient](const RcEntry& entry) { return entry.peer != recipient; });
+    return endpoint;
+}
+
 // Runs `body` in `count` child processes (body's return value is the exit status), then runs
 // `after_fork` in the parent, and waits for all children until the deadline; children still
 // running then are killed. Returns the number of children that exited with status 0.

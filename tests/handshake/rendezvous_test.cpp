@@ -9,6 +9,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "handshake/frame.hpp"
@@ -40,10 +42,16 @@ rdmachan::RendezvousSettings client_settings(std::uint16_t port, std::uint32_t r
     return settings;
 }
 
-bool table_is_complete(const std::vector<rdmachan::Endpoint>& table, std::uint32_t world_size) {
+// Every rank's endpoint, with only the RC entry it made for `recipient` (protocol 2).
+bool table_is_complete(const std::vector<rdmachan::Endpoint>& table, std::uint32_t world_size,
+                       std::uint32_t recipient) {
     if (table.size() != world_size) return false;
-    for (std::uint32_t rank = 0; rank < world_size; ++rank)
-        if (!(table[rank] == predictable_endpoint(rank, world_size))) return false;
+    for (std::uint32_t rank = 0; rank < world_size; ++rank) {
+        const rdmachan::Endpoint expected =
+            rdmachan::test::as_received_by(predictable_endpoint(rank, world_size), recipient);
+        if (!(table[rank] == expected)) return false;
+        if (rank != recipient && table[rank].rc.size() != 1) return false;
+    }
     return true;
 }
 
@@ -80,7 +88,7 @@ TEST_CASE("ranks in threads, arriving in random order, all get the full table") 
                     entered.fetch_add(1);
                     session.barrier();
                     if (entered.load() != world_size) left_early.fetch_add(1);
-                    if (table_is_complete(table, world_size)) complete.fetch_add(1);
+                    if (table_is_complete(table, world_size, rank)) complete.fetch_add(1);
                 } catch (const rdmachan::Error& error) {
                     MESSAGE(std::string(error.what()));
                 }
@@ -111,7 +119,7 @@ TEST_CASE("ranks in separate processes complete the rendezvous") {
                 const auto table =
                     rdmachan::rendezvous(client_settings(port, rank, world_size),
                                          predictable_endpoint(rank, world_size));
-                return table_is_complete(table, world_size) ? 0 : 3;
+                return table_is_complete(table, world_size, rank) ? 0 : 3;
             },
             40000ms,
             [&server] {
@@ -135,12 +143,12 @@ TEST_CASE("rank 0 can host the server in-process") {
         others.emplace_back([&, rank] {
             const auto table = rdmachan::rendezvous(client_settings(zero.port(), rank, world_size),
                                                     predictable_endpoint(rank, world_size));
-            if (table_is_complete(table, world_size)) complete.fetch_add(1);
+            if (table_is_complete(table, world_size, rank)) complete.fetch_add(1);
         });
     const auto table = zero.exchange(predictable_endpoint(0, world_size));
     zero.barrier();
     for (auto& thread : others) thread.join();
-    CHECK(table_is_complete(table, world_size));
+    CHECK(table_is_complete(table, world_size, 0));
     CHECK(complete.load() == world_size - 1);
 }
 
@@ -217,8 +225,8 @@ TEST_CASE("duplicate rank, wrong world size, wrong job and wrong token are refus
     const auto table =
         rdmachan::rendezvous(client_settings(server.port(), 1, 2), predictable_endpoint(1, 2));
     first.join();
-    CHECK(table_is_complete(table, 2));
-    CHECK(table_is_complete(first_table, 2));
+    CHECK(table_is_complete(table, 2, 1));
+    CHECK(table_is_complete(first_table, 2, 0));
     CHECK_NOTHROW(server.wait());
 }
 
@@ -263,7 +271,7 @@ TEST_CASE("garbage, truncated, oversized and incompatible first frames are refus
     // After all that, the real rank still gets through.
     const auto table =
         rdmachan::rendezvous(client_settings(server.port(), 0, 1), predictable_endpoint(0, 1));
-    CHECK(table_is_complete(table, 1));
+    CHECK(table_is_complete(table, 1, 0));
     CHECK_NOTHROW(server.wait());
 }
 
@@ -282,4 +290,139 @@ TEST_CASE("a client with no server gives up at its deadline") {
     CHECK(error.find("rank 0 of job 'job-A'") != std::string::npos);
     CHECK(error.find("deadline of 300 ms expired") != std::string::npos);
     CHECK(elapsed < 2s);
+}
+
+TEST_CASE("an endpoint whose rc entries name a rank outside the world or a peer twice is refused") {
+    rdmachan::RendezvousServer server(server_settings(2, 2500ms));
+    server.start();
+    rdmachan::Endpoint outside = predictable_endpoint(1, 2);
+    outside.rc.push_back({7, 1, 1});
+    const std::string outside_error =
+        error_of([&] { rdmachan::rendezvous(client_settings(server.port(), 1, 2), outside); });
+    CHECK(outside_error.find("rank 1 at 127.0.0.1:") != std::string::npos);
+    CHECK(outside_error.find("'rc[1].peer' = 7 is not a rank of world size 2") != std::string::npos);
+    rdmachan::Endpoint twice = predictable_endpoint(1, 2);
+    twice.rc.push_back(twice.rc.front());
+    const std::string twice_error =
+        error_of([&] { rdmachan::rendezvous(client_settings(server.port(), 1, 2), twice); });
+    CHECK(twice_error.find("'rc[1].peer' = 0 names a peer that an earlier rc entry names") !=
+          std::string::npos);
+    // The genuine endpoints still complete it.
+    std::vector<rdmachan::Endpoint> zero_table;
+    std::thread zero([&] {
+        zero_table =
+            rdmachan::rendezvous(client_settings(server.port(), 0, 2), predictable_endpoint(0, 2));
+    });
+    const auto table =
+        rdmachan::rendezvous(client_settings(server.port(), 1, 2), predictable_endpoint(1, 2));
+    zero.join();
+    CHECK(table_is_complete(table, 2, 1));
+    CHECK(table_is_complete(zero_table, 2, 0));
+    CHECK_NOTHROW(server.wait());
+}
+
+TEST_CASE("bytes received per rank grow linearly: each peer's rc is cut to the entry for the recipient") {
+    // 64 ranks, each publishing 63 rc entries: the whole table would be 64 * 63 entries.
+    constexpr std::uint32_t world_size = 64;
+    rdmachan::RendezvousServer server(server_settings(world_size));
+    server.start();
+    std::vector<std::uint64_t> received(world_size);
+    std::vector<std::thread> ranks;
+    std::atomic<std::uint32_t> complete{0};
+    for (std::uint32_t rank = 0; rank < world_size; ++rank)
+        ranks.emplace_back([&, rank] {
+            rdmachan::Rendezvous session(client_settings(server.port(), rank, world_size));
+            const auto table = session.exchange(predictable_endpoint(rank, world_size));
+            received[rank] = session.bytes_received();
+            session.barrier();
+            if (table_is_complete(table, world_size, rank)) complete.fetch_add(1);
+        });
+    for (auto& thread : ranks) thread.join();
+    CHECK(complete.load() == world_size);
+    CHECK_NOTHROW(server.wait());
+    // One endpoint with all its rc entries is larger than the whole table a rank receives
+    // divided by the world size several times over; version 1 sent world_size such endpoints.
+    const std::size_t full_endpoint = rdmachan::serialize_endpoint(predictable_endpoint(3, world_size)).size();
+    for (std::uint32_t rank = 0; rank < world_size; ++rank) {
+        CAPTURE(rank);
+        CHECK(received[rank] > 0);
+        CHECK(received[rank] < world_size * 400);
+        CHECK(received[rank] * 4 < world_size * full_endpoint);
+    }
+}
+
+TEST_CASE("old and new protocol versions refuse each other, naming both versions") {
+    namespace asio = boost::asio;
+    using tcp = asio::ip::tcp;
+    using rdmachan::handshake::decode_hello;
+    using rdmachan::handshake::encode_frame;
+    using rdmachan::handshake::encode_hello;
+    REQUIRE(rdmachan::handshake::protocol_version == 2);
+    REQUIRE(rdmachan::handshake::protocol_min_compatible_version == 2);
+    const nlohmann::json hello_body = {{"rank", 0}, {"world_size", 1}, {"job", "job-A"},
+                                       {"session", "5e55000000000abc"}, {"nonce", "00"}};
+
+    SUBCASE("a version-1 client against this server") {
+        rdmachan::RendezvousServer server(server_settings(1, 1500ms));
+        server.start();
+        asio::io_context io;
+        tcp::socket socket(io);
+        socket.connect({asio::ip::make_address("127.0.0.1"), server.port()});
+        asio::write(socket, asio::buffer(encode_frame(encode_hello(hello_body.dump(), 1, 1))));
+        rdmachan::handshake::FrameDecoder decoder("server", 1 << 16);
+        std::optional<std::string> frame;
+        while (!(frame = decoder.next_frame())) {
+            char chunk[4096];
+            boost::system::error_code error;
+            const std::size_t got = socket.read_some(asio::buffer(chunk), error);
+            REQUIRE_FALSE(error);
+            decoder.feed({reinterpret_cast<const std::uint8_t*>(chunk), got});
+        }
+        // The server answers with a hello of its own version carrying the reason; a version-1
+        // client would refuse that hello too, and either way the text names both versions.
+        REQUIRE(frame->size() > rdmachan::handshake::hello_header_size);
+        const std::string reason = frame->substr(rdmachan::handshake::hello_header_size);
+        CAPTURE(reason);
+        CHECK(reason.find("speaks handshake protocol version 1 (compatible down to 1)") != std::string::npos);
+        CHECK(reason.find("this side's version 2 (compatible down to 2)") != std::string::npos);
+        const rdmachan::handshake::Hello reply = decode_hello(*frame, "server");
+        CHECK(reply.version == 2);
+        CHECK(reply.min_compatible_version == 2);  // above 1: a version-1 client refuses it
+        CHECK_THROWS(server.wait());  // the lone rank never registered
+    }
+
+    SUBCASE("this client against a version-1 server") {
+        asio::io_context io;
+        tcp::acceptor acceptor(io, {asio::ip::make_address("127.0.0.1"), 0});
+        const std::uint16_t port = acceptor.local_endpoint().port();
+        std::string client_hello;
+        std::thread old_server([&] {
+            tcp::socket socket = acceptor.accept();
+            rdmachan::handshake::FrameDecoder decoder("client", 1 << 16);
+            std::optional<std::string> frame;
+            while (!(frame = decoder.next_frame())) {
+                char chunk[4096];
+                boost::system::error_code error;
+                const std::size_t got = socket.read_some(asio::buffer(chunk), error);
+                if (error) return;
+                decoder.feed({reinterpret_cast<const std::uint8_t*>(chunk), got});
+            }
+            client_hello = *frame;
+            // A version-1 server would accept and answer with its own version-1 hello.
+            asio::write(socket, asio::buffer(encode_frame(encode_hello(R"({"nonce":"00"})", 1, 1))));
+            boost::system::error_code ignored;
+            char rest[64];
+            socket.read_some(asio::buffer(rest), ignored);  // until the client hangs up
+        });
+        const std::string error = error_of([&] {
+            rdmachan::rendezvous(client_settings(port, 0, 1, 3000ms), predictable_endpoint(0, 1));
+        });
+        old_server.join();
+        CAPTURE(error);
+        CHECK(error.find("speaks handshake protocol version 1 (compatible down to 1)") != std::string::npos);
+        CHECK(error.find("this side's version 2 (compatible down to 2)") != std::string::npos);
+        // And the client announced version 2, oldest 2, in its hello.
+        REQUIRE(client_hello.size() >= rdmachan::handshake::hello_header_size);
+        CHECK(client_hello.substr(8, 8) == std::string("\0\0\0\2\0\0\0\2", 8));
+    }
 }

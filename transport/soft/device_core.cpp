@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -53,7 +54,42 @@ AlignedBuffer::AlignedBuffer(std::size_t requested) : size(requested) {
 
 AlignedBuffer::~AlignedBuffer() { std::free(data); }
 
+namespace {
+
+// A device talking to thousands of peers holds a socket per peer device: raise the soft limit on
+// descriptors to the hard limit once per process, as MPI launchers do.
+void raise_open_file_limit() {
+    static const bool raised = [] {
+        rlimit limit{};
+        if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+            const rlim_t before = limit.rlim_cur;
+            limit.rlim_cur = limit.rlim_max;
+            if (::setrlimit(RLIMIT_NOFILE, &limit) == 0)
+                detail::logger().debug("software device: RLIMIT_NOFILE raised from {} to its hard limit {}", before,
+                                       limit.rlim_max);
+        }
+        return true;
+    }();
+    (void)raised;
+}
+
+// Why a socket could not be made, naming the descriptor limit when that is the reason.
+std::string socket_failure(int error) {
+    std::string why = std::strerror(error);
+    if (error == EMFILE || error == ENFILE) {
+        rlimit limit{};
+        ::getrlimit(RLIMIT_NOFILE, &limit);
+        why += error == EMFILE ? " (this process is out of file descriptors: RLIMIT_NOFILE is " +
+                                     std::to_string(limit.rlim_cur) + ", hard limit " + std::to_string(limit.rlim_max) + ")"
+                               : " (the system is out of file descriptors: fs.file-max)";
+    }
+    return why;
+}
+
+}  // namespace
+
 DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(owner) {
+    raise_open_file_limit();
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(options.port);
@@ -61,7 +97,7 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(own
         throw SoftDeviceError("software device: listen address '" + options.address + "' is not an IPv4 address");
     }
     listen_socket_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (listen_socket_ < 0) fail_system("socket");
+    if (listen_socket_ < 0) throw SoftDeviceError("software device: socket: " + socket_failure(errno));
     const int one = 1;
     ::setsockopt(listen_socket_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     if (::bind(listen_socket_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
@@ -69,7 +105,9 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(own
         ::close(listen_socket_);
         throw SoftDeviceError("software device: cannot listen on " + options.address + ":" + std::to_string(options.port) + ": " + why);
     }
-    ::listen(listen_socket_, 64);
+    // Every peer device may connect at once (first frames of a large job): a full backlog would
+    // make the kernel retry their SYNs after a second.
+    ::listen(listen_socket_, SOMAXCONN);
     socklen_t length = sizeof address;
     ::getsockname(listen_socket_, reinterpret_cast<sockaddr*>(&address), &length);
     set_non_blocking(listen_socket_);
@@ -231,7 +269,11 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
     address.sin_port = htons(remote_lid);
     std::memcpy(&address.sin_addr, remote_gid.data() + 12, 4);
     const int socket = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (socket < 0) return nullptr;
+    if (socket < 0) {
+        detail::logger().error("software device {}: cannot open a connection to lid {}: {}", owner_.name(), remote_lid,
+                               socket_failure(errno));
+        return nullptr;
+    }
     // A bounded connect: the progress thread never waits more than a second for a peer.
     if (::connect(socket, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
         if (errno != EINPROGRESS) {

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Regenerates the figures in docs/SCALE.md (issue 16): the block between
+# "<!-- generated: scale -->" and "<!-- end: scale -->" is replaced by what this prints.
+#   rendezvous   tests/handshake/rendezvous_benchmark: wall time and bytes received per rank at
+#                64 to 1,024 ranks as processes, 1,024 to 4,096 as processes of 16 threads,
+#                doubling each time, RC- and DC-shaped endpoints
+#   peer cost    tests/multi_channel/peer_cost_benchmark: heap and RSS per peer, RC and DC, at
+#                1,024 and 4,096 peers, and queue pairs per process
+#   pmix         scripts/pmix_exchange_benchmark.sh RANKS, if it exists, at 4, 16 and 64 ranks
+#   scripts/scale.sh [build-dir]     (default: build-scale, Release via scripts/build_release.sh)
+set -euo pipefail
+
+source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${1:-build-scale}"
+case "$build_dir" in /*) ;; *) build_dir="$source_dir/$build_dir" ;; esac
+document="$source_dir/docs/SCALE.md"
+commit="$(git -C "$source_dir" rev-parse --short=7 HEAD)"
+git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
+
+"$source_dir/scripts/build_release.sh" "$build_dir" rendezvous_benchmark
+"$source_dir/scripts/build_release.sh" "$build_dir" peer_cost_benchmark
+rendezvous="$build_dir/tests/handshake/rendezvous_benchmark"
+peer_cost="$build_dir/tests/multi_channel/peer_cost_benchmark"
+
+block="$(mktemp)"
+trap 'rm -f "$block"' EXIT
+# A failed or timed-out run is printed as such, not dropped: the document shows what happened.
+run() {
+    local output
+    if output="$(timeout 300 "$@" 2>&1)"; then
+        printf '%s\n' "$output" | grep -E '^(rendezvous|peer cost|pmix)' || printf '%s\n' "$output"
+    else
+        printf '%s\n' "$output" | grep -E '^(rendezvous|peer cost|pmix)' || true
+        printf 'FAILED (exit %s): %s\n' "$?" "$*"
+        printf '%s\n' "$output" | grep -vE '^(rendezvous|peer cost)' | head -3
+    fi
+}
+{
+    echo '```'
+    echo "\$ scripts/scale.sh    # $(nproc) cores, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+    for mode in rc dc; do
+        echo "\$ rendezvous_benchmark --mode $mode 64 128 256 512 1024"
+        run "$rendezvous" --mode "$mode" --timeout 120 64 128 256 512 1024
+        # 4,096 ranks as 256 processes of 16 threads (docs/SCALE.md says why), with a deadline.
+        echo "\$ rendezvous_benchmark --mode $mode --threads-per-process 16 --timeout 120 1024 2048 4096"
+        run "$rendezvous" --mode "$mode" --threads-per-process 16 --timeout 120 1024 2048 4096
+    done
+    for mode in rc dc; do
+        echo "\$ peer_cost_benchmark --mode $mode 1024 4096"
+        run "$peer_cost" --mode "$mode" 1024 4096
+    done
+    for ranks in 4 16 64; do
+        if [ -x "$source_dir/scripts/pmix_exchange_benchmark.sh" ]; then
+            echo "\$ scripts/pmix_exchange_benchmark.sh $ranks"
+            run "$source_dir/scripts/pmix_exchange_benchmark.sh" "$ranks"
+        else
+            echo "pmix exchange: ranks=$ranks not available (scripts/pmix_exchange_benchmark.sh is not in this tree)"
+        fi
+    done
+    echo '```'
+} >"$block"
+cat "$block"
+
+python3 - "$document" "$block" "$commit" <<'PY'
+import re, sys
+document, block, commit = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(document).read()
+body = open(block).read().rstrip("\n")
+pattern = re.compile(r"(<!-- generated: scale -->\n).*?(<!-- end: scale -->)", re.S)
+if not pattern.search(text):
+    sys.exit("scale: %s has no block named scale" % document)
+stamp = "_Printed by `scripts/scale.sh` at commit %s._\n\n" % commit
+text = pattern.sub(lambda m: m.group(1) + stamp + body + "\n" + m.group(2), text)
+open(document, "w").write(text)
+PY
+echo "scale: $document regenerated" >&2
