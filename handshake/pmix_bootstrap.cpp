@@ -18,6 +18,7 @@ struct PmixSession::State {
     pmix_proc_t self{};
     std::uint32_t world_size = 0;
     std::string job;
+    std::uint64_t last_exchange_bytes = 0;
 };
 
 namespace {
@@ -193,9 +194,10 @@ PmixSession::~PmixSession() { PMIx_Finalize(nullptr, 0); }
 std::uint32_t PmixSession::rank() const { return state_->self.rank; }
 std::uint32_t PmixSession::world_size() const { return state_->world_size; }
 const std::string& PmixSession::job() const { return state_->job; }
+std::uint64_t PmixSession::last_exchange_bytes() const { return state_->last_exchange_bytes; }
 
 std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_point deadline) {
-    const State& state = *state_;
+    State& state = *state_;
     const std::uint32_t my_rank = state.self.rank;
     const std::string me = "PMIx bootstrap (rank " + std::to_string(my_rank) + " of " +
                            std::to_string(state.world_size) + ", namespace " + state.job + ")";
@@ -229,16 +231,21 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     // Read: every peer's common endpoint, plus (RC) the entry it created for this rank. The
     // schema's reader (from_json) checks the reassembled endpoint field by field.
     std::vector<Endpoint> table(state.world_size);
+    state.last_exchange_bytes = 0;
     for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
         const std::string endpoint_key = pmix_endpoint_key(sequence);
-        nlohmann::json json = parse_json(me, peer, endpoint_key, get_string(state, me, peer, endpoint_key, deadline));
+        const std::string endpoint_text = get_string(state, me, peer, endpoint_key, deadline);
+        state.last_exchange_bytes += endpoint_text.size();
+        nlohmann::json json = parse_json(me, peer, endpoint_key, endpoint_text);
         if (!json.is_object()) throw Error(me + ": the value of key '" + endpoint_key + "' from rank " +
                                            std::to_string(peer) + " is not a JSON object");
         json["rc"] = nlohmann::json::array();
         const bool peer_in_dc_mode = json.contains("dc") && json["dc"].is_array() && !json["dc"].empty();
         if (!peer_in_dc_mode) {
             const std::string rc_key = pmix_rc_key(sequence, my_rank);
-            json["rc"].push_back(parse_json(me, peer, rc_key, get_string(state, me, peer, rc_key, deadline)));
+            const std::string rc_text = get_string(state, me, peer, rc_key, deadline);
+            state.last_exchange_bytes += rc_text.size();
+            json["rc"].push_back(parse_json(me, peer, rc_key, rc_text));
         }
         try {
             from_json(json, table[peer]);

@@ -37,6 +37,9 @@ class PmixSession {
     std::vector<Endpoint> exchange(const Endpoint& mine, Clock::time_point deadline);
     // A fence without data: returns once every rank reached it, or throws naming the deadline.
     void barrier(Clock::time_point deadline);
+    // The value bytes the last exchange() read from PMIx (all peers' keys): grows linearly with
+    // the world size (README.md here).
+    std::uint64_t last_exchange_bytes() const;
 
     struct State;
 

@@ -21,5 +21,6 @@ std::uint32_t PmixSession::world_size() const { unavailable(); }
 const std::string& PmixSession::job() const { unavailable(); }
 std::vector<Endpoint> PmixSession::exchange(const Endpoint&, Clock::time_point) { unavailable(); }
 void PmixSession::barrier(Clock::time_point) { unavailable(); }
+std::uint64_t PmixSession::last_exchange_bytes() const { unavailable(); }
 
 }  // namespace rdmachan::detail

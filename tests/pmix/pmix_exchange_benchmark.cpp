@@ -2,7 +2,8 @@
 // mpirun). Each rank builds an RC multi-channel on the software device, then times the PMIx
 // exchange alone: from the first PMIx_Put to the last PMIx_Get (publish, fence with data
 // collection, reading every peer's endpoint). It then connects and meets in the barrier, so a
-// table that cannot connect fails the run. Prints "rank R seconds S" on stdout.
+// table that cannot connect fails the run. Prints "rank R seconds S bytes B" on stdout (B: the
+// value bytes it read from PMIx).
 //   pmix_exchange_benchmark [--synthetic]
 // --synthetic: no device; each rank publishes a made-up RC endpoint (one entry per peer, QPN
 // derived from both ranks) and checks that what it read is the entry each peer made for it —
@@ -73,7 +74,8 @@ int main(int argc, char** argv) {
             rdmachan::MultiChannel channels = std::move(prepared).handshake(table);
             session->barrier(deadline);
         }
-        std::printf("rank %u seconds %.6f\n", rank, seconds);
+        std::printf("rank %u seconds %.6f bytes %llu\n", rank, seconds,
+                    static_cast<unsigned long long>(session->last_exchange_bytes()));
         return 0;
     } catch (const std::exception& error) {
         std::fprintf(stderr, "pmix_exchange_benchmark (rank %u): %s\n", rank, error.what());
