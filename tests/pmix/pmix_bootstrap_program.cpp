@@ -3,7 +3,7 @@
 // scenario expects; the rank that misbehaves does so with PMIx calls of its own (this program),
 // not through any hook in the library.
 //   exchange --mode rc|dc    build without rank/world size, connect(), read every peer's buffer
-//   wrong-world-size         a world size that disagrees with PMIx is refused, naming both
+//   wrong-identity           a rank or world size that disagrees with PMIx is refused, naming both
 //   skip-put                 rank 1 fences but never publishes: the others name rank 1 and the key
 //   skip-fence               rank 1 never reaches the fence: the others name the deadline
 //   init-fails               (outside any launcher) PMIx_Init fails: the error names its code
@@ -94,20 +94,27 @@ int exchange(const std::string& mode) {
     return 0;
 }
 
-int wrong_world_size() {
+// A rank or a world size that disagrees with PMIx is refused, naming both.
+int wrong_identity() {
     const RawPmix raw;
-    try {
-        (void)builder(10s).world_size(1000).build();
-    } catch (const rdmachan::Error& error) {
-        const std::string text = error.what();
-        if (!contains(text, "world_size 1000 was set") || !contains(text, "PMIx says the job has")) {
-            return failed("unexpected error: " + text);
+    const std::uint32_t rank = raw.self.rank;
+    auto refused = [&](rdmachan::MultiChannelBuilder candidate, const std::string& set, const std::string& says) {
+        try {
+            (void)candidate.build();
+        } catch (const rdmachan::Error& error) {
+            const std::string text = error.what();
+            if (!contains(text, set) || !contains(text, says)) return failed("unexpected error: " + text);
+            std::printf("rank %u: expected error: %s\n", rank, text.c_str());
+            return 0;
         }
-        std::printf("rank %u: expected error: %s\n", raw.self.rank, text.c_str());
-        raw.fence(false);  // nobody finalizes before every rank has checked
-        return 0;
-    }
-    return failed("a world size that disagrees with PMIx was accepted");
+        return failed("'" + set + "' that disagrees with PMIx was accepted");
+    };
+    const std::uint32_t other_rank = rank == 0 ? 1 : 0;
+    int status = refused(builder(10s).world_size(1000), "world_size 1000 was set", "PMIx says the job has");
+    status |= refused(builder(10s).rank(other_rank), "rank " + std::to_string(other_rank) + " was set",
+                      "PMIx says this process is rank " + std::to_string(rank));
+    raw.fence(false);  // nobody finalizes before every rank has checked
+    return status;
 }
 
 // Ranks other than 1 run connect() and must fail with `expected` in the message.
@@ -136,9 +143,11 @@ int skip_put() {
 
 int skip_fence() {
     const RawPmix raw;
-    constexpr auto deadline = 3s;
+    constexpr auto deadline = 2s;
     if (raw.self.rank == 1) {
-        std::this_thread::sleep_for(deadline * 2);  // never reaches the fence before the others give up
+        // Never reaches the fence; stays in the job well past the others' deadline (with room for
+        // a loaded machine), so they see the timeout and not this rank's exit.
+        std::this_thread::sleep_for(deadline * 5);
         return 0;
     }
     return expect_connect_failure("the fence exchanging endpoints did not complete within its deadline (", deadline);
@@ -166,14 +175,14 @@ int main(int argc, char** argv) {
     const std::string mode = argc > 3 && std::strcmp(argv[2], "--mode") == 0 ? argv[3] : "rc";
     try {
         if (scenario == "exchange") return exchange(mode);
-        if (scenario == "wrong-world-size") return wrong_world_size();
+        if (scenario == "wrong-identity") return wrong_identity();
         if (scenario == "skip-put") return skip_put();
         if (scenario == "skip-fence") return skip_fence();
         if (scenario == "init-fails") return init_fails();
     } catch (const std::exception& error) {
         return failed(error.what());
     }
-    std::fprintf(stderr, "usage: pmix_bootstrap_program exchange [--mode rc|dc] | wrong-world-size | skip-put | "
+    std::fprintf(stderr, "usage: pmix_bootstrap_program exchange [--mode rc|dc] | wrong-identity | skip-put | "
                          "skip-fence | init-fails\n");
     return 2;
 }
