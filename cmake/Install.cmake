@@ -17,5 +17,10 @@ install(FILES ${PROJECT_BINARY_DIR}/rdmachanConfig.cmake ${PROJECT_BINARY_DIR}/r
 
 # The .pc file finds its prefix relative to itself, so an installed tree can be moved.
 file(RELATIVE_PATH RDMACHAN_PC_TO_PREFIX /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
+# libpmix is private too, and only there when the PMIx bootstrap was built.
+set(RDMACHAN_PC_REQUIRES_PMIX "")
+if(PMIX_FOUND)
+    set(RDMACHAN_PC_REQUIRES_PMIX " pmix")
+endif()
 configure_file(cmake/rdmachan.pc.in ${PROJECT_BINARY_DIR}/rdmachan.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/rdmachan.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -20,10 +20,14 @@ packages=(
     libibverbs-dev rdma-core ibverbs-providers
     libboost-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libssl-dev
     doctest-dev
+    # The PMIx bootstrap (optional in the build: without it, reported unavailable).
+    libpmix-dev
 )
 if [ "$build_only" -eq 0 ]; then
     packages+=(
         iproute2 valgrind clang python3
+        # mpirun (Open MPI, a PMIx launcher): the PMIx bootstrap's tests and the demo under it.
+        openmpi-bin
         # The soft-RoCE VM tests (tests/vm): qemu boots Debian's kernel with an initramfs of ours.
         qemu-system-x86 busybox-static cpio kmod xz-utils
     )

@@ -6,6 +6,7 @@
 
 #include "rdmachan/handshake.hpp"
 #include "src/engine.hpp"
+#include "src/multi_channel_bootstrap.hpp"
 #include "src/operations.hpp"
 
 namespace rdmachan {
@@ -89,22 +90,33 @@ MultiChannelBuilder& MultiChannelBuilder::dc_key(std::uint64_t value) {
     return *this;
 }
 
-PreparedMultiChannel MultiChannelBuilder::build() const {
-    if (!world_size_.has_value()) throw Error("MultiChannelBuilder::build: world_size is not set");
+MultiChannelBuilder& MultiChannelBuilder::bootstrap(Bootstrap value) {
+    bootstrap_ = value;
+    return *this;
+}
 
-    if (!rank_.has_value()) throw Error("MultiChannelBuilder::build: rank is not set");
-    if (*rank_ >= *world_size_) {
-        throw Error("MultiChannelBuilder::build: rank " + std::to_string(*rank_) + " is not below world_size " +
-                    std::to_string(*world_size_));
+PreparedMultiChannel MultiChannelBuilder::build() const {
+    // Under PMIx, rank and world size come from the launcher (src/multi_channel_bootstrap.cpp).
+    detail::BootstrapIdentity identity = detail::bootstrap_identity(bootstrap_, rank_, world_size_);
+    if (!identity.world_size.has_value()) throw Error("MultiChannelBuilder::build: world_size is not set");
+
+    if (!identity.rank.has_value()) throw Error("MultiChannelBuilder::build: rank is not set");
+    const std::uint32_t rank = *identity.rank;
+    if (rank >= *identity.world_size) {
+        throw Error("MultiChannelBuilder::build: rank " + std::to_string(rank) + " is not below world_size " +
+                    std::to_string(*identity.world_size));
     }
     try {
         detail::DcSettings dc;
         dc.enabled = mode_ == MultiChannelMode::dynamically_connected;
         dc.initiators = dc_initiators_;
         dc.key = dc_key_;
-        return PreparedMultiChannel(std::make_shared<detail::Engine>(settings_, *world_size_, dc), *rank_);
+        PreparedMultiChannel prepared(std::make_shared<detail::Engine>(settings_, *identity.world_size, dc), rank);
+        prepared.bootstrap_ = std::move(identity.choice);
+        prepared.pmix_ = std::move(identity.pmix);
+        return prepared;
     } catch (const Error& error) {
-        throw Error("MultiChannelBuilder::build (rank " + std::to_string(*rank_) + "): " + error.what());
+        throw Error("MultiChannelBuilder::build (rank " + std::to_string(rank) + "): " + error.what());
     }
 }
 

@@ -126,6 +126,11 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
 
 MultiChannel PreparedMultiChannel::connect(RendezvousSettings settings) && {
     if (engine_ == nullptr) throw Error("PreparedMultiChannel::connect: this prepared multi-channel was already used");
+    if (bootstrap_.bootstrap == Bootstrap::pmix && bootstrap_.explicit_choice) {
+        throw Error("PreparedMultiChannel::connect(RendezvousSettings): the PMIx bootstrap was chosen (" +
+                    bootstrap_.reason + "): call connect()");
+    }
+    pmix_.reset();  // automatic detection chose PMIx, but this call asks for the TCP rendezvous
     if (settings.rank != rank_ || settings.world_size != engine_->peer_count()) {
         throw Error("PreparedMultiChannel::connect: the rendezvous settings say rank " + std::to_string(settings.rank) +
                     " of " + std::to_string(settings.world_size) + ", this multi-channel is " + rank_text(rank_) + " of " +

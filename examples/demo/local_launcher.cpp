@@ -83,9 +83,11 @@ Child spawn_peer(const Options& options, std::uint32_t rank, const std::string& 
     std::vector<char*> argv;
     for (std::string& argument : arguments) argv.push_back(argument.data());
     argv.push_back(nullptr);
-    std::vector<std::string> environment_strings = {"RDMACHAN_JOB_TOKEN=" + token};
+    // The peers meet at this launcher's rendezvous, even if it was itself started under PMIx.
+    std::vector<std::string> environment_strings = {"RDMACHAN_JOB_TOKEN=" + token, "RDMACHAN_BOOTSTRAP=tcp"};
     for (char** entry = environ; *entry != nullptr; ++entry)
-        if (std::strncmp(*entry, "RDMACHAN_JOB_TOKEN=", 19) != 0) environment_strings.emplace_back(*entry);
+        if (std::strncmp(*entry, "RDMACHAN_JOB_TOKEN=", 19) != 0 && std::strncmp(*entry, "RDMACHAN_BOOTSTRAP=", 19) != 0)
+            environment_strings.emplace_back(*entry);
     std::vector<char*> environment;
     for (std::string& entry : environment_strings) environment.push_back(entry.data());
     environment.push_back(nullptr);

@@ -2,7 +2,7 @@
 // device, connects them through the rendezvous, runs the workload (examples/demo/
 // peer_workload.hpp), verifies every byte and prints a per-peer summary. `peer` runs one peer
 // of a job started by Slurm, torchrun, mpirun or by hand; `rendezvous` runs the server those
-// peers meet at. Any failure: exit status 1 and a message naming the rank and what failed.
+// peers meet at (under a PMIx launcher such as mpirun, peers meet through PMIx instead). Any failure: exit status 1 and a message naming the rank and what failed.
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -10,6 +10,7 @@
 #include "examples/demo/demo_options.hpp"
 #include "examples/demo/local_launcher.hpp"
 #include "examples/demo/peer_workload.hpp"
+#include "rdmachan/bootstrap.hpp"
 #include "rdmachan/launcher_environment.hpp"
 #include "rdmachan/rendezvous.hpp"
 
@@ -26,20 +27,26 @@ int run_peer_command(const demo::Options& options) {
     std::uint32_t rank = options.rank.value_or(0);
     try {
         const rdmachan::LaunchEnvironment environment = rdmachan::discover_launch_environment(arguments);
-        if (!environment.rank || !environment.world_size)
-            throw std::runtime_error("no rank or world size: pass --rank and --world-size, or run under a launcher "
-                                     "(Slurm, torchrun, mpirun) or with RDMACHAN_RANK / RDMACHAN_WORLD_SIZE");
-        if (environment.rendezvous_host.empty() || !environment.rendezvous_port)
-            throw std::runtime_error("no rendezvous address: pass --rendezvous host:port or set RDMACHAN_RENDEZVOUS "
-                                     "(torchrun: MASTER_ADDR and MASTER_PORT)");
-        if (environment.job_token.empty())
-            throw std::runtime_error("RDMACHAN_JOB_TOKEN is not set; `rdmachan-demo rendezvous` prints the token "
-                                     "to export on every host");
-        rank = *environment.rank;
-        const demo::PeerIdentity identity{rank,
-                                          *environment.world_size,
+        if (environment.rank) rank = *environment.rank;
+        // Under a PMIx launcher (mpirun, srun --mpi=pmix) PMIx gives rank, world size and the
+        // exchange, and the launcher authenticates the job: no rendezvous, no token.
+        const bool pmix = rdmachan::choose_bootstrap(rdmachan::Bootstrap::automatic).bootstrap == rdmachan::Bootstrap::pmix;
+        if (!pmix) {
+            if (!environment.rank || !environment.world_size)
+                throw std::runtime_error("no rank or world size: pass --rank and --world-size, or run under a launcher "
+                                         "(Slurm, torchrun, mpirun) or with RDMACHAN_RANK / RDMACHAN_WORLD_SIZE");
+            if (environment.rendezvous_host.empty() || !environment.rendezvous_port)
+                throw std::runtime_error("no rendezvous address: pass --rendezvous host:port or set RDMACHAN_RENDEZVOUS "
+                                         "(torchrun: MASTER_ADDR and MASTER_PORT), or run under a PMIx launcher");
+            if (environment.job_token.empty())
+                throw std::runtime_error("RDMACHAN_JOB_TOKEN is not set; `rdmachan-demo rendezvous` prints the token "
+                                         "to export on every host");
+        }
+        const demo::PeerIdentity identity{pmix,
+                                          environment.rank,
+                                          environment.world_size,
                                           environment.rendezvous_host,
-                                          *environment.rendezvous_port,
+                                          environment.rendezvous_port.value_or(0),
                                           options.job,
                                           environment.job_token};
         auto progress = [&](const char* event, std::uint32_t iteration) {
@@ -51,7 +58,8 @@ int run_peer_command(const demo::Options& options) {
         } else if (options.json) {
             std::printf("%s\n", nlohmann::json(report).dump(2).c_str());
         } else {
-            const demo::JobDescription job{identity.world_size, options.workload.mode, options.workload.size,
+            const auto world = static_cast<std::uint32_t>(report.counters.size());  // one per peer
+            const demo::JobDescription job{world, options.workload.mode, options.workload.size,
                                            options.workload.iterations};
             std::printf("%s", demo::summary_table(job, {report}, report.seconds).c_str());
         }

@@ -45,28 +45,34 @@ rdmachan::MultiChannelMode mode_of(const std::string& name) {
 }  // namespace
 
 PeerReport run_peer(const PeerIdentity& identity, const Workload& workload, const ProgressCallback& progress) {
-    const std::uint32_t rank = identity.rank;
-    const std::uint32_t world = identity.world_size;
+    rdmachan::ChannelBuilder channel = rdmachan::ChannelBuilder().device(workload.device).deadline(workload.timeout);
+    rdmachan::MultiChannelBuilder builder = rdmachan::MultiChannelBuilder(channel).mode(mode_of(workload.mode));
+    builder.bootstrap(identity.pmix ? rdmachan::Bootstrap::pmix : rdmachan::Bootstrap::tcp);
+    if (identity.rank) builder.rank(*identity.rank);
+    if (identity.world_size) builder.world_size(*identity.world_size);
+    rdmachan::PreparedMultiChannel prepared = builder.build();
+    const std::uint32_t rank = prepared.rank();
+    const std::uint32_t world = prepared.world_size();
     const Layout layout{world, workload.size};
     std::vector<std::uint8_t> memory(layout.total(), 0);
 
-    rdmachan::ChannelBuilder channel = rdmachan::ChannelBuilder().device(workload.device).deadline(workload.timeout);
-    rdmachan::PreparedMultiChannel prepared = rdmachan::MultiChannelBuilder(channel)
-                                                  .rank(rank)
-                                                  .world_size(world)
-                                                  .mode(mode_of(workload.mode))
-                                                  .build();
     rdmachan::MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
     prepared.publish_region("buffer", region);
-    rdmachan::RendezvousSettings settings;
-    settings.host = identity.rendezvous_host;
-    settings.port = identity.rendezvous_port;
-    settings.rank = rank;
-    settings.world_size = world;
-    settings.job = identity.job;
-    settings.token = identity.token;
-    settings.timeout = workload.timeout;
-    rdmachan::MultiChannel channels = std::move(prepared).connect(settings);
+    std::optional<rdmachan::MultiChannel> connected;
+    if (identity.pmix) {
+        connected.emplace(std::move(prepared).connect());
+    } else {
+        rdmachan::RendezvousSettings settings;
+        settings.host = identity.rendezvous_host;
+        settings.port = identity.rendezvous_port;
+        settings.rank = rank;
+        settings.world_size = world;
+        settings.job = identity.job;
+        settings.token = identity.token;
+        settings.timeout = workload.timeout;
+        connected.emplace(std::move(prepared).connect(settings));
+    }
+    rdmachan::MultiChannel& channels = *connected;
     progress("connected", 0);
     if (workload.fail_rank == rank) fail(rank, "failing on purpose (--fail-rank " + std::to_string(rank) + ")");
 

@@ -27,11 +27,16 @@
 #include <string_view>
 #include <vector>
 
+#include "rdmachan/bootstrap.hpp"
 #include "rdmachan/channel.hpp"
 #include "rdmachan/endpoint.hpp"
 #include "rdmachan/rendezvous.hpp"
 
 namespace rdmachan {
+
+namespace detail {
+class PmixSession;
+}
 
 // How a MultiChannel reaches its peers. Reliable connected: one RC queue pair per peer
 // (N-1 queue pairs per process, plus loopback). Dynamically connected (mlx5 DC): a pool of DC
@@ -238,11 +243,24 @@ public:
     // One call: exchange endpoints through the rendezvous (settings.rank and world_size must be
     // this multi-channel's), connect every queue pair, then meet in the rendezvous barrier so
     // no rank uses a peer before that peer is connected too.
+    // Under the PMIx bootstrap (automatic detection), this call still uses the TCP rendezvous;
+    // when PMIx was chosen explicitly (MultiChannelBuilder::bootstrap, RDMACHAN_BOOTSTRAP) it is
+    // an error naming that choice.
     MultiChannel connect(RendezvousSettings settings) &&;
+    // One call through the PMIx bootstrap (bootstrap.hpp, chosen at build()): publish, fence,
+    // read each peer's endpoint, connect, then a second fence as the barrier. One deadline for
+    // all of it: the channel settings' deadline, from this call. Multi-channels of one process
+    // connect in the same order on every rank. Under the TCP bootstrap: an error saying to call
+    // connect(RendezvousSettings).
+    MultiChannel connect() &&;
+    // The bootstrap build() chose (tcp or pmix) and why.
+    const BootstrapChoice& bootstrap() const { return bootstrap_; }
 
 private:
     friend class MultiChannelBuilder;
     PreparedMultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
+    BootstrapChoice bootstrap_;
+    std::shared_ptr<detail::PmixSession> pmix_;  // set under the PMIx bootstrap
     std::shared_ptr<detail::Engine> engine_;
     std::uint32_t rank_ = 0;
     std::uint64_t session_ = 0;
@@ -255,8 +273,11 @@ public:
     MultiChannelBuilder() = default;
     // The per-peer queue-pair settings, as ChannelBuilder checks them.
     explicit MultiChannelBuilder(const ChannelBuilder& channel) : settings_(channel.settings()) {}
+    // Under the PMIx bootstrap both come from PMIx and need not be set; set, they must agree.
     MultiChannelBuilder& rank(std::uint32_t value);
     MultiChannelBuilder& world_size(std::uint32_t value);
+    // Default automatic; see bootstrap.hpp for the choice and RDMACHAN_BOOTSTRAP.
+    MultiChannelBuilder& bootstrap(Bootstrap value);
     // Default reliable_connected.
     MultiChannelBuilder& mode(MultiChannelMode value);
     // DC mode: the number of DC initiators in the pool, [1, 64], default 4.
@@ -275,6 +296,7 @@ private:
     MultiChannelMode mode_ = MultiChannelMode::reliable_connected;
     std::uint32_t dc_initiators_ = 4;
     std::optional<std::uint64_t> dc_key_;
+    Bootstrap bootstrap_ = Bootstrap::automatic;
 };
 
 }  // namespace rdmachan

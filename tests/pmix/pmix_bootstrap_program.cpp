@@ -1,0 +1,188 @@
+// Run under mpirun by CTest (tests/pmix/CMakeLists.txt): one scenario of the PMIx bootstrap per
+// invocation. Ranks that use the library check what happened and exit 0 only when it is what the
+// scenario expects; the rank that misbehaves does so with PMIx calls of its own (this program),
+// not through any hook in the library.
+//   exchange --mode rc|dc    build without rank/world size, connect(), read every peer's buffer
+//   wrong-identity           a rank or world size that disagrees with PMIx is refused, naming both
+//   skip-put                 rank 1 fences but never publishes: the others name rank 1 and the key
+//   skip-fence               rank 1 never reaches the fence: the others name the deadline
+//   init-fails               (outside any launcher) PMIx_Init fails: the error names its code
+#include <pmix.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "handshake/pmix_bootstrap.hpp"
+#include "rdmachan/multi_channel.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+
+int failed(const std::string& what) {
+    std::fprintf(stderr, "pmix_bootstrap_program: FAILED: %s\n", what.c_str());
+    return 1;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+rdmachan::MultiChannelBuilder builder(std::chrono::milliseconds deadline, const std::string& mode = "rc") {
+    rdmachan::ChannelBuilder channel = rdmachan::ChannelBuilder().device("soft").deadline(deadline);
+    return rdmachan::MultiChannelBuilder(channel)
+        .bootstrap(rdmachan::Bootstrap::pmix)
+        .mode(mode == "dc" ? rdmachan::MultiChannelMode::dynamically_connected
+                           : rdmachan::MultiChannelMode::reliable_connected);
+}
+
+// This process's PMIx identity, straight from libpmix (the misbehaving rank and the fences
+// around each scenario). The constructor fences once every rank is initialized: with Open MPI
+// 4.1.4 / PMIx 4.2.2, a rank whose PMIx_Init is still under way while another rank finalizes and
+// exits with status 0 can wait in PMIx_Init forever (seen about once in 40 runs of a plain C
+// program that only calls PMIx_Init and PMIx_Finalize; never with this fence in 60 runs).
+struct RawPmix {
+    pmix_proc_t self{};
+    RawPmix() {
+        if (const pmix_status_t status = PMIx_Init(&self, nullptr, 0); status != PMIX_SUCCESS) {
+            throw std::runtime_error(std::string("test's own PMIx_Init: ") + PMIx_Error_string(status));
+        }
+        fence(false);
+    }
+    ~RawPmix() { PMIx_Finalize(nullptr, 0); }
+    void fence(bool collect) const {
+        pmix_proc_t everyone;
+        PMIX_LOAD_PROCID(&everyone, self.nspace, PMIX_RANK_WILDCARD);
+        pmix_info_t info;
+        bool collect_data = collect;
+        PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect_data, PMIX_BOOL);
+        if (const pmix_status_t status = PMIx_Fence(&everyone, 1, &info, 1); status != PMIX_SUCCESS) {
+            throw std::runtime_error(std::string("test's own PMIx_Fence: ") + PMIx_Error_string(status));
+        }
+    }
+};
+
+int exchange(const std::string& mode) {
+    const RawPmix raw;
+    rdmachan::PreparedMultiChannel prepared = builder(30s, mode).build();
+    if (prepared.rank() != raw.self.rank) return failed("the builder's rank is not PMIx's");
+    if (prepared.bootstrap().bootstrap != rdmachan::Bootstrap::pmix) return failed("the bootstrap is not PMIx");
+    const std::uint32_t rank = prepared.rank();
+    const std::uint32_t world = prepared.world_size();
+    // Every rank's buffer holds its rank before connect(); after the barrier every peer's does.
+    std::vector<std::uint64_t> memory(1 + world, 0);
+    memory[0] = 0x5e5e000000000000ull | rank;
+    rdmachan::MemoryRegion region = prepared.register_memory(memory.data(), memory.size() * sizeof(std::uint64_t));
+    prepared.publish_region("buffer", region);
+    rdmachan::MultiChannel channels = std::move(prepared).connect();
+    std::vector<rdmachan::PeerTransfer> reads;
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        reads.push_back({peer, region.slice((1 + peer) * sizeof(std::uint64_t), sizeof(std::uint64_t)),
+                         channels.remote_region(peer, "buffer").region.slice(0, sizeof(std::uint64_t))});
+    }
+    const rdmachan::MultiResult result = channels.gather_read(reads);
+    if (!result.ok()) return failed("gather_read: " + result.message());
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        if (memory[1 + peer] != (0x5e5e000000000000ull | peer)) {
+            return failed("rank " + std::to_string(rank) + " read a wrong value from rank " + std::to_string(peer));
+        }
+    }
+    raw.fence(false);  // nobody leaves while a peer may still read its buffer
+    std::printf("rank %u of %u (%s): connected through PMIx, read all %u peers\n", rank, world, mode.c_str(), world);
+    return 0;
+}
+
+// A rank or a world size that disagrees with PMIx is refused, naming both.
+int wrong_identity() {
+    const RawPmix raw;
+    const std::uint32_t rank = raw.self.rank;
+    auto refused = [&](rdmachan::MultiChannelBuilder candidate, const std::string& set, const std::string& says) {
+        try {
+            (void)candidate.build();
+        } catch (const rdmachan::Error& error) {
+            const std::string text = error.what();
+            if (!contains(text, set) || !contains(text, says)) return failed("unexpected error: " + text);
+            std::printf("rank %u: expected error: %s\n", rank, text.c_str());
+            return 0;
+        }
+        return failed("'" + set + "' that disagrees with PMIx was accepted");
+    };
+    const std::uint32_t other_rank = rank == 0 ? 1 : 0;
+    int status = refused(builder(10s).world_size(1000), "world_size 1000 was set", "PMIx says the job has");
+    status |= refused(builder(10s).rank(other_rank), "rank " + std::to_string(other_rank) + " was set",
+                      "PMIx says this process is rank " + std::to_string(rank));
+    raw.fence(false);  // nobody finalizes before every rank has checked
+    return status;
+}
+
+// Ranks other than 1 run connect() and must fail with `expected` in the message.
+int expect_connect_failure(const char* expected, std::chrono::milliseconds deadline) {
+    try {
+        rdmachan::PreparedMultiChannel prepared = builder(deadline).build();
+        (void)std::move(prepared).connect();
+    } catch (const rdmachan::Error& error) {
+        const std::string text = error.what();
+        if (!contains(text, expected)) return failed("unexpected error: " + text);
+        std::printf("expected error: %s\n", text.c_str());
+        return 0;
+    }
+    return failed("connect() succeeded although rank 1 misbehaved");
+}
+
+int skip_put() {
+    const RawPmix raw;
+    if (raw.self.rank == 1) {
+        raw.fence(true);  // the exchange's fence, with nothing published
+        return 0;
+    }
+    const std::string key = rdmachan::detail::pmix_endpoint_key(1);
+    return expect_connect_failure(("rank 1 never published key '" + key + "'").c_str(), 20s);
+}
+
+int skip_fence() {
+    const RawPmix raw;
+    constexpr auto deadline = 2s;
+    if (raw.self.rank == 1) {
+        // Never reaches the fence; stays in the job well past the others' deadline (with room for
+        // a loaded machine), so they see the timeout and not this rank's exit.
+        std::this_thread::sleep_for(deadline * 5);
+        return 0;
+    }
+    return expect_connect_failure("the fence exchanging endpoints did not complete within its deadline (", deadline);
+}
+
+int init_fails() {
+    try {
+        (void)builder(5s).build();
+    } catch (const rdmachan::Error& error) {
+        const std::string text = error.what();
+        const std::string code = PMIx_Error_string(PMIX_ERR_UNREACH);
+        if (!contains(text, "PMIx_Init failed: " + code) || !contains(text, "bootstrap(pmix)")) {
+            return failed("unexpected error: " + text);
+        }
+        std::printf("expected error: %s\n", text.c_str());
+        return 0;
+    }
+    return failed("PMIx_Init succeeded with no launcher");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const std::string scenario = argc > 1 ? argv[1] : "";
+    const std::string mode = argc > 3 && std::strcmp(argv[2], "--mode") == 0 ? argv[3] : "rc";
+    try {
+        if (scenario == "exchange") return exchange(mode);
+        if (scenario == "wrong-identity") return wrong_identity();
+        if (scenario == "skip-put") return skip_put();
+        if (scenario == "skip-fence") return skip_fence();
+        if (scenario == "init-fails") return init_fails();
+    } catch (const std::exception& error) {
+        return failed(error.what());
+    }
+    std::fprintf(stderr, "usage: pmix_bootstrap_program exchange [--mode rc|dc] | wrong-identity | skip-put | "
+                         "skip-fence | init-fails\n");
+    return 2;
+}
