@@ -27,6 +27,16 @@ assert sum(c["operations"] for c in data["counters"]) >= 256
 assert sum(c["bytes"] for c in data["counters"]) >= 256 * 4096, data["counters"]
 PY
 
+# Warm-up iterations run (the peer's counters see them) but are not in the row: 50 measured +
+# 30 warm-up writes + 3 control sends and 3 receives (go/ready before each loop, end of size).
+"$bench" -t write -s 8 -n 50 --warmup 30 --device soft --format json >"$out"
+python3 - "$out" <<'PY' || { echo "warm-up not run or counted in the row:"; cat "$out"; exit 1; }
+import json, sys
+data = json.load(open(sys.argv[1]))
+assert data["rows"][0]["iterations"] == 50, data["rows"][0]
+assert data["counters"][1]["operations"] == 50 + 30 + 6, data["counters"][1]
+PY
+
 "$bench" -t read --bw -s 1024 -n 64 --window 8 --mode dc --format csv >"$out"
 head -1 "$out" | grep -q '^test,kind,mode,peers,bytes,iterations' || { echo "no CSV header"; exit 1; }
 grep -q '^read,bw,dc,2,1024,64,' "$out" || { echo "no CSV row:"; cat "$out"; exit 1; }
