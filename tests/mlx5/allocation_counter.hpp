@@ -3,8 +3,16 @@
 // including the library's, which is a shared object — are replaced here and counted while an
 // AllocationCounter is alive on the thread that makes them. Other threads (the software
 // device's) are not counted. Include in exactly one file of a test executable: it defines the
-// replacements.
+// replacements. Under AddressSanitizer or ThreadSanitizer, whose runtimes own the allocator,
+// nothing is replaced: the sanitizer's allocation hook counts instead.
 #pragma once
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RDMACHAN_ALLOCATION_HOOK 1
+// From the sanitizer runtime (sanitizer/allocator_interface.h, not installed with GCC here).
+extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*, __SIZE_TYPE__),
+                                                         void (*free_hook)(const volatile void*));
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +54,13 @@ inline void escape(void* pointer) {
 
 }  // namespace allocation_test
 
+#ifdef RDMACHAN_ALLOCATION_HOOK
+namespace allocation_test {
+inline void on_allocation(const volatile void*, std::size_t) { note_allocation(); }
+inline void on_free(const volatile void*) {}
+inline const int hook_installed = __sanitizer_install_malloc_and_free_hooks(on_allocation, on_free);
+}  // namespace allocation_test
+#else
 extern "C" {
 void* malloc(std::size_t size) {
     allocation_test::note_allocation();
@@ -122,3 +137,4 @@ __attribute__((noinline)) void operator delete(void* pointer, std::size_t, std::
 __attribute__((noinline)) void operator delete[](void* pointer, std::size_t, std::align_val_t) noexcept {
     __libc_free(pointer);
 }
+#endif
