@@ -90,7 +90,8 @@ nlohmann::json parse_json_object(const std::string& text, const std::string& pee
     return json;
 }
 
-Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port) {
+Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port,
+                                       std::function<void()> on_refused) {
     auto executor = co_await asio::this_coro::executor;
     tcp::resolver resolver(executor);
     asio::steady_timer pause(executor);
@@ -108,6 +109,7 @@ Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port) {
             // Not listening yet (or not resolvable yet): the peer may simply start later.
         }
         if (connected) co_return socket;
+        if (on_refused) on_refused();
         pause.expires_after(backoff + std::chrono::milliseconds(random() % (backoff.count() + 1)));
         co_await pause.async_wait(asio::use_awaitable);
         backoff = std::min(backoff * 2, std::chrono::milliseconds(100));

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -47,8 +48,10 @@ nlohmann::json parse_json_object(const std::string& text, const std::string& pee
                                  const char* what);
 
 // Resolves and connects until it succeeds; the caller's deadline ends it. Backs off from 5 ms
-// to 100 ms with jitter so many late starters do not retry in lockstep.
-Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port);
+// to 100 ms with jitter so many late starters do not retry in lockstep. `on_refused`, if set,
+// is called after each failed attempt.
+Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port,
+                                       std::function<void()> on_refused = {});
 
 std::string describe(const tcp::endpoint& endpoint);
 

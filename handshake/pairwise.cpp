@@ -97,7 +97,7 @@ Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine,
                    std::optional<Endpoint>& result) {
     const std::string listener =
         "listener " + settings.address + ":" + std::to_string(settings.port);
-    tcp::socket socket = co_await connect_with_retries(settings.address, settings.port);
+    tcp::socket socket = co_await connect_with_retries(settings.address, settings.port, settings.on_connect_refused);
     FramedConnection connection(std::move(socket), listener, unauthenticated_frame_size_cap);
     const std::string connector_nonce = make_nonce();
     const std::string hello = encode_hello(nlohmann::json{{"nonce", connector_nonce}}.dump());

@@ -125,6 +125,8 @@ struct RendezvousServer::State {
     std::mutex mutex;
     std::condition_variable finished_signal;
     bool finished = false;
+    std::uint32_t registered_so_far = 0;  // registered_count, for wait_registered()
+    std::condition_variable registered_signal;
     std::string final_error;  // empty on success
 
     std::string name() const {
@@ -262,7 +264,13 @@ struct RendezvousServer::State {
             registered[*rank] = endpoint.session;
             row_text[*rank] = table_row_text(endpoint);
             rc_for_peer[*rank] = std::move(rc_entries);
-            if (++registered_count == settings.world_size) publish_table();
+            ++registered_count;
+            {
+                std::lock_guard lock(mutex);
+                registered_so_far = registered_count;
+            }
+            registered_signal.notify_all();
+            if (registered_count == settings.world_size) publish_table();
 
             co_await wait_for(table_event, Phase::table_sent);
             if (phase == Phase::failed) throw Rejection{failure};
@@ -451,6 +459,13 @@ void RendezvousServer::start() {
         if (!error) state.on_deadline();
     });
     state.thread = std::thread([&state] { state.io.run(); });
+}
+
+bool RendezvousServer::wait_registered(std::uint32_t count, std::chrono::milliseconds timeout) {
+    State& state = *state_;
+    std::unique_lock lock(state.mutex);
+    return state.registered_signal.wait_for(
+        lock, timeout, [&state, count] { return state.registered_so_far >= count; });
 }
 
 void RendezvousServer::wait() {

@@ -87,7 +87,15 @@ for kind, title, column, unit in (("lat", "Latency, typical (median)", "t_typica
     sizes = sorted(set().union(*[set(t) for t in tables.values()]))
     print("%s (%s):" % (title, unit))
     print()
-    print("| bytes | " + " | ".join("%s %s" % (t, m.upper()) for (t, m) in tables) + " |")
+    if kind == "lat":
+        # Measured as perftest does: a write or send latency is half a ping-pong's round trip,
+        # a read's is the whole round trip (one request, one response).
+        print("Write and send latency is one-way (half the ping-pong round trip); read latency is the full round trip.")
+        print()
+    def label(t, m):
+        if kind != "lat": return "%s %s" % (t, m.upper())
+        return "%s %s (%s)" % (t, m.upper(), "round trip" if t == "read" else "half round trip")
+    print("| bytes | " + " | ".join(label(t, m) for (t, m) in tables) + " |")
     print("|---:|" + "---:|" * len(tables))
     for b in sizes:
         cells = ["%.1f" % float(tables[k][b][column]) if b in tables[k] else "-" for k in tables]

@@ -4,8 +4,12 @@
 #   - 8-byte RDMA write latency (one-way: half the ping-pong round trip, median of the samples);
 #   - 64 KiB and 1 MiB RDMA write bandwidth (average over the whole run).
 # Each figure is the median of RUNS runs (default 3). Prints a markdown table with the ratios.
+# rdmachan runs on the software device (--device soft); both tools warm up with the same number
+# of unmeasured iterations before each measurement: WARMUP (default 10,000, ucx_perftest's
+# default), at most a tenth of the measured iterations, passed to both (-w / --warmup).
 #   scripts/compare_ucx.sh [build-dir]        (default: build-perf)
-# Environment: RUNS, CPUS (default 0,1), LATENCY_ITERATIONS, BANDWIDTH_BYTES (total per size).
+# Environment: RUNS, CPUS (default 0,1), LATENCY_ITERATIONS, BANDWIDTH_BYTES (total per size),
+# WARMUP.
 set -euo pipefail
 
 source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -14,6 +18,9 @@ runs="${RUNS:-3}"
 cpus="${CPUS:-0,1}"
 latency_iterations="${LATENCY_ITERATIONS:-10000}"
 bandwidth_bytes="${BANDWIDTH_BYTES:-1073741824}"
+warmup="${WARMUP:-10000}"
+# The warm-up for a run of $1 measured iterations: the same for both tools.
+warmup_for() { local cap=$(($1 / 10)); echo $((warmup < cap ? warmup : cap)); }
 
 "$source_dir/scripts/setup.sh" ucx-utils >/dev/null
 
@@ -39,7 +46,8 @@ ucx_run() {
     local final=""
     for _ in $(seq 1 50); do
         sleep 0.1
-        if final=$(taskset -c "$cpus" ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$bytes" -n "$iterations" 2>"$work/client.log" | grep '^Final:'); then
+        if final=$(taskset -c "$cpus" ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$bytes" -n "$iterations" \
+                -w "$(warmup_for "$iterations")" 2>"$work/client.log" | grep '^Final:'); then
             break
         fi
         kill -0 "$server" 2>/dev/null || break
@@ -56,13 +64,13 @@ ucx_bandwidth() {
     # The overall message rate times the size: bytes per second, free of UCX's MB unit.
     ucx_run ucp_put_bw "$bytes" $((bandwidth_bytes / bytes)) | awk -v bytes="$bytes" '{printf "%.0f\n", $9 * bytes}'
 }
-rdmachan_json() { taskset -c "$cpus" "$bench" --format json "$@"; }
+rdmachan_json() { taskset -c "$cpus" "$bench" --device soft --format json "$@"; }
 rdmachan_latency() {
-    rdmachan_json -t write -s 8 -n "$latency_iterations" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["t_typical_us"])'
+    rdmachan_json -t write -s 8 -n "$latency_iterations" -w "$(warmup_for "$latency_iterations")" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["t_typical_us"])'
 }
 rdmachan_bandwidth() {
     local bytes=$1
-    rdmachan_json -t write --bw -s "$bytes" -n $((bandwidth_bytes / bytes)) --window 16 |
+    rdmachan_json -t write --bw -s "$bytes" -n $((bandwidth_bytes / bytes)) -w "$(warmup_for $((bandwidth_bytes / bytes)))" --window 16 |
         python3 -c 'import json,sys; print("%.0f" % (json.load(sys.stdin)["rows"][0]["bw_average_mb_s"] * 1e6))'
 }
 
@@ -85,9 +93,9 @@ for size in latency 65536 1048576; do
     fi
 done
 
-python3 - "$work" "$runs" "$cpus" "UCX $(ucx_info -v 2>/dev/null | sed -n "s/^# Version //p" | head -n 1)" <<'PY'
+python3 - "$work" "$runs" "$cpus" "$warmup" "UCX $(ucx_info -v 2>/dev/null | sed -n "s/^# Version //p" | head -n 1)" <<'PY'
 import os, statistics, sys
-work, runs, cpus, ucx_version = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+work, runs, cpus, warmup, ucx_version = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 def figures(name):
     with open(os.path.join(work, name)) as f:
         return [float(line) for line in f if line.strip()]
@@ -106,5 +114,6 @@ row("8 B RDMA write latency, one-way, median", "rdmachan_latency", "ucx_latency"
 row("64 KiB RDMA write bandwidth", "rdmachan_bw_65536", "ucx_bw_65536", "MB/s", 1e6, False)
 row("1 MiB RDMA write bandwidth", "rdmachan_bw_1048576", "ucx_bw_1048576", "MB/s", 1e6, False)
 print()
-print("Medians of %s runs each; both tools pinned with `taskset -c %s`; MB = 10^6 bytes. %s" % (runs, cpus, ucx_version))
+print("Medians of %s runs each; both tools pinned with `taskset -c %s` and warmed up with the same unmeasured iterations "
+      "(%s, at most a tenth of the measured ones); rdmachan with `--device soft`; MB = 10^6 bytes. %s" % (runs, cpus, warmup, ucx_version))
 PY

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Instruction counts of the mlx5 data path (issue 9): builds the benchmark in a Release (-O3)
-# build directory, runs it under callgrind counting only the measured post and poll calls, and
-# prints the markdown table that docs/PERFORMANCE.md quotes.
+# Instruction counts (issues 9 and 22), two levels, each built in a Release (-O3) build directory
+# and run under callgrind counting only the measured_* functions on the calling thread:
+#   - the raw mlx5 data path (mlx5_data_path_benchmark: SendQueue::post, CompletionQueue::poll);
+#   - through the public API (channel_instruction_benchmark: Channel::post_write and a 16-write
+#     WorkBatch down to the doorbell, and PendingWork::poll delivering the completion, through
+#     the engine, the provider and the real resolver, on the software device).
+# Prints the markdown tables that docs/PERFORMANCE.md quotes.
 #   scripts/instruction_counts.sh [build-dir]     (default: build-perf-o3)
 set -euo pipefail
 
@@ -12,7 +16,10 @@ operations="${OPERATIONS:-1000000}"
 "$source_dir/scripts/setup.sh" >/dev/null  # valgrind among the rest
 
 "$source_dir/scripts/build_release.sh" "$build_dir" mlx5_data_path_benchmark
+"$source_dir/scripts/build_release.sh" "$build_dir" channel_instruction_benchmark
 benchmark="$build_dir/tests/mlx5/mlx5_data_path_benchmark"
+api_benchmark="$build_dir/tests/channel/channel_instruction_benchmark"
+api_operations="${API_OPERATIONS:-2000}"
 
 out_dir="$(mktemp -d)"
 trap 'rm -rf "$out_dir"' EXIT
@@ -25,3 +32,10 @@ valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured_*' \
 echo "compiler: $(${CXX:-c++} --version | head -n 1); build type Release ($(grep -m1 '^CMAKE_CXX_FLAGS_RELEASE' "$build_dir/CMakeCache.txt" | cut -d= -f2)); $(valgrind --version)"
 echo
 "$benchmark" --table "$out_dir/callgrind.out"
+
+# The public API: the software device's thread runs too, but never enters a measured function.
+valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured_*' \
+    --callgrind-out-file="$out_dir/api.out" "$api_benchmark" --operations "$api_operations" \
+    2>"$out_dir/api-valgrind.log" || { cat "$out_dir/api-valgrind.log" >&2; exit 1; }
+echo
+"$api_benchmark" --table "$out_dir/api.out"

@@ -51,7 +51,7 @@ void Engine::build_dc() {
     target_ = domain_->create_dc_target(shared_receive_queue_, receive_completions_, dc_key_,
                                         static_cast<std::uint32_t>(settings_.access));
     // The DCT number exists from RTR on: the endpoint is published after this.
-    target_->make_ready(std::min(settings_.mtu, port_.active_mtu), settings_.min_rnr_timer);
+    target_->make_ready(settings_.port, std::min(settings_.mtu, port_.active_mtu), settings_.min_rnr_timer);
 
     receive_memory_.assign(static_cast<std::size_t>(dc_.receive_buffers) * dc_.receive_size, 0);
     receive_registration_ = domain_->register_memory(receive_memory_.data(), receive_memory_.size(), transport::kAccessLocalWrite);

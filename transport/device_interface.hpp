@@ -115,7 +115,8 @@ public:
 class DcTarget {
 public:
     virtual ~DcTarget() = default;
-    virtual void make_ready(std::uint32_t path_mtu, std::uint8_t min_rnr_timer) = 0;
+    // On the local `port`: the one the initiators use (ChannelSettings::port).
+    virtual void make_ready(std::uint8_t port, std::uint32_t path_mtu, std::uint8_t min_rnr_timer) = 0;
     virtual std::uint32_t number() const = 0;  // throws rdmachan::Error before make_ready
 };
 

@@ -16,6 +16,7 @@ struct PairwiseSettings {
     std::string address = "127.0.0.1";  // listen: the only address bound; connect: the host
     std::uint16_t port = 0;             // listen with 0: the system picks, see on_listening
     std::function<void(std::uint16_t)> on_listening;  // called once listening, with the port
+    std::function<void()> on_connect_refused;  // connect: after each failed attempt, before the retry
     std::string token;                                // both sides prove it; never sent
     std::chrono::milliseconds timeout{30000};         // one deadline for the whole exchange
 };

@@ -39,6 +39,9 @@ class RendezvousServer {
     // Blocks until every rank left the barrier (returns) or the rendezvous failed: throws
     // rdmachan::Error, e.g. listing the ranks that never arrived.
     void wait();
+    // Blocks until at least `count` ranks have registered or `timeout` has passed; returns
+    // whether they have (progress reports, and tests that need one rank registered first).
+    bool wait_registered(std::uint32_t count, std::chrono::milliseconds timeout);
     void run() {
         start();
         wait();

@@ -3,6 +3,7 @@
 // room until the deadline; a completion queue shared by many channels never overflows.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -61,12 +62,17 @@ TEST_CASE("receives beyond the receive queue wait for room, and say so when the 
     // A receive posted while the ring is full goes in as soon as a completion frees room.
     std::vector<PendingWork> more;
     for (std::uint32_t index = 0; index < 4; ++index) more.push_back(pair.b.post_receive(in.slice(index * 64, 64)));
+    // The sender starts late so the post below finds the ring full; room comes only from this
+    // send's receive completing, so the post must not return before the send was issued.
+    std::atomic<bool> sending{false};
     std::thread sender([&] {
         std::this_thread::sleep_for(50ms);
         outbox[0] = 0xee;
+        sending = true;
         pair.a.send(out.slice(0, 64));
     });
     PendingWork waiting = pair.b.post_receive(in.slice(5 * 64, 64));  // waits for room
+    CHECK(sending.load());  // the post waited for the send that made room
     sender.join();
     CHECK(more[0].wait().ok());
     for (std::uint32_t index = 1; index < 4; ++index) {

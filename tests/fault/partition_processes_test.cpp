@@ -5,11 +5,16 @@
 // pairs, and DC (the survivors' initiators that carried work to the cut-off rank fail and are
 // recovered while the survivors keep writing to each other).
 #include <doctest/doctest.h>
+#include <poll.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include "rdmachan/logging.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "tests/handshake/rendezvous_support.hpp"
 #include "transport/soft/device.hpp"
@@ -23,6 +28,57 @@ constexpr std::uint32_t kWorld = 3;
 constexpr std::uint32_t kCutOff = 1;
 constexpr std::uint32_t kSlice = 4096;
 constexpr auto kOperationDeadline = 5000ms;
+constexpr const char* kRetryExceeded = "transport retry counter exceeded";
+
+// The survivors tell the cut-off rank (outside the partitioned device, through a pipe made
+// before fork) that they have seen its failure, so it stays alive until then: had it exited
+// first, its connections would close and the survivors would see a closed connection instead
+// of the transport timeout a real partition gives.
+int noticed_pipe[2] = {-1, -1};
+
+// Whether `count` bytes arrived on the pipe before `deadline`.
+bool wait_for_notices(int count, std::chrono::milliseconds deadline) {
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (count > 0) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+        if (left.count() <= 0) return false;
+        pollfd ready{noticed_pipe[0], POLLIN, 0};
+        if (poll(&ready, 1, static_cast<int>(left.count())) <= 0) continue;
+        char byte = 0;
+        if (read(noticed_pipe[0], &byte, 1) == 1) --count;
+    }
+    return true;
+}
+
+// Both ways a peer is given up on complete with "transport retry counter exceeded" (the
+// software device, like hardware, reports a lost connection with that status too), so the
+// completion cannot tell them apart; the device's log line for the queue pair going to the
+// error state says which: captured here (the stderr sink keeps its warning level).
+std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> capture_device_log() {
+    rdmachan::set_log_level("info");
+    const std::shared_ptr<spdlog::logger> logger = spdlog::get("rdmachan");
+    for (const spdlog::sink_ptr& sink : logger->sinks()) sink->set_level(spdlog::level::warn);
+    auto captured = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);
+    captured->set_level(spdlog::level::info);
+    logger->sinks().push_back(captured);
+    return captured;
+}
+
+bool logged(spdlog::sinks::ringbuffer_sink_mt& log, const char* text) {
+    for (const std::string& line : log.last_formatted())
+        if (line.find(text) != std::string::npos) return true;
+    return false;
+}
+
+// The device logs the QP's error state just after delivering its completion: wait for it.
+bool eventually_logged(spdlog::sinks::ringbuffer_sink_mt& log, const char* text) {
+    const auto until = std::chrono::steady_clock::now() + kOperationDeadline;
+    while (!logged(log, text)) {
+        if (std::chrono::steady_clock::now() > until) return false;
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
 
 #define EXPECT(condition, what)                                               \
     do {                                                                      \
@@ -33,6 +89,7 @@ constexpr auto kOperationDeadline = 5000ms;
     } while (false)
 
 int partitioned_rank(std::uint16_t port, std::uint32_t rank, MultiChannelMode mode) try {
+    const auto device_log = capture_device_log();
     // A short ack timeout (about 268 ms per try, 3 retries): an unreachable peer is given up
     // on in about a second, as hardware would with these settings, while a slow but live one
     // (sanitizer builds on 2 busy cores) still answers in time.
@@ -68,10 +125,11 @@ int partitioned_rank(std::uint16_t port, std::uint32_t rank, MultiChannelMode mo
         EXPECT(result.failed_peers().size() == kWorld - 1, "every peer unreachable from the cut-off rank");
         EXPECT(result.message().find("rank 0") != std::string::npos, "the error names rank 0");
         EXPECT(result.message().find("rank 2") != std::string::npos, "the error names rank 2");
+        EXPECT(result.message().find(kRetryExceeded) != std::string::npos, "transport retry exceeded");
         EXPECT(took < kOperationDeadline, "failure within the deadline");
-        // Stay alive, still cut off, while the others notice: they must find out by the
+        // Stay alive, still cut off, until both others have noticed: they must find out by the
         // transport timeout, not by this process's connections closing at exit.
-        std::this_thread::sleep_for(3s);
+        EXPECT(wait_for_notices(kWorld - 1, 4 * kOperationDeadline), "both survivors noticed the partition");
         return 0;
     }
 
@@ -84,12 +142,17 @@ int partitioned_rank(std::uint16_t port, std::uint32_t rank, MultiChannelMode mo
         for (std::uint32_t peer : result.failed_peers()) {
             EXPECT(peer == kCutOff, "only the cut-off rank fails");
             EXPECT(result.message().find("rank 1") != std::string::npos, "the error names rank 1");
+            EXPECT(result.message().find(kRetryExceeded) != std::string::npos, "transport retry exceeded");
             if (!cut_off_failed) std::fprintf(stderr, "rank %u, round %d: %s\n", rank, round, result.message().c_str());
             cut_off_failed = true;
         }
         std::this_thread::sleep_for(2ms);
     }
     EXPECT(cut_off_failed, "writes to the cut-off rank fail");
+    EXPECT(eventually_logged(*device_log, "to ERR: no response within the transport timeout"),
+           "the failure came from the transport timeout");
+    EXPECT(!logged(*device_log, "connection to the peer device lost"), "no connection was lost");
+    EXPECT(write(noticed_pipe[1], "n", 1) == 1, "telling the cut-off rank");
     EXPECT(std::chrono::steady_clock::now() - started < 2 * kOperationDeadline, "within the deadline");
     EXPECT(!channels.healthy(kCutOff), "the cut-off rank reported unhealthy");
 
@@ -126,11 +189,14 @@ int partitioned_rank(std::uint16_t port, std::uint32_t rank, MultiChannelMode mo
 }
 
 void run_partition(MultiChannelMode mode) {
+    REQUIRE(pipe(noticed_pipe) == 0);
     RendezvousServer server({"127.0.0.1", 0, kWorld, "partition", "partition-token", 20000ms});
     const std::uint16_t port = server.port();
     const int succeeded = test::run_children(
         kWorld, [&](int rank) { return partitioned_rank(port, static_cast<std::uint32_t>(rank), mode); }, 40000ms,
         [&server] { server.start(); });
+    close(noticed_pipe[0]);
+    close(noticed_pipe[1]);
     CHECK(succeeded == static_cast<int>(kWorld));
     CHECK_NOTHROW(server.wait());
 }

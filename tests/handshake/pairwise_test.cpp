@@ -2,6 +2,7 @@
 // never comes; plus the negotiation helpers.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <future>
 
 #include "rdmachan/error.hpp"
@@ -47,10 +48,18 @@ TEST_CASE("both sides get each other's endpoint, also when the listener starts l
                         rdmachan::Error);
         port = probe.get_future().get();
     }
-    auto connected = std::async(std::launch::async, [port] {
-        return rdmachan::exchange_pairwise(connector_settings(port), predictable_endpoint(1, 2));
+    // The listener starts only once the connector has been refused at least once, so the
+    // exchange below can succeed only through a retry.
+    std::promise<void> refused;
+    std::atomic<int> refusals{0};
+    auto connected = std::async(std::launch::async, [port, &refused, &refusals] {
+        auto settings = connector_settings(port);
+        settings.on_connect_refused = [&] {
+            if (refusals.fetch_add(1) == 0) refused.set_value();
+        };
+        return rdmachan::exchange_pairwise(settings, predictable_endpoint(1, 2));
     });
-    std::this_thread::sleep_for(200ms);
+    REQUIRE(refused.get_future().wait_for(2000ms) == std::future_status::ready);
     std::promise<std::uint16_t> chosen;
     auto settings = listener_settings(chosen);
     settings.port = port;
@@ -58,6 +67,7 @@ TEST_CASE("both sides get each other's endpoint, also when the listener starts l
         rdmachan::exchange_pairwise(settings, predictable_endpoint(0, 2));
     CHECK(from_connector == predictable_endpoint(1, 2));
     CHECK(connected.get() == predictable_endpoint(0, 2));
+    CHECK(refusals.load() >= 1);  // connected on a retry
 }
 
 TEST_CASE("a connector with the wrong token is refused and the listener keeps waiting") {

@@ -174,6 +174,24 @@ TEST_CASE("a rank that never arrives: the deadline error lists it") {
     }
 }
 
+TEST_CASE("wait_registered: false at its timeout while nobody registered, true once a rank has") {
+    rdmachan::RendezvousServer server(server_settings(2, 2500ms));
+    server.start();
+    CHECK_FALSE(server.wait_registered(1, 20ms));
+    std::vector<rdmachan::Endpoint> tables[2];
+    std::thread first([&] {
+        tables[0] =
+            rdmachan::rendezvous(client_settings(server.port(), 0, 2), predictable_endpoint(0, 2));
+    });
+    CHECK(server.wait_registered(1, 2000ms));
+    CHECK_FALSE(server.wait_registered(2, 20ms));
+    tables[1] = rdmachan::rendezvous(client_settings(server.port(), 1, 2), predictable_endpoint(1, 2));
+    first.join();
+    CHECK(server.wait_registered(2, 0ms));
+    server.wait();
+    CHECK(tables[0] == tables[1]);
+}
+
 TEST_CASE("duplicate rank, wrong world size, wrong job and wrong token are refused by name") {
     rdmachan::RendezvousServer server(server_settings(2, 2500ms));
     server.start();
@@ -182,7 +200,7 @@ TEST_CASE("duplicate rank, wrong world size, wrong job and wrong token are refus
         first_table =
             rdmachan::rendezvous(client_settings(server.port(), 0, 2), predictable_endpoint(0, 2));
     });
-    std::this_thread::sleep_for(150ms);  // rank 0 registers first
+    REQUIRE(server.wait_registered(1, 2000ms));  // rank 0 registers first
 
     rdmachan::Endpoint impostor = predictable_endpoint(0, 2);
     impostor.session = 0x1234;

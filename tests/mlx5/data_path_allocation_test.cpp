@@ -1,95 +1,20 @@
-// The post and poll paths must not allocate (issue 9): every global operator new and, through
-// the linker's --wrap, every malloc-family call made by this executable is counted while the
-// paths run. The counter proves it counts before it is trusted.
+// The post and poll paths must not allocate (issue 9): every global operator new and every
+// malloc-family call of the test thread is counted while the paths run (allocation_counter.hpp).
+// The counter proves it counts before it is trusted.
 #include <doctest/doctest.h>
 
-#include <atomic>
 #include <cstdlib>
 #include <new>
 #include <vector>
 
+#include "tests/mlx5/allocation_counter.hpp"
 #include "tests/mlx5/data_path_fixture.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 using namespace data_path_test;
 
-namespace {
-
-std::atomic<bool> counting{false};
-std::atomic<std::uint64_t> allocations{0};
-
-void note_allocation() {
-    if (counting.load(std::memory_order_relaxed))
-        allocations.fetch_add(1, std::memory_order_relaxed);
-}
-
-// Counts allocations made between construction and count().
-class AllocationCounter {
-  public:
-    AllocationCounter() {
-        allocations.store(0);
-        counting.store(true);
-    }
-    ~AllocationCounter() { counting.store(false); }
-    std::uint64_t count() const { return allocations.load(); }
-};
-
-// The compiler may drop an allocation whose pointer goes nowhere; this makes it go somewhere.
-void escape(void* pointer) {
-    asm volatile("" : : "r"(pointer) : "memory");
-}
-
-}  // namespace
-
-// operator new takes its memory from the real malloc, so one allocation counts once.
-extern "C" void* __real_malloc(std::size_t size);
-
-void* operator new(std::size_t size) {
-    note_allocation();
-    if (void* pointer = __real_malloc(size == 0 ? 1 : size)) return pointer;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) {
-    return operator new(size);
-}
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-    note_allocation();
-    return __real_malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t& tag) noexcept {
-    return operator new(size, tag);
-}
-// Out of line: inlined into a caller, GCC would see free() meet operator new and warn.
-__attribute__((noinline)) void operator delete(void* pointer) noexcept {
-    std::free(pointer);
-}
-__attribute__((noinline)) void operator delete[](void* pointer) noexcept {
-    std::free(pointer);
-}
-__attribute__((noinline)) void operator delete(void* pointer, std::size_t) noexcept {
-    std::free(pointer);
-}
-__attribute__((noinline)) void operator delete[](void* pointer, std::size_t) noexcept {
-    std::free(pointer);
-}
-
-// --wrap=malloc and friends (tests/mlx5/CMakeLists.txt) route this executable's calls here.
-extern "C" {
-void* __real_calloc(std::size_t count, std::size_t size);
-void* __real_realloc(void* pointer, std::size_t size);
-void* __wrap_malloc(std::size_t size) {
-    note_allocation();
-    return __real_malloc(size);
-}
-void* __wrap_calloc(std::size_t count, std::size_t size) {
-    note_allocation();
-    return __real_calloc(count, size);
-}
-void* __wrap_realloc(void* pointer, std::size_t size) {
-    note_allocation();
-    return __real_realloc(pointer, size);
-}
-}
+using allocation_test::AllocationCounter;
+using allocation_test::escape;
 
 TEST_CASE(
     "the allocation counter sees operator new and malloc (so that a zero below means something)") {

@@ -124,10 +124,10 @@ struct CompletionSide {
     std::uint32_t producer_ = 0;
 };
 
-// The resolver channel code passes: one known QP.
+// The resolver channel code passes: one known QP (host and device: the nvcc host cases use it).
 struct Resolver {
     mlx5::CompletionTarget* target;
-    mlx5::CompletionTarget* operator()(std::uint32_t qpn, std::uint32_t) const {
+    RDMACHAN_HOST_DEVICE mlx5::CompletionTarget* operator()(std::uint32_t qpn, std::uint32_t) const {
         return qpn == kQpn ? target : nullptr;
     }
 };

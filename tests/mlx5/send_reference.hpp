@@ -79,7 +79,8 @@ Segment* append(Expected& expected) {
 }
 
 inline Expected reference(const mlx5::SendWorkRequest& request, std::uint32_t producer_index,
-                          bool signal_all, const std::uint8_t* address_vector) {
+                          bool signal_all, const std::uint8_t* address_vector,
+                          std::uint32_t qpn = kQpn) {
     Expected expected;
     // Room for the largest WQE up front: besides sparing reallocations, this keeps GCC 12 at -O3
     // from warning (-Warray-bounds, a false positive) about the growth of an empty vector.
@@ -172,7 +173,7 @@ inline Expected reference(const mlx5::SendWorkRequest& request, std::uint32_t pr
     if ((request.flags & mlx5::kSendSolicited) != 0) fm_ce_se |= MLX5_WQE_CTRL_SOLICITED;
     if ((request.flags & mlx5::kSendFence) != 0) fm_ce_se |= MLX5_WQE_CTRL_FENCE;
     auto* ctrl = reinterpret_cast<mlx5_wqe_ctrl_seg*>(expected.bytes.data());
-    mlx5dv_set_ctrl_seg(ctrl, static_cast<std::uint16_t>(producer_index), opcode, 0, kQpn, fm_ce_se,
+    mlx5dv_set_ctrl_seg(ctrl, static_cast<std::uint16_t>(producer_index), opcode, 0, qpn, fm_ce_se,
                         static_cast<std::uint8_t>(expected.ds), 0, immediate);
     ctrl->dci_stream_channel_id = htobe16(request.dci_stream_id);
     return expected;

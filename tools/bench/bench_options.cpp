@@ -19,6 +19,8 @@ Parsed parse_options(int argc, char** argv) {
     bool sweep = false;
     app.add_flag("--sweep,-a", sweep, "every power of two from 8 B to 1 MiB");
     app.add_option("--iterations,-n", options.iterations, "iterations per size")->check(CLI::Range(1u, 100000000u));
+    app.add_option("--warmup,-w", options.warmup, "iterations run and not measured before each size (as ucx_perftest -w)")
+        ->check(CLI::Range(0u, 100000000u));
     app.add_option("--window", options.window, "bandwidth: requests per batch (one doorbell)")
         ->check(CLI::Range(1u, 1024u));
     app.add_option("--mode", options.mode, "rc | dc")->check(CLI::IsMember({"rc", "dc"}));

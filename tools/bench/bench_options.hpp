@@ -14,6 +14,7 @@ struct Options {
     bool bandwidth = false;      // --bw; latency otherwise
     std::vector<std::uint32_t> sizes{8};
     std::uint32_t iterations = 1000;
+    std::uint32_t warmup = 0;  // iterations run and discarded before each size's measurement
     std::uint32_t window = 64;  // bandwidth: requests per doorbell batch
     std::string mode = "rc";
     std::uint32_t peers = 2;  // ranks including rank 0 (the measuring side)

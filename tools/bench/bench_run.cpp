@@ -237,17 +237,46 @@ RankOutcome run_rank(const Options& options, const RankIdentity& identity) {
     Context context{options, identity.rank, channels, region, memory.data(), max_size, {}};
     for (std::uint32_t peer = 0; peer < options.peers; ++peer)
         context.remotes.push_back(channels.remote_region(peer, "buffer").region);
+    // The warm-up runs the same loops with options.warmup iterations; its figures are dropped.
+    Options warmup_options = options;
+    warmup_options.iterations = options.warmup;
+    Context warmup{warmup_options, identity.rank, channels, region, memory.data(), max_size, context.remotes};
 
-    RankOutcome outcome;
-    for (std::uint32_t bytes : options.sizes) {
+    // Everyone is ready once each answered rank 0's "go" (a send each way); each side clears its
+    // memory before, so no marker of an earlier loop is mistaken for a new one.
+    auto start_together = [&] {
         std::fill(memory.begin(), memory.end(), 0);
         if (identity.rank == 0) {
-            // Everyone is ready for this size once each answered rank 0's "go" (a send each way).
             for (std::uint32_t peer = 1; peer < options.peers; ++peer) {
                 rdmachan::PendingWork ready = channels.post_receive(peer, context.control());
                 require(channels.send(peer, context.control()), "go");
                 require(ready.wait(), "ready");
             }
+        } else {
+            require(channels.receive(0, context.control()), "go");
+            require(channels.send(0, context.control()), "ready");
+        }
+    };
+    auto answer = [&](Context& side, std::uint32_t bytes) {
+        if (options.bandwidth) {
+            answer_bandwidth(side, bytes);
+        } else if (identity.rank == 1) {
+            answer_latency(side, bytes);
+        }
+    };
+
+    RankOutcome outcome;
+    for (std::uint32_t bytes : options.sizes) {
+        if (options.warmup > 0) {
+            start_together();
+            if (identity.rank == 0) {
+                (void)(options.bandwidth ? measure_bandwidth(warmup, bytes) : measure_latency(warmup, bytes));
+            } else {
+                answer(warmup, bytes);
+            }
+        }
+        start_together();
+        if (identity.rank == 0) {
             outcome.rows.push_back(options.bandwidth ? measure_bandwidth(context, bytes) : measure_latency(context, bytes));
             for (std::uint32_t peer = 1; peer < options.peers; ++peer) {
                 rdmachan::PendingWork done = channels.post_receive(peer, context.control());
@@ -255,13 +284,7 @@ RankOutcome run_rank(const Options& options, const RankIdentity& identity) {
                 require(done.wait(), "end acknowledged");
             }
         } else {
-            require(channels.receive(0, context.control()), "go");
-            require(channels.send(0, context.control()), "ready");
-            if (options.bandwidth) {
-                answer_bandwidth(context, bytes);
-            } else if (identity.rank == 1) {
-                answer_latency(context, bytes);
-            }
+            answer(context, bytes);
             require(channels.receive(0, context.control()), "end of size");
             require(channels.send(0, context.control()), "end acknowledged");
         }

@@ -1,39 +1,86 @@
 // mlx5-golden-check: replays libmlx5's captured cases (tests/data/golden/*.json) through the
 // project's mlx5 encoder and completion decoder, and reports each case as match, MISMATCH or
-// unsupported. Exits non-zero on any mismatch or unreadable input.
+// unsupported.
+//
+//   mlx5-golden-check [--expected-unsupported LIST.json] VECTORS.json [VECTORS.json ...]
+//
+// LIST.json (committed beside the vectors) maps each case expected to be unsupported to its
+// reason. Without it, no case is expected to be unsupported. Exits non-zero on a mismatch, on
+// unreadable input, on a case unsupported but not listed or for another reason than listed,
+// and on a listed case that now matches, mismatches or is missing from the vectors: the list
+// must be updated on purpose, so the count of unsupported cases cannot drift unnoticed.
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 
 #include "tools/golden_check/case_result.hpp"
 
 namespace golden = rdmachan::golden;
 
+namespace {
+
+// Reads a JSON file; prints why and returns false if it cannot.
+bool read_json(const char* path, nlohmann::json& out) {
+    try {
+        std::ifstream input(path);
+        if (!input) {
+            std::fprintf(stderr, "mlx5-golden-check: cannot open %s\n", path);
+            return false;
+        }
+        out = nlohmann::json::parse(input);
+        return true;
+    } catch (const std::exception& error) {
+        std::fprintf(stderr, "mlx5-golden-check: %s is not JSON: %s\n", path, error.what());
+        return false;
+    }
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::fprintf(stderr, "usage: %s VECTORS.json [VECTORS.json ...]\n", argv[0]);
+    std::map<std::string, std::string> expected_unsupported;  // case name -> reason
+    int first_vectors = 1;
+    if (argc >= 3 && std::strcmp(argv[1], "--expected-unsupported") == 0) {
+        nlohmann::json list;
+        if (!read_json(argv[2], list)) return 2;
+        if (!list.is_object()) {
+            std::fprintf(stderr, "mlx5-golden-check: %s is not an object of case name -> reason\n", argv[2]);
+            return 2;
+        }
+        for (const auto& [name, reason] : list.items()) {
+            if (!reason.is_string()) {
+                std::fprintf(stderr, "mlx5-golden-check: %s: the reason for %s is not a string\n", argv[2],
+                             name.c_str());
+                return 2;
+            }
+            expected_unsupported[name] = reason.get<std::string>();
+        }
+        first_vectors = 3;
+    }
+    if (argc <= first_vectors) {
+        std::fprintf(stderr, "usage: %s [--expected-unsupported LIST.json] VECTORS.json [VECTORS.json ...]\n",
+                     argv[0]);
         return 2;
     }
     int passed = 0;
     int failed = 0;
     int skipped = 0;
-    for (int argument = 1; argument < argc; ++argument) {
+    std::set<std::string> seen;
+    for (int argument = first_vectors; argument < argc; ++argument) {
         nlohmann::json cases;
-        try {
-            std::ifstream input(argv[argument]);
-            if (!input) {
-                std::fprintf(stderr, "mlx5-golden-check: cannot open %s\n", argv[argument]);
-                return 2;
-            }
-            cases = nlohmann::json::parse(input);
-            if (!cases.is_array()) throw std::runtime_error("the top level is not an array of cases");
-        } catch (const std::exception& error) {
-            std::fprintf(stderr, "mlx5-golden-check: %s is not a vectors file: %s\n", argv[argument], error.what());
+        if (!read_json(argv[argument], cases)) return 2;
+        if (!cases.is_array()) {
+            std::fprintf(stderr, "mlx5-golden-check: %s is not a vectors file: the top level is not an array of cases\n",
+                         argv[argument]);
             return 2;
         }
         for (const nlohmann::json& one_case : cases) {
             const std::string name = one_case.value("name", std::string("<unnamed>"));
+            seen.insert(name);
             golden::CaseResult result;
             try {
                 result = one_case.contains("kind") ? golden::check_receive_case(one_case)
@@ -41,22 +88,44 @@ int main(int argc, char** argv) {
             } catch (const std::exception& error) {
                 result = golden::CaseResult::mismatch(std::string("case could not be replayed: ") + error.what());
             }
+            const auto expected = expected_unsupported.find(name);
             switch (result.kind) {
                 case golden::CaseResult::Kind::match:
+                    if (expected != expected_unsupported.end()) {
+                        ++failed;
+                        std::printf("%s FAILED: matches, but is listed as unsupported (%s): update the list\n",
+                                    name.c_str(), expected->second.c_str());
+                        break;
+                    }
                     ++passed;
                     std::printf("%s match\n", name.c_str());
                     break;
                 case golden::CaseResult::Kind::mismatch:
                     ++failed;
-                    std::printf("%s MISMATCH %s\n", name.c_str(), result.detail.c_str());
+                    std::printf("%s MISMATCH %s%s\n", name.c_str(), result.detail.c_str(),
+                                expected != expected_unsupported.end() ? " (listed as unsupported)" : "");
                     break;
                 case golden::CaseResult::Kind::unsupported:
-                    ++skipped;
-                    std::printf("%s unsupported: %s\n", name.c_str(), result.detail.c_str());
+                    if (expected == expected_unsupported.end()) {
+                        ++failed;
+                        std::printf("%s FAILED: newly unsupported: %s\n", name.c_str(), result.detail.c_str());
+                    } else if (expected->second != result.detail) {
+                        ++failed;
+                        std::printf("%s FAILED: unsupported for another reason: %s (listed: %s)\n", name.c_str(),
+                                    result.detail.c_str(), expected->second.c_str());
+                    } else {
+                        ++skipped;
+                        std::printf("%s unsupported, as listed: %s\n", name.c_str(), result.detail.c_str());
+                    }
                     break;
             }
         }
     }
-    std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    for (const auto& [name, reason] : expected_unsupported) {
+        if (seen.count(name) != 0) continue;
+        ++failed;
+        std::printf("%s FAILED: listed as unsupported but not in the vectors\n", name.c_str());
+    }
+    std::printf("%d passed, %d failed, %d skipped (unsupported as listed)\n", passed, failed, skipped);
     return failed == 0 ? 0 : 1;
 }

@@ -5,6 +5,7 @@
 
 #include "rdmachan/error.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
+#include "transport/provider/mlx5_dc_parameters.hpp"
 #include "transport/verbs/dc_connection.hpp"
 #include "transport/verbs/mlx5_dc.hpp"
 #include "transport/verbs/shared_receive_queue.hpp"
@@ -12,19 +13,6 @@
 
 namespace rdmachan::transport::mlx5_dc {
 namespace {
-
-verbs::ConnectionParameters initiator_parameters(std::uint8_t port, const ConnectSettings& settings) {
-    verbs::ConnectionParameters parameters;
-    parameters.port_num = port;
-    parameters.path_mtu = settings.path_mtu;
-    parameters.send_psn = settings.local_psn;
-    parameters.timeout = settings.ack_timeout;
-    parameters.retry_count = settings.retry_count;
-    parameters.rnr_retry = settings.rnr_retry;
-    parameters.max_read_atomic = settings.max_rd_atomic;
-    parameters.source_gid_index = settings.source_gid_index;
-    return parameters;
-}
 
 class Initiator final : public RingQueuePair {
 public:
@@ -98,14 +86,9 @@ public:
         if (ready_) receive_queue_->detach(target_->number());
     }
 
-    void make_ready(std::uint32_t path_mtu, std::uint8_t min_rnr_timer) override {
-        verbs::ConnectionParameters parameters;
-        parameters.port_num = 1;
-        parameters.path_mtu = path_mtu;
-        parameters.min_rnr_timer = min_rnr_timer;
-        parameters.access_flags = access_;
+    void make_ready(std::uint8_t port, std::uint32_t path_mtu, std::uint8_t min_rnr_timer) override {
         try {
-            target_->connect(parameters);
+            target_->connect(target_parameters(port, path_mtu, min_rnr_timer, access_));
         } catch (const verbs::VerbsError& error) {
             throw Error(error.what());
         }

@@ -80,9 +80,9 @@ public:
         if (attached_) receive_queue_->detach(number_);
     }
 
-    void make_ready(std::uint32_t path_mtu, std::uint8_t min_rnr_timer) override {
+    void make_ready(std::uint8_t port, std::uint32_t path_mtu, std::uint8_t min_rnr_timer) override {
         try {
-            target_->modify_to_init(1);
+            target_->modify_to_init(port);
             target_->modify_to_ready_to_receive({path_mtu, min_rnr_timer});
             number_ = target_->dctn();
         } catch (const soft::SoftDeviceError& error) {

@@ -1,0 +1,227 @@
+// Instruction counts through the public API (issue 22), measured with callgrind; see
+// scripts/instruction_counts.sh and docs/PERFORMANCE.md.
+//
+//   channel_instruction_benchmark [--operations N]   run the measurements (under callgrind, or
+//                                                    natively as a functional check)
+//   channel_instruction_benchmark --table OUT-FILE   print the table from the dumps of such a run
+//
+// Counted: only the measured_* functions (callgrind --collect-atstart=no
+// --toggle-collect='*measured_*'), each one public call on the calling thread — Channel::post_write
+// or Channel::post_batch of a 16-write WorkBatch, down to the doorbell, and PendingWork::poll
+// delivering the completion to its handle — through the engine, the provider's virtual calls, the
+// mlx5 rings and the ring CQ's real resolver, on the software device. The device's own thread never
+// enters a measured function, so it is not counted. Between the post and the counted poll, the
+// benchmark waits uncounted until the write has landed and then 1 ms more, so the CQE is there
+// when the counted poll runs; every counted poll must deliver a successful completion, or the
+// run fails (a poll that found nothing would make the count look cheaper).
+#include <valgrind/callgrind.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rdmachan/channel.hpp"
+#include "rdmachan/work_batch.hpp"
+
+using namespace rdmachan;
+
+namespace {
+
+constexpr std::uint32_t kBatch = 16;
+constexpr std::uint32_t kSlice = 4096;  // above max_inline_data: the payload is not copied into the WQE
+
+__attribute__((noinline, noclone)) PendingWork measured_post_write(Channel& channel, const LocalSlice& local,
+                                                                   const RemoteMemoryRegion& remote) {
+    return channel.post_write(local, remote);
+}
+
+__attribute__((noinline, noclone)) PendingWork measured_post_batch(Channel& channel, const WorkBatch& batch) {
+    return channel.post_batch(batch);
+}
+
+__attribute__((noinline, noclone)) std::optional<WorkResult> measured_poll(PendingWork& work) {
+    return work.poll();
+}
+
+struct Setup {
+    Setup(Channel first, Channel second) : a(std::move(first)), b(std::move(second)) {}
+    Channel a;
+    Channel b;
+    std::vector<std::uint8_t> a_memory = std::vector<std::uint8_t>(kBatch * kSlice);
+    std::vector<std::uint8_t> b_memory = std::vector<std::uint8_t>(kBatch * kSlice);
+    MemoryRegion a_region;
+    MemoryRegion b_region;
+    WorkBatch batch{kBatch};
+};
+
+Setup connect() {
+    const ChannelBuilder builder = ChannelBuilder().device("soft").deadline(std::chrono::seconds(30));
+    PreparedChannel first = ChannelBuilder(builder.settings()).build();
+    PreparedChannel second = ChannelBuilder(builder.settings()).build();
+    const ChannelEndpoint first_endpoint = first.endpoint();
+    const ChannelEndpoint second_endpoint = second.endpoint();
+    Channel a = std::move(first).handshake(second_endpoint);
+    Channel b = std::move(second).handshake(first_endpoint);
+    return Setup(std::move(a), std::move(b));
+}
+
+void dump(const char* row, std::uint64_t operations) {
+    char name[64];
+    std::snprintf(name, sizeof name, "%s %llu", row, static_cast<unsigned long long>(operations));
+    CALLGRIND_DUMP_STATS_AT(name);
+}
+
+bool fail(const char* what, std::uint64_t at) {
+    std::fprintf(stderr, "channel_instruction_benchmark: %s (operation %llu)\n", what,
+                 static_cast<unsigned long long>(at));
+    return false;
+}
+
+// Uncounted: until the last byte the write(s) carry has landed at the target, then 1 ms for
+// the acknowledgement and the CQE.
+void settle(const volatile std::uint8_t* last_byte, std::uint8_t marker) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (*last_byte != marker && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// One row pair: `post` counted with its completion taken uncounted, then `post` uncounted with
+// the completion's delivery counted. `writes` per post; the last of them ends at `last`.
+template <typename Post, typename CountedPost>
+bool measure(Setup& setup, std::uint64_t operations, std::uint32_t writes, Post post, CountedPost counted_post,
+             const char* post_row, const char* poll_row) {
+    const volatile std::uint8_t* last = setup.b_memory.data() + writes * kSlice - 1;
+    std::uint8_t marker = 0;
+    auto next_marker = [&] {
+        marker = static_cast<std::uint8_t>(marker % 255 + 1);
+        setup.a_memory[writes * kSlice - 1] = marker;
+        return marker;
+    };
+    for (std::uint64_t i = 0; i < operations; ++i) {
+        next_marker();
+        PendingWork work = counted_post();
+        settle(last, marker);
+        if (!work.wait().ok()) return fail("a counted post failed", i);
+    }
+    dump(post_row, operations * writes);
+    for (std::uint64_t i = 0; i < operations; ++i) {
+        next_marker();
+        PendingWork work = post();
+        settle(last, marker);
+        const std::optional<WorkResult> result = measured_poll(work);
+        if (!result.has_value()) return fail("the counted poll found no completion: settle longer", i);
+        if (!result->ok()) return fail("a completion was not successful", i);
+    }
+    dump(poll_row, operations * writes);
+    return true;
+}
+
+struct Row {
+    const char* post;
+    const char* poll;
+    const char* label;
+    double target;  // post + completion, per write
+};
+
+constexpr Row kRows[] = {
+    {"api_post_write", "api_poll_write", "Channel::post_write: one 4 KiB RDMA write", 300},
+    {"api_post_batch", "api_poll_batch", "Channel::post_batch: a WorkBatch of 16 4 KiB RDMA writes (per write)", 100},
+};
+
+int print_table(const std::string& out_file) {
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> measured;  // row -> (Ir, writes)
+    for (int part = 1;; ++part) {
+        std::ifstream input(out_file + "." + std::to_string(part));
+        if (!input) break;
+        std::string line, row;
+        std::uint64_t operations = 0, instructions = 0;
+        bool have_total = false;
+        while (std::getline(input, line)) {
+            const std::string trigger = "desc: Trigger: Client Request: ";
+            if (line.rfind(trigger, 0) == 0) std::istringstream(line.substr(trigger.size())) >> row >> operations;
+            if (line.rfind("totals: ", 0) == 0)
+                have_total = static_cast<bool>(std::istringstream(line.substr(8)) >> instructions);
+        }
+        if (!row.empty() && have_total && operations != 0) measured[row] = {instructions, operations};
+    }
+    if (measured.size() != 2 * std::size(kRows)) {
+        std::fprintf(stderr, "channel_instruction_benchmark: found %zu of %zu rows in %s.N\n", measured.size(),
+                     2 * std::size(kRows), out_file.c_str());
+        return 1;
+    }
+    std::printf("| through the public API | post, to the doorbell | completion delivered to its handle | "
+                "post + completion | target |\n");
+    std::printf("|---|---:|---:|---:|---:|\n");
+    int missed = 0;
+    for (const Row& row : kRows) {
+        auto per = [&](const char* name) {
+            const auto [instructions, writes] = measured[name];
+            return static_cast<double>(instructions) / static_cast<double>(writes);
+        };
+        const double post = per(row.post), poll = per(row.poll), total = post + poll;
+        const bool met = total <= row.target;
+        missed += !met;
+        std::printf("| %s | %.1f | %.1f | %.1f | <= %.0f%s |\n", row.label, post, poll, total, row.target,
+                    met ? "" : " (missed)");
+    }
+    std::printf("\n%d of %zu targets met; instructions per write, counted over %llu writes per row on the "
+                "calling thread only.\n",
+                static_cast<int>(std::size(kRows)) - missed, std::size(kRows),
+                static_cast<unsigned long long>(measured[kRows[0].post].second));
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::uint64_t operations = 1000;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--table") == 0 && i + 1 < argc) return print_table(argv[i + 1]);
+        if (std::strcmp(argv[i], "--operations") == 0 && i + 1 < argc) {
+            operations = std::strtoull(argv[++i], nullptr, 10);
+        } else {
+            std::fprintf(stderr, "usage: %s [--operations N] | --table CALLGRIND-OUT-FILE\n", argv[0]);
+            return 2;
+        }
+    }
+    if (operations == 0) {
+        std::fprintf(stderr, "channel_instruction_benchmark: --operations must be at least 1\n");
+        return 2;
+    }
+    Setup setup = connect();
+    setup.a_region = setup.a.register_memory(setup.a_memory.data(), setup.a_memory.size());
+    setup.b_region = setup.b.register_memory(setup.b_memory.data(), setup.b_memory.size());
+    const RemoteMemoryRegion remote = setup.b_region.remote();
+    for (std::uint32_t i = 0; i < kBatch; ++i)
+        setup.batch.write(setup.a_region.slice(i * kSlice, kSlice), remote.slice(i * kSlice, kSlice));
+    const LocalSlice one = setup.a_region.slice(0, kSlice);
+    const RemoteMemoryRegion one_remote = remote.slice(0, kSlice);
+    // Warm: one of each, uncounted (lazily set-up state is not a per-operation cost).
+    if (!setup.a.post_write(one, one_remote).wait().ok() || !setup.a.post_batch(setup.batch).wait().ok()) {
+        std::fprintf(stderr, "channel_instruction_benchmark: the warm-up write failed\n");
+        return 1;
+    }
+    CALLGRIND_ZERO_STATS;
+    const bool ok =
+        measure(
+            setup, operations, 1, [&] { return setup.a.post_write(one, one_remote); },
+            [&] { return measured_post_write(setup.a, one, one_remote); }, "api_post_write", "api_poll_write") &&
+        measure(
+            setup, operations, kBatch, [&] { return setup.a.post_batch(setup.batch); },
+            [&] { return measured_post_batch(setup.a, setup.batch); }, "api_post_batch", "api_poll_batch");
+    if (!ok) return 1;
+    std::printf("channel_instruction_benchmark: %llu single writes and %llu 16-write batches posted and their "
+                "completions delivered, every one checked%s\n",
+                static_cast<unsigned long long>(operations), static_cast<unsigned long long>(operations),
+                RUNNING_ON_VALGRIND ? "" : " (not under callgrind: nothing counted)");
+    return 0;
+}
