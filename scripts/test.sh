@@ -8,6 +8,8 @@
 #   4. the handshake's libFuzzer targets, 30 s each (with the sanitizer builds).
 # Warnings are errors in all of them (RDMACHAN_WARNINGS_AS_ERRORS). At the end it prints where the
 # time went: setup, each build's configure, compile and tests (with the slowest steps of each).
+# It also writes build/test-summary.txt (the commit, each suite's counts, the fuzzers' figures and
+# the timings), which scripts/reliability.sh turns into docs/RELIABILITY.md's figures.
 # Usage: scripts/test.sh [--no-sanitizers] [--no-vm]
 set -euo pipefail
 
@@ -23,6 +25,11 @@ for argument in "$@"; do
         *) echo "test: unknown option $argument" >&2; exit 2 ;;
     esac
 done
+
+# The code these results belong to ("-dirty": uncommitted changes outside docs/).
+commit="$(git -C "$root" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)"
+[ "$commit" = unknown ] || git -C "$root" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
+summary_lines=()
 
 setup_started=$(date +%s.%N)
 "$root/scripts/setup.sh"
@@ -88,6 +95,7 @@ run_suite() {
         suite_total=$(echo "$summary" | sed -E 's/.* failed out of ([0-9]+).*/\1/')
         total_passed=$((total_passed + suite_total - suite_failed))
         total_failed=$((total_failed + suite_failed))
+        summary_lines+=("suite	$name	$((suite_total - suite_failed))	$suite_failed")
     else
         status=1
     fi
@@ -115,18 +123,35 @@ if [ "$sanitizers" -eq 1 ]; then
     # The handshake's libFuzzer targets (endpoint parser, frame decoder), 30 s each.
     echo "=== fuzzers: build and run"
     start_phase
-    if "$root/tests/handshake/run_fuzzers.sh" "$root/build/test-fuzz" 30; then
+    fuzz_log=$(mktemp)
+    if "$root/tests/handshake/run_fuzzers.sh" "$root/build/test-fuzz" 30 | tee "$fuzz_log"; then
         total_passed=$((total_passed + 1))
+        summary_lines+=("suite	fuzzers (libFuzzer, ASan+UBSan)	1	0")
     else
         total_failed=$((total_failed + 1))
         failed+=("fuzzers")
+        summary_lines+=("suite	fuzzers (libFuzzer, ASan+UBSan)	0	1")
     fi
+    # run_fuzzers.sh's "fuzzer TARGET: N inputs in S s, E coverage edges" lines.
+    while IFS= read -r line; do summary_lines+=("fuzzer	${line#fuzzer }"); done < <(grep -E '^fuzzer [a-z]+: [0-9]+ inputs' "$fuzz_log" || true)
+    rm -f "$fuzz_log"
     end_phase "fuzzers: build and run"
 fi
 
 echo "=== where the time went"
 printf '%s\n' "${timings[@]}"
 printf '%7.1f s  total\n' "$(awk -v from="$setup_started" -v to="$(date +%s.%N)" 'BEGIN { print to - from }')"
+
+total_seconds=$(awk -v from="$setup_started" -v to="$(date +%s.%N)" 'BEGIN { print to - from }')
+{
+    echo "commit	$commit"
+    echo "date	$(date -u +%Y-%m-%dT%H:%MZ)"
+    echo "machine	$(nproc) cores, $(uname -r)"
+    echo "options	sanitizers=$sanitizers vm=$vm"
+    printf '%s\n' "${summary_lines[@]}"
+    for line in "${timings[@]}"; do echo "time	$line"; done
+    echo "total	$total_seconds"
+} >"$root/build/test-summary.txt"
 
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "test: FAILED in: ${failed[*]}" >&2

@@ -25,7 +25,10 @@ index=0
 for target in endpoint frame; do
     work="$build_dir/fuzz-$target"
     if wait "${pids[$index]}"; then
-        tail -1 "$work/log.txt"
+        # libFuzzer's last status line: "#RUNS DONE cov: EDGES ft: ...", then "Done RUNS runs in S second(s)".
+        runs=$(sed -n 's/^Done \([0-9]*\) runs in \([0-9]*\) second.*/\1 inputs in \2 s/p' "$work/log.txt")
+        edges=$(sed -n 's/^#[0-9]*[[:space:]]*DONE[[:space:]]*cov: \([0-9]*\).*/\1/p' "$work/log.txt" | tail -1)
+        echo "fuzzer $target: ${runs:-? inputs}, ${edges:-?} coverage edges"
     else
         tail -40 "$work/log.txt"
         echo "fuzzer $target found a problem"

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# scripts/check_figures.sh can fail: in a scratch repository with its layout (the three
+# documents, both stamp forms), a block printed
+# at a commit passes; a later change to the code it measures makes it fail naming the block; a
+# block printed from uncommitted code fails; reprinting at the new commit passes again; a
+# shallow clone is reported as not checkable (77), not as passed.
+set -euo pipefail
+script=${1:?usage: check_figures_test.sh SCRIPTS/CHECK_FIGURES.SH}
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+repo=$work/repo
+mkdir -p "$repo/scripts" "$repo/docs" "$repo/transport/mlx5"
+cp "$script" "$repo/scripts/check_figures.sh"
+cd "$repo"
+git init -q . && git config user.email test@example.invalid && git config user.name test
+echo "v1" >transport/mlx5/send_queue.hpp
+block() {  # block COMMIT: the three documents, every block printed at COMMIT, in both stamp forms
+    for name in instruction-counts sweep ucx; do
+        printf '<!-- generated: %s -->\n_Printed by the command at commit %s._\n\n| figure |\n<!-- end: %s -->\n\n' "$name" "$1" "$name"
+    done >docs/PERFORMANCE.md
+    printf '<!-- generated: scale -->\n_Printed by `scripts/scale.sh` at commit %s._\n<!-- end: scale -->\n' "$1" >docs/SCALE.md
+    printf '<!-- generated: reliability -->\n_Printed by `scripts/reliability.sh` at commit %s._\n<!-- end: reliability -->\n' "$1" >docs/RELIABILITY.md
+}
+git add -A && git commit -qm code
+block "$(git rev-parse --short=7 HEAD)"; git add -A && git commit -qm figures
+expect() {  # expect STATUS TEXT: run the check, compare its exit status, grep its output
+    local status=0 output
+    output=$(scripts/check_figures.sh 2>&1) || status=$?
+    if [ "$status" != "$1" ] || ! grep -q -- "$2" <<<"$output"; then
+        echo "check_figures_test: expected status $1 and '$2', got $status:"; echo "$output"; exit 1
+    fi
+}
+expect 0 "block 'instruction-counts' printed at"
+echo "v2" >transport/mlx5/send_queue.hpp; git commit -qam "change the measured code"
+expect 1 "block 'instruction-counts' is STALE"
+expect 1 "block 'scale' is STALE"
+expect 1 "block 'reliability' is STALE"
+block "$(git rev-parse --short=7 HEAD)-dirty"; expect 1 "printed from uncommitted code"
+block "$(git rev-parse --short=7 HEAD)"; git commit -qam "figures reprinted"
+expect 0 "block 'ucx' printed at"
+git clone -q --depth 1 "file://$repo" "$work/shallow"
+echo "v3" >transport/mlx5/send_queue.hpp; git commit -qam "another change"
+cd "$work/shallow" && git pull -q --depth 1 2>/dev/null || true
+status=0; output=$(scripts/check_figures.sh 2>&1) || status=$?
+if [ "$status" != 77 ]; then echo "check_figures_test: a shallow clone gave status $status:"; echo "$output"; exit 1; fi
+echo "check_figures_test: ok"
