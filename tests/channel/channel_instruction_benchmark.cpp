@@ -36,6 +36,7 @@
 
 #include "rdmachan/channel.hpp"
 #include "rdmachan/work_batch.hpp"
+#include "tests/mlx5/measured_function.hpp"
 
 using namespace rdmachan;
 
@@ -44,16 +45,16 @@ namespace {
 constexpr std::uint32_t kBatch = 16;
 constexpr std::uint32_t kSlice = 4096;  // above max_inline_data: the payload is not copied into the WQE
 
-__attribute__((noinline, noclone)) PendingWork measured_post_write(Channel& channel, const LocalSlice& local,
+MEASURED_FUNCTION PendingWork measured_post_write(Channel& channel, const LocalSlice& local,
                                                                    const RemoteMemoryRegion& remote) {
     return channel.post_write(local, remote);
 }
 
-__attribute__((noinline, noclone)) PendingWork measured_post_batch(Channel& channel, const WorkBatch& batch) {
+MEASURED_FUNCTION PendingWork measured_post_batch(Channel& channel, const WorkBatch& batch) {
     return channel.post_batch(batch);
 }
 
-__attribute__((noinline, noclone)) std::optional<WorkResult> measured_poll(PendingWork& work) {
+MEASURED_FUNCTION std::optional<WorkResult> measured_poll(PendingWork& work) {
     return work.poll();
 }
 
