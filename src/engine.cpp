@@ -477,12 +477,18 @@ void Engine::backoff(std::uint32_t& round) const {
 
 WorkResult Engine::result_of(const Slot& slot) const {
     const mlx5::Completion& completion = slot.completion;
-    if (completion.status == mlx5::CompletionStatus::success) {
+    if (completion.status == mlx5::CompletionStatus::success) [[likely]] {
         WorkCompletion work;
         work.bytes = slot.completion.is_receive ? completion.byte_len : static_cast<std::uint32_t>(slot.bytes);
         if ((completion.flags & mlx5::kCompletionWithImmediate) != 0) work.immediate = completion.immediate;
         return WorkResult::success(work);
     }
+    return failure_of(slot);
+}
+
+// Out of line: the error names the peer (a string copy), which the success path never needs.
+WorkResult Engine::failure_of(const Slot& slot) const {
+    const mlx5::Completion& completion = slot.completion;
     WorkError error;
     error.operation = slot.operation;
     error.status = static_cast<std::uint8_t>(completion.status);
@@ -507,7 +513,7 @@ std::optional<WorkResult> Engine::try_take(std::uint64_t ticket) {
         }
     }
     if (entry->state != SlotState::done) return std::nullopt;
-    WorkResult result = result_of(*entry);
+    std::optional<WorkResult> result(result_of(*entry));
     release(static_cast<std::uint32_t>(ticket));
     return result;
 }

@@ -198,6 +198,7 @@ private:
     void finish(Slot& slot, const mlx5::Completion& completion);
     void deliver(const mlx5::Completion& completion);
     WorkResult result_of(const Slot& slot) const;
+    [[gnu::noinline]] WorkResult failure_of(const Slot& slot) const;
     std::uint64_t fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why);
     bool reserve_send_budget(Peer& peer, std::uint32_t count);
     bool fits_dc_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const;
