@@ -55,10 +55,13 @@ timings+=("$(printf '%7.1f s  %s' "$(awk -v from="$setup_started" -v to="$setup_
 
 # The slowest compile and link steps of the build just run, from ninja's log (one line per
 # step: start ms, end ms, mtime, output, hash); `first` is the line count before the build.
+# The top five are cut by awk, which reads to the end: `head` would close the pipe early and,
+# under pipefail, sort's SIGPIPE would end this script (it did, once the list was long enough);
+# and grep finding no line (nothing rebuilt) would too.
 report_slowest_steps() {
     local directory=$1 first=$2
-    tail -n +"$((first + 1))" "$directory/.ninja_log" | grep -v '^#' |
-        awk '{printf "%6.1f s  %s\n", ($2 - $1) / 1000, $4}' | sort -rn | head -n 5 | sed 's/^/    /'
+    tail -n +"$((first + 1))" "$directory/.ninja_log" |
+        awk '!/^#/ { printf "%6.1f s  %s\n", ($2 - $1) / 1000, $4 }' | sort -rn | awk 'NR <= 5 { print "    " $0 }'
 }
 
 run_suite() {
@@ -84,8 +87,8 @@ run_suite() {
     ctest --test-dir "$directory" --output-on-failure -j "$jobs" "${exclude_arguments[@]}" | tee "$log" || status=1
     end_phase "$name: tests"
     echo "--- slowest tests:"
-    grep -E 'Test +#[0-9]+:' "$log" | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/' |
-        sort -rn | head -n 5 | awk '{printf "    %6.1f s  %s\n", $1, $2}'
+    { grep -E 'Test +#[0-9]+:' "$log" || true; } | sed -E 's/.*Test +#[0-9]+: ([^ ]+) .* ([0-9.]+) sec$/\2 \1/' |
+        sort -rn | awk 'NR <= 5 { printf "    %6.1f s  %s\n", $1, $2 }'
     # ctest's summary: "NN% tests passed, F tests failed out of T".
     local summary
     summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1 || true)
