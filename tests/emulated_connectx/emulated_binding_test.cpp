@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <string>
 
 #include "rdmachan/error.hpp"
@@ -135,4 +136,18 @@ TEST_CASE("the DC provider: a target's number before make_ready, and a second ma
     target->make_ready(1, 1024, 12);
     CHECK(target->number() != 0);
     CHECK_THROWS_WITH_AS(target->make_ready(1, 1024, 12), doctest::Contains("ibv_modify_qp DCT RESET->INIT"), rdmachan::Error);
+}
+
+TEST_CASE("without thread or parent domains (an older provider) QPs are created in the plain PD") {
+    Fixture fixture;
+    for (const char* refused : {"alloc_td", "alloc_parent_domain"}) {
+        CAPTURE(refused);
+        REQUIRE(setenv("RDMACHAN_EMULATED_CONNECTX_REFUSE", refused, 1) == 0);
+        const std::shared_ptr<verbs::Mlx5ParentDomain> parent = verbs::Mlx5ParentDomain::try_allocate(fixture.pd);
+        unsetenv("RDMACHAN_EMULATED_CONNECTX_REFUSE");
+        CHECK(parent == nullptr);
+        verbs::Mlx5QueuePair created = verbs::create_mlx5_queue_pair(fixture.parents(), {16, 16, 1, 1, 0}, parent);
+        CHECK(created.rings.send.blueflame_size > 0);
+    }
+    CHECK(verbs::Mlx5ParentDomain::try_allocate(fixture.pd) != nullptr);
 }

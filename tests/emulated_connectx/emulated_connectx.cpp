@@ -23,10 +23,12 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <new>
 #include <thread>
 #include <vector>
@@ -222,7 +224,18 @@ int query_port_op(ibv_context* context, std::uint8_t port, ibv_port_attr* attrib
     return 0;
 }
 
+// RDMACHAN_EMULATED_CONNECTX_REFUSE=alloc_td,alloc_parent_domain: behave like a provider without
+// thread or parent domains (older libmlx5), which answers EOPNOTSUPP, so that the binding's
+// fallback to shared BlueFlame registers runs too.
+bool refused_by_request(const char* call) {
+    const char* list = std::getenv("RDMACHAN_EMULATED_CONNECTX_REFUSE");
+    if (list == nullptr) return false;
+    const std::string names = std::string(",") + list + ",";
+    return names.find(std::string(",") + call + ",") != std::string::npos;
+}
+
 ibv_td* alloc_td_op(ibv_context* context, ibv_td_init_attr* attributes) {
+    if (refused_by_request("alloc_td")) return refuse_pointer<ibv_td>(EOPNOTSUPP, "ibv_alloc_td: refused on request (RDMACHAN_EMULATED_CONNECTX_REFUSE)");
     if (attributes != nullptr && attributes->comp_mask != 0) {
         return refuse_pointer<ibv_td>(EINVAL, fmt::format("ibv_alloc_td: comp_mask {:#x} is not supported", attributes->comp_mask));
     }
@@ -237,6 +250,8 @@ int dealloc_td_op(ibv_td* td) {
 }
 
 ibv_pd* alloc_parent_domain_op(ibv_context* context, ibv_parent_domain_init_attr* attributes) {
+    if (refused_by_request("alloc_parent_domain"))
+        return refuse_pointer<ibv_pd>(EOPNOTSUPP, "ibv_alloc_parent_domain: refused on request (RDMACHAN_EMULATED_CONNECTX_REFUSE)");
     if (attributes == nullptr || attributes->pd == nullptr) {
         return refuse_pointer<ibv_pd>(EINVAL, "ibv_alloc_parent_domain: attr.pd is required");
     }
