@@ -114,7 +114,7 @@ if [ "$sanitizers" -eq 1 ]; then
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         run_suite "ASan+UBSan build (Clang, Debug)" "$root/build/test-asan" "vm|install" \
         -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DRDMACHAN_SANITIZE_ADDRESS=ON
-    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp \
         run_suite "TSan build (GCC, Release)" "$root/build/test-tsan" "vm|install" \
         -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g -DRDMACHAN_SANITIZE_THREAD=ON
 fi

@@ -183,13 +183,7 @@ void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
 }
 
 std::uint64_t Engine::claim_slot(std::uint32_t peer, Operation operation) {
-    std::uint32_t round = 0;
-    LazyDeadline deadline(settings_.deadline);
-    while (free_slots_.empty()) {
-        poll_once();
-        if (deadline.passed()) return kNoTicket;
-        backoff(round);
-    }
+    if (free_slots_.empty() && !wait_for_free_slot()) [[unlikely]] return kNoTicket;
     const std::uint32_t slot = free_slots_.back();
     free_slots_.pop_back();
     Slot& entry = slots_[slot];
@@ -202,12 +196,23 @@ std::uint64_t Engine::claim_slot(std::uint32_t peer, Operation operation) {
     entry.bytes = 0;
     entry.not_posted = nullptr;
     entry.initiator = -1;
-    entry.receive_addr = 0;
-    entry.receive_length = 0;
-    entry.completion = {};
+    // completion is not reset: finish() or a batch's first error writes it before anyone reads
+    // it; receive_addr and receive_length are written by the DC receive that uses them.
     ++outstanding_;
     ++peers_[peer].outstanding;
     return static_cast<std::uint64_t>(entry.generation) << 32 | slot;
+}
+
+// Kept out of line: the post path reads no clock and builds no deadline unless it must wait.
+bool Engine::wait_for_free_slot() {
+    std::uint32_t round = 0;
+    LazyDeadline deadline(settings_.deadline);
+    while (free_slots_.empty()) {
+        poll_once();
+        if (deadline.passed()) return false;
+        backoff(round);
+    }
+    return true;
 }
 
 void Engine::release(std::uint32_t slot) {
@@ -257,6 +262,11 @@ std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionSta
 }
 
 bool Engine::reserve_send_budget(Peer& peer, std::uint32_t count) {
+    if (peer.send_in_flight + count <= settings_.max_send_wr) [[likely]] return true;
+    return wait_for_send_budget(peer, count);
+}
+
+bool Engine::wait_for_send_budget(Peer& peer, std::uint32_t count) {
     std::uint32_t round = 0;
     LazyDeadline deadline(settings_.deadline);
     while (peer.send_in_flight + count > settings_.max_send_wr) {
@@ -329,14 +339,21 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     slot.send_requests = count;
     peer.send_in_flight += count;
 
-    std::uint32_t done = 0;
+    std::uint32_t posted = 0;
+    const mlx5::PostResult result = queue_pair->post_send(requests, count, &posted);
+    if (result == mlx5::PostResult::ok) [[likely]] return ticket;
+    return finish_post(index, ticket, *queue_pair, requests, count, posted, result);
+}
+
+// The rest of a post the queue did not take at once: retried while the queue is full, until the
+// deadline; a refusal fails the operation (and a batch taken in part is flushed).
+std::uint64_t Engine::finish_post(std::uint32_t index, std::uint64_t ticket, transport::QueuePair& queue_pair,
+                                  mlx5::SendWorkRequest* requests, std::uint32_t count, std::uint32_t done,
+                                  mlx5::PostResult result) {
+    Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
     std::uint32_t round = 0;
     LazyDeadline deadline(settings_.deadline);
-    while (done < count) {
-        std::uint32_t posted = 0;
-        const mlx5::PostResult result = queue_pair->post_send(requests + done, count - done, &posted);
-        done += posted;
-        if (result == mlx5::PostResult::ok) break;
+    while (true) {
         const bool retry = result == mlx5::PostResult::queue_full && !deadline.passed();
         if (!retry) {
             const auto status = status_of_refusal(result);
@@ -350,8 +367,11 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
             return fail_immediately(ticket, status, reason_of_refusal(result));
         }
         if (!poll_once()) backoff(round);  // the ring frees as completions arrive
+        std::uint32_t posted = 0;
+        result = queue_pair.post_send(requests + done, count - done, &posted);
+        done += posted;
+        if (result == mlx5::PostResult::ok) return ticket;
     }
-    return ticket;
 }
 
 std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count,
@@ -430,16 +450,18 @@ void Engine::deliver(const mlx5::Completion& completion) {
     }
 }
 
+bool Engine::poll_queue(transport::CompletionQueue& queue) {
+    // The engine's own buffer: a local array of 16 completions was initialised on every call.
+    const std::uint32_t count = queue.poll(poll_buffer_.data(), static_cast<std::uint32_t>(poll_buffer_.size()));
+    for (std::uint32_t i = 0; i < count; ++i) deliver(poll_buffer_[i]);
+    return count != 0;
+}
+
 bool Engine::poll_once() {
-    mlx5::Completion completions[16];
-    bool any = false;
-    for (transport::CompletionQueue* queue : {send_completions_.get(), receive_completions_.get()}) {
-        const std::uint32_t count = queue->poll(completions, 16);
-        for (std::uint32_t i = 0; i < count; ++i) deliver(completions[i]);
-        any = any || count != 0;
-    }
+    const bool sends = poll_queue(*send_completions_);
+    const bool receives = poll_queue(*receive_completions_);
     if (dc_.enabled) recover_failed_initiators();
-    return any;
+    return sends || receives;
 }
 
 // Spin briefly, then yield, then sleep: 16 processes on 2 cores must all make progress.
@@ -455,12 +477,18 @@ void Engine::backoff(std::uint32_t& round) const {
 
 WorkResult Engine::result_of(const Slot& slot) const {
     const mlx5::Completion& completion = slot.completion;
-    if (completion.status == mlx5::CompletionStatus::success) {
+    if (completion.status == mlx5::CompletionStatus::success) [[likely]] {
         WorkCompletion work;
         work.bytes = slot.completion.is_receive ? completion.byte_len : static_cast<std::uint32_t>(slot.bytes);
         if ((completion.flags & mlx5::kCompletionWithImmediate) != 0) work.immediate = completion.immediate;
         return WorkResult::success(work);
     }
+    return failure_of(slot);
+}
+
+// Out of line: the error names the peer (a string copy), which the success path never needs.
+WorkResult Engine::failure_of(const Slot& slot) const {
+    const mlx5::Completion& completion = slot.completion;
     WorkError error;
     error.operation = slot.operation;
     error.status = static_cast<std::uint8_t>(completion.status);
@@ -474,9 +502,18 @@ WorkResult Engine::result_of(const Slot& slot) const {
 std::optional<WorkResult> Engine::try_take(std::uint64_t ticket) {
     Slot* entry = slot_for(ticket);
     if (entry == nullptr) return std::nullopt;
-    if (entry->state != SlotState::done) poll_once();
+    if (entry->state != SlotState::done) {
+        // RC: an operation's completion can only be in the queue of its kind, so only that one
+        // is polled (the other keeps its completions: both hold all their queue pairs can have
+        // in flight). DC polls both: a receive completes from the shared receive queue's arrivals.
+        if (dc_.enabled) {
+            poll_once();
+        } else {
+            poll_queue(entry->operation == Operation::receive ? *receive_completions_ : *send_completions_);
+        }
+    }
     if (entry->state != SlotState::done) return std::nullopt;
-    WorkResult result = result_of(*entry);
+    std::optional<WorkResult> result(result_of(*entry));
     release(static_cast<std::uint32_t>(ticket));
     return result;
 }

@@ -187,11 +187,18 @@ private:
     };
 
     std::uint64_t claim_slot(std::uint32_t peer, Operation operation);
+    bool wait_for_free_slot();
+    bool wait_for_send_budget(Peer& peer, std::uint32_t count);
+    std::uint64_t finish_post(std::uint32_t index, std::uint64_t ticket, transport::QueuePair& queue_pair,
+                              mlx5::SendWorkRequest* requests, std::uint32_t count, std::uint32_t done,
+                              mlx5::PostResult result);
+    bool poll_queue(transport::CompletionQueue& queue);
     void release(std::uint32_t slot);
     Slot* slot_for(std::uint64_t ticket);
     void finish(Slot& slot, const mlx5::Completion& completion);
     void deliver(const mlx5::Completion& completion);
     WorkResult result_of(const Slot& slot) const;
+    [[gnu::noinline]] WorkResult failure_of(const Slot& slot) const;
     std::uint64_t fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why);
     bool reserve_send_budget(Peer& peer, std::uint32_t count);
     bool fits_dc_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const;
@@ -217,6 +224,7 @@ private:
     std::vector<RcQueue> rc_queues_;  // RC: by peer; DC: one, the process's own endpoint
     std::vector<mlx5::SendWorkRequest> scratch_requests_;
     std::vector<mlx5::ScatterGatherElement> scratch_elements_;
+    std::array<mlx5::Completion, 16> poll_buffer_;  // what one poll of a queue returns
     std::vector<Slot> slots_;
     std::vector<std::uint32_t> free_slots_;
     std::uint32_t outstanding_ = 0;

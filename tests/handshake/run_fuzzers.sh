@@ -8,10 +8,10 @@ build_dir="${1:-$source_dir/../build-handshake-fuzz}"
 seconds="${2:-30}"
 CC=clang CXX=clang++ cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DRDMACHAN_FUZZ=ON -DRDMACHAN_BUILD_TOOLS=OFF -DRDMACHAN_WARNINGS_AS_ERRORS=ON >/dev/null
-cmake --build "$build_dir" -j2 --target handshake_fuzz_endpoint handshake_fuzz_frame
-# Each fuzzer uses one core: both run at once, so the run takes `seconds`, not twice that.
+cmake --build "$build_dir" -j2 --target handshake_fuzz_endpoint handshake_fuzz_frame handshake_fuzz_table
+# Each fuzzer uses one core: all run at once, so the run takes `seconds`, not three times that.
 pids=()
-for target in endpoint frame; do
+for target in endpoint frame table; do
     work="$build_dir/fuzz-$target"
     mkdir -p "$work/corpus"
     echo "fuzzing $target for ${seconds}s"
@@ -22,7 +22,7 @@ for target in endpoint frame; do
 done
 status=0
 index=0
-for target in endpoint frame; do
+for target in endpoint frame table; do
     work="$build_dir/fuzz-$target"
     if wait "${pids[$index]}"; then
         # libFuzzer's last status line: "#RUNS DONE cov: EDGES ft: ...", then "Done RUNS runs in S second(s)".

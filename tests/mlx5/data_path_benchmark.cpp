@@ -23,6 +23,7 @@
 #include <string>
 
 #include "tests/mlx5/data_path_fixture.hpp"
+#include "tests/mlx5/measured_function.hpp"
 #include "tests/mlx5/send_reference.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -30,13 +31,6 @@ using namespace data_path_test;
 
 namespace {
 
-// Each measured function is a real call that callgrind can count, never inlined or cloned into
-// the loop (GCC's noclone; Clang does not clone functions this way and has no such attribute).
-#if defined(__clang__)
-#define MEASURED_FUNCTION __attribute__((noinline))
-#else
-#define MEASURED_FUNCTION __attribute__((noinline, noclone))
-#endif
 
 MEASURED_FUNCTION mlx5::PostResult measured_post_one(
     mlx5::SendQueue& queue, const mlx5::SendWorkRequest* request) {

@@ -8,6 +8,16 @@ RingCompletionQueue::RingCompletionQueue(const mlx5::CompletionQueueRing& ring, 
     : ring_(ring), owner_(std::move(owner)), queue_(ring) {}
 
 mlx5::CompletionTarget* RingCompletionQueue::find(std::uint32_t qpn) const noexcept {
+    if (qpn == last_qpn_ && last_target_ != nullptr) return last_target_;
+    mlx5::CompletionTarget* const target = search(qpn);
+    if (target != nullptr) {
+        last_qpn_ = qpn;
+        last_target_ = target;
+    }
+    return target;
+}
+
+mlx5::CompletionTarget* RingCompletionQueue::search(std::uint32_t qpn) const noexcept {
     const auto found = std::lower_bound(targets_.begin(), targets_.end(), qpn,
                                         [](const auto& entry, std::uint32_t key) { return entry.first < key; });
     return found != targets_.end() && found->first == qpn ? found->second : nullptr;
@@ -21,10 +31,12 @@ void RingCompletionQueue::attach(std::uint32_t qpn, mlx5::CompletionTarget* targ
     const auto position = std::lower_bound(targets_.begin(), targets_.end(), qpn,
                                            [](const auto& entry, std::uint32_t key) { return entry.first < key; });
     targets_.insert(position, {qpn, target});
+    last_target_ = nullptr;
 }
 
 void RingCompletionQueue::detach(std::uint32_t qpn) {
     std::erase_if(targets_, [qpn](const auto& entry) { return entry.first == qpn; });
+    last_target_ = nullptr;
 }
 
 RingQueuePair::RingQueuePair(RingQueuePairInit init)

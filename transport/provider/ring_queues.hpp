@@ -32,12 +32,17 @@ public:
 
 private:
     mlx5::CompletionTarget* find(std::uint32_t qpn) const noexcept;
+    mlx5::CompletionTarget* search(std::uint32_t qpn) const noexcept;
 
     mlx5::CompletionQueueRing ring_;
     std::shared_ptr<void> owner_;
     mlx5::CompletionQueue queue_;
     // Sorted by qpn; a handful to a few thousand entries, searched by bisection.
     std::vector<std::pair<std::uint32_t, mlx5::CompletionTarget*>> targets_;
+    // The last queue pair found: consecutive completions mostly come from the same one (always,
+    // with one queue pair), and then no search is made. Reset by attach and detach.
+    mutable std::uint32_t last_qpn_ = 0;
+    mutable mlx5::CompletionTarget* last_target_ = nullptr;
 };
 
 struct RingQueuePairInit {
