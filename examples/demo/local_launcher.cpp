@@ -113,7 +113,15 @@ void handle_event(Child& child, const std::string& line) {
     if (kind == "result") child.report = event.at("report").get<PeerReport>();
     if (kind == "failed") {
         child.failure = event.value("error", std::string("failed"));
-        if (!child.failed_at) child.failed_at = Clock::now();
+        // The peer's own time of failure orders failures causally: the launcher reads peers that
+        // failed together in descriptor order, which may put a consequence before its cause.
+        const auto at = event.find("at_ns");
+        if (at != event.end() && at->is_number_integer()) {
+            child.failed_at = Clock::time_point(std::chrono::duration_cast<Clock::duration>(
+                std::chrono::nanoseconds(at->get<std::int64_t>())));
+        } else if (!child.failed_at) {
+            child.failed_at = Clock::now();
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 // peer_workload.hpp), verifies every byte and prints a per-peer summary. `peer` runs one peer
 // of a job started by Slurm, torchrun, mpirun or by hand; `rendezvous` runs the server those
 // peers meet at (under a PMIx launcher such as mpirun, peers meet through PMIx instead). Any failure: exit status 1 and a message naming the rank and what failed.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -67,7 +68,13 @@ int run_peer_command(const demo::Options& options) {
     } catch (const std::exception& error) {
         const std::string text = error.what();
         std::fprintf(stderr, "rdmachan-demo peer (rank %u): %s\n", rank, text.c_str());
-        if (options.report_events) emit({{"event", "failed"}, {"rank", rank}, {"error", text}});
+        // When it failed, on the host's monotonic clock (the local launcher's peers share it): the
+        // launcher may read a peer that failed because of this one first.
+        const auto at = std::chrono::steady_clock::now().time_since_epoch();
+        if (options.report_events) {
+            emit({{"event", "failed"}, {"rank", rank}, {"error", text},
+                  {"at_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(at).count()}});
+        }
         return 1;
     }
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -18,7 +19,11 @@ struct Run {
 
 Run run_demo(const std::string& arguments, bool with_stderr = true) {
     // Built by appending: GCC 12 at -O2 reports a false -Warray-bounds on a chain of operator+.
-    std::string command = RDMACHAN_DEMO_PATH;
+    // RDMACHAN_DEMO_LAUNCHER: a command prefix, e.g. "env LD_PRELOAD=..." to run the demo alone on
+    // the emulated ConnectX (tests/emulated_connectx), not the shell popen starts.
+    std::string command;
+    if (const char* launcher = std::getenv("RDMACHAN_DEMO_LAUNCHER")) command.append(launcher).append(" ");
+    command.append(RDMACHAN_DEMO_PATH);
     command.append(" ").append(arguments).append(with_stderr ? " 2>&1" : " 2>/dev/null");
     Run run;
     FILE* pipe = popen(command.c_str(), "r");

@@ -1,6 +1,7 @@
 // Replays the polls of recv-vectors.json (libmlx5 v44's mlx5_poll_cq_v1 on hand-written CQEs)
 // through the project's CompletionQueue and compares the completions, the consumer index, the
 // CQ doorbell record and the receive-queue / SRQ bookkeeping.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,82 @@ CaseResult check_poll(const json& cq, const json& outputs, PollQueues& queues) {
     std::vector<std::uint8_t> buffer(static_cast<std::size_t>(cqe_count) * cqe_size, 0);
     for (std::uint32_t i = 0; i < cqe_count; ++i) buffer[static_cast<std::size_t>(i) * cqe_size + cqe_size - 1] = 0xf0;
     std::uint32_t doorbell_record[2] = {0xdeadbeef, 0xdeadbeef};
+    if (queues.pre_polled > consumer_index) {
+        return CaseResult::unsupported("inputs.setup.pre_polled_cqes not reproduced: more than state_before.cq_cons_index");
+    }
+
+    mlx5::CompletionQueueRing ring;
+    ring.buffer = buffer.data();
+    ring.cqe_count = cqe_count;
+    ring.cqe_size = cqe_size;
+    ring.cqn = static_cast<std::uint32_t>(number(cq.at("cqn")));
+    ring.doorbell_record = doorbell_record;
+    mlx5::CompletionQueue completion_queue(ring, consumer_index - queues.pre_polled);
+
+    mlx5::CompletionTarget qp_a;
+    qp_a.send = queues.send;
+    qp_a.send_wqe_count = queues.send_wqe_count;
+    qp_a.receive = queues.receive;
+    qp_a.shared_receive = queues.shared_receive;
+    mlx5::CompletionTarget qp_b;  // the second QP of the harness has no queues of ours
+    auto resolve = [&](std::uint32_t, std::uint32_t user_index) {
+        if (user_index == queues.qp_a_user_index) return &qp_a;
+        if (user_index == queues.qp_b_user_index) return &qp_b;
+        return static_cast<mlx5::CompletionTarget*>(nullptr);
+    };
+
+    // Receives completed before the capture: each a RESP_SEND CQE for QP A's oldest receive,
+    // polled through our CompletionQueue as libmlx5 polled them.
+    for (std::uint32_t i = 0; i < queues.pre_polled; ++i) {
+        std::uint32_t wqe_counter = 0;
+        if (queues.shared_receive != nullptr) {
+            if (i >= queues.shared_receive_posted.size()) {
+                return CaseResult::unsupported("inputs.setup.pre_polled_cqes not reproduced: more than the receives posted");
+            }
+            wqe_counter = queues.shared_receive_posted[i];
+        } else if (queues.receive != nullptr && queues.receive->outstanding() != 0) {
+            wqe_counter = queues.receive->tail();
+        } else {
+            return CaseResult::unsupported("inputs.setup.pre_polled_cqes not reproduced: no receive outstanding to complete");
+        }
+        const std::uint32_t index = completion_queue.consumer_index();
+        std::uint8_t* cqe = buffer.data() + static_cast<std::size_t>(index % cqe_count) * cqe_size + (cqe_size - mlx5::kCqeSize64);
+        std::fill(cqe, cqe + mlx5::kCqeSize64, std::uint8_t{0});
+        mlx5::store_big32(cqe + mlx5::kCqeSrqnUserIndex, queues.qp_a_user_index);
+        mlx5::store_big32(cqe + mlx5::kCqeByteCount, 0x40);
+        mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, queues.qp_a_qpn & 0xffffff);
+        mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, static_cast<std::uint16_t>(wqe_counter));
+        cqe[mlx5::kCqeOpOwn] = static_cast<std::uint8_t>((mlx5::kCqeResponderSend << 4) | ((index / cqe_count) & 1));
+        mlx5::Completion completion;
+        if (completion_queue.poll(&completion, 1, resolve) != 1 || completion.status != mlx5::CompletionStatus::success) {
+            return CaseResult::mismatch("a pre-polled receive completion (inputs.setup.pre_polled_cqes) was not delivered");
+        }
+    }
+
+    // The state libmlx5 had when the capture began must be the one we rebuilt from the inputs.
+    const json& before = outputs.at("state_before");
+    if (completion_queue.consumer_index() != consumer_index) {
+        return CaseResult::mismatch("in the consumer index before the capture");
+    }
+    if (queues.receive != nullptr && before.contains("qp_a_rq") &&
+        (queues.receive->head() != number(before.at("qp_a_rq").at("head")) ||
+         queues.receive->tail() != number(before.at("qp_a_rq").at("tail")))) {
+        return CaseResult::mismatch("in the receive queue head/tail before the capture: libmlx5 " +
+                                    before.at("qp_a_rq").dump() + ", ours " + std::to_string(queues.receive->head()) +
+                                    "/" + std::to_string(queues.receive->tail()));
+    }
+    if (queues.send != nullptr && before.contains("qp_a_sq") &&
+        queues.send->producer_index != number(before.at("qp_a_sq").at("cur_post"))) {
+        return CaseResult::mismatch("in the send queue's cur_post before the capture");
+    }
+    if (queues.shared_receive != nullptr && before.contains("srq")) {
+        const json& srq = before.at("srq");
+        if (queues.shared_receive->head() != number(srq.at("head")) || queues.shared_receive->tail() != number(srq.at("tail"))) {
+            return CaseResult::mismatch("in the SRQ head/tail before the capture");
+        }
+        std::string difference = compare_srq_links(*queues.shared_receive, before.at("srq_links"));
+        if (!difference.empty()) return CaseResult::mismatch(difference + " before the capture");
+    }
 
     // Deliberate differences are found from the CQE bytes, never from the case's name.
     std::uint32_t in_order_receive = queues.receive != nullptr ? queues.receive->tail() : 0;
@@ -122,26 +199,8 @@ CaseResult check_poll(const json& cq, const json& outputs, PollQueues& queues) {
         }
     }
 
-    mlx5::CompletionQueueRing ring;
-    ring.buffer = buffer.data();
-    ring.cqe_count = cqe_count;
-    ring.cqe_size = cqe_size;
-    ring.cqn = static_cast<std::uint32_t>(number(cq.at("cqn")));
-    ring.doorbell_record = doorbell_record;
-    mlx5::CompletionQueue completion_queue(ring, consumer_index);
-
-    mlx5::CompletionTarget qp_a;
-    qp_a.send = queues.send;
-    qp_a.send_wqe_count = queues.send_wqe_count;
-    qp_a.receive = queues.receive;
-    qp_a.shared_receive = queues.shared_receive;
-    mlx5::CompletionTarget qp_b;  // the second QP of the harness has no queues of ours
     std::vector<mlx5::Completion> completions(ne + 1);
-    const std::uint32_t count = completion_queue.poll(completions.data(), ne, [&](std::uint32_t, std::uint32_t user_index) {
-        if (user_index == queues.qp_a_user_index) return &qp_a;
-        if (user_index == queues.qp_b_user_index) return &qp_b;
-        return static_cast<mlx5::CompletionTarget*>(nullptr);
-    });
+    const std::uint32_t count = completion_queue.poll(completions.data(), ne, resolve);
 
     if (count != number(outputs.at("return_code"))) {
         return CaseResult::mismatch("in the number of completions: libmlx5 " + outputs.at("return_code").dump() +

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 #include "tools/golden_check/case_result.hpp"
 #include "transport/mlx5/completion_queue.hpp"
@@ -18,6 +19,11 @@ struct PollQueues {
     mlx5::SharedReceiveQueue* shared_receive = nullptr;
     std::uint32_t qp_a_user_index = 1;
     std::uint32_t qp_b_user_index = 0;
+    std::uint32_t qp_a_qpn = 0;
+    // inputs.setup.pre_polled_cqes: completions of QP A's first receives (RQ order, or the SRQ
+    // indices in shared_receive_posted), written as RESP_SEND CQEs and polled before the capture.
+    std::uint32_t pre_polled = 0;
+    std::vector<std::uint32_t> shared_receive_posted;
 };
 
 // `cq`: the case's inputs.cq; `outputs`: a cqe case's outputs or an ibv_poll_cq step.

@@ -2,6 +2,12 @@
 // project's mlx5 encoder and completion decoder, and reports each case as match, MISMATCH or
 // unsupported.
 //
+// A case is judged only on the state it describes: every input field is either reproduced
+// (replayed, like filler posts, SRQ post/poll cycles and pre-polled completions before the
+// capture, then checked against the recorded state_before) or, when non-zero and not
+// reproduced, makes the case "unsupported: <field> not reproduced" (input_fields.hpp and the
+// field lists in send_cases.cpp / receive_cases.cpp).
+//
 //   mlx5-golden-check [--expected-unsupported LIST.json] VECTORS.json [VECTORS.json ...]
 //
 // LIST.json (committed beside the vectors) maps each case expected to be unsupported to its

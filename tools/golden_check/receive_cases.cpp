@@ -4,12 +4,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <optional>
+#include <regex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "tools/golden_check/completion_check.hpp"
 #include "tools/golden_check/hex.hpp"
+#include "tools/golden_check/input_fields.hpp"
 #include "tools/golden_check/verbs_names.hpp"
 #include "transport/mlx5/send_queue.hpp"
 
@@ -79,7 +82,122 @@ CaseResult check_post_outcome(mlx5::PostResult result, std::uint32_t posted, con
     return CaseResult::matched();
 }
 
+
+// The inputs of each kind this file reproduces. Besides the fields it replays, some are read
+// only to check they agree with what it builds (marked "checked"), and some describe the
+// harness's memory layout, which the comparison is independent of (marked "layout").
+const ReproducedFields kReceiveWqeFields = {
+    "inputs.rq_before.qp_num", "inputs.rq_before.wqe_cnt", "inputs.rq_before.stride_bytes",
+    "inputs.rq_before.wqe_shift",            // checked: log2 of the stride
+    "inputs.rq_before.max_gs",               // checked: derived from the stride
+    "inputs.rq_before.max_post",             // checked: equals wqe_cnt, our ring's capacity
+    "inputs.rq_before.qp_state_max_gs",      // -1 (RESET) is unsupported, else checked = max_gs
+    "inputs.rq_before.wq_sig", "inputs.rq_before.head", "inputs.rq_before.tail",
+    "inputs.rq_before.user_index",           // names the QP to a CQ; no poll in this kind
+    "inputs.rq_before.rq_offset_in_qp_buf",  // layout: WQEs are compared at byte_offset_in_rq
+    "inputs.rq_before.sq_offset_in_qp_buf",  // layout
+    "inputs.qp_create_attr.max_recv_wr",     // checked: its result is rq_before.wqe_cnt
+    "inputs.qp_create_attr.max_recv_sge",    // checked: its result is rq_before.max_gs
+    "inputs.qp_create_attr.qp_state",        // checked: its result is rq_before.qp_state_max_gs
+    "inputs.qp_create_attr.MLX5_QP_SIGNATURE",  // checked: equals rq_before.wq_sig
+    "inputs.before_capture",                 // replayed: the filler posts
+    "inputs.wr_list[].wr_id", "inputs.wr_list[].num_sge", "inputs.wr_list[].sg_list[].addr",
+    "inputs.wr_list[].sg_list[].length", "inputs.wr_list[].sg_list[].lkey",
+};
+
+const ReproducedFields kSharedReceiveWqeFields = {
+    "inputs.srq_after_create.srqn", "inputs.srq_after_create.max", "inputs.srq_after_create.stride_bytes",
+    "inputs.srq_after_create.wqe_shift",     // checked: log2 of the stride
+    "inputs.srq_after_create.max_gs",        // checked: derived from the stride
+    "inputs.srq_after_create.head", "inputs.srq_after_create.tail", "inputs.srq_after_create.counter",
+    // The wait queue (ODP page faults only) is in the links below; its head/tail are not used by
+    // post or poll, and an ODP fault case is unsupported.
+    "inputs.srq_after_create.waitq_head", "inputs.srq_after_create.waitq_tail",
+    "inputs.srq_links_after_create[]",
+    "inputs.srq_dbrec_after_create",         // the dbrec is compared where a step wrote it
+    "inputs.ibv_create_srq_attr_in.*",       // checked: its result is srq_after_create
+    "inputs.ibv_create_srq_attr_out.max_wr", // checked: equals srq_after_create.tail
+    "inputs.ibv_create_srq_attr_out.max_sge",  // checked: equals srq_after_create.max_gs
+    "inputs.kernel_cmd_seen.*",              // what creation told the kernel: no effect on the rings
+    // libmlx5 v44 writes no SRQ WQE signature even when asked; neither do we.
+    "inputs.MLX5_SRQ_SIGNATURE", "inputs.srq_wq_sig",
+    "inputs.attached_qp.user_index",         // names the QP to the CQ in poll steps
+    "inputs.attached_qp.qp_num",             // checked against the CQEs' QPN by the poll
+    "inputs.attached_qp.rq_wqe_cnt",         // the QP's own RQ is unused (receives go to the SRQ)
+    "inputs.before_capture",                 // replayed: the post/poll cycles
+};
+
+const ReproducedFields kCompletionFields = {
+    "inputs.cq.cqn", "inputs.cq.ncqe", "inputs.cq.cqe_size",
+    "inputs.cq.ibv_cq.cqe",                  // checked: ncqe - 1
+    "inputs.cq.cqe_version",                 // checked: 1
+    "inputs.qp_a.qp_num", "inputs.qp_a.user_index", "inputs.qp_a.sq_wqe_cnt", "inputs.qp_a.srq",
+    "inputs.qp_a.qp_type",                   // checked: IBV_QPT_RC
+    "inputs.qp_a.rq.wqe_cnt", "inputs.qp_a.rq.stride_bytes",
+    "inputs.qp_a.rq.qp_num", "inputs.qp_a.rq.user_index",      // the same QP as qp_a
+    "inputs.qp_a.rq.wqe_shift", "inputs.qp_a.rq.max_gs", "inputs.qp_a.rq.max_post",
+    "inputs.qp_a.rq.qp_state_max_gs", "inputs.qp_a.rq.wq_sig",  // checked: 0
+    "inputs.qp_a.rq.head", "inputs.qp_a.rq.tail",               // checked: 0, a fresh QP
+    "inputs.qp_a.rq.rq_offset_in_qp_buf", "inputs.qp_a.rq.sq_offset_in_qp_buf",  // layout
+    "inputs.qp_b.qp_num", "inputs.qp_b.user_index",
+    "inputs.srq_after_create.*",
+    "inputs.setup.pre_polled_cqes",          // replayed: receive completions polled first
+    "inputs.setup.unsignaled_rdma_write_fillers", "inputs.setup.send_wrs[].*", "inputs.setup.recv_wrs[].*",
+    "inputs.setup.posted_to",                // checked: agrees with qp_a.srq
+    "inputs.setup.rq_completions_emulated_before",
+    // Not listed: inputs.setup.qp_b_recv_wrs. The format records how many receives QP B had,
+    // neither their wr_ids nor QP B's receive-queue geometry, so they cannot be rebuilt.
+};
+
+std::optional<CaseResult> unreproduced(const json& one_case, const ReproducedFields& fields) {
+    std::optional<std::string> field = first_unreproduced_field(one_case.at("inputs"), "inputs", fields);
+    if (!field.has_value()) return std::nullopt;
+    return CaseResult::unsupported(*field + " not reproduced");
+}
+
+std::optional<CaseResult> unreproduced_value(const std::string& field, const std::string& why) {
+    return CaseResult::unsupported(field + " not reproduced: " + why);
+}
+
+unsigned log2_of(std::uint64_t value) {
+    unsigned shift = 0;
+    while ((std::uint64_t{1} << shift) < value) ++shift;
+    return shift;
+}
+
+// inputs.before_capture of a recv_wqe case: "<N> filler WRs (1 SGE {<addr>, len <L>, lkey <K>})
+// posted with ibv_post_recv, <M> per call".
+struct ReceiveFillers {
+    std::uint32_t count = 0;
+    std::uint32_t per_call = 1;
+    mlx5::ScatterGatherElement element{};
+};
+
+std::optional<ReceiveFillers> parse_receive_fillers(const std::string& text) {
+    static const std::regex pattern(
+        R"(^(\d+) filler WRs \(1 SGE \{(0x[0-9a-fA-F]+), len (\d+), lkey (0x[0-9a-fA-F]+)\}\) posted with ibv_post_recv, (\d+) per call$)");
+    std::smatch match;
+    if (!std::regex_match(text, match, pattern)) return std::nullopt;
+    ReceiveFillers fillers;
+    fillers.count = static_cast<std::uint32_t>(std::stoul(match[1].str()));
+    fillers.element.addr = std::stoull(match[2].str(), nullptr, 16);
+    fillers.element.length = static_cast<std::uint32_t>(std::stoul(match[3].str()));
+    fillers.element.lkey = static_cast<std::uint32_t>(std::stoul(match[4].str(), nullptr, 16));
+    fillers.per_call = static_cast<std::uint32_t>(std::stoul(match[5].str()));
+    if (fillers.per_call == 0) return std::nullopt;
+    return fillers;
+}
+
+// inputs.before_capture of an srq_wqe case: "<N> cycles of (post 1 WR, poll its RESP_SEND CQE)".
+std::optional<std::uint32_t> parse_shared_receive_cycles(const std::string& text) {
+    static const std::regex pattern(R"(^(\d+) cycles of \(post 1 WR, poll its RESP_SEND CQE\)$)");
+    std::smatch match;
+    if (!std::regex_match(text, match, pattern)) return std::nullopt;
+    return static_cast<std::uint32_t>(std::stoul(match[1].str()));
+}
+
 CaseResult check_receive_wqe(const json& one_case) {
+    if (std::optional<CaseResult> missing = unreproduced(one_case, kReceiveWqeFields)) return *missing;
     const json& before = one_case.at("inputs").at("rq_before");
     const json& outputs = one_case.at("outputs");
     if (static_cast<long long>(number_or(before, "qp_state_max_gs", 0)) < 0 ||
@@ -89,6 +207,32 @@ CaseResult check_receive_wqe(const json& one_case) {
     }
     const std::uint32_t wqe_count = static_cast<std::uint32_t>(number(before.at("wqe_cnt")));
     const std::uint32_t stride = static_cast<std::uint32_t>(number(before.at("stride_bytes")));
+    const json& create = one_case.at("inputs").at("qp_create_attr");
+    if (number(before.at("wqe_shift")) != log2_of(stride) || (stride & (stride - 1)) != 0) {
+        return *unreproduced_value("inputs.rq_before.wqe_shift", "it is not log2 of stride_bytes");
+    }
+    if (number(before.at("max_post")) != wqe_count) {
+        return *unreproduced_value("inputs.rq_before.max_post", "our ring accepts exactly wqe_cnt WQEs");
+    }
+    if (number(before.at("qp_state_max_gs")) != number(before.at("max_gs"))) {
+        return *unreproduced_value("inputs.rq_before.qp_state_max_gs", "it differs from max_gs");
+    }
+    if (create.value("qp_state", std::string()) != "RTS") {
+        return *unreproduced_value("inputs.qp_create_attr.qp_state", "receives are posted to a QP in RTS only");
+    }
+    if ((create.value("MLX5_QP_SIGNATURE", std::string()) == "set") != (number(before.at("wq_sig")) != 0)) {
+        return *unreproduced_value("inputs.qp_create_attr.MLX5_QP_SIGNATURE", "it disagrees with rq_before.wq_sig");
+    }
+    if (number(create.at("max_recv_wr")) > wqe_count || number(create.at("max_recv_sge")) > number(before.at("max_gs"))) {
+        return *unreproduced_value("inputs.qp_create_attr", "the ring in rq_before is smaller than it asks for");
+    }
+    const std::optional<ReceiveFillers> fillers = parse_receive_fillers(one_case.at("inputs").at("before_capture").get<std::string>());
+    if (!fillers.has_value()) return *unreproduced_value("inputs.before_capture", "not a form this tool replays");
+    const std::uint32_t head_before = static_cast<std::uint32_t>(number(before.at("head")));
+    const std::uint32_t tail_before = static_cast<std::uint32_t>(number(before.at("tail")));
+    if (head_before - tail_before < fillers->count || head_before - tail_before > wqe_count) {
+        return *unreproduced_value("inputs.before_capture", "its fillers are not the receives outstanding in rq_before");
+    }
     std::vector<std::uint8_t> buffer(static_cast<std::size_t>(wqe_count) * stride, kPoison);
     std::uint32_t doorbell_record[2] = {kDoorbellRecordPoison, kDoorbellRecordPoison};
     std::vector<std::uint64_t> wr_ids(wqe_count, 0);
@@ -101,8 +245,25 @@ CaseResult check_receive_wqe(const json& one_case) {
     if (queue.max_sge() != number(before.at("max_gs"))) {
         return CaseResult::mismatch("in max_gs derived from the stride: libmlx5 " + before.at("max_gs").dump());
     }
-    queue.set_counters(static_cast<std::uint32_t>(number(before.at("head"))),
-                       static_cast<std::uint32_t>(number(before.at("tail"))));
+    // The fillers really posted, so the ring holds their WQEs and wr_ids and the doorbell record
+    // their count, as libmlx5's did when the capture began.
+    queue.set_counters(head_before - fillers->count, tail_before);
+    for (std::uint32_t posted_fillers = 0; posted_fillers < fillers->count;) {
+        const std::uint32_t batch = std::min(fillers->per_call, fillers->count - posted_fillers);
+        std::vector<mlx5::ReceiveWorkRequest> filler_requests(batch);
+        for (std::uint32_t i = 0; i < batch; ++i) {
+            filler_requests[i].wr_id = 0xf0000000u + posted_fillers + i;
+            filler_requests[i].num_sge = 1;
+            filler_requests[i].sg_list = &fillers->element;
+        }
+        if (queue.post(filler_requests.data(), batch, nullptr) != mlx5::PostResult::ok) {
+            return CaseResult::mismatch("a filler receive (inputs.before_capture) was refused");
+        }
+        posted_fillers += batch;
+    }
+    if (queue.head() != head_before) return CaseResult::mismatch("in the head after the fillers");
+    const std::vector<std::uint8_t> buffer_before = buffer;
+    const std::uint32_t receive_record_before = doorbell_record[mlx5::kReceiveDoorbell];
 
     ReceiveRequests requests = receive_requests(one_case.at("inputs").at("wr_list"));
     std::uint32_t posted = 0;
@@ -120,7 +281,7 @@ CaseResult check_receive_wqe(const json& one_case) {
         for (std::size_t i = 0; i < stride; ++i) touched[offset + i] = true;
     }
     for (std::size_t i = 0; i < buffer.size(); ++i) {
-        if (!touched[i] && buffer[i] != kPoison) return CaseResult::mismatch("at ring byte " + std::to_string(i) + ": written outside the posted WQEs");
+        if (!touched[i] && buffer[i] != buffer_before[i]) return CaseResult::mismatch("at ring byte " + std::to_string(i) + ": written outside the posted WQEs");
     }
     if (queue.head() != number(outputs.at("rq_head_after"))) return CaseResult::mismatch("in the head after posting");
     // The wr_id kept for each slot this call posted (earlier slots hold the fillers' wr_ids,
@@ -140,7 +301,7 @@ CaseResult check_receive_wqe(const json& one_case) {
             return CaseResult::mismatch("in the receive doorbell record: libmlx5 " + doorbell.at("rcv_dbr_value").dump() +
                                         ", ours " + std::to_string(mlx5::big_to_host32(receive_record)));
         }
-    } else if (receive_record != kDoorbellRecordPoison) {
+    } else if (receive_record != receive_record_before) {
         return CaseResult::mismatch("the receive doorbell record was written where libmlx5 wrote none");
     }
     if (doorbell_record[mlx5::kSendDoorbell] != kDoorbellRecordPoison) return CaseResult::mismatch("the send doorbell record was written");
@@ -173,6 +334,7 @@ struct SharedReceiveQueueFixture {
 
 CaseResult check_shared_receive_post(SharedReceiveQueueFixture& fixture, const json& step) {
     std::vector<std::uint8_t> before = fixture.buffer;
+    const std::uint32_t doorbell_record_before = fixture.doorbell_record;
     ReceiveRequests requests = receive_requests(step.at("wr_list"));
     std::uint32_t posted = 0;
     const mlx5::PostResult result = fixture.queue.post(requests.requests.data(),
@@ -206,17 +368,96 @@ CaseResult check_shared_receive_post(SharedReceiveQueueFixture& fixture, const j
     if (mask[0] == 0xff && mlx5::big_to_host32(fixture.doorbell_record) != number(doorbell.at("value"))) {
         return CaseResult::mismatch("in the SRQ doorbell record: libmlx5 " + doorbell.at("value").dump());
     }
-    if (mask[0] != 0xff && fixture.doorbell_record != kDoorbellRecordPoison) {
+    if (mask[0] != 0xff && fixture.doorbell_record != doorbell_record_before) {
         return CaseResult::mismatch("the SRQ doorbell record was written where libmlx5 wrote none");
     }
     return CaseResult::matched();
 }
 
+// One before-capture cycle: post one receive to the SRQ, then poll the RESP_SEND CQE a
+// responder writes for it, through our CompletionQueue (which frees the WQE).
+CaseResult run_shared_receive_cycle(SharedReceiveQueueFixture& fixture, mlx5::CompletionQueue& completion_queue,
+                                    std::vector<std::uint8_t>& cq_buffer, std::uint32_t cqe_count,
+                                    std::uint32_t user_index, std::uint32_t qpn, std::uint32_t cycle) {
+    mlx5::ScatterGatherElement element{0x00007f1122334450, 0x1000, 0x0a0b0c0d};
+    mlx5::ReceiveWorkRequest request;
+    request.wr_id = 0xc0000000u + cycle;
+    request.num_sge = 1;
+    request.sg_list = &element;
+    const std::uint32_t index = fixture.queue.head();
+    if (fixture.queue.post(&request, 1, nullptr) != mlx5::PostResult::ok) {
+        return CaseResult::mismatch("a before-capture SRQ receive (inputs.before_capture) was refused");
+    }
+    const std::uint32_t consumer_index = completion_queue.consumer_index();
+    std::uint8_t* cqe = cq_buffer.data() + static_cast<std::size_t>(consumer_index % cqe_count) * mlx5::kCqeSize64;
+    std::fill(cqe, cqe + mlx5::kCqeSize64, std::uint8_t{0});
+    mlx5::store_big32(cqe + mlx5::kCqeSrqnUserIndex, user_index);
+    mlx5::store_big32(cqe + mlx5::kCqeByteCount, 0x40);
+    mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, qpn & 0xffffff);
+    mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, static_cast<std::uint16_t>(index));
+    cqe[mlx5::kCqeOpOwn] = static_cast<std::uint8_t>((mlx5::kCqeResponderSend << 4) | ((consumer_index / cqe_count) & 1));
+    mlx5::CompletionTarget target;
+    target.shared_receive = &fixture.queue;
+    mlx5::Completion completion;
+    const std::uint32_t count = completion_queue.poll(&completion, 1, [&](std::uint32_t, std::uint32_t) { return &target; });
+    if (count != 1 || completion.wr_id != request.wr_id || completion.status != mlx5::CompletionStatus::success) {
+        return CaseResult::mismatch("a before-capture SRQ cycle's completion was not delivered");
+    }
+    return CaseResult::matched();
+}
+
 CaseResult check_shared_receive_wqe(const json& one_case) {
+    if (std::optional<CaseResult> missing = unreproduced(one_case, kSharedReceiveWqeFields)) return *missing;
     const json& inputs = one_case.at("inputs");
-    SharedReceiveQueueFixture fixture(inputs.at("srq_after_create"), inputs.at("srq_links_after_create"));
-    if (fixture.queue.max_sge() != number(inputs.at("srq_after_create").at("max_gs"))) {
+    const json& created = inputs.at("srq_after_create");
+    if (number(created.at("wqe_shift")) != log2_of(number(created.at("stride_bytes")))) {
+        return *unreproduced_value("inputs.srq_after_create.wqe_shift", "it is not log2 of stride_bytes");
+    }
+    if (number(inputs.at("ibv_create_srq_attr_out").at("max_wr")) != number(created.at("tail")) ||
+        number(inputs.at("ibv_create_srq_attr_out").at("max_sge")) != number(created.at("max_gs"))) {
+        return *unreproduced_value("inputs.ibv_create_srq_attr_out", "it disagrees with srq_after_create");
+    }
+    if (inputs.at("srq_links_after_create").size() != number(created.at("max"))) {
+        return *unreproduced_value("inputs.srq_links_after_create", "not one link per WQE");
+    }
+    SharedReceiveQueueFixture fixture(created, inputs.at("srq_links_after_create"));
+    if (fixture.queue.max_sge() != number(created.at("max_gs"))) {
         return CaseResult::mismatch("in max_gs derived from the SRQ stride");
+    }
+    const std::optional<std::uint32_t> cycles = parse_shared_receive_cycles(inputs.at("before_capture").get<std::string>());
+    if (!cycles.has_value()) return *unreproduced_value("inputs.before_capture", "not a form this tool replays");
+    if (*cycles != 0) {
+        constexpr std::uint32_t kCycleCqeCount = 64;
+        std::vector<std::uint8_t> cq_buffer(static_cast<std::size_t>(kCycleCqeCount) * mlx5::kCqeSize64, 0);
+        for (std::uint32_t i = 0; i < kCycleCqeCount; ++i) cq_buffer[(i + 1) * mlx5::kCqeSize64 - 1] = 0xf0;
+        std::uint32_t cq_doorbell_record[2] = {0, 0};
+        mlx5::CompletionQueueRing cq_ring;
+        cq_ring.buffer = cq_buffer.data();
+        cq_ring.cqe_count = kCycleCqeCount;
+        cq_ring.cqe_size = mlx5::kCqeSize64;
+        cq_ring.doorbell_record = cq_doorbell_record;
+        mlx5::CompletionQueue completion_queue(cq_ring, 0);
+        const json& qp = inputs.at("attached_qp");
+        for (std::uint32_t cycle = 0; cycle < *cycles; ++cycle) {
+            CaseResult result = run_shared_receive_cycle(fixture, completion_queue, cq_buffer, kCycleCqeCount,
+                                                         static_cast<std::uint32_t>(number(qp.at("user_index"))),
+                                                         static_cast<std::uint32_t>(number(qp.at("qp_num"))), cycle);
+            if (result.kind != CaseResult::Kind::match) return result;
+        }
+        // The cycles must have left the SRQ where libmlx5's left it when the capture began.
+        const json& first = one_case.at("steps").at(0);
+        const json* state = first.contains("srq_before") ? &first.at("srq_before")
+                            : first.contains("state_before") ? &first.at("state_before").at("srq")
+                                                             : nullptr;
+        if (state == nullptr) return *unreproduced_value("inputs.before_capture", "the first step records no SRQ state to start from");
+        if (fixture.queue.head() != number(state->at("head")) || fixture.queue.tail() != number(state->at("tail")) ||
+            fixture.queue.counter() != number(state->at("counter"))) {
+            return CaseResult::mismatch("in the SRQ head/tail/counter after the before-capture cycles");
+        }
+        const json& links = first.contains("srq_links_before") ? first.at("srq_links_before")
+                                                                : first.at("state_before").at("srq_links");
+        std::string difference = compare_srq_links(fixture.queue, links);
+        if (!difference.empty()) return CaseResult::mismatch(difference + " after the before-capture cycles");
     }
     // The vectors' polls name no CQ; a 64-entry CQ of the entries' size stands in (only the
     // owner-bit parity depends on it, and every index here is far below 64).
@@ -244,10 +485,27 @@ mlx5::SendOpcode send_opcode(const std::string& name) {
 }
 
 CaseResult check_completion_case(const json& one_case) {
+    if (std::optional<CaseResult> missing = unreproduced(one_case, kCompletionFields)) return *missing;
     const json& inputs = one_case.at("inputs");
     const json& setup = inputs.at("setup");
     const json& qp_a = inputs.at("qp_a");
     const json& outputs = one_case.at("outputs");
+    const json& cq = inputs.at("cq");
+    if (number(cq.at("cqe_version")) != 1) return *unreproduced_value("inputs.cq.cqe_version", "only version 1 is decoded");
+    if (number(cq.at("ncqe")) != number(cq.at("ibv_cq.cqe")) + 1) {
+        return *unreproduced_value("inputs.cq.ibv_cq.cqe", "it is not ncqe - 1");
+    }
+    if (qp_a.at("qp_type") != "IBV_QPT_RC") return *unreproduced_value("inputs.qp_a.qp_type", "only RC QPs are modelled");
+    const json& rq_geometry = qp_a.at("rq");
+    if (number_or(rq_geometry, "head", 0) != 0 || number_or(rq_geometry, "tail", 0) != 0) {
+        return *unreproduced_value("inputs.qp_a.rq.head", "the setup's receives are posted to a fresh receive queue");
+    }
+    if (number_or(rq_geometry, "wq_sig", 0) != 0) return *unreproduced_value("inputs.qp_a.rq.wq_sig", "not modelled for polls");
+    const bool to_shared_receive = qp_a.at("srq").get<bool>();
+    if (setup.contains("posted_to") && setup.at("posted_to").is_string() &&
+        (setup.at("posted_to") == "SRQ") != to_shared_receive) {
+        return *unreproduced_value("inputs.setup.posted_to", "it disagrees with qp_a.srq");
+    }
 
     // QP A's send queue, filled by really posting the setup's work requests.
     const std::uint32_t send_wqe_count = static_cast<std::uint32_t>(number(qp_a.at("sq_wqe_cnt")));
@@ -296,6 +554,8 @@ CaseResult check_completion_case(const json& one_case) {
     queues.send_wqe_count = send_wqe_count;
     queues.qp_a_user_index = static_cast<std::uint32_t>(number(qp_a.at("user_index")));
     queues.qp_b_user_index = static_cast<std::uint32_t>(number(inputs.at("qp_b").at("user_index")));
+    queues.qp_a_qpn = static_cast<std::uint32_t>(number(qp_a.at("qp_num")));
+    queues.pre_polled = static_cast<std::uint32_t>(number(setup.at("pre_polled_cqes")));
 
     // QP A's receive queue or the SRQ, with the setup's receives really posted.
     const json& rq = qp_a.at("rq");
@@ -318,6 +578,13 @@ CaseResult check_completion_case(const json& one_case) {
             links.push_back(i == number(created.at("tail")) || i + 1 == count ? 0 : i + 1);
         }
         shared_receive = std::make_unique<SharedReceiveQueueFixture>(created, links);
+        // The SRQ indices the setup's receives take: the free list from its head.
+        for (std::uint32_t i = 0, index = shared_receive->queue.head(); i < receives.requests.size(); ++i) {
+            queues.shared_receive_posted.push_back(index);
+            index = mlx5::load_big16(shared_receive->buffer.data() +
+                                     static_cast<std::size_t>(index) * shared_receive->queue.ring().stride +
+                                     mlx5::kSrqNextWqeIndex);
+        }
         if (!receives.requests.empty() &&
             shared_receive->queue.post(receives.requests.data(), static_cast<std::uint32_t>(receives.requests.size()),
                                        nullptr) != mlx5::PostResult::ok) {

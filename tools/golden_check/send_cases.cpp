@@ -4,11 +4,13 @@
 // doorbell register write.
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tools/golden_check/case_result.hpp"
 #include "tools/golden_check/hex.hpp"
+#include "tools/golden_check/input_fields.hpp"
 #include "tools/golden_check/verbs_names.hpp"
 #include "transport/mlx5/send_queue.hpp"
 
@@ -210,10 +212,82 @@ std::string compare_masked(const std::vector<std::uint8_t>& actual,
     return {};
 }
 
+// The inputs of a send case this file reproduces ("checked": read only to verify they agree
+// with what the replay builds; "layout": where the harness's memory was, which the comparison
+// does not depend on).
+const ReproducedFields kSendFields = {
+    "inputs.calls[].*",
+    "inputs.before_capture[].*",  // checked against qp_state_before (see prior_state_mismatch)
+    "inputs.qp_state_before.qp_num", "inputs.qp_state_before.qp_type", "inputs.qp_state_before.wqe_cnt",
+    "inputs.qp_state_before.wqe_shift",       // checked: 6 (64-byte WQEBBs)
+    "inputs.qp_state_before.cur_post", "inputs.qp_state_before.cur_post_hex",
+    "inputs.qp_state_before.first_ring_index",  // checked: cur_post mod wqe_cnt
+    "inputs.qp_state_before.dbrec_send_value",  // checked: cur_post & 0xffff
+    "inputs.qp_state_before.head", "inputs.qp_state_before.tail",  // outstanding WQEs
+    "inputs.qp_state_before.max_post",        // checked: wqe_cnt
+    "inputs.qp_state_before.max_gs", "inputs.qp_state_before.max_inline_data",
+    "inputs.qp_state_before.sq_signal_bits", "inputs.qp_state_before.wq_sig",
+    "inputs.qp_state_before.atomics_enabled",  // checked: 1
+    "inputs.qp_state_before.fm_cache",        // non-zero is unsupported below
+    "inputs.qp_state_before.bf.buf_size", "inputs.qp_state_before.bf.offset", "inputs.qp_state_before.bf.uuarn",
+    "inputs.qp_state_before.bf.reg",          // layout
+    "inputs.qp_state_before.bf.need_lock",    // a lock around the copy: no effect on bytes
+    "inputs.qp_state_before.ctx.prefer_bf", "inputs.qp_state_before.ctx.shut_up_bf",
+    "inputs.qp_state_before.address_handle.mlx5_wqe_av_bytes_hex",
+    // What the AV bytes above were built from: replayed through those bytes.
+    "inputs.qp_state_before.address_handle.ibv_ah_attr.*", "inputs.qp_state_before.address_handle.kernel_resp_dmac",
+    "inputs.qp_state_before.address_handle.created_by",
+};
+
+// The posts before the capture are not replayed one by one: each form below leaves a state
+// that qp_state_before records in full (cur_post, bf.offset, head - tail), which the replay
+// sets; the bytes they wrote lie outside the captured span. Returns why the recorded state is
+// not the one the form leaves, or the form is unknown (then the case is unsupported).
+std::string prior_state_mismatch(const json& before_capture, const json& state) {
+    const std::uint64_t cur_post = number(state.at("cur_post"));
+    const std::uint64_t offset = number(state.at("bf").at("offset"));
+    const std::uint64_t outstanding = number(state.at("head")) - number(state.at("tail"));
+    if (before_capture.empty()) {
+        if (cur_post != 0 || offset != 0 || outstanding != 0) return "qp_state_before is not a fresh QP's";
+        return {};
+    }
+    if (before_capture.size() != 1) return "more than one before-capture action";
+    const json& action = before_capture.at(0);
+    const std::string text = action.value("action", std::string());
+    if (text == "prepost") {
+        // One 1-WQEBB WQE per call, completions emulated before every call; each call rings once.
+        const std::string template_text = action.value("template", std::string());
+        if (template_text.find("(ds=3, 1 WQEBB) per call") == std::string::npos &&
+            template_text.find("(ctrl+AV only, ds=4, 1 WQEBB) per start/complete") == std::string::npos) {
+            return "a prepost template of unknown size";
+        }
+        const std::uint64_t count = number(action.at("count"));
+        if (cur_post != count || offset != (count % 2) * 256 || outstanding != 0) {
+            return "cur_post/bf.offset/head-tail are not what " + std::to_string(count) + " preposts leave";
+        }
+        return {};
+    }
+    if (text.rfind("ibv_post_send of one IBV_WR_RDMA_WRITE 1 SGE signaled before the capture", 0) == 0) {
+        if (cur_post != 1 || offset != 256 || outstanding != 1) return "not the state one signaled post leaves";
+        return {};
+    }
+    return "unknown before-capture action";
+}
+
 CaseResult replay(const json& one_case) {
+    std::optional<std::string> unread = first_unreproduced_field(one_case.at("inputs"), "inputs", kSendFields);
+    if (unread.has_value()) return CaseResult::unsupported(*unread + " not reproduced");
     const json& state = one_case.at("inputs").at("qp_state_before");
     if (number_or(state, "fm_cache", 0) != 0)
         return CaseResult::unsupported("pending fence from LOCAL_INV/UMR");
+    const std::string prior = prior_state_mismatch(one_case.at("inputs").at("before_capture"), state);
+    if (!prior.empty()) return CaseResult::unsupported("inputs.before_capture not reproduced: " + prior);
+    if (number(state.at("wqe_shift")) != 6 || number(state.at("max_post")) != number(state.at("wqe_cnt")) ||
+        number(state.at("first_ring_index")) != number(state.at("cur_post")) % number(state.at("wqe_cnt")) ||
+        number(state.at("dbrec_send_value")) != (number(state.at("cur_post")) & 0xffff) ||
+        number(state.at("atomics_enabled")) != 1) {
+        return CaseResult::unsupported("inputs.qp_state_before not reproduced: its derived fields disagree");
+    }
 
     const std::uint32_t wqe_count = static_cast<std::uint32_t>(number(state.at("wqe_cnt")));
     const std::uint32_t producer_index = static_cast<std::uint32_t>(number(state.at("cur_post")));
@@ -244,9 +318,10 @@ CaseResult replay(const json& one_case) {
     mlx5::SendQueueTracking tracking;
     tracking.wr_id = wr_ids.data();
     tracking.wqe_end = wqe_ends.data();
-    // Everything before the capture has completed (the harness emulated it).
     tracking.producer_index = producer_index;
-    tracking.consumer_index = producer_index;
+    // WQEs still outstanding (one 1-WQEBB WQE per WR in every supported before_capture form).
+    tracking.consumer_index =
+        producer_index - static_cast<std::uint32_t>(number(state.at("head")) - number(state.at("tail")));
 
     mlx5::SendQueueConfig config;
     config.max_sge = static_cast<std::uint32_t>(number(state.at("max_gs")));
