@@ -69,8 +69,10 @@ int run_peer_command(const demo::Options& options) {
         const std::string text = error.what();
         std::fprintf(stderr, "rdmachan-demo peer (rank %u): %s\n", rank, text.c_str());
         // When it failed, on the host's monotonic clock (the local launcher's peers share it): the
-        // launcher may read a peer that failed because of this one first.
-        const auto at = std::chrono::steady_clock::now().time_since_epoch();
+        // launcher may read a peer that failed because of this one first. run_peer stamps its
+        // failures before tearing its multi-channel down (demo::PeerFailure).
+        const auto* failure = dynamic_cast<const demo::PeerFailure*>(&error);
+        const auto at = (failure != nullptr ? failure->at() : std::chrono::steady_clock::now()).time_since_epoch();
         if (options.report_events) {
             emit({{"event", "failed"}, {"rank", rank}, {"error", text},
                   {"at_ns", std::chrono::duration_cast<std::chrono::nanoseconds>(at).count()}});

@@ -42,9 +42,7 @@ rdmachan::MultiChannelMode mode_of(const std::string& name) {
                         : rdmachan::MultiChannelMode::reliable_connected;
 }
 
-}  // namespace
-
-PeerReport run_peer(const PeerIdentity& identity, const Workload& workload, const ProgressCallback& progress) {
+PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, const ProgressCallback& progress) {
     rdmachan::ChannelBuilder channel = rdmachan::ChannelBuilder().device(workload.device).deadline(workload.timeout);
     rdmachan::MultiChannelBuilder builder = rdmachan::MultiChannelBuilder(channel).mode(mode_of(workload.mode));
     builder.bootstrap(identity.pmix ? rdmachan::Bootstrap::pmix : rdmachan::Bootstrap::tcp);
@@ -59,104 +57,122 @@ PeerReport run_peer(const PeerIdentity& identity, const Workload& workload, cons
     rdmachan::MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
     prepared.publish_region("buffer", region);
     std::optional<rdmachan::MultiChannel> connected;
-    if (identity.pmix) {
-        connected.emplace(std::move(prepared).connect());
-    } else {
-        rdmachan::RendezvousSettings settings;
-        settings.host = identity.rendezvous_host;
-        settings.port = identity.rendezvous_port;
-        settings.rank = rank;
-        settings.world_size = world;
-        settings.job = identity.job;
-        settings.token = identity.token;
-        settings.timeout = workload.timeout;
-        connected.emplace(std::move(prepared).connect(settings));
-    }
-    rdmachan::MultiChannel& channels = *connected;
-    progress("connected", 0);
-    if (workload.fail_rank == rank) fail(rank, "failing on purpose (--fail-rank " + std::to_string(rank) + ")");
-
-    std::vector<rdmachan::PeerRemoteMemoryRegion> remotes;
-    std::vector<std::uint32_t> everyone;
-    for (std::uint32_t peer = 0; peer < world; ++peer) {
-        remotes.push_back(channels.remote_region(peer, "buffer"));
-        everyone.push_back(peer);
-    }
-    std::vector<rdmachan::PeerTransfer> writes, reads, notices, controls;
-    for (std::uint32_t peer = 0; peer < world; ++peer) {
-        writes.push_back({peer, region.slice(layout.outgoing(peer), workload.size),
-                          remotes[peer].region.slice(layout.incoming(rank), workload.size)});
-        reads.push_back({peer, region.slice(layout.read_back(peer), workload.size),
-                         remotes[peer].region.slice(layout.incoming(rank), workload.size)});
-        notices.push_back({peer, region.slice(0, 0), {}});  // receives the write's immediate only
-        controls.push_back({peer, region.slice(layout.control_in(peer), 8), {}});
-    }
-
-    std::vector<double> latencies;
-    const Clock::time_point started = Clock::now();
-    std::uint8_t* bytes = memory.data();
-    for (std::uint32_t iteration = 0; iteration < workload.iterations; ++iteration) {
-        for (std::uint32_t peer = 0; peer < world; ++peer)
-            for (std::uint32_t index = 0; index < workload.size; ++index)
-                bytes[layout.outgoing(peer) + index] = pattern(rank, peer, iteration, index);
-
-        // Receives first: each peer's write carries (iteration << 16 | its rank) as immediate.
-        rdmachan::PendingMultiWork arrivals = channels.post_gather_receive(notices);
-        const Clock::time_point before = Clock::now();
-        require(rank, channels.scatter_write(writes, iteration << 16 | rank), "scatter_write");
-        latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - before).count());
-        const rdmachan::MultiResult arrived = arrivals.wait();
-        require(rank, arrived, "receiving the writes' immediates");
-        for (const rdmachan::PeerResult& entry : arrived.results()) {
-            const std::uint32_t immediate = entry.result.completion().immediate.value_or(~0u);
-            if (immediate != (iteration << 16 | entry.peer))
-                fail(rank, "the write from rank " + std::to_string(entry.peer) + " carried immediate " +
-                               std::to_string(immediate) + " in iteration " + std::to_string(iteration));
-            for (std::uint32_t index = 0; index < workload.size; ++index)
-                if (bytes[layout.incoming(entry.peer) + index] != pattern(entry.peer, rank, iteration, index))
-                    fail(rank, "byte " + std::to_string(index) + " of the slice from rank " +
-                                   std::to_string(entry.peer) + " is wrong in iteration " + std::to_string(iteration));
+    // From here a failure is stamped inside this frame, while `connected` still exists: its
+    // destruction makes the other peers fail, and they must not look earlier than this one.
+    try {
+        if (identity.pmix) {
+            connected.emplace(std::move(prepared).connect());
+        } else {
+            rdmachan::RendezvousSettings settings;
+            settings.host = identity.rendezvous_host;
+            settings.port = identity.rendezvous_port;
+            settings.rank = rank;
+            settings.world_size = world;
+            settings.job = identity.job;
+            settings.token = identity.token;
+            settings.timeout = workload.timeout;
+            connected.emplace(std::move(prepared).connect(settings));
         }
+        rdmachan::MultiChannel& channels = *connected;
+        progress("connected", 0);
+        if (workload.fail_rank == rank) fail(rank, "failing on purpose (--fail-rank " + std::to_string(rank) + ")");
 
-        // Read back what this rank wrote into every peer.
-        require(rank, channels.gather_read(reads), "gather_read");
-        for (std::uint32_t peer = 0; peer < world; ++peer)
-            if (std::memcmp(bytes + layout.read_back(peer), bytes + layout.outgoing(peer), workload.size) != 0)
-                fail(rank, "reading back the slice written to rank " + std::to_string(peer) +
-                               " gave other bytes in iteration " + std::to_string(iteration));
-
-        // The control message: "iteration done" to everyone; nobody writes the next iteration's
-        // slices before every peer has checked this one's.
-        rdmachan::PendingMultiWork control_arrivals = channels.post_gather_receive(controls);
-        const std::uint64_t done = 0xd0e0000000000000ull | iteration;
-        std::memcpy(bytes + layout.control_out(), &done, sizeof done);
-        require(rank, channels.multicast_send(everyone, region.slice(layout.control_out(), 8)), "multicast_send");
-        require(rank, control_arrivals.wait(), "receiving the control messages");
+        std::vector<rdmachan::PeerRemoteMemoryRegion> remotes;
+        std::vector<std::uint32_t> everyone;
         for (std::uint32_t peer = 0; peer < world; ++peer) {
-            std::uint64_t received = 0;
-            std::memcpy(&received, bytes + layout.control_in(peer), sizeof received);
-            if (received != done)
-                fail(rank, "the control message from rank " + std::to_string(peer) + " is wrong in iteration " +
-                               std::to_string(iteration));
+            remotes.push_back(channels.remote_region(peer, "buffer"));
+            everyone.push_back(peer);
         }
-        progress("iteration", iteration + 1);
-    }
-    const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+        std::vector<rdmachan::PeerTransfer> writes, reads, notices, controls;
+        for (std::uint32_t peer = 0; peer < world; ++peer) {
+            writes.push_back({peer, region.slice(layout.outgoing(peer), workload.size),
+                              remotes[peer].region.slice(layout.incoming(rank), workload.size)});
+            reads.push_back({peer, region.slice(layout.read_back(peer), workload.size),
+                             remotes[peer].region.slice(layout.incoming(rank), workload.size)});
+            notices.push_back({peer, region.slice(0, 0), {}});  // receives the write's immediate only
+            controls.push_back({peer, region.slice(layout.control_in(peer), 8), {}});
+        }
 
-    PeerReport report;
-    report.rank = rank;
-    report.device = channels.device_name();
-    report.seconds = seconds;
-    report.latency_p50_us = percentile(latencies, 50);
-    report.latency_p99_us = percentile(latencies, 99);
-    for (std::uint32_t peer = 0; peer < world; ++peer) {
-        const rdmachan::PeerCounters counters = channels.counters(peer);
-        report.counters.push_back({peer, counters.operations, counters.bytes, counters.errors});
-        report.operations += counters.operations;
-        report.bytes += counters.bytes;
+        std::vector<double> latencies;
+        const Clock::time_point started = Clock::now();
+        std::uint8_t* bytes = memory.data();
+        for (std::uint32_t iteration = 0; iteration < workload.iterations; ++iteration) {
+            for (std::uint32_t peer = 0; peer < world; ++peer)
+                for (std::uint32_t index = 0; index < workload.size; ++index)
+                    bytes[layout.outgoing(peer) + index] = pattern(rank, peer, iteration, index);
+
+            // Receives first: each peer's write carries (iteration << 16 | its rank) as immediate.
+            rdmachan::PendingMultiWork arrivals = channels.post_gather_receive(notices);
+            const Clock::time_point before = Clock::now();
+            require(rank, channels.scatter_write(writes, iteration << 16 | rank), "scatter_write");
+            latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - before).count());
+            const rdmachan::MultiResult arrived = arrivals.wait();
+            require(rank, arrived, "receiving the writes' immediates");
+            for (const rdmachan::PeerResult& entry : arrived.results()) {
+                const std::uint32_t immediate = entry.result.completion().immediate.value_or(~0u);
+                if (immediate != (iteration << 16 | entry.peer))
+                    fail(rank, "the write from rank " + std::to_string(entry.peer) + " carried immediate " +
+                                   std::to_string(immediate) + " in iteration " + std::to_string(iteration));
+                for (std::uint32_t index = 0; index < workload.size; ++index)
+                    if (bytes[layout.incoming(entry.peer) + index] != pattern(entry.peer, rank, iteration, index))
+                        fail(rank, "byte " + std::to_string(index) + " of the slice from rank " +
+                                       std::to_string(entry.peer) + " is wrong in iteration " + std::to_string(iteration));
+            }
+
+            // Read back what this rank wrote into every peer.
+            require(rank, channels.gather_read(reads), "gather_read");
+            for (std::uint32_t peer = 0; peer < world; ++peer)
+                if (std::memcmp(bytes + layout.read_back(peer), bytes + layout.outgoing(peer), workload.size) != 0)
+                    fail(rank, "reading back the slice written to rank " + std::to_string(peer) +
+                                   " gave other bytes in iteration " + std::to_string(iteration));
+
+            // The control message: "iteration done" to everyone; nobody writes the next iteration's
+            // slices before every peer has checked this one's.
+            rdmachan::PendingMultiWork control_arrivals = channels.post_gather_receive(controls);
+            const std::uint64_t done = 0xd0e0000000000000ull | iteration;
+            std::memcpy(bytes + layout.control_out(), &done, sizeof done);
+            require(rank, channels.multicast_send(everyone, region.slice(layout.control_out(), 8)), "multicast_send");
+            require(rank, control_arrivals.wait(), "receiving the control messages");
+            for (std::uint32_t peer = 0; peer < world; ++peer) {
+                std::uint64_t received = 0;
+                std::memcpy(&received, bytes + layout.control_in(peer), sizeof received);
+                if (received != done)
+                    fail(rank, "the control message from rank " + std::to_string(peer) + " is wrong in iteration " +
+                                   std::to_string(iteration));
+            }
+            progress("iteration", iteration + 1);
+        }
+        const double seconds = std::chrono::duration<double>(Clock::now() - started).count();
+
+        PeerReport report;
+        report.rank = rank;
+        report.device = channels.device_name();
+        report.seconds = seconds;
+        report.latency_p50_us = percentile(latencies, 50);
+        report.latency_p99_us = percentile(latencies, 99);
+        for (std::uint32_t peer = 0; peer < world; ++peer) {
+            const rdmachan::PeerCounters counters = channels.counters(peer);
+            report.counters.push_back({peer, counters.operations, counters.bytes, counters.errors});
+            report.operations += counters.operations;
+            report.bytes += counters.bytes;
+        }
+        report.throughput_mb_s = seconds > 0 ? static_cast<double>(report.bytes) / seconds / 1e6 : 0;
+        return report;
+    } catch (const std::exception& error) {
+        throw PeerFailure(error.what(), std::chrono::steady_clock::now());
     }
-    report.throughput_mb_s = seconds > 0 ? static_cast<double>(report.bytes) / seconds / 1e6 : 0;
-    return report;
+}
+
+}  // namespace
+
+PeerReport run_peer(const PeerIdentity& identity, const Workload& workload, const ProgressCallback& progress) {
+    try {
+        return run_workload(identity, workload, progress);
+    } catch (const PeerFailure&) {
+        throw;
+    } catch (const std::exception& error) {  // before the multi-channel existed
+        throw PeerFailure(error.what(), std::chrono::steady_clock::now());
+    }
 }
 
 }  // namespace demo

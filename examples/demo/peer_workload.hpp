@@ -5,7 +5,9 @@
 // what failed.
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <stdexcept>
 #include <optional>
 #include <string>
 
@@ -28,6 +30,19 @@ struct PeerIdentity {
 
 // progress(event, iteration): "connected" once, then "iteration" after each round.
 using ProgressCallback = std::function<void(const char* event, std::uint32_t iteration)>;
+
+// What run_peer throws when the workload fails: the reason, and when it failed on the host's
+// monotonic clock, taken where the failure was caught inside run_peer, before its multi-channel
+// is torn down. The teardown closes the connections to the other peers, which then fail too;
+// the local launcher orders failures by these times to name the first one.
+class PeerFailure : public std::runtime_error {
+public:
+    PeerFailure(const std::string& what, std::chrono::steady_clock::time_point at) : std::runtime_error(what), at_(at) {}
+    std::chrono::steady_clock::time_point at() const { return at_; }
+
+private:
+    std::chrono::steady_clock::time_point at_;
+};
 
 PeerReport run_peer(const PeerIdentity& identity, const Workload& workload, const ProgressCallback& progress);
 

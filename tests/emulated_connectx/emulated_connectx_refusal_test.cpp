@@ -307,10 +307,14 @@ TEST_CASE("capability limits: what ibv_query_device reports is the most a QP, CQ
 TEST_CASE("memory registration: remote write or atomic without local write is refused, as the kernel does") {
     Device device;
     std::vector<char> buffer(4096);
+    // As ints: verbs.h's ibv_reg_mr macro masks the flags with an enumerator of another enum
+    // (IBV_ACCESS_OPTIONAL_RANGE), which Clang flags as a deprecated enum-enum operation.
+    const int remote_write_only = IBV_ACCESS_REMOTE_WRITE;
+    const int local_and_remote_write = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     errno = 0;
-    CHECK(ibv_reg_mr(device.pd, buffer.data(), buffer.size(), IBV_ACCESS_REMOTE_WRITE) == nullptr);
+    CHECK(ibv_reg_mr(device.pd, buffer.data(), buffer.size(), remote_write_only) == nullptr);
     CHECK(errno == EINVAL);
-    ibv_mr* region = ibv_reg_mr(device.pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    ibv_mr* region = ibv_reg_mr(device.pd, buffer.data(), buffer.size(), local_and_remote_write);
     REQUIRE(region != nullptr);
     CHECK(region->lkey != 0);
     CHECK(ibv_dereg_mr(region) == 0);
