@@ -58,8 +58,9 @@ for document in $documents; do
         if [[ $commit == *-dirty ]]; then
             echo "$document: block '$name' was printed from uncommitted code ($commit)"; failed=1; continue
         fi
+        # Markdown beside the code (a folder's README) is not code: it cannot change a figure.
         # shellcheck disable=SC2086  # the path list is split on purpose
-        last=$(git log -1 --format=%H -- $paths)
+        last=$(git log -1 --format=%H -- $paths ':(exclude,glob)**/*.md')
         if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
             if [ "$shallow" = true ]; then
                 echo "check_figures: shallow clone: commit $commit (block '$name') is not in the history here; run 'git fetch --unshallow'"
