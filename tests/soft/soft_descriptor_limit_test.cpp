@@ -36,7 +36,17 @@ TEST_CASE("opening the software device raises RLIMIT_NOFILE to the hard limit") 
     CHECK(WEXITSTATUS(status) == 0);
 }
 
-TEST_CASE("out of descriptors: the error says so and names RLIMIT_NOFILE") {
+// Skipped in the ASan+UBSan build (CMake defines RDMACHAN_UBSAN_VPTR_CHECK there): UBSan's vptr
+// check probes a vtable through a pipe it creates (sanitizer_common's IsAccessibleMemoryRange),
+// which cannot be made in a process with no descriptor left, so it reports valid objects as
+// having an invalid vptr and aborts the child. The main and TSan builds run it.
+#ifdef RDMACHAN_UBSAN_VPTR_CHECK
+constexpr bool kVptrCheckNeedsDescriptors = true;
+#else
+constexpr bool kVptrCheckNeedsDescriptors = false;
+#endif
+
+TEST_CASE("out of descriptors: the error says so and names RLIMIT_NOFILE" * doctest::skip(kVptrCheckNeedsDescriptors)) {
     int pipe_fds[2];
     REQUIRE(::pipe(pipe_fds) == 0);
     const pid_t child = ::fork();

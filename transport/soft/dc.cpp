@@ -185,8 +185,9 @@ void DcInitiator::modify_to_reset() {
     context.executed = 0;
     context.receive_attributes = {};
     context.dc_connected = false;
-    context.send_ring.doorbell_record[mlx5::kSendDoorbell] = 0;
-    context.send_ring.doorbell_record[mlx5::kReceiveDoorbell] = 0;
+    // Shared with a NIC-side watcher (the emulated ConnectX's poller): stored atomically.
+    __atomic_store_n(&context.send_ring.doorbell_record[mlx5::kSendDoorbell], 0u, __ATOMIC_RELEASE);
+    __atomic_store_n(&context.send_ring.doorbell_record[mlx5::kReceiveDoorbell], 0u, __ATOMIC_RELEASE);
 }
 
 void DcInitiator::ring_send_doorbell() {

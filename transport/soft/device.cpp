@@ -322,8 +322,10 @@ void QueuePair::modify_to_reset() {
     context.waiting_rnr = false;
     context.executed = 0;
     context.receive_consumed = 0;
-    context.send_ring.doorbell_record[mlx5::kSendDoorbell] = 0;
-    context.send_ring.doorbell_record[mlx5::kReceiveDoorbell] = 0;
+    // The records are shared with whoever watches them as a NIC does (the emulated ConnectX
+    // polls them from its own thread): stored atomically, as the send queue stores them.
+    __atomic_store_n(&context.send_ring.doorbell_record[mlx5::kSendDoorbell], 0u, __ATOMIC_RELEASE);
+    __atomic_store_n(&context.send_ring.doorbell_record[mlx5::kReceiveDoorbell], 0u, __ATOMIC_RELEASE);
 }
 
 void QueuePair::ring_send_doorbell() { core_->notify_doorbell(*doorbell_pending_); }
