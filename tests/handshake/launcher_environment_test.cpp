@@ -7,18 +7,11 @@
 #include <map>
 
 #include "rdmachan/error.hpp"
+#include "tests/handshake/fake_environment.hpp"
 
 namespace {
 
-struct FakeEnvironment {
-    std::map<std::string, std::string> variables;
-    rdmachan::EnvironmentLookup lookup() const {
-        return [this](const char* name) -> const char* {
-            auto found = variables.find(name);
-            return found == variables.end() ? nullptr : found->second.c_str();
-        };
-    }
-};
+using rdmachan::test::FakeEnvironment;
 
 rdmachan::LaunchEnvironment discover(const FakeEnvironment& environment,
                                      const rdmachan::LaunchArguments& arguments = {}) {

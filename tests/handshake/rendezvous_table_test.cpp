@@ -59,14 +59,7 @@ std::vector<Endpoint> parsed_as_json(const std::string& frame, std::uint32_t rec
     return table;
 }
 
-std::string error_of(const std::function<void()>& call) {
-    try {
-        call();
-    } catch (const rdmachan::Error& error) {
-        return error.what();
-    }
-    return {};
-}
+using rdmachan::test::error_of;
 
 }  // namespace
 

@@ -55,14 +55,7 @@ bool table_is_complete(const std::vector<rdmachan::Endpoint>& table, std::uint32
     return true;
 }
 
-std::string error_of(const std::function<void()>& call) {
-    try {
-        call();
-    } catch (const rdmachan::Error& error) {
-        return error.what();
-    }
-    return {};
-}
+using rdmachan::test::error_of;
 
 }  // namespace
 

@@ -7,18 +7,11 @@
 #include "rdmachan/bootstrap.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/multi_channel.hpp"
+#include "tests/handshake/fake_environment.hpp"
 
 namespace {
 
-struct FakeEnvironment {
-    std::map<std::string, std::string> variables;
-    rdmachan::EnvironmentLookup lookup() const {
-        return [this](const char* name) -> const char* {
-            auto found = variables.find(name);
-            return found == variables.end() ? nullptr : found->second.c_str();
-        };
-    }
-};
+using rdmachan::test::FakeEnvironment;
 
 std::string error_of(rdmachan::Bootstrap requested, const FakeEnvironment& environment) {
     try {
