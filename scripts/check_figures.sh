@@ -26,7 +26,7 @@ declare -A measured_paths=(
     [instruction-counts]="scripts/instruction_counts.sh tests/mlx5/data_path_benchmark.cpp tests/mlx5/data_path_fixture.hpp tests/mlx5/send_reference.hpp tests/channel/channel_instruction_benchmark.cpp transport/mlx5 transport/provider transport/soft transport/device_interface.hpp src include/rdmachan"
     [sweep]="scripts/bench_sweep.sh tools/bench transport src include/rdmachan handshake"
     [ucx]="scripts/compare_ucx.sh tools/bench transport src include/rdmachan handshake"
-    [scale]="scripts/scale.sh scripts/build_release.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/multi_channel/peer_cost_benchmark.cpp tests/pmix handshake src include/rdmachan transport"
+    [scale]="scripts/scale.sh scripts/build_release.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/multi_channel/peer_cost_benchmark.cpp tests/pmix/pmix_exchange_benchmark.cpp handshake src include/rdmachan transport"
     # What CI's command runs: all the code, its tests and the scripts that build and run them.
     [reliability]="src include transport handshake tests tools examples scripts cmake CMakeLists.txt .ci"
 )
