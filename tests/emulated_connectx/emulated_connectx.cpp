@@ -407,6 +407,16 @@ soft::RemoteQueuePair remote_of(Context& context, const ibv_ah_attr& address, st
     return remote;
 }
 
+soft::ReadyToSendAttributes ready_to_send_of(const ibv_qp_attr& attributes) {
+    soft::ReadyToSendAttributes ready;
+    ready.sq_psn = attributes.sq_psn;
+    ready.timeout = attributes.timeout;
+    ready.retry_cnt = attributes.retry_cnt;
+    ready.rnr_retry = attributes.rnr_retry;
+    ready.max_rd_atomic = attributes.max_rd_atomic;
+    return ready;
+}
+
 int apply_transition(QueuePair& pair, Context& context, const ibv_qp_attr& attributes, int mask) {
     const ibv_qp_state next = attributes.qp_state;
     const std::uint8_t port = (mask & IBV_QP_PORT) != 0 ? attributes.port_num : 1;
@@ -429,13 +439,7 @@ int apply_transition(QueuePair& pair, Context& context, const ibv_qp_attr& attri
                 ready.min_rnr_timer = attributes.min_rnr_timer;
                 queue_pair.modify_to_ready_to_receive(ready);
             } else if (next == IBV_QPS_RTS && pair.state == IBV_QPS_RTR) {
-                soft::ReadyToSendAttributes ready;
-                ready.sq_psn = attributes.sq_psn;
-                ready.timeout = attributes.timeout;
-                ready.retry_cnt = attributes.retry_cnt;
-                ready.rnr_retry = attributes.rnr_retry;
-                ready.max_rd_atomic = attributes.max_rd_atomic;
-                queue_pair.modify_to_ready_to_send(ready);
+                queue_pair.modify_to_ready_to_send(ready_to_send_of(attributes));
             } else if (next == IBV_QPS_ERR) queue_pair.modify_to_error();
             else if (next == IBV_QPS_RESET) queue_pair.modify_to_reset();
             else if (next != pair.state)
@@ -448,13 +452,7 @@ int apply_transition(QueuePair& pair, Context& context, const ibv_qp_attr& attri
             if (next == IBV_QPS_INIT && pair.state == IBV_QPS_RESET) initiator.modify_to_init(port, 0);
             else if (next == IBV_QPS_RTR) initiator.modify_to_ready_to_receive(mtu_bytes(attributes.path_mtu));
             else if (next == IBV_QPS_RTS && pair.state == IBV_QPS_RTR) {
-                soft::ReadyToSendAttributes ready;
-                ready.sq_psn = attributes.sq_psn;
-                ready.timeout = attributes.timeout;
-                ready.retry_cnt = attributes.retry_cnt;
-                ready.rnr_retry = attributes.rnr_retry;
-                ready.max_rd_atomic = attributes.max_rd_atomic;
-                initiator.modify_to_ready_to_send(ready);
+                initiator.modify_to_ready_to_send(ready_to_send_of(attributes));
             } else if (next == IBV_QPS_ERR) initiator.modify_to_error();
             else if (next == IBV_QPS_RESET) initiator.modify_to_reset();
             else if (next != pair.state)
