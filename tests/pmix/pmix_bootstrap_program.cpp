@@ -12,6 +12,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,16 +144,50 @@ int skip_put() {
     return expect_connect_failure(("rank 1 never published key '" + key + "'").c_str(), 20s);
 }
 
+// The ranks that expect the fence's deadline tell rank 1 they saw it through a file each (named
+// by the job's namespace, so concurrent jobs do not meet): rank 1 must stay out of the fence, and
+// in the job, until then, and a file is the one channel left that involves no fence.
+std::filesystem::path seen_deadline_marker(const pmix_proc_t& self, std::uint32_t rank) {
+    return std::filesystem::temp_directory_path() /
+           ("rdmachan-skip-fence-" + std::string(self.nspace) + "-" + std::to_string(rank));
+}
+
+std::uint32_t job_size(const pmix_proc_t& self) {
+    pmix_proc_t job;
+    PMIX_LOAD_PROCID(&job, self.nspace, PMIX_RANK_WILDCARD);
+    pmix_value_t* value = nullptr;
+    if (PMIx_Get(&job, PMIX_JOB_SIZE, nullptr, 0, &value) != PMIX_SUCCESS || value == nullptr) {
+        throw std::runtime_error("test's own PMIx_Get(PMIX_JOB_SIZE) failed");
+    }
+    const std::uint32_t size = value->data.uint32;
+    PMIX_VALUE_RELEASE(value);
+    return size;
+}
+
 int skip_fence() {
     const RawPmix raw;
     constexpr auto deadline = 2s;
     if (raw.self.rank == 1) {
-        // Never reaches the fence; stays in the job well past the others' deadline (with room for
-        // a loaded machine), so they see the timeout and not this rank's exit.
-        std::this_thread::sleep_for(deadline * 5);
+        // Never reaches the fence; leaves once every other rank has seen its deadline (or after a
+        // minute, as a failure: a rank that never reports has hung or crashed).
+        const std::uint32_t world = job_size(raw.self);
+        const auto give_up = std::chrono::steady_clock::now() + 60s;
+        for (std::uint32_t rank = 0; rank < world; ++rank) {
+            if (rank == 1) continue;
+            while (!std::filesystem::exists(seen_deadline_marker(raw.self, rank))) {
+                if (std::chrono::steady_clock::now() > give_up) {
+                    return failed("rank " + std::to_string(rank) + " did not report its deadline within 60 s");
+                }
+                std::this_thread::sleep_for(10ms);
+            }
+            std::filesystem::remove(seen_deadline_marker(raw.self, rank));
+        }
         return 0;
     }
-    return expect_connect_failure("the fence exchanging endpoints did not complete within its deadline (", deadline);
+    const int status =
+        expect_connect_failure("the fence exchanging endpoints did not complete within its deadline (", deadline);
+    std::ofstream(seen_deadline_marker(raw.self, raw.self.rank)) << status << '\n';
+    return status;
 }
 
 int init_fails() {
