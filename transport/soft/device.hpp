@@ -306,6 +306,9 @@ public:
     // mlx5dv_ah.av gives it on hardware: GRH present, rgid = this device's GID, rlid = its LID.
     // make_dc_address_vector adds the DCT number and key.
     std::array<std::uint8_t, 48> address_vector() const;
+    // Requests this device, as responder, moved by cross-memory attach (the same-host path):
+    // lets tests and tools see which path the payloads took.
+    std::uint64_t transfers_by_reference() const;
 
     DeviceCore& core() { return *core_; }
 

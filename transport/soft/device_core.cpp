@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "src/logger.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
@@ -90,6 +91,10 @@ std::string socket_failure(int error) {
 
 DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(owner) {
     raise_open_file_limit();
+    transport_mode_ = transport_mode_from_environment();
+    if (transport_mode_ == TransportMode::same_host) by_reference_threshold_ = 1;
+    std::random_device random;
+    probe_word_ = (static_cast<std::uint64_t>(random()) << 32 | random()) | 1;  // never 0: unreadable memory reads as 0
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(options.port);
@@ -299,10 +304,8 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
     event.events = EPOLLIN;
     event.data.u64 = reinterpret_cast<std::uint64_t>(connection.get());
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket, &event);
-    wire::Hello hello{};
-    std::memcpy(hello.gid, gid.data(), 16);
-    hello.lid = lid;
-    queue_output(*connection, wire::frame(wire::FrameType::hello, hello));
+    queue_output(*connection, wire::frame(wire::FrameType::hello, make_hello(0)));
+    connection->awaiting_reply = true;
     connections_.push_back(std::move(connection));
     return connections_.back().get();
 }
@@ -327,7 +330,7 @@ void DeviceCore::queue_output(Connection& connection, const std::vector<std::uin
     if (connection.socket < 0) return;
     if (partitioned_from_everyone.load(std::memory_order_relaxed)) return;  // lost on the wire
     connection.output.insert(connection.output.end(), bytes.begin(), bytes.end());
-    write_connection(connection);
+    if (!connection.awaiting_reply) write_connection(connection);
 }
 
 void DeviceCore::write_connection(Connection& connection) {
@@ -422,9 +425,7 @@ void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, cons
         case wire::FrameType::hello: {
             wire::Hello hello;
             std::memcpy(&hello, body, sizeof hello);
-            std::memcpy(connection.gid.data(), hello.gid, 16);
-            connection.lid = hello.lid;
-            connection.identified = true;
+            handle_hello(connection, hello);
             return;
         }
         case wire::FrameType::request: {

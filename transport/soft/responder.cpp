@@ -1,6 +1,7 @@
 // The responder side of the software device: checks a request against the target QP and the
 // memory it names, performs it, consumes receive WQEs, and answers with ACK, RNR NAK or NAK.
 // The target process never calls in: this runs on its device's progress thread.
+#include <algorithm>
 #include <cstring>
 
 #include "src/logger.hpp"
@@ -109,7 +110,28 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     const bool carries_payload = request.opcode == kOpcodeRdmaWrite || request.opcode == kOpcodeRdmaWriteImmediate ||
                                  request.opcode == kOpcodeSend || request.opcode == kOpcodeSendImmediate ||
                                  request.opcode == kOpcodeSendInvalidate;
-    if (carries_payload && payload_length != request.length) return;  // malformed: dropped
+    // Same host: the payload names the initiator's memory, moved only after the checks below.
+    const bool by_reference = request.by_reference != 0;
+    iovec initiator_memory[wire::kMaxSegments];
+    std::size_t initiator_segments = 0;
+    if (by_reference) {
+        if (!connection.by_reference || (!carries_payload && request.opcode != kOpcodeRdmaRead)) return;  // not agreed: dropped
+        if (payload_length == 0 || payload_length % sizeof(wire::Segment) != 0 ||
+            payload_length / sizeof(wire::Segment) > wire::kMaxSegments) {
+            return;  // malformed: dropped
+        }
+        std::uint64_t total = 0;
+        initiator_segments = payload_length / sizeof(wire::Segment);
+        for (std::size_t i = 0; i < initiator_segments; ++i) {
+            wire::Segment segment;
+            std::memcpy(&segment, payload + i * sizeof segment, sizeof segment);
+            initiator_memory[i] = {reinterpret_cast<void*>(segment.address), static_cast<std::size_t>(segment.length)};
+            total += segment.length;
+        }
+        if (total != request.length) return;  // malformed: dropped
+    } else if (carries_payload && payload_length != request.length) {
+        return;  // malformed: dropped
+    }
 
     // A DCT serves many initiators: a responder error is reported on its CQ and to the one
     // initiator, but does not take the DCT down (hardware raises an async event instead).
@@ -130,6 +152,23 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         return reinterpret_cast<std::uint8_t*>(request.remote_addr);
     };
 
+    // Moves the payload between this process's `local` vectors and the initiator's memory. A
+    // failure means the initiator's own memory went away under its request (the checks on ours
+    // passed): it completes as a local protection error, as its NIC would report it.
+    auto move_by_reference = [&](const iovec* local, std::size_t local_count, bool into_initiator) {
+        const int error = into_initiator
+                              ? write_to_process(connection.peer_pid, local, local_count, initiator_memory, initiator_segments, request.length)
+                              : read_from_process(connection.peer_pid, local, local_count, initiator_memory, initiator_segments, request.length);
+        if (error != 0) {
+            detail::logger().warn("software device {}: QP {}: cross-memory attach with process {} failed: {}", owner_.name(),
+                                  queue_pair.qpn, connection.peer_pid, std::strerror(error));
+            refuse(kSyndromeLocalProtection);
+            return false;
+        }
+        transfers_by_reference.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    };
+
     switch (request.opcode) {
         case kOpcodeRdmaWrite:
         case kOpcodeRdmaWriteImmediate: {
@@ -143,7 +182,12 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 refuse(kSyndromeRemoteAccess);  // target memory untouched
                 return;
             }
-            if (request.length != 0) std::memcpy(target, payload, request.length);
+            if (by_reference) {
+                const iovec local{target, request.length};
+                if (!move_by_reference(&local, 1, false)) return;
+            } else if (request.length != 0) {
+                std::memcpy(target, payload, request.length);
+            }
             if (request.opcode == kOpcodeRdmaWriteImmediate) {
                 consume_receive(queue_pair);
                 write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
@@ -160,6 +204,19 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
                 return;
             }
+            if (by_reference && !receive.protection_error && request.length <= receive.capacity) {
+                // Before the receive is consumed: a failed move leaves the responder's queue as it was.
+                iovec local[wire::kMaxSegments];
+                std::size_t local_count = 0;
+                std::uint32_t placed = 0;
+                for (auto [address, length] : receive.segments) {
+                    if (placed == request.length || local_count == wire::kMaxSegments) break;
+                    const std::uint32_t chunk = std::min(length, request.length - placed);
+                    local[local_count++] = {address, chunk};
+                    placed += chunk;
+                }
+                if (!move_by_reference(local, local_count, false)) return;
+            }
             consume_receive(queue_pair);
             if (receive.protection_error) {
                 write_error_cqe(*queue_pair.recv_cq, queue_pair, false, receive.wqe_counter, 0, kSyndromeLocalProtection);
@@ -173,7 +230,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 responder_error("message longer than the receive WQE");
                 return;
             }
-            std::uint32_t offset = 0;
+            std::uint32_t offset = by_reference ? request.length : 0;  // by reference: already placed
             for (auto [address, length] : receive.segments) {
                 if (offset == request.length) break;
                 const std::uint32_t chunk = std::min(length, request.length - offset);
@@ -191,6 +248,13 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             const std::uint8_t* source = request.length == 0 ? nullptr : remote_memory(request.length, kRemoteRead);
             if (request.length != 0 && source == nullptr) {
                 refuse(kSyndromeRemoteAccess);
+                return;
+            }
+            if (by_reference) {
+                const iovec local{const_cast<std::uint8_t*>(source), request.length};
+                if (!move_by_reference(&local, 1, true)) return;
+                accept();
+                respond(connection, answer(request, wire::ResponseKind::ack));
                 return;
             }
             accept();
