@@ -104,12 +104,12 @@ HostIdentity this_host_identity() {
     static const HostIdentity fixed = [] {
         HostIdentity identity;
         identity.boot_id = read_boot_id();
-        identity.uid = static_cast<std::uint32_t>(::getuid());
         identity.network_namespace = namespace_inode("/proc/self/ns/net");
         identity.pid_namespace = namespace_inode("/proc/self/ns/pid");
         return identity;
     }();
     HostIdentity identity = fixed;
+    identity.uid = static_cast<std::uint32_t>(::getuid());
     identity.pid = static_cast<std::uint32_t>(::getpid());
     return identity;
 }

@@ -33,7 +33,8 @@ struct HostIdentity {
     std::uint32_t pid = 0;
 };
 
-// This process's identity (read once; the pid is read on every call, so a forked child has its own).
+// This process's identity: boot id and namespaces read once per process image (they do not change
+// across fork), uid and pid on every call (a forked child may change its user).
 HostIdentity this_host_identity();
 
 // Why `peer` is not on this host ("boot id differs", ...), or nullptr when it is.
