@@ -390,3 +390,64 @@ TEST_CASE("same host: a send longer than the receive is refused before a byte mo
     for (std::size_t b = 0; b < (1u << 20); ++b) touched += target.buffer()[b] != 0xee;
     CHECK(touched == 0);
 }
+
+TEST_CASE("same host: a target killed while reads by reference are in flight gives error completions within the deadline") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
+    Child child = start_target(ChildRestriction::none);
+    auto device = soft::Device::open();
+    rdmachan::test::EndpointOptions options;
+    options.timeout = 18;  // 1.07 s per try: the closed connection must be what ends it, not the retries
+    options.retry_cnt = 3;
+    SoftEndpoint endpoint(device, options);
+    const Address mine = endpoint.address();
+    Address remote{};
+    REQUIRE(read_all(child.from_child, &remote, sizeof remote));
+    REQUIRE(write_all(child.to_child, &mine, sizeof mine));
+    endpoint.connect(remote);
+    char ready = 0;
+    REQUIRE(read_all(child.from_child, &ready, 1));
+
+    const mlx5::ScatterGatherElement into = endpoint.local(0, 65536);
+    std::uint32_t posted = 0;
+    std::uint32_t completed = 0;
+    std::uint32_t failed = 0;
+    std::uint32_t failed_before_kill = 0;
+    bool killed = false;
+    std::chrono::steady_clock::time_point killed_at;
+    mlx5::Completion completions[16];
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+        if (!killed && completed - failed >= 100) {
+            ::kill(child.pid, SIGKILL);
+            killed = true;
+            killed_at = std::chrono::steady_clock::now();
+        }
+        mlx5::SendWorkRequest read = write_request(posted, &into, remote.buffer_addr + kReadOffset, remote.rkey);
+        read.opcode = mlx5::SendOpcode::rdma_read;
+        if (endpoint.post(&read, 1) == mlx5::PostResult::ok) ++posted;
+        const std::uint32_t got = endpoint.poll_send(completions, 16);
+        for (std::uint32_t i = 0; i < got; ++i) {
+            ++completed;
+            if (completions[i].status != mlx5::CompletionStatus::success) {
+                ++failed;
+                if (!killed) ++failed_before_kill;
+            }
+        }
+        if (killed && completed == posted) break;
+    }
+    CHECK(killed);
+    CHECK(completed == posted);  // nothing left hanging
+    CHECK(failed > 0);
+    CHECK(failed_before_kill == 0);
+    CHECK(std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(5));
+    CHECK(endpoint.queue_pair().state() == soft::QueuePairState::error);
+    // The reads that succeeded brought the target's bytes, moved by reference into this process.
+    int mismatches = 0;
+    for (std::uint32_t b = 0; b < 65536; ++b) mismatches += endpoint.buffer()[b] != pattern(9, b);
+    CHECK(mismatches == 0);
+    MESSAGE("posted " << posted << ", succeeded " << completed - failed << ", failed " << failed << " after the kill");
+    int status = 0;
+    ::waitpid(child.pid, &status, 0);
+    ::close(child.to_child);
+    ::close(child.from_child);
+}
