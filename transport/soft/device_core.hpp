@@ -135,6 +135,7 @@ struct Connection {
     // cross-memory attach; incoming: we may, into and out of process `peer_pid`).
     bool by_reference = false;
     std::uint32_t peer_pid = 0;
+    bool move_failure_logged = false;  // a dying peer fails every queued move: said once
     std::vector<std::uint8_t> input;
     std::vector<std::uint8_t> output;
     std::size_t output_offset = 0;

@@ -186,6 +186,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
             payload.insert(payload.end(), bytes, bytes + segments[i].length);
         }
         segment_count = 0;
+        referenced_bytes = 0;
         by_reference = false;
     };
 
@@ -297,15 +298,18 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
         case wire::ResponseKind::ack: {
             InFlight done = std::move(queue_pair.in_flight.front());
             queue_pair.in_flight.pop_front();
-            if (done.by_reference && payload_length != 0) {
-                fail_queue_pair(queue_pair, kSyndromeBadResponse, "data in the response to a request moved by reference");
+            // A read or atomic answer carries its data, unless the responder moved it by reference;
+            // a malformed answer fails the request it answers (already off in_flight, so completed
+            // here), then the QP.
+            const bool expects_data = is_read_or_atomic(done.opcode) && !done.by_reference;
+            const bool length_checked = expects_data || done.by_reference;
+            if (length_checked && payload_length != (expects_data ? done.length : 0u)) {
+                complete_requester(queue_pair, done, kSyndromeBadResponse);
+                move_to_error(queue_pair, done.by_reference ? "data in the answer to a request moved by reference"
+                                                            : "response length differs from the request");
                 return;
             }
-            if (is_read_or_atomic(done.opcode) && !done.by_reference) {
-                if (payload_length != done.length) {
-                    fail_queue_pair(queue_pair, kSyndromeBadResponse, "response length differs from the request");
-                    return;
-                }
+            if (expects_data) {
                 std::uint32_t offset = 0;
                 for (auto [address, length] : done.local_targets) {
                     std::memcpy(address, payload + offset, length);

@@ -3,6 +3,7 @@
 // The target process never calls in: this runs on its device's progress thread.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "src/logger.hpp"
 #include "transport/mlx5/barriers.hpp"
@@ -160,8 +161,10 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                               ? write_to_process(connection.peer_pid, local, local_count, initiator_memory, initiator_segments, request.length)
                               : read_from_process(connection.peer_pid, local, local_count, initiator_memory, initiator_segments, request.length);
         if (error != 0) {
-            detail::logger().warn("software device {}: QP {}: cross-memory attach with process {} failed: {}", owner_.name(),
-                                  queue_pair.qpn, connection.peer_pid, std::strerror(error));
+            if (!std::exchange(connection.move_failure_logged, true)) {
+                detail::logger().warn("software device {}: QP {}: cross-memory attach with process {} failed: {} (said once per connection)",
+                                      owner_.name(), queue_pair.qpn, connection.peer_pid, std::strerror(error));
+            }
             refuse(kSyndromeLocalProtection);
             return false;
         }
