@@ -451,3 +451,39 @@ TEST_CASE("same host: a target killed while reads by reference are in flight giv
     ::close(child.to_child);
     ::close(child.from_child);
 }
+
+TEST_CASE("a connection opened during a partition settles its path, and requests resent after the partition get through") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    auto target_device = soft::Device::open();
+    auto initiator_device = soft::Device::open();
+    rdmachan::test::EndpointOptions options;
+    options.timeout = 14;  // 67 ms per try, 7 retries: about half a second in all
+    options.retry_cnt = 7;
+    SoftEndpoint target(target_device, options);
+    SoftEndpoint initiator(initiator_device, options);
+    initiator.connect(target.address());
+    target.connect(initiator.address());
+    std::memset(initiator.buffer(), 0x42, 65536);
+    soft::simulate_partition(true);
+    const mlx5::ScatterGatherElement source = initiator.local(0, 65536);
+    const mlx5::SendWorkRequest write = write_request(1, &source, target.address().buffer_addr, target.address().rkey);
+    REQUIRE(initiator.post(&write, 1) == mlx5::PostResult::ok);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // two ACK timeouts: resent, lost again
+    soft::simulate_partition(false);
+    const auto completion = initiator.wait_send(std::chrono::seconds(5));
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::success);
+    soft::acquire_remote_writes();
+    std::size_t written = 0;
+    for (std::size_t b = 0; b < 65536; ++b) written += target.buffer()[b] == 0x42;
+    CHECK(written == 65536);
+    // Its frame was made before the reply settled the path, so its copies carried the payload.
+    CHECK(target_device->transfers_by_reference() == 0);
+    // The next one moves by reference.
+    const mlx5::SendWorkRequest again = write_request(2, &source, target.address().buffer_addr, target.address().rkey);
+    REQUIRE(initiator.post(&again, 1) == mlx5::PostResult::ok);
+    const auto second = initiator.wait_send(std::chrono::seconds(5));
+    REQUIRE(second.has_value());
+    CHECK(second->status == mlx5::CompletionStatus::success);
+    CHECK(target_device->transfers_by_reference() == 1);
+}

@@ -318,7 +318,8 @@ private:
 };
 
 // Fault injection for tests: while on, every software device of this process drops all
-// frames to and from other devices (its own loopback traffic still flows), as a network
+// frames to and from other devices (its own loopback traffic and the hello exchange that opens
+// a connection still flow), as a network
 // partition would: nothing is closed, requests simply go unanswered until the transport
 // timeout and retries give up, exactly as a ConnectX reports a peer it cannot reach.
 void simulate_partition(bool partitioned) noexcept;

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -328,7 +329,11 @@ void acquire_remote_writes() noexcept {
 
 void DeviceCore::queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes) {
     if (connection.socket < 0) return;
-    if (partitioned_from_everyone.load(std::memory_order_relaxed)) return;  // lost on the wire
+    // Lost on the wire; but a hello and its reply go through, as a connection opened during a
+    // partition (its SYN got through): otherwise requests would wait for the reply forever.
+    const bool hello = bytes.size() > sizeof(wire::FrameHeader) &&
+                       bytes[offsetof(wire::FrameHeader, type)] == static_cast<std::uint8_t>(wire::FrameType::hello);
+    if (partitioned_from_everyone.load(std::memory_order_relaxed) && !hello) return;
     connection.output.insert(connection.output.end(), bytes.begin(), bytes.end());
     if (!connection.awaiting_reply) write_connection(connection);
 }
@@ -388,7 +393,7 @@ void DeviceCore::read_connection(Connection& connection) {
         const std::size_t total = sizeof header + body + header.payload_length;
         if (connection.input.size() - offset < total) break;
         const std::uint8_t* body_bytes = connection.input.data() + offset + sizeof header;
-        if (!partitioned_from_everyone.load(std::memory_order_relaxed)) {
+        if (!partitioned_from_everyone.load(std::memory_order_relaxed) || header.type == wire::FrameType::hello) {
             handle_frame(connection, header.type, body_bytes, body_bytes + body, header.payload_length);
         }
         offset += total;
