@@ -335,7 +335,7 @@ void DeviceCore::queue_output(Connection& connection, const std::vector<std::uin
                        bytes[offsetof(wire::FrameHeader, type)] == static_cast<std::uint8_t>(wire::FrameType::hello);
     if (partitioned_from_everyone.load(std::memory_order_relaxed) && !hello) return;
     connection.output.insert(connection.output.end(), bytes.begin(), bytes.end());
-    if (!connection.awaiting_reply) write_connection(connection);
+    write_connection(connection);
 }
 
 void DeviceCore::write_connection(Connection& connection) {

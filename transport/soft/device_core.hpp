@@ -128,8 +128,8 @@ struct Connection {
     std::uint16_t lid = 0;
     bool identified = false;  // hello received (incoming) or sent (outgoing)
     bool outgoing = false;
-    // Outgoing: the hello is sent and its reply not yet in; requests queue until it comes, so
-    // every request knows which path the peer agreed to.
+    // Outgoing: the hello is sent and its reply not yet in. Requests are not held for it (that
+    // would add a round trip to every first request): until it comes they carry their payloads.
     bool awaiting_reply = false;
     // Same-host path agreed for this connection (outgoing: the peer moves our payloads with
     // cross-memory attach; incoming: we may, into and out of process `peer_pid`).

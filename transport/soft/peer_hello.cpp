@@ -74,7 +74,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
         return;
     }
 
-    // The answer to our hello: the path is settled; the requests held for it go out now.
+    // The answer to our hello: the path is settled for the requests executed from now on.
     if (!connection.outgoing || !connection.awaiting_reply) {
         close_connection(connection, "unexpected hello reply");
         return;
@@ -105,7 +105,6 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
                               "payloads travel over TCP",
                               owner_.name(), name, std::strerror(hello.refusal));
     }
-    write_connection(connection);
 }
 
 const Connection* DeviceCore::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,
