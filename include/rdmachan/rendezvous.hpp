@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,12 @@ struct RendezvousServerSettings {
     std::string job;                           // every rank must name the same job
     std::string token;                         // every rank must prove it knows this (never sent)
     std::chrono::milliseconds timeout{30000};  // from start() to the end of the barrier
+    // Peer replacement: the server keeps every rank's connection after the release and runs
+    // for the life of the job (wait() returns after the first release; the destructor stops
+    // it), so a process that replaces a rank whose process died can register again. Every
+    // rank must then enable it too (RendezvousSettings::replacement). `timeout` also bounds
+    // each replacement: the live ranks must reconnect it within that time.
+    bool replacement = false;
 };
 
 // Accepts the ranks in any order on one io_context and one thread. Usable standalone (a tool
@@ -52,6 +59,26 @@ class RendezvousServer {
     std::unique_ptr<State> state_;
 };
 
+// Whether a rank takes part in peer replacement (handshake/README.md, "Peer replacement").
+enum class PeerReplacement {
+    disabled,             // today's rendezvous: the connection closes after the barrier
+    enabled,              // a rank of the first rendezvous; stays connected to hear of replacements
+    replace_failed_rank,  // this process takes over `rank`, whose process has gone
+};
+
+// What the rendezvous server told a watching rank (Rendezvous::poll_events).
+struct RendezvousEvent {
+    enum class Kind {
+        failed,       // `rank`'s process (session `session`) closed its connection: it has gone
+        replacement,  // a process with session `session` replaces `rank`; its endpoint as for exchange()
+        ready,        // the replacement `session` of `rank` connected every queue pair: usable now
+    };
+    Kind kind = Kind::failed;
+    std::uint32_t rank = 0;
+    std::uint64_t session = 0;
+    Endpoint endpoint;  // replacement only
+};
+
 struct RendezvousSettings {
     std::string host = "127.0.0.1";  // the server's address (name or IP)
     std::uint16_t port = 0;
@@ -63,6 +90,10 @@ struct RendezvousSettings {
     std::chrono::milliseconds timeout{30000};
     // Rank 0 hosts the server in-process, bound to `host` (port 0: see Rendezvous::port()).
     bool serve_in_process = false;
+    // Peer replacement; the server must run with RendezvousServerSettings::replacement. With an
+    // in-process server (rank 0) that server dies with rank 0, so rank 0 cannot be replaced:
+    // run the server apart (a launcher, or a process of its own) to replace any rank.
+    PeerReplacement replacement = PeerReplacement::disabled;
 };
 
 class Rendezvous {
@@ -80,6 +111,14 @@ class Rendezvous {
     std::vector<Endpoint> exchange(const Endpoint& mine);
     // Returns once every rank has entered the barrier; on the same connection as exchange().
     void barrier();
+
+    // With replacement enabled, after barrier(): the events the server sent since the last
+    // call, without blocking. Throws rdmachan::Error naming the server when the connection to
+    // it was lost.
+    std::vector<RendezvousEvent> poll_events();
+    // Tells the server this rank connected the replacement `session` of rank `peer`; RC: the
+    // queue pair it made for it (`entry`), which the replacement connects to.
+    void acknowledge_replacement(std::uint32_t peer, std::uint64_t session, const std::optional<RcEntry>& entry);
 
     // The port the client connects to (the in-process server's chosen port on rank 0).
     std::uint16_t port() const;

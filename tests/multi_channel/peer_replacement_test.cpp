@@ -1,0 +1,463 @@
+// Peer replacement between forked processes on the software device: a rank is killed mid-run,
+// a new process takes its rank through the job's TCP rendezvous, and the survivors reconnect
+// it (RC: a new queue pair; DC: its new target and key) while they go on working with each
+// other. Checked: only the killed rank's operations fail, named; after reconnect() and before
+// the replacement is connected they fail naming why; afterwards every rank exchanges writes,
+// sends and receives with every other; every byte of every rank's buffer is what was sent to it
+// and nothing else. Replacement disabled gives today's behaviour; bad input (wrong token, rank
+// out of range, replacement of a live rank, a stale session) is refused by name.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "rdmachan/multi_channel.hpp"
+#include "tests/handshake/rendezvous_support.hpp"
+#include "tests/multi_channel/shared_exchange.hpp"
+
+using namespace rdmachan;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::uint32_t kSlice = 4096;
+constexpr std::uint32_t kVictim = 1;
+constexpr auto kRendezvousTimeout = 60000ms;
+constexpr auto kPhaseDeadline = 60000ms;
+constexpr const char* kJob = "replacement";
+constexpr const char* kToken = "replacement-token";
+
+// Round 1 is written by the first processes, round 2 by the survivors and the replacement
+// (generation 1 for a survivor, 2 for the replacement), so a byte from the wrong process or
+// the wrong round is caught.
+std::uint8_t pattern(std::uint32_t from, std::uint32_t generation, std::uint32_t round, std::size_t index) {
+    return static_cast<std::uint8_t>(from * 29 + generation * 101 + round * 53 + index * 7 + 1);
+}
+
+// Every rank's buffer: [round 1 out][round 2 out][round 1 in: world slices][round 2 in: world slices][messages in: world x 8]
+struct Layout {
+    std::uint32_t world;
+    std::size_t out(std::uint32_t round) const { return static_cast<std::size_t>(round - 1) * kSlice; }
+    std::size_t in(std::uint32_t round, std::uint32_t peer) const {
+        return static_cast<std::size_t>(2 + (round - 1) * world + peer) * kSlice;
+    }
+    std::size_t message(std::uint32_t peer) const { return static_cast<std::size_t>(2 + 2 * world) * kSlice + peer * 8; }
+    std::size_t message_out() const { return message(world); }
+    std::size_t size() const { return message(world + 1); }
+};
+
+// Shared between the forked processes (mapped before fork).
+struct Shared {
+    std::atomic<std::uint32_t> failures_seen;  // survivors that saw the victim fail
+};
+
+MultiChannelMode mode_of(bool dc) { return dc ? MultiChannelMode::dynamically_connected : MultiChannelMode::reliable_connected; }
+
+struct Process {
+    MultiChannel channels;
+    std::vector<std::uint8_t> memory;
+    MemoryRegion region;
+};
+
+Process start(std::uint16_t port, std::uint32_t rank, std::uint32_t world, bool dc, PeerReplacement replacement,
+              std::chrono::milliseconds timeout = kRendezvousTimeout) {
+    // A short ack timeout (about 67 ms per try, 3 retries): a dead peer is noticed quickly.
+    ChannelBuilder channel =
+        ChannelBuilder().device("soft").max_send_wr(64).max_recv_wr(64).ack_timeout(14).retry_count(3).deadline(4000ms);
+    PreparedMultiChannel prepared = MultiChannelBuilder(channel).rank(rank).world_size(world).mode(mode_of(dc)).build();
+    const Layout layout{world};
+    std::vector<std::uint8_t> memory(layout.size(), 0);
+    MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    prepared.publish_region("buffer", region);
+    RendezvousSettings settings;
+    settings.port = port;
+    settings.rank = rank;
+    settings.world_size = world;
+    settings.job = kJob;
+    settings.token = kToken;
+    settings.timeout = timeout;
+    settings.replacement = replacement;
+    MultiChannel channels = std::move(prepared).connect(settings);
+    return Process{std::move(channels), std::move(memory), std::move(region)};
+}
+
+#define EXPECT(condition, what)                                                   \
+    do {                                                                          \
+        if (!(condition)) {                                                       \
+            std::fprintf(stderr, "rank %u (%s): expected %s\n", rank, role, what); \
+            return 1;                                                             \
+        }                                                                         \
+    } while (false)
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The shares of a write round to `peers` (each peer's round-`round` slot for this rank).
+std::vector<PeerTransfer> write_shares(Process& self, std::uint32_t rank, const Layout& layout, std::uint32_t round,
+                                       const std::vector<std::uint32_t>& peers) {
+    std::vector<PeerTransfer> shares;
+    for (std::uint32_t peer : peers) {
+        const PeerRemoteMemoryRegion remote = self.channels.remote_region(peer, "buffer");
+        shares.push_back({peer, self.region.slice(layout.out(round), kSlice), remote.region.slice(layout.in(round, rank), kSlice)});
+    }
+    return shares;
+}
+
+std::vector<std::uint32_t> everyone_but(std::uint32_t world, std::uint32_t a, std::uint32_t b) {
+    std::vector<std::uint32_t> peers;
+    for (std::uint32_t peer = 0; peer < world; ++peer)
+        if (peer != a && peer != b) peers.push_back(peer);
+    return peers;
+}
+
+// Round 2, by the survivors and the replacement: a write to every peer, a message to and from
+// every peer, then every byte checked.
+int exchange_with_everyone(Process& self, multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world,
+                           std::uint32_t generation, const char* role) {
+    const Layout layout{world};
+    std::uint8_t* bytes = self.memory.data();
+    for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(2) + index] = pattern(rank, generation, 2, index);
+    const std::vector<std::uint32_t> peers = everyone_but(world, rank, rank);
+    std::vector<PendingWork> receives;
+    for (std::uint32_t peer : peers) receives.push_back(self.channels.post_receive(peer, self.region.slice(layout.message(peer), 8)));
+    multi_test::barrier(table, world, kPhaseDeadline);  // every receive is posted
+    const MultiResult written = self.channels.scatter_write(write_shares(self, rank, layout, 2, peers));
+    if (!written.ok()) std::fprintf(stderr, "rank %u (%s): %s\n", rank, role, written.message().c_str());
+    EXPECT(written.ok(), "round 2's writes to every peer succeed");
+    std::memset(bytes + layout.message_out(), 0, 8);
+    bytes[layout.message_out()] = static_cast<std::uint8_t>(rank + 1);
+    bytes[layout.message_out() + 1] = static_cast<std::uint8_t>(generation);
+    for (std::uint32_t peer : peers) {
+        const WorkResult sent = self.channels.send(peer, self.region.slice(layout.message_out(), 8));
+        if (!sent.ok()) std::fprintf(stderr, "rank %u (%s): send to %u: %s\n", rank, role, peer, sent.error().message().c_str());
+        EXPECT(sent.ok(), "a send to every peer");
+    }
+    for (PendingWork& receive : receives) {
+        const WorkResult received = receive.wait();
+        if (!received.ok()) std::fprintf(stderr, "rank %u (%s): %s\n", rank, role, received.error().message().c_str());
+        EXPECT(received.ok() && received.completion().bytes == 8, "a message from every peer");
+    }
+    multi_test::barrier(table, world, kPhaseDeadline);  // every write has landed everywhere
+
+    // Every byte: what this rank wrote itself, round 1 from the first processes (none on the
+    // replacement, whose buffer is new), round 2 and the messages from the current ones.
+    for (std::size_t index = 0; index < layout.size(); ++index) {
+        std::uint8_t expected = 0;
+        const std::size_t offset = index % kSlice;
+        if (index < layout.out(2)) {
+            expected = generation == 1 ? pattern(rank, 1, 1, offset) : 0;
+        } else if (index < layout.in(1, 0)) {
+            expected = pattern(rank, generation, 2, offset);
+        } else if (index < layout.in(2, 0)) {
+            const auto from = static_cast<std::uint32_t>((index - layout.in(1, 0)) / kSlice);
+            if (generation == 1 && from != rank) expected = pattern(from, 1, 1, offset);
+        } else if (index < layout.message(0)) {
+            const auto from = static_cast<std::uint32_t>((index - layout.in(2, 0)) / kSlice);
+            if (from != rank) expected = pattern(from, from == kVictim ? 2 : 1, 2, offset);
+        } else if (index < layout.message_out()) {
+            const auto from = static_cast<std::uint32_t>((index - layout.message(0)) / 8);
+            const std::size_t within = (index - layout.message(0)) % 8;
+            if (from != rank && within == 0) expected = static_cast<std::uint8_t>(from + 1);
+            if (from != rank && within == 1) expected = static_cast<std::uint8_t>(from == kVictim ? 2 : 1);
+        } else {
+            const std::size_t within = index - layout.message_out();
+            if (within == 0) expected = static_cast<std::uint8_t>(rank + 1);
+            if (within == 1) expected = static_cast<std::uint8_t>(generation);
+        }
+        if (bytes[index] != expected) {
+            std::fprintf(stderr, "rank %u (%s): byte %zu is %u, expected %u\n", rank, role, index, bytes[index], expected);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+// A rank of the first generation: round 1 with everyone; the victim dies; the survivors go on
+// writing to each other while they learn of the failure and the replacement, reconnect it,
+// and then run round 2 with it.
+int first_generation(std::uint16_t port, multi_test::SharedTable& table, Shared& shared, std::uint32_t rank,
+                     std::uint32_t world, bool dc) try {
+    const char* role = rank == kVictim ? "victim" : "survivor";
+    Process self = start(port, rank, world, dc, PeerReplacement::enabled);
+    const Layout layout{world};
+    std::uint8_t* bytes = self.memory.data();
+    for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(1) + index] = pattern(rank, 1, 1, index);
+    const MultiResult first = self.channels.scatter_write(write_shares(self, rank, layout, 1, everyone_but(world, rank, rank)));
+    EXPECT(first.ok(), "round 1's writes succeed");
+    multi_test::barrier(table, world, kPhaseDeadline);
+    if (rank == kVictim) raise(SIGKILL);  // gone mid-run
+
+    const std::vector<PeerTransfer> survivors = write_shares(self, rank, layout, 1, everyone_but(world, rank, kVictim));
+    const std::vector<PeerTransfer> to_victim = write_shares(self, rank, layout, 1, {kVictim});
+    bool failed = false;
+    bool victim_failed = false;
+    bool available = false;
+    bool refused_while_connecting = false;
+    bool connected = false;
+    const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+    while (!connected) {
+        EXPECT(std::chrono::steady_clock::now() < until, "the replacement connected before the deadline");
+        // Operations on the other peers never stop.
+        const MultiResult others = self.channels.scatter_write(survivors);
+        if (!others.ok()) std::fprintf(stderr, "rank %u: %s\n", rank, others.message().c_str());
+        EXPECT(others.ok(), "writes to the other survivors succeed throughout");
+        if (!available) {
+            // The victim's operations fail, naming it, once its process is gone (the first may
+            // still reach it: the barrier does not wait for its death).
+            const MultiResult victim = self.channels.scatter_write(to_victim);
+            if (!victim.ok()) {
+                EXPECT(contains(victim.message(), "rank " + std::to_string(kVictim)), "the error names the killed rank");
+                victim_failed = true;
+            }
+        }
+        for (const PeerEvent& event : self.channels.poll_peer_events()) {
+            EXPECT(event.peer == kVictim, "events name only the killed rank");
+            if (event.kind == PeerEvent::Kind::failed) {
+                if (!failed) shared.failures_seen.fetch_add(1);
+                failed = true;
+                std::fprintf(stderr, "rank %u: rank %u failed: %s\n", rank, event.peer, event.reason.c_str());
+            } else if (event.kind == PeerEvent::Kind::replacement_available) {
+                EXPECT(failed, "the failure is reported before the replacement");
+                EXPECT(event.session != self.channels.peer_session(kVictim), "the replacement has a new session");
+                available = true;
+                self.channels.reconnect(kVictim);
+                // Connected on this side, not yet on the replacement's: refused, naming why.
+                const MultiResult early = self.channels.scatter_write(to_victim);
+                EXPECT(!early.ok(), "a write to the replacement before it is connected fails");
+                EXPECT(contains(early.message(), "rank " + std::to_string(kVictim)), "that error names the rank");
+                EXPECT(contains(early.message(), "replacement is not connected yet"), "that error says why");
+                refused_while_connecting = true;
+            } else {
+                EXPECT(available, "connected after available");
+                connected = true;
+            }
+        }
+        std::this_thread::sleep_for(1ms);
+    }
+    EXPECT(refused_while_connecting, "the replacement was refused until connected");
+    EXPECT(victim_failed, "writes to the killed rank failed");
+    EXPECT(self.channels.healthy_peers().size() == world, "every peer healthy again");
+    // A second reconnect has nothing to connect: named.
+    const std::string again = test::error_of([&] { self.channels.reconnect(kVictim); });
+    EXPECT(contains(again, "no replacement of rank " + std::to_string(kVictim)), "reconnect without a replacement is refused");
+    return exchange_with_everyone(self, table, rank, world, 1, role);
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
+    return 2;
+}
+
+// The new process for the victim's rank: it registers once every survivor saw the failure.
+int replacement(std::uint16_t port, multi_test::SharedTable& table, Shared& shared, std::uint32_t world, bool dc) try {
+    const std::uint32_t rank = kVictim;
+    const char* role = "replacement";
+    const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+    while (shared.failures_seen.load() < world - 1) {
+        EXPECT(std::chrono::steady_clock::now() < until, "every survivor saw the failure before the deadline");
+        std::this_thread::sleep_for(2ms);
+    }
+    Process self = start(port, rank, world, dc, PeerReplacement::replace_failed_rank);
+    EXPECT(self.channels.healthy_peers().size() == world, "every peer healthy");
+    return exchange_with_everyone(self, table, rank, world, 2, role);
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u (replacement): %s\n", kVictim, error.what());
+    return 2;
+}
+
+void run_replacement(std::uint32_t world, bool dc) {
+    multi_test::SharedTable* table = multi_test::create_shared_table();
+    void* memory = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(memory != MAP_FAILED);
+    Shared* shared = new (memory) Shared{};
+    RendezvousServerSettings settings{"127.0.0.1", 0, world, kJob, kToken, kRendezvousTimeout, true};
+    RendezvousServer server(settings);
+    const std::uint16_t port = server.port();
+    // Children 0..world-1 are the first processes, child `world` the replacement.
+    const int succeeded = test::run_children(
+        static_cast<int>(world) + 1,
+        [&](int index) {
+            const auto child = static_cast<std::uint32_t>(index);
+            return child < world ? first_generation(port, *table, *shared, child, world, dc)
+                                 : replacement(port, *table, *shared, world, dc);
+        },
+        120000ms, [&server] { server.start(); });
+    // The victim dies by SIGKILL; every survivor and the replacement succeed.
+    CHECK(succeeded == static_cast<int>(world));
+    munmap(memory, sizeof(Shared));
+    multi_test::destroy_shared_table(table);
+}
+
+// Replacement disabled: today's behaviour. The survivors see the failure, reconnect() says
+// replacement is not enabled, and a would-be replacement finds no rendezvous (it ended).
+int without_replacement(std::uint16_t port, multi_test::SharedTable& table, Shared& shared, std::uint32_t rank,
+                        std::uint32_t world) try {
+    const char* role = rank == world ? "would-be replacement" : (rank == kVictim ? "victim" : "survivor");
+    if (rank == world) {
+        const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+        while (shared.failures_seen.load() < world - 1) {
+            EXPECT(std::chrono::steady_clock::now() < until, "every survivor saw the failure before the deadline");
+            std::this_thread::sleep_for(2ms);
+        }
+        const std::string refused = test::error_of([&] { start(port, kVictim, world, false, PeerReplacement::replace_failed_rank, 1500ms); });
+        std::fprintf(stderr, "would-be replacement: %s\n", refused.c_str());
+        EXPECT(contains(refused, "deadline of 1500 ms expired"), "no rendezvous to register with");
+        return 0;
+    }
+    Process self = start(port, rank, world, false, PeerReplacement::disabled);
+    const Layout layout{world};
+    for (std::size_t index = 0; index < kSlice; ++index) self.memory[layout.out(1) + index] = pattern(rank, 1, 1, index);
+    EXPECT(self.channels.scatter_write(write_shares(self, rank, layout, 1, everyone_but(world, rank, rank))).ok(), "round 1");
+    multi_test::barrier(table, world, kPhaseDeadline);
+    if (rank == kVictim) raise(SIGKILL);
+    const std::vector<PeerTransfer> to_victim = write_shares(self, rank, layout, 1, {kVictim});
+    bool failed = false;
+    const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+    while (!failed) {
+        EXPECT(std::chrono::steady_clock::now() < until, "the failure reported before the deadline");
+        EXPECT(self.channels.scatter_write(write_shares(self, rank, layout, 1, everyone_but(world, rank, kVictim))).ok(),
+               "the survivors go on");
+        const MultiResult victim = self.channels.scatter_write(to_victim);
+        EXPECT(victim.ok() || contains(victim.message(), "rank " + std::to_string(kVictim)), "the victim's writes fail, named");
+        for (const PeerEvent& event : self.channels.poll_peer_events()) {
+            EXPECT(event.peer == kVictim && event.kind == PeerEvent::Kind::failed, "only the victim's failure");
+            failed = true;
+        }
+    }
+    shared.failures_seen.fetch_add(1);
+    const std::string refused = test::error_of([&] { self.channels.reconnect(kVictim); });
+    EXPECT(contains(refused, "peer replacement is not enabled"), "reconnect refused, naming why");
+    EXPECT(!self.channels.healthy(kVictim), "the victim stays failed");
+    return 0;
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
+    return 2;
+}
+
+// A rendezvous client that registers a predictable endpoint (no device needed).
+std::string join_error(std::uint16_t port, std::uint32_t rank, std::uint32_t world, PeerReplacement replacement,
+                       const std::string& token, std::uint64_t session, std::chrono::milliseconds timeout = 5000ms) {
+    return test::error_of([&] {
+        RendezvousSettings settings;
+        settings.port = port;
+        settings.rank = rank;
+        settings.world_size = world;
+        settings.job = kJob;
+        settings.token = token;
+        settings.timeout = timeout;
+        settings.replacement = replacement;
+        Rendezvous rendezvous(settings);
+        Endpoint endpoint = test::predictable_endpoint(rank, world);
+        endpoint.session = session;
+        rendezvous.exchange(endpoint);
+        rendezvous.barrier();
+    });
+}
+
+}  // namespace
+
+TEST_CASE("RC, 4 processes: a killed rank is replaced; the survivors reconnect it and exchange with it") {
+    run_replacement(4, false);
+}
+TEST_CASE("DC, 4 processes: a killed rank is replaced; the survivors reconnect it and exchange with it") {
+    run_replacement(4, true);
+}
+TEST_CASE("RC, 16 processes: a killed rank is replaced") { run_replacement(16, false); }
+TEST_CASE("DC, 16 processes: a killed rank is replaced") { run_replacement(16, true); }
+
+TEST_CASE("replacement disabled: the failure is final, as before") {
+    constexpr std::uint32_t world = 4;
+    multi_test::SharedTable* table = multi_test::create_shared_table();
+    void* memory = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(memory != MAP_FAILED);
+    Shared* shared = new (memory) Shared{};
+    RendezvousServer server({"127.0.0.1", 0, world, kJob, kToken, kRendezvousTimeout});
+    const std::uint16_t port = server.port();
+    const int succeeded = test::run_children(
+        world + 1, [&](int index) { return without_replacement(port, *table, *shared, static_cast<std::uint32_t>(index), world); },
+        90000ms, [&server] { server.start(); });
+    CHECK(succeeded == static_cast<int>(world));
+    munmap(memory, sizeof(Shared));
+    multi_test::destroy_shared_table(table);
+}
+
+TEST_CASE("bad input to a replacement rendezvous is refused by name") {
+    constexpr std::uint32_t world = 3;
+    RendezvousServer server({"127.0.0.1", 0, world, kJob, kToken, 20000ms, true});
+    const std::uint16_t port = server.port();
+    server.start();
+    auto session_of = [](std::uint32_t rank) { return test::predictable_endpoint(rank, 3).session; };
+
+    // Before the first rendezvous completes: a replacement is refused, and so is a rank that
+    // did not enable replacement.
+    std::string early = join_error(port, 2, world, PeerReplacement::replace_failed_rank, kToken, 0x1234);
+    CHECK(contains(early, "has not completed"));
+    std::string not_enabled = join_error(port, 2, world, PeerReplacement::disabled, kToken, session_of(2));
+    CHECK(contains(not_enabled, "did not enable peer replacement"));
+
+    // The first rendezvous, each rank watching on its own thread until told to leave.
+    std::atomic<bool> leave[world] = {false, false, false};
+    std::vector<std::string> errors(world);
+    std::vector<std::thread> ranks;
+    for (std::uint32_t rank = 0; rank < world; ++rank) {
+        ranks.emplace_back([&, rank] {
+            errors[rank] = test::error_of([&] {
+                RendezvousSettings settings;
+                settings.port = port;
+                settings.rank = rank;
+                settings.world_size = world;
+                settings.job = kJob;
+                settings.token = kToken;
+                settings.timeout = 20000ms;
+                settings.replacement = PeerReplacement::enabled;
+                Rendezvous rendezvous(settings);
+                rendezvous.exchange(test::predictable_endpoint(rank, world));
+                rendezvous.barrier();
+                const auto until = std::chrono::steady_clock::now() + 20000ms;
+                while (!leave[rank].load() && std::chrono::steady_clock::now() < until) {
+                    rendezvous.poll_events();
+                    std::this_thread::sleep_for(1ms);
+                }
+            });
+        });
+    }
+    server.wait();  // returns after the first release; the server keeps running
+
+    CHECK(contains(join_error(port, 2, world, PeerReplacement::replace_failed_rank, "wrong-token", 0x1234),
+                   "failed to prove the job token"));
+    const std::string out_of_range = join_error(port, 7, world, PeerReplacement::replace_failed_rank, kToken, 0x1234);
+    CHECK(contains(out_of_range, "rank 7"));
+    CHECK(contains(out_of_range, "out of range for world size 3"));
+    const std::string live = join_error(port, 2, world, PeerReplacement::replace_failed_rank, kToken, 0x1234);
+    CHECK(contains(live, "rank 2 is live"));
+    CHECK(contains(live, "a replacement is accepted only for a rank whose process has gone"));
+    // A latecomer of the first generation is refused too.
+    CHECK(contains(join_error(port, 2, world, PeerReplacement::enabled, kToken, 0x1234), "arrived after the rendezvous completed"));
+
+    // Rank 2 leaves; its old session is stale, a new one is taken (and the others reconnect it).
+    leave[2] = true;
+    ranks[2].join();
+    CHECK(errors[2].empty());
+    std::string stale;
+    const auto until = std::chrono::steady_clock::now() + 10000ms;
+    do {  // the server notices the closed watch a moment later
+        stale = join_error(port, 2, world, PeerReplacement::replace_failed_rank, kToken, session_of(2));
+        std::this_thread::sleep_for(5ms);
+    } while (contains(stale, "is live") && std::chrono::steady_clock::now() < until);
+    CHECK(contains(stale, "session " + std::string("5e55000000020abc") + " of rank 2 is stale"));
+    leave[0] = true;
+    leave[1] = true;
+    for (std::uint32_t rank = 0; rank < 2; ++rank) ranks[rank].join();
+    CHECK(errors[0].empty());
+    CHECK(errors[1].empty());
+}
+
+TEST_CASE("a replacement rendezvous client needs a server that offers it") {
+    RendezvousServer server({"127.0.0.1", 0, 2, kJob, kToken, 5000ms});
+    server.start();
+    const std::string refused =
+        join_error(server.port(), 1, 2, PeerReplacement::replace_failed_rank, kToken, 0x77, 3000ms);
+    CHECK(contains(refused, "started without it"));
+}
