@@ -586,7 +586,14 @@ struct RendezvousServer::State {
             failure_inside = std::current_exception();
         }
         replacing[rank].reset();
-        if (failure_inside) std::rethrow_exception(failure_inside);
+        if (failure_inside) {
+            // The live ranks that reconnected it learn that this session has gone too.
+            const std::string gone =
+                nlohmann::json{{"type", "failed"}, {"rank", rank}, {"session", session}}.dump();
+            for (std::uint32_t other = 0; other < settings.world_size; ++other)
+                if (other != rank) send_event(other, gone);
+            std::rethrow_exception(failure_inside);
+        }
         // Its queue pairs are all connected: the live ranks may use it now.
         const std::string ready =
             nlohmann::json{{"type", "ready"}, {"rank", rank}, {"session", session}}.dump();

@@ -53,6 +53,15 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
                 if (event.session == life.session) {
                     report_failure(event.rank, "its process left the rendezvous (session " + session_text(event.session) +
                                                    ")");
+                } else if ((life.connecting && *life.connecting == event.session) ||
+                           (life.pending && life.pending->session == event.session)) {
+                    // The replacement announced (or reconnected) left before it was connected:
+                    // the peer stays unusable until another one comes.
+                    life.connecting.reset();
+                    life.pending.reset();
+                    events.push_back({PeerEvent::Kind::failed, event.rank, event.session,
+                                      "its replacement (session " + session_text(event.session) +
+                                          ") left before it was connected"});
                 }
                 break;
             case RendezvousEvent::Kind::replacement:

@@ -330,6 +330,8 @@ int without_replacement(std::uint16_t port, multi_test::SharedTable& table, Shar
     const std::string refused = test::error_of([&] { self.channels.reconnect(kVictim); });
     EXPECT(contains(refused, "peer replacement is not enabled"), "reconnect refused, naming why");
     EXPECT(!self.channels.healthy(kVictim), "the victim stays failed");
+    // No survivor leaves while another may still be writing to it.
+    multi_test::barrier(table, world - 1, kPhaseDeadline);
     return 0;
 } catch (const std::exception& error) {
     std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
