@@ -505,6 +505,23 @@ struct RendezvousServer::State {
         }
     }
 
+    // The next frame of a connection, read in the background; `event` is cancelled when it is in.
+    struct NextFrame {
+        bool done = false;
+        std::string frame;
+        std::string error;
+    };
+    static Task<void> read_next_frame(std::shared_ptr<FramedConnection> connection, std::shared_ptr<NextFrame> next,
+                                      std::shared_ptr<asio::steady_timer> event) {
+        try {
+            next->frame = co_await connection->read_frame();
+        } catch (const Error& error) {
+            next->error = error.what();
+        }
+        next->done = true;
+        event->cancel();
+    }
+
     // A process taking over rank `rank`, whose process has gone: it registers, every live rank
     // is told and reconnects it, then it receives its table (with the queue pairs the live
     // ranks made for it), meets them in a barrier and becomes a watcher like the others.
@@ -555,15 +572,24 @@ struct RendezvousServer::State {
             frame += '}';
             send_event(other, std::move(frame));
         }
+        // Its next frame (the barrier, after its table) is read from now on, so that a
+        // replacement that leaves while the live ranks reconnect it is noticed at once.
+        auto next = std::make_shared<NextFrame>();
+        asio::co_spawn(io, read_next_frame(connection, next, event), asio::detached_t{});
         std::exception_ptr failure_inside;
         try {
-            if (pending.remaining != 0) {
+            const auto deadline = std::chrono::steady_clock::now() + settings.timeout;
+            while (replacing[rank]->remaining != 0 && !next->done && std::chrono::steady_clock::now() < deadline) {
                 try {
                     co_await event->async_wait(asio::use_awaitable);
                 } catch (const boost::system::system_error&) {
-                    // Cancelled: every live rank reconnected it.
+                    // Woken: a live rank reconnected it, left, or the replacement's frame came.
                 }
             }
+            if (next->done)
+                throw Rejection{"the replacement of rank " + std::to_string(rank) + " (session " + session +
+                                ") left before the live ranks reconnected it" +
+                                (next->error.empty() ? std::string() : ": " + next->error)};
             if (replacing[rank]->remaining != 0) {
                 std::vector<std::uint32_t> missing;
                 for (std::uint32_t other = 0; other < settings.world_size; ++other)
@@ -579,7 +605,21 @@ struct RendezvousServer::State {
             }
             frame += "]}";
             co_await connection->write_frame(std::move(frame));
-            co_await connection->read_message("barrier");
+            event->expires_after(settings.timeout);
+            const auto barrier_deadline = std::chrono::steady_clock::now() + settings.timeout;
+            while (!next->done && std::chrono::steady_clock::now() < barrier_deadline) {
+                try {
+                    co_await event->async_wait(asio::use_awaitable);
+                } catch (const boost::system::system_error&) {
+                    // Woken: its frame came (or a stray wake-up; look again).
+                }
+            }
+            if (!next->done)
+                throw Rejection{"the replacement of rank " + std::to_string(rank) + " (session " + session +
+                                ") did not enter the barrier within " + std::to_string(settings.timeout.count()) +
+                                " ms"};
+            if (!next->error.empty()) throw Error(next->error);
+            connection->parse_message(next->frame, "barrier");
             const nlohmann::json release = {{"type", "release"}};
             co_await connection->write_message(release);
         } catch (...) {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -402,6 +403,8 @@ TEST_CASE("bad input to a replacement rendezvous is refused by name") {
     // The first rendezvous, each rank watching on its own thread until told to leave.
     std::atomic<bool> leave[world] = {false, false, false};
     std::vector<std::string> errors(world);
+    std::mutex events_mutex;
+    std::vector<std::vector<RendezvousEvent>> events(world);
     std::vector<std::thread> ranks;
     for (std::uint32_t rank = 0; rank < world; ++rank) {
         ranks.emplace_back([&, rank] {
@@ -419,8 +422,10 @@ TEST_CASE("bad input to a replacement rendezvous is refused by name") {
                 rendezvous.barrier();
                 const auto until = std::chrono::steady_clock::now() + 20000ms;
                 while (!leave[rank].load() && std::chrono::steady_clock::now() < until) {
-                    rendezvous.poll_events();
-                    std::this_thread::sleep_for(1ms);
+                    std::vector<RendezvousEvent> seen = rendezvous.poll_events();
+                    std::lock_guard lock(events_mutex);
+                    events[rank].insert(events[rank].end(), seen.begin(), seen.end());
+                    if (seen.empty()) std::this_thread::sleep_for(1ms);
                 }
             });
         });
@@ -449,6 +454,37 @@ TEST_CASE("bad input to a replacement rendezvous is refused by name") {
         std::this_thread::sleep_for(5ms);
     } while (contains(stale, "is live") && std::chrono::steady_clock::now() < until);
     CHECK(contains(stale, "session " + std::string("5e55000000020abc") + " of rank 2 is stale"));
+
+    // A replacement that the live ranks never reconnect (they do not acknowledge here) gives
+    // up at its deadline; meanwhile a second one is refused, and once the first has left the
+    // live ranks hear that its session has gone.
+    auto events_of = [&](std::uint32_t rank) {
+        std::lock_guard lock(events_mutex);
+        return events[rank];
+    };
+    std::string abandoned;
+    std::thread first([&] { abandoned = join_error(port, 2, world, PeerReplacement::replace_failed_rank, kToken, 0xabc1, 1500ms); });
+    const auto announced_until = std::chrono::steady_clock::now() + 10000ms;
+    while (events_of(0).size() < 2 && std::chrono::steady_clock::now() < announced_until) std::this_thread::sleep_for(2ms);
+    const std::string second = join_error(port, 2, world, PeerReplacement::replace_failed_rank, kToken, 0xabc2);
+    CHECK(contains(second, "rank 2 is already being replaced by session 000000000000abc1"));
+    first.join();
+    CHECK(contains(abandoned, "deadline of 1500 ms expired"));
+    const auto gone_until = std::chrono::steady_clock::now() + 10000ms;
+    while ((events_of(0).size() < 3 || events_of(1).size() < 3) && std::chrono::steady_clock::now() < gone_until)
+        std::this_thread::sleep_for(2ms);
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+        const std::vector<RendezvousEvent> seen = events_of(rank);
+        CHECK(seen.size() == 3);
+        if (seen.size() != 3) continue;  // the threads must still be joined below
+        CHECK((seen[0].kind == RendezvousEvent::Kind::failed && seen[0].rank == 2 && seen[0].session == session_of(2)));
+        CHECK((seen[1].kind == RendezvousEvent::Kind::replacement && seen[1].rank == 2 && seen[1].session == 0xabc1));
+        CHECK(seen[1].endpoint.rank == 2);
+        CHECK(seen[1].endpoint.session == 0xabc1);
+        CHECK(seen[1].endpoint.rc.size() == 1);  // the entry rank 2's replacement made for this rank
+        CHECK(seen[1].endpoint.rc[0].peer == rank);
+        CHECK((seen[2].kind == RendezvousEvent::Kind::failed && seen[2].rank == 2 && seen[2].session == 0xabc1));
+    }
     leave[0] = true;
     leave[1] = true;
     for (std::uint32_t rank = 0; rank < 2; ++rank) ranks[rank].join();
