@@ -5,7 +5,9 @@
 // the replacement is connected they fail naming why; afterwards every rank exchanges writes,
 // sends and receives with every other; every byte of every rank's buffer is what was sent to it
 // and nothing else. Replacement disabled gives today's behaviour; bad input (wrong token, rank
-// out of range, replacement of a live rank, a stale session) is refused by name.
+// out of range, replacement of a live rank, a stale session) is refused by name. The rendezvous
+// side alone (threads, no devices): the RC entries the live ranks send reach the replacement
+// exactly, the events arrive in order, an abandoned replacement is reported gone.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -339,6 +341,8 @@ int without_replacement(std::uint16_t port, multi_test::SharedTable& table, Shar
     return 2;
 }
 
+std::uint64_t session_of_rank(std::uint32_t rank) { return test::predictable_endpoint(rank, 3).session; }
+
 // A rendezvous client that registers a predictable endpoint (no device needed).
 std::string join_error(std::uint16_t port, std::uint32_t rank, std::uint32_t world, PeerReplacement replacement,
                        const std::string& token, std::uint64_t session, std::chrono::milliseconds timeout = 5000ms) {
@@ -498,4 +502,102 @@ TEST_CASE("a replacement rendezvous client needs a server that offers it") {
     const std::string refused =
         join_error(server.port(), 1, 2, PeerReplacement::replace_failed_rank, kToken, 0x77, 3000ms);
     CHECK(contains(refused, "started without it"));
+}
+
+TEST_CASE("the rendezvous side of a replacement: new RC entries reach the replacement, ready reaches the others") {
+    constexpr std::uint32_t world = 3;
+    constexpr std::uint64_t kNewSession = 0x2e91ace000000002ull;
+    RendezvousServer server({"127.0.0.1", 0, world, kJob, kToken, 20000ms, true});
+    const std::uint16_t port = server.port();
+    server.start();
+    auto settings_for = [&](std::uint32_t rank, PeerReplacement replacement) {
+        RendezvousSettings settings;
+        settings.port = port;
+        settings.rank = rank;
+        settings.world_size = world;
+        settings.job = kJob;
+        settings.token = kToken;
+        settings.timeout = 20000ms;
+        settings.replacement = replacement;
+        return settings;
+    };
+    // Ranks 0 and 1 reconnect rank 2's replacement with queue pair 0x700 + rank, PSN 0x70 + rank.
+    std::atomic<bool> leave[world] = {false, false, false};
+    std::atomic<bool> rank_2_left = false;
+    std::vector<std::string> errors(world);
+    std::mutex kinds_mutex;
+    std::vector<std::vector<RendezvousEvent::Kind>> kinds(world);
+    auto kinds_seen = [&](std::uint32_t rank) {
+        std::lock_guard lock(kinds_mutex);
+        return kinds[rank].size();
+    };
+    std::vector<std::thread> ranks;
+    for (std::uint32_t rank = 0; rank < world; ++rank) {
+        ranks.emplace_back([&, rank] {
+            errors[rank] = test::error_of([&] {
+                Rendezvous rendezvous(settings_for(rank, PeerReplacement::enabled));
+                rendezvous.exchange(test::predictable_endpoint(rank, world));
+                rendezvous.barrier();
+                if (rank == 2) return;  // rank 2's process "dies": its watch closes
+                const auto until = std::chrono::steady_clock::now() + 20000ms;
+                while (!leave[rank].load() && std::chrono::steady_clock::now() < until) {
+                    for (const RendezvousEvent& event : rendezvous.poll_events()) {
+                        {
+                            std::lock_guard lock(kinds_mutex);
+                            kinds[rank].push_back(event.kind);
+                        }
+                        if (event.kind == RendezvousEvent::Kind::replacement) {
+                            rendezvous.acknowledge_replacement(event.rank, event.session, RcEntry{2, 0x700 + rank, 0x70 + rank});
+                        }
+                    }
+                    std::this_thread::sleep_for(1ms);
+                }
+            });
+            if (rank == 2) rank_2_left = true;
+        });
+    }
+    server.wait();
+    const auto until = std::chrono::steady_clock::now() + 10000ms;
+    while (!rank_2_left.load() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    ranks[2].join();
+
+    // The replacement: its table carries the entries ranks 0 and 1 made for it, and its own.
+    std::vector<Endpoint> table;
+    std::string replaced;
+    const auto retry_until = std::chrono::steady_clock::now() + 10000ms;
+    do {  // until the server has noticed rank 2's closed watch
+        replaced = test::error_of([&] {
+            Rendezvous rendezvous(settings_for(2, PeerReplacement::replace_failed_rank));
+            Endpoint mine = test::predictable_endpoint(2, world);
+            mine.session = kNewSession;
+            table = rendezvous.exchange(mine);
+            rendezvous.barrier();
+        });
+        if (contains(replaced, "is live")) std::this_thread::sleep_for(5ms);
+    } while (contains(replaced, "is live") && std::chrono::steady_clock::now() < retry_until);
+    CHECK(replaced.empty());
+    if (replaced.empty()) {
+        REQUIRE(table.size() == world);
+        for (std::uint32_t rank = 0; rank < 2; ++rank) {
+            CHECK(table[rank].session == session_of_rank(rank));
+            REQUIRE(table[rank].rc.size() == 1);
+            CHECK(table[rank].rc[0].peer == 2);
+            CHECK(table[rank].rc[0].qpn == 0x700 + rank);
+            CHECK(table[rank].rc[0].psn == 0x70 + rank);
+        }
+        CHECK(table[2].session == kNewSession);
+    }
+    // The replacement left again (its Rendezvous is gone): both of its sessions are stale now.
+    const auto ready_until = std::chrono::steady_clock::now() + 10000ms;
+    while ((kinds_seen(0) < 4 || kinds_seen(1) < 4) && std::chrono::steady_clock::now() < ready_until)
+        std::this_thread::sleep_for(2ms);
+    leave[0] = true;
+    leave[1] = true;
+    ranks[0].join();
+    ranks[1].join();
+    using Kind = RendezvousEvent::Kind;
+    const std::vector<Kind> expected = {Kind::failed, Kind::replacement, Kind::ready, Kind::failed};
+    CHECK(kinds[0] == expected);
+    CHECK(kinds[1] == expected);
+    for (const std::string& error : errors) CHECK(error.empty());
 }
