@@ -466,14 +466,18 @@ TEST_CASE("bad input to a replacement rendezvous is refused by name") {
         std::lock_guard lock(events_mutex);
         return events[rank];
     };
+    // The first must still be waiting when the second arrives: its deadline (counted from its
+    // start, connection and authentication included) leaves seconds for the second's refusal,
+    // which takes a few round trips (1.5 s was too short once in 6 runs with 2 busy loops on
+    // the 2 cores).
     std::string abandoned;
-    std::thread first([&] { abandoned = join_error(port, 2, world, PeerReplacement::replace_failed_rank, kToken, 0xabc1, 1500ms); });
+    std::thread first([&] { abandoned = join_error(port, 2, world, PeerReplacement::replace_failed_rank, kToken, 0xabc1, 5000ms); });
     const auto announced_until = std::chrono::steady_clock::now() + 10000ms;
     while (events_of(0).size() < 2 && std::chrono::steady_clock::now() < announced_until) std::this_thread::sleep_for(2ms);
     const std::string second = join_error(port, 2, world, PeerReplacement::replace_failed_rank, kToken, 0xabc2);
     CHECK(contains(second, "rank 2 is already being replaced by session 000000000000abc1"));
     first.join();
-    CHECK(contains(abandoned, "deadline of 1500 ms expired"));
+    CHECK(contains(abandoned, "deadline of 5000 ms expired"));
     const auto gone_until = std::chrono::steady_clock::now() + 10000ms;
     while ((events_of(0).size() < 3 || events_of(1).size() < 3) && std::chrono::steady_clock::now() < gone_until)
         std::this_thread::sleep_for(2ms);
