@@ -14,7 +14,9 @@
 // and unpolled handles. A scatter posts each peer's share under one doorbell per peer.
 //
 // Threading and buffers: as for Channel (one thread at a time; buffers valid until completion).
-// A peer whose queue pair failed fails only the operations that involve it.
+// A peer whose queue pair failed fails only the operations that involve it. With peer
+// replacement (RendezvousSettings::replacement) a new process can take a dead peer's rank:
+// poll_peer_events() says so, reconnect(peer) connects it.
 #pragma once
 
 #include <cstdint>

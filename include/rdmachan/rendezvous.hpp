@@ -2,7 +2,9 @@
 // for all ranks, sends each rank the table it needs, then runs a barrier so nobody moves queue
 // pairs to RTR/RTS before every endpoint is known. Rank i's table holds every rank's endpoint
 // with its `rc` cut down to the entry that rank made for i (so bytes per rank grow linearly
-// with the world size). Wire protocol (version 2): handshake/README.md.
+// with the world size). With peer replacement the server stays for the life of the job and
+// each rank keeps its connection to hear of failed ranks and of the processes that replace them
+// (PeerReplacement). Wire protocol (version 2): handshake/README.md.
 #pragma once
 
 #include <chrono>
@@ -110,6 +112,7 @@ class Rendezvous {
     // server and the reason (rejection, deadline, protocol error).
     std::vector<Endpoint> exchange(const Endpoint& mine);
     // Returns once every rank has entered the barrier; on the same connection as exchange().
+    // With replacement the connection stays open afterwards (poll_events).
     void barrier();
 
     // With replacement enabled, after barrier(): the events the server sent since the last
