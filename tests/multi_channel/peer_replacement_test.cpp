@@ -57,6 +57,7 @@ struct Layout {
 // Shared between the forked processes (mapped before fork).
 struct Shared {
     std::atomic<std::uint32_t> failures_seen;  // survivors that saw the victim fail
+    std::atomic<std::uint32_t> verified;       // exchanges whose every byte was checked
 };
 
 MultiChannelMode mode_of(bool dc) { return dc ? MultiChannelMode::dynamically_connected : MultiChannelMode::reliable_connected; }
@@ -119,8 +120,11 @@ std::vector<std::uint32_t> everyone_but(std::uint32_t world, std::uint32_t a, st
 
 // Round 2, by the survivors and the replacement: a write to every peer, a message to and from
 // every peer, then every byte checked.
-int exchange_with_everyone(Process& self, multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world,
-                           std::uint32_t generation, const char* role) {
+// `generation`: this process's (1 for the first processes); `victim_generation`: that of the
+// process now holding the victim's rank.
+int exchange_with_everyone(Process& self, multi_test::SharedTable& table, std::atomic<std::uint32_t>& verified,
+                           std::uint32_t rank, std::uint32_t world, std::uint32_t generation,
+                           std::uint32_t victim_generation, const char* role) {
     const Layout layout{world};
     std::uint8_t* bytes = self.memory.data();
     for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(2) + index] = pattern(rank, generation, 2, index);
@@ -160,12 +164,12 @@ int exchange_with_everyone(Process& self, multi_test::SharedTable& table, std::u
             if (generation == 1 && from != rank) expected = pattern(from, 1, 1, offset);
         } else if (index < layout.message(0)) {
             const auto from = static_cast<std::uint32_t>((index - layout.in(2, 0)) / kSlice);
-            if (from != rank) expected = pattern(from, from == kVictim ? 2 : 1, 2, offset);
+            if (from != rank) expected = pattern(from, from == kVictim ? victim_generation : 1, 2, offset);
         } else if (index < layout.message_out()) {
             const auto from = static_cast<std::uint32_t>((index - layout.message(0)) / 8);
             const std::size_t within = (index - layout.message(0)) % 8;
             if (from != rank && within == 0) expected = static_cast<std::uint8_t>(from + 1);
-            if (from != rank && within == 1) expected = static_cast<std::uint8_t>(from == kVictim ? 2 : 1);
+            if (from != rank && within == 1) expected = static_cast<std::uint8_t>(from == kVictim ? victim_generation : 1);
         } else {
             const std::size_t within = index - layout.message_out();
             if (within == 0) expected = static_cast<std::uint8_t>(rank + 1);
@@ -176,24 +180,19 @@ int exchange_with_everyone(Process& self, multi_test::SharedTable& table, std::u
             return 1;
         }
     }
+    verified.fetch_add(1);
+    // Nobody writes again (a survivor writing to the next victim) before everyone has checked.
+    multi_test::barrier(table, world, kPhaseDeadline);
     return 0;
 }
 
 // A rank of the first generation: round 1 with everyone; the victim dies; the survivors go on
 // writing to each other while they learn of the failure and the replacement, reconnect it,
 // and then run round 2 with it.
-int first_generation(std::uint16_t port, multi_test::SharedTable& table, Shared& shared, std::uint32_t rank,
-                     std::uint32_t world, bool dc) try {
-    const char* role = rank == kVictim ? "victim" : "survivor";
-    Process self = start(port, rank, world, dc, PeerReplacement::enabled);
+// A survivor while the victim's rank is dead: it goes on writing to the other survivors, sees
+// the failure, reconnects the replacement when told, and returns once it is connected.
+int await_replacement(Process& self, Shared& shared, std::uint32_t rank, std::uint32_t world, const char* role) {
     const Layout layout{world};
-    std::uint8_t* bytes = self.memory.data();
-    for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(1) + index] = pattern(rank, 1, 1, index);
-    const MultiResult first = self.channels.scatter_write(write_shares(self, rank, layout, 1, everyone_but(world, rank, rank)));
-    EXPECT(first.ok(), "round 1's writes succeed");
-    multi_test::barrier(table, world, kPhaseDeadline);
-    if (rank == kVictim) raise(SIGKILL);  // gone mid-run
-
     const std::vector<PeerTransfer> survivors = write_shares(self, rank, layout, 1, everyone_but(world, rank, kVictim));
     const std::vector<PeerTransfer> to_victim = write_shares(self, rank, layout, 1, {kVictim});
     bool failed = false;
@@ -247,30 +246,54 @@ int first_generation(std::uint16_t port, multi_test::SharedTable& table, Shared&
     // A second reconnect has nothing to connect: named.
     const std::string again = test::error_of([&] { self.channels.reconnect(kVictim); });
     EXPECT(contains(again, "no replacement of rank " + std::to_string(kVictim)), "reconnect without a replacement is refused");
-    return exchange_with_everyone(self, table, rank, world, 1, role);
+    return 0;
+}
+
+int first_generation(std::uint16_t port, multi_test::SharedTable& table, Shared& shared, std::uint32_t rank,
+                     std::uint32_t world, bool dc, bool twice) try {
+    const char* role = rank == kVictim ? "victim" : "survivor";
+    Process self = start(port, rank, world, dc, PeerReplacement::enabled);
+    const Layout layout{world};
+    std::uint8_t* bytes = self.memory.data();
+    for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(1) + index] = pattern(rank, 1, 1, index);
+    const MultiResult first = self.channels.scatter_write(write_shares(self, rank, layout, 1, everyone_but(world, rank, rank)));
+    EXPECT(first.ok(), "round 1's writes succeed");
+    multi_test::barrier(table, world, kPhaseDeadline);
+    if (rank == kVictim) raise(SIGKILL);  // gone mid-run
+
+    if (await_replacement(self, shared, rank, world, role) != 0) return 1;
+    if (exchange_with_everyone(self, table, shared.verified, rank, world, 1, 2, role) != 0) return 1;
+    if (!twice) return 0;
+    // The replacement dies too; a third process takes the rank.
+    if (await_replacement(self, shared, rank, world, role) != 0) return 1;
+    return exchange_with_everyone(self, table, shared.verified, rank, world, 1, 3, role);
 } catch (const std::exception& error) {
     std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
     return 2;
 }
 
 // The new process for the victim's rank: it registers once every survivor saw the failure.
-int replacement(std::uint16_t port, multi_test::SharedTable& table, Shared& shared, std::uint32_t world, bool dc) try {
+// generation 2 (the first replacement; killed after its exchange when `twice`) or 3.
+int replacement(std::uint16_t port, multi_test::SharedTable& table, Shared& shared, std::uint32_t world, bool dc,
+                std::uint32_t generation, bool twice) try {
     const std::uint32_t rank = kVictim;
-    const char* role = "replacement";
+    const char* role = generation == 2 ? "replacement" : "second replacement";
     const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
-    while (shared.failures_seen.load() < world - 1) {
+    while (shared.failures_seen.load() < (generation - 1) * (world - 1)) {
         EXPECT(std::chrono::steady_clock::now() < until, "every survivor saw the failure before the deadline");
         std::this_thread::sleep_for(2ms);
     }
     Process self = start(port, rank, world, dc, PeerReplacement::replace_failed_rank);
     EXPECT(self.channels.healthy_peers().size() == world, "every peer healthy");
-    return exchange_with_everyone(self, table, rank, world, 2, role);
+    if (exchange_with_everyone(self, table, shared.verified, rank, world, generation, generation, role) != 0) return 1;
+    if (generation == 2 && twice) raise(SIGKILL);  // gone too, after a completed exchange
+    return 0;
 } catch (const std::exception& error) {
     std::fprintf(stderr, "rank %u (replacement): %s\n", kVictim, error.what());
     return 2;
 }
 
-void run_replacement(std::uint32_t world, bool dc) {
+void run_replacement(std::uint32_t world, bool dc, bool twice = false) {
     multi_test::SharedTable* table = multi_test::create_shared_table();
     void* memory = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     REQUIRE(memory != MAP_FAILED);
@@ -278,17 +301,22 @@ void run_replacement(std::uint32_t world, bool dc) {
     RendezvousServerSettings settings{"127.0.0.1", 0, world, kJob, kToken, kRendezvousTimeout, true};
     RendezvousServer server(settings);
     const std::uint16_t port = server.port();
-    // Children 0..world-1 are the first processes, child `world` the replacement.
+    // Children 0..world-1 are the first processes, child `world` the replacement, child
+    // `world + 1` (twice) the second replacement.
     const int succeeded = test::run_children(
-        static_cast<int>(world) + 1,
+        static_cast<int>(world) + (twice ? 2 : 1),
         [&](int index) {
             const auto child = static_cast<std::uint32_t>(index);
-            return child < world ? first_generation(port, *table, *shared, child, world, dc)
-                                 : replacement(port, *table, *shared, world, dc);
+            return child < world ? first_generation(port, *table, *shared, child, world, dc, twice)
+                                 : replacement(port, *table, *shared, world, dc, child - world + 2, twice);
         },
         120000ms, [&server] { server.start(); });
-    // The victim dies by SIGKILL; every survivor and the replacement succeed.
+    // The victim dies by SIGKILL (and, twice, the first replacement after its exchange); every
+    // survivor and the last replacement succeed. Every exchange was checked byte for byte:
+    // the survivors' (once per replacement) and each replacement's.
     CHECK(succeeded == static_cast<int>(world));
+    const std::uint32_t exchanges = (world - 1) * (twice ? 2 : 1) + (twice ? 2 : 1);
+    CHECK(shared->verified.load() == exchanges);
     munmap(memory, sizeof(Shared));
     multi_test::destroy_shared_table(table);
 }
@@ -372,6 +400,8 @@ TEST_CASE("DC, 4 processes: a killed rank is replaced; the survivors reconnect i
     run_replacement(4, true);
 }
 TEST_CASE("RC, 16 processes: a killed rank is replaced") { run_replacement(16, false); }
+TEST_CASE("RC, 4 processes: the replacement dies too and is replaced again") { run_replacement(4, false, true); }
+TEST_CASE("DC, 4 processes: the replacement dies too and is replaced again") { run_replacement(4, true, true); }
 TEST_CASE("DC, 16 processes: a killed rank is replaced") { run_replacement(16, true); }
 
 TEST_CASE("replacement disabled: the failure is final, as before") {
