@@ -187,12 +187,6 @@ void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
     peer.connected = true;
 }
 
-namespace {
-constexpr const char* kReplacementNotConnected =
-    "the peer was replaced and its replacement is not connected yet (MultiChannel::reconnect, then "
-    "PeerEvent::Kind::replacement_connected)";
-}  // namespace
-
 void Engine::replace_rc_peer(std::uint32_t index, const ChannelEndpoint& remote) {
     Peer& peer = peers_[index];
     if (dc_.enabled) throw Error("replace " + peer.name + ": a DC multi-channel replaces through replace_dc_peer");

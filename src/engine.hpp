@@ -27,6 +27,11 @@ namespace rdmachan::detail {
 // The ticket of an operation that could not even get a slot.
 inline constexpr std::uint64_t kNoTicket = ~0ull;
 
+// Why a replaced peer's operations fail until its replacement has connected its side.
+inline constexpr const char* kReplacementNotConnected =
+    "the peer was replaced and its replacement is not connected yet (MultiChannel::reconnect, then "
+    "PeerEvent::Kind::replacement_connected)";
+
 // DC mode (MultiChannel only): W DC initiators shared by every peer, one DC target fed by a
 // shared receive queue of engine-owned receive buffers.
 struct DcSettings {

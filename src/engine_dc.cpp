@@ -120,9 +120,7 @@ void Engine::replace_dc_peer(std::uint32_t index, const DcPeer& remote) {
     peer.initiator = -1;
     connect_dc(index, remote);
     peer.connected = false;
-    peer.unavailable =
-        "the peer was replaced and its replacement is not connected yet (MultiChannel::reconnect, then "
-        "PeerEvent::Kind::replacement_connected)";
+    peer.unavailable = kReplacementNotConnected;
     peer.healthy = true;
 }
 
