@@ -370,6 +370,8 @@ struct RendezvousServer::State {
             // The peer is gone; the log line above already names it.
         }
         connection->close();
+        // A server that lives as long as the job (replacement) must not keep every refused one.
+        connections.remove(connection);
     }
 
     // The register message of `claimed_rank` as an endpoint and its RC entries by peer;
@@ -472,6 +474,7 @@ struct RendezvousServer::State {
             }
         }
         connection->close();
+        connections.remove(connection);
     }
 
     // {"type":"reconnected","peer":r,"session":"...","rc":[qpn,psn] or []} from `rank`: it
