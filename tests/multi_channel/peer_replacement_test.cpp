@@ -70,9 +70,11 @@ struct Process {
 
 Process start(std::uint16_t port, std::uint32_t rank, std::uint32_t world, bool dc, PeerReplacement replacement,
               std::chrono::milliseconds timeout = kRendezvousTimeout) {
-    // A short ack timeout (about 67 ms per try, 3 retries): a dead peer is noticed quickly.
-    ChannelBuilder channel =
-        ChannelBuilder().device("soft").max_send_wr(64).max_recv_wr(64).ack_timeout(14).retry_count(3).deadline(4000ms);
+    // The default transport timeouts (about 0.5 s per try, 7 retries): a killed process is seen
+    // at once by its closed connections (and its closed rendezvous watch), not by a lost ack. A
+    // short ack timeout (67 ms, 3 retries, as the partition test uses to see a silent peer)
+    // failed live peers here: 16 processes and two busy loops on 2 cores delay an ack longer.
+    ChannelBuilder channel = ChannelBuilder().device("soft").max_send_wr(64).max_recv_wr(64).deadline(4000ms);
     PreparedMultiChannel prepared = MultiChannelBuilder(channel).rank(rank).world_size(world).mode(mode_of(dc)).build();
     const Layout layout{world};
     std::vector<std::uint8_t> memory(layout.size(), 0);
@@ -257,6 +259,7 @@ int first_generation(std::uint16_t port, multi_test::SharedTable& table, Shared&
     std::uint8_t* bytes = self.memory.data();
     for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(1) + index] = pattern(rank, 1, 1, index);
     const MultiResult first = self.channels.scatter_write(write_shares(self, rank, layout, 1, everyone_but(world, rank, rank)));
+    if (!first.ok()) std::fprintf(stderr, "rank %u: %s\n", rank, first.message().c_str());
     EXPECT(first.ok(), "round 1's writes succeed");
     multi_test::barrier(table, world, kPhaseDeadline);
     if (rank == kVictim) raise(SIGKILL);  // gone mid-run
