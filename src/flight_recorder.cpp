@@ -29,19 +29,17 @@
 
 namespace rdmachan {
 namespace flight {
+namespace ring_detail {
+std::uint64_t now_ticks() noexcept;
+}
 namespace {
 
-struct alignas(64) Slot {
-    // 0: stamp (sequence + 1; 0 while written), 1: time, 2: thread << 32 | event, 3-7: fields.
-    std::atomic<std::uint64_t> words[8];
-};
+using ring_detail::now_ticks;
 
-Slot ring[kCapacity];
-std::atomic<std::uint64_t> next_sequence{0};
 std::atomic<std::uint32_t> automatic_dumps{0};
 std::atomic<std::uint32_t> files_written{0};
 
-// Read once when the library is loaded; zero-initialised (recording on) before that.
+// Read once when the library is loaded; recording is on before that.
 struct Settings {
     bool off = false;
     std::uint32_t automatic_dump_limit = 4;
@@ -50,21 +48,10 @@ struct Settings {
         if (const char* value = std::getenv("RDMACHAN_FLIGHT_RECORD_DUMPS"); value != nullptr) {
             automatic_dump_limit = static_cast<std::uint32_t>(std::strtoul(value, nullptr, 10));
         }
+        ring_detail::recording_off = off;
     }
 };
 const Settings settings;
-
-// Time: the TSC where there is one (one instruction, no system call), converted to
-// CLOCK_MONOTONIC when dumped, so records of several processes can be merged by time.
-std::uint64_t now_ticks() noexcept {
-#if defined(__x86_64__)
-    return __builtin_ia32_rdtsc();
-#else
-    timespec now{};
-    ::clock_gettime(CLOCK_MONOTONIC, &now);
-    return static_cast<std::uint64_t>(now.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(now.tv_nsec);
-#endif
-}
 
 std::uint64_t monotonic_nanoseconds() noexcept {
     timespec now{};
@@ -78,13 +65,6 @@ struct Epoch {
     std::uint64_t nanoseconds = monotonic_nanoseconds();
 };
 const Epoch epoch;
-
-std::uint32_t current_thread() noexcept {
-    // initial-exec: a load from the thread pointer, not a call to __tls_get_addr.
-    static thread_local std::uint32_t cached __attribute__((tls_model("initial-exec"))) = 0;
-    if (cached == 0) cached = static_cast<std::uint32_t>(::syscall(SYS_gettid));
-    return cached;
-}
 
 // Output through a fixed buffer and write(2): no allocation, no lock (stdio has one).
 class Writer {
@@ -130,6 +110,7 @@ void print_field(Writer& out, const FieldDescription& field, std::uint64_t value
         case FieldFormat::status: out.print(" %s=%s", field.name, completion_status_name(value)); return;
         case FieldFormat::opcode: out.print(" %s=%s", field.name, wqe_opcode_name(value)); return;
         case FieldFormat::answer: out.print(" %s=%s", field.name, answer_name(value)); return;
+        case FieldFormat::work_request: out.print(" %s=%s", field.name, work_request_name(value)); return;
     }
 }
 
@@ -154,23 +135,35 @@ bool make_directory(char* directory, std::size_t size) {
 
 }  // namespace
 
-void record(Event event, std::uint64_t a, std::uint64_t b, std::uint64_t c, std::uint64_t d, std::uint64_t e) noexcept {
-    if (settings.off) [[unlikely]]
-        return;
-    const std::uint64_t sequence = next_sequence.fetch_add(1, std::memory_order_relaxed);
-    Slot& slot = ring[sequence & (kCapacity - 1)];
-    slot.words[0].store(0, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    slot.words[1].store(now_ticks(), std::memory_order_relaxed);
-    slot.words[2].store(static_cast<std::uint64_t>(current_thread()) << 32 | static_cast<std::uint16_t>(event),
-                        std::memory_order_relaxed);
-    slot.words[3].store(a, std::memory_order_relaxed);
-    slot.words[4].store(b, std::memory_order_relaxed);
-    slot.words[5].store(c, std::memory_order_relaxed);
-    slot.words[6].store(d, std::memory_order_relaxed);
-    slot.words[7].store(e, std::memory_order_relaxed);
-    slot.words[0].store(sequence + 1, std::memory_order_release);
+namespace ring_detail {
+
+Slot ring[kCapacity];
+std::atomic<std::uint64_t> next_sequence{0};
+bool recording_off = false;
+thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec"))) = 0;
+
+std::uint32_t learn_thread_id() noexcept {
+    thread_id = static_cast<std::uint32_t>(::syscall(SYS_gettid));
+    return thread_id;
 }
+
+// Time: the TSC where there is one (one instruction, no system call), converted to
+// CLOCK_MONOTONIC when dumped, so records of several processes can be merged by time.
+std::uint64_t now_ticks() noexcept {
+#if defined(__x86_64__)
+    return __builtin_ia32_rdtsc();
+#else
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    return static_cast<std::uint64_t>(now.tv_sec) * 1000000000ull + static_cast<std::uint64_t>(now.tv_nsec);
+#endif
+}
+
+}  // namespace ring_detail
+
+using ring_detail::next_sequence;
+using ring_detail::ring;
+using ring_detail::Slot;
 
 std::uint64_t recorded() noexcept { return next_sequence.load(std::memory_order_relaxed); }
 

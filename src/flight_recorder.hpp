@@ -9,6 +9,7 @@
 // allocates, locks nor throws either (a stack buffer and write(2)).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace rdmachan::flight {
@@ -31,7 +32,7 @@ enum class Event : std::uint16_t {
     soft_qp_error,           // qpn, why (text)
     soft_connection_closed,  // lid, outgoing, why (text)
     // The channel core (the engine, on the application's thread).
-    channel_post_send,       // peer, qpn, ticket, requests, first opcode
+    channel_post_send,       // peer, qpn, ticket, requests, first request's opcode
     channel_post_receive,    // peer, qpn, ticket, length
     channel_post_refused,    // peer, ticket, status, why (text)
     channel_completion,      // qpn, ticket, status, syndrome, bytes
@@ -48,10 +49,49 @@ enum class Event : std::uint16_t {
 
 inline constexpr std::uint32_t kCapacity = 4096;  // a power of two
 
+// The ring, for record() below (inline: a call through the PLT and its register saves cost more
+// than the record itself). Each slot is a small seqlock, see flight_recorder.cpp.
+namespace ring_detail {
+struct alignas(64) Slot {
+    // 0: stamp (sequence + 1; 0 while written), 1: time, 2: thread << 32 | event, 3-7: fields.
+    std::atomic<std::uint64_t> words[8];
+};
+extern Slot ring[kCapacity];
+extern std::atomic<std::uint64_t> next_sequence;
+extern bool recording_off;  // RDMACHAN_FLIGHT_RECORDER=off, read when the library is loaded
+// initial-exec: a load from the thread pointer, not a call to __tls_get_addr.
+extern thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec")));
+std::uint32_t learn_thread_id() noexcept;  // the first event of a thread: one system call
+std::uint64_t now_ticks() noexcept;
+}  // namespace ring_detail
+
 // Records one event. Lock-free (one atomic increment claims a slot), never allocates, never
 // throws; a no-op when RDMACHAN_FLIGHT_RECORDER=off.
-void record(Event event, std::uint64_t a = 0, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0,
-            std::uint64_t e = 0) noexcept;
+inline void record(Event event, std::uint64_t a = 0, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0,
+                   std::uint64_t e = 0) noexcept {
+    using namespace ring_detail;
+    if (recording_off) [[unlikely]]
+        return;
+    std::uint32_t thread = thread_id;
+    if (thread == 0) [[unlikely]]
+        thread = learn_thread_id();
+    const std::uint64_t sequence = next_sequence.fetch_add(1, std::memory_order_relaxed);
+    Slot& slot = ring[sequence & (kCapacity - 1)];
+    slot.words[0].store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+#if defined(__x86_64__)
+    slot.words[1].store(__builtin_ia32_rdtsc(), std::memory_order_relaxed);
+#else
+    slot.words[1].store(now_ticks(), std::memory_order_relaxed);
+#endif
+    slot.words[2].store(static_cast<std::uint64_t>(thread) << 32 | static_cast<std::uint16_t>(event), std::memory_order_relaxed);
+    slot.words[3].store(a, std::memory_order_relaxed);
+    slot.words[4].store(b, std::memory_order_relaxed);
+    slot.words[5].store(c, std::memory_order_relaxed);
+    slot.words[6].store(d, std::memory_order_relaxed);
+    slot.words[7].store(e, std::memory_order_relaxed);
+    slot.words[0].store(sequence + 1, std::memory_order_release);
+}
 
 // A text field: the pointer of a string literal (or other static storage).
 inline std::uint64_t text(const char* literal) noexcept { return reinterpret_cast<std::uint64_t>(literal); }

@@ -29,7 +29,7 @@ constexpr EventDescription kEvents[] = {
     {"soft.qp_error", {{"qpn", F::hex}, {"why", F::text}}},
     {"soft.connection_closed", {{"lid", F::decimal}, {"outgoing", F::decimal}, {"why", F::text}}},
     {"channel.post_send",
-     {{"peer", F::decimal}, {"qpn", F::hex}, {"ticket", F::hex}, {"requests", F::decimal}, {"opcode", F::decimal}}},
+     {{"peer", F::decimal}, {"qpn", F::hex}, {"ticket", F::hex}, {"requests", F::decimal}, {"first", F::work_request}}},
     {"channel.post_receive", {{"peer", F::decimal}, {"qpn", F::hex}, {"ticket", F::hex}, {"length", F::decimal}}},
     {"channel.post_refused", {{"peer", F::decimal}, {"ticket", F::hex}, {"status", F::status}, {"why", F::text}}},
     {"channel.completion",
@@ -102,6 +102,12 @@ const char* wqe_opcode_name(std::uint64_t opcode) noexcept {
 const char* answer_name(std::uint64_t answer) noexcept {
     constexpr const char* kNames[] = {"ack", "rnr_nak", "nak"};
     return answer < 3 ? kNames[answer] : "?";
+}
+
+const char* work_request_name(std::uint64_t opcode) noexcept {
+    constexpr const char* kNames[] = {"rdma_write", "rdma_write_imm", "send",      "send_imm",
+                                      "send_inv",   "rdma_read",      "atomic_cas", "atomic_fetch_add"};
+    return opcode < 8 ? kNames[opcode] : "?";
 }
 
 }  // namespace rdmachan::flight

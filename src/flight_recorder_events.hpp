@@ -5,7 +5,7 @@
 
 namespace rdmachan::flight {
 
-enum class FieldFormat : std::uint8_t { none, decimal, hex, text, qp_state, status, opcode, answer };
+enum class FieldFormat : std::uint8_t { none, decimal, hex, text, qp_state, status, opcode, answer, work_request };
 
 struct FieldDescription {
     const char* name = "";
@@ -24,5 +24,6 @@ const char* queue_pair_state_name(std::uint64_t state) noexcept;    // the softw
 const char* completion_status_name(std::uint64_t status) noexcept;  // mlx5::CompletionStatus
 const char* wqe_opcode_name(std::uint64_t opcode) noexcept;         // the mlx5 WQE opcodes
 const char* answer_name(std::uint64_t answer) noexcept;             // the responder's answer kinds
+const char* work_request_name(std::uint64_t opcode) noexcept;       // mlx5::SendOpcode
 
 }  // namespace rdmachan::flight
