@@ -22,7 +22,7 @@ enum class Event : std::uint16_t {
     soft_doorbell,           // qpn
     soft_wqe_executed,       // qpn, wqe, opcode, psn, length
     soft_request_dropped,    // qpn, psn, expected psn, qp state, why (text)
-    soft_request_performed,  // qpn, psn, opcode, length, NAK syndrome (0: ACK)
+    soft_request_performed,  // qpn, psn, opcode, rkey, NAK syndrome (0: ACK)
     soft_rnr_nak_sent,       // qpn, psn, source qpn, rnr timer
     soft_response,           // qpn, psn, kind, syndrome, in flight
     soft_response_ignored,   // qpn, psn, qp state, in flight, oldest psn in flight

@@ -16,7 +16,7 @@ constexpr EventDescription kEvents[] = {
     {"soft.request_dropped",
      {{"qpn", F::hex}, {"psn", F::hex}, {"expected_psn", F::hex}, {"state", F::qp_state}, {"why", F::text}}},
     {"soft.request_performed",
-     {{"qpn", F::hex}, {"psn", F::hex}, {"opcode", F::opcode}, {"length", F::decimal}, {"nak_syndrome", F::hex}}},
+     {{"qpn", F::hex}, {"psn", F::hex}, {"opcode", F::opcode}, {"rkey", F::hex}, {"nak_syndrome", F::hex}}},
     {"soft.rnr_nak_sent", {{"qpn", F::hex}, {"psn", F::hex}, {"from_qpn", F::hex}, {"rnr_timer", F::decimal}}},
     {"soft.response", {{"qpn", F::hex}, {"psn", F::hex}, {"kind", F::answer}, {"syndrome", F::hex}, {"in_flight", F::decimal}}},
     {"soft.response_ignored",

@@ -129,7 +129,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     const bool global_route = (request.dc_flags & wire::kDcGlobalRoute) != 0;
     auto accept = [&] { expected_psn = (expected_psn + 1) & 0xffffff; };
     auto performed = [&](std::uint8_t syndrome) {
-        flight::record(flight::Event::soft_request_performed, queue_pair.qpn, request.psn, request.opcode, request.length, syndrome);
+        flight::record(flight::Event::soft_request_performed, queue_pair.qpn, request.psn, request.opcode, request.rkey, syndrome);
     };
     auto refuse = [&](std::uint8_t syndrome) {
         performed(syndrome);
