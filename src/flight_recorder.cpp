@@ -140,7 +140,7 @@ namespace ring_detail {
 Slot ring[kCapacity];
 std::atomic<std::uint64_t> next_sequence{0};
 bool recording_off = false;
-thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec"))) = 0;
 
 std::uint32_t learn_thread_id() noexcept {
     thread_id = static_cast<std::uint32_t>(::syscall(SYS_gettid));

@@ -60,14 +60,16 @@ extern Slot ring[kCapacity];
 extern std::atomic<std::uint64_t> next_sequence;
 extern bool recording_off;  // RDMACHAN_FLIGHT_RECORDER=off, read when the library is loaded
 // initial-exec: a load from the thread pointer, not a call to __tls_get_addr.
-extern thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec")));
+// constinit: no dynamic initialisation, so no TLS wrapper call where it is read.
+extern constinit thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec")));
 std::uint32_t learn_thread_id() noexcept;  // the first event of a thread: one system call
 std::uint64_t now_ticks() noexcept;
 }  // namespace ring_detail
 
 // Records one event. Lock-free (one atomic increment claims a slot), never allocates, never
-// throws; a no-op when RDMACHAN_FLIGHT_RECORDER=off.
-inline void record(Event event, std::uint64_t a = 0, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0,
+// throws; a no-op when RDMACHAN_FLIGHT_RECORDER=off. Always inlined: left to itself GCC keeps
+// one out-of-line copy, called through the PLT.
+[[gnu::always_inline]] inline void record(Event event, std::uint64_t a = 0, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0,
                    std::uint64_t e = 0) noexcept {
     using namespace ring_detail;
     if (recording_off) [[unlikely]]
