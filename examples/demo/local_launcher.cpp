@@ -277,8 +277,12 @@ int run_local_job(const Options& options) {
             if (next_sample && Clock::now() >= *next_sample && open == children.size()) {
                 std::vector<pid_t> processes;
                 for (const Child& child : children) processes.push_back(child.exited ? -1 : child.pid);
-                samples.push_back(sample_resources(processes, std::chrono::duration<double>(Clock::now() - started).count()));
-                std::fprintf(stderr, "  %s\n", describe(samples.back()).c_str());
+                ResourceSample sample = sample_resources(processes, std::chrono::duration<double>(Clock::now() - started).count());
+                // A peer that finished its last iteration may exit before this loop sees it.
+                if (!sample.resident_kib.empty()) {
+                    samples.push_back(std::move(sample));
+                    std::fprintf(stderr, "  %s\n", describe(samples.back()).c_str());
+                }
                 *next_sample += options.workload.sample_period;
             }
         }

@@ -34,8 +34,11 @@ ResourceSample sample_resources(const std::vector<pid_t>& processes, double seco
     ResourceSample sample;
     sample.seconds = seconds;
     for (const pid_t process : processes) {
-        sample.resident_kib.push_back(process > 0 ? resident_kib(process) : 0);
-        sample.descriptors.push_back(process > 0 ? open_descriptors(process) : 0);
+        const std::uint64_t resident = process > 0 ? resident_kib(process) : 0;
+        const std::uint32_t descriptors = process > 0 ? open_descriptors(process) : 0;
+        if (resident == 0 || descriptors == 0) return ResourceSample{seconds, {}, {}};  // exited (or exiting)
+        sample.resident_kib.push_back(resident);
+        sample.descriptors.push_back(descriptors);
     }
     return sample;
 }

@@ -23,6 +23,8 @@ std::uint64_t resident_kib(pid_t process);
 // Open descriptors of a process, 0 when they cannot be listed.
 std::uint32_t open_descriptors(pid_t process);
 
+// Empty (no ranks) when a process could not be read: a peer that has just finished is not
+// sampled as 0 KiB.
 ResourceSample sample_resources(const std::vector<pid_t>& processes, double seconds);
 
 // One line: "t=10 s  RSS KiB: total T (r0 A, r1 B, ...)  descriptors: total D (r0 a, ...)".
