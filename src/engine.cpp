@@ -590,6 +590,9 @@ void Engine::fail_and_flush(std::uint32_t index, const char* why) {
     while (peer.outstanding != 0 && std::chrono::steady_clock::now() < until) {
         if (!poll_once()) backoff(round);
     }
+    // A last look: a thread that was not scheduled until the deadline had passed still collects
+    // what arrived meanwhile.
+    if (peer.outstanding != 0) poll_once();
     if (peer.outstanding != 0) {
         logger().error("{}: {} operations not flushed within the deadline", peer.name, peer.outstanding);
     }
