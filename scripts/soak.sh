@@ -52,6 +52,7 @@ while [ "$round" -lt "$runs" ] && [ "$(date +%s)" -lt "$deadline" ]; do
     mkdir -p "$records"
     if ! ctest --test-dir "$build" -j 2 -R "$suites" --output-on-failure >"$log" 2>&1; then
         kept="$build/failures/$round"
+        rm -rf "$kept"  # an earlier run's failure at the same round
         mkdir -p "$kept"
         cp "$log" "$kept/ctest.log"
         cp "$build/Testing/Temporary/LastTest.log" "$kept/" 2>/dev/null || true
