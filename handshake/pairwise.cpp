@@ -5,6 +5,7 @@
 #include "handshake/connection.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/handshake.hpp"
+#include "src/flight_recorder.hpp"
 #include "src/logger.hpp"
 
 namespace rdmachan {
@@ -73,6 +74,7 @@ Task<void> listen(asio::io_context& io, const PairwiseSettings& settings, const 
         throw Error("exchange_pairwise: cannot listen on " + settings.address + ":" +
                     std::to_string(settings.port) + ": " + error.code().message());
     }
+    flight::record(flight::Event::handshake_state, flight::text("pairwise: listening"), mine.rank, acceptor.local_endpoint().port());
     if (settings.on_listening) settings.on_listening(acceptor.local_endpoint().port());
     // One peer at a time: a channel has exactly one, and a stranger is refused before the next.
     while (!result) {
@@ -80,12 +82,15 @@ Task<void> listen(asio::io_context& io, const PairwiseSettings& settings, const 
         boost::system::error_code ignored;
         const std::string peer = describe(socket.remote_endpoint(ignored));
         FramedConnection connection(std::move(socket), peer, unauthenticated_frame_size_cap);
+        flight::record(flight::Event::handshake_state, flight::text("pairwise: connection accepted"), mine.rank);
         std::string failure;
         try {
             result = co_await answer(connection, settings, mine);
         } catch (const Error& error) {
             failure = error.what();
         }
+        flight::record(flight::Event::handshake_state,
+                       flight::text(failure.empty() ? "pairwise: endpoints exchanged" : "pairwise: connector refused"), mine.rank);
         if (!failure.empty())
             detail::logger().warn("exchange_pairwise on {}: rejected {}",
                                   describe(acceptor.local_endpoint()), failure);
@@ -99,6 +104,7 @@ Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine,
         "listener " + settings.address + ":" + std::to_string(settings.port);
     tcp::socket socket = co_await connect_with_retries(settings.address, settings.port, settings.on_connect_refused);
     FramedConnection connection(std::move(socket), listener, unauthenticated_frame_size_cap);
+    flight::record(flight::Event::handshake_state, flight::text("pairwise: connected to the listener"), mine.rank, settings.port);
     const std::string connector_nonce = make_nonce();
     const std::string hello = encode_hello(nlohmann::json{{"nonce", connector_nonce}}.dump());
     co_await connection.write_frame(hello);
@@ -121,6 +127,7 @@ Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine,
         !proofs_match(expected, theirs["proof"].get<std::string>()))
         throw Error(listener + " failed to prove the job token");
     result = read_endpoint(theirs, listener);
+    flight::record(flight::Event::handshake_state, flight::text("pairwise: endpoints exchanged"), mine.rank, settings.port);
     connection.close();
 }
 

@@ -29,11 +29,13 @@ declare -A measured_paths=(
     [scale]="scripts/scale.sh scripts/build_release.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/multi_channel/peer_cost_benchmark.cpp tests/pmix/pmix_exchange_benchmark.cpp handshake src include/rdmachan transport"
     # What CI's command runs: all the code, its tests and the scripts that build and run them.
     [reliability]="src include transport handshake tests tools examples scripts cmake CMakeLists.txt .ci"
+    # The soak: the suites it repeats (tests), what they run (the library, the demo) and its script.
+    [soak]="scripts/soak.sh src include transport handshake tests examples cmake CMakeLists.txt"
 )
 documents="docs/PERFORMANCE.md docs/SCALE.md docs/RELIABILITY.md"
 declare -A regenerated_by=(
     [instruction-counts]=scripts/performance.sh [sweep]=scripts/performance.sh [ucx]=scripts/performance.sh
-    [scale]=scripts/scale.sh [reliability]=scripts/reliability.sh
+    [scale]=scripts/scale.sh [reliability]=scripts/reliability.sh [soak]=scripts/soak.sh
 )
 
 if ! git rev-parse --git-dir >/dev/null 2>&1; then

@@ -2,8 +2,14 @@
 # Repeats the multi-process and multi-threaded suites under CPU load until a failure, to find
 # the rare ones (issue 20): the Channel, MultiChannel RC and DC, software-device, fault-injection
 # and demo suites, as CTest runs them (two at a time), with busy loops competing for the cores.
-# Stops at the first failing round and keeps its output in build/soak/failures/ROUND/ (ctest's
-# log and each failed test's output). Exit status 0 only if every round passed.
+# Stops at the first failing round and keeps its output in build/soak/failures/ROUND/: ctest's
+# log, LastTest.log, and in flight-records/ the flight records the round's failed tests and error
+# completions wrote (tests/flight_record_listener.cpp; passed runs remove their own). Exit status
+# 0 only if every round passed.
+#
+# At the end it prints the figure as the block "soak" of docs/RELIABILITY.md, stamped with the
+# commit it ran on, and writes it there; scripts/check_figures.sh fails when the code it ran
+# changed after that commit.
 #   scripts/soak.sh [runs] [minutes]     (defaults: 200 rounds, at most 60 minutes)
 #   SOAK_LOAD=N busy loops (default: one per core)
 set -euo pipefail
@@ -28,21 +34,60 @@ for _ in $(seq 1 "${SOAK_LOAD:-$(nproc)}"); do
     load+=($!)
 done
 
+# Every test writes its flight records here; emptied before each round.
+records="$build/flight-records"
+export RDMACHAN_FLIGHT_RECORD_DIR="$records"
+commit=$(git -C "$root" rev-parse --short=7 HEAD)
+git -C "$root" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
+
 deadline=$(($(date +%s) + minutes * 60))
 started=$(date +%s)
 round=0
+failures=0
+tests_per_round=0
 while [ "$round" -lt "$runs" ] && [ "$(date +%s)" -lt "$deadline" ]; do
     round=$((round + 1))
     log="$build/round.log"
+    rm -rf "$records"
+    mkdir -p "$records"
     if ! ctest --test-dir "$build" -j 2 -R "$suites" --output-on-failure >"$log" 2>&1; then
         kept="$build/failures/$round"
+        rm -rf "$kept"  # an earlier run's failure at the same round
         mkdir -p "$kept"
         cp "$log" "$kept/ctest.log"
         cp "$build/Testing/Temporary/LastTest.log" "$kept/" 2>/dev/null || true
+        cp -r "$records" "$kept/flight-records"
         echo "soak: round $round FAILED after $(($(date +%s) - started)) s; output kept in $kept:"
         grep -E '\*\*\*|Failed|Timeout' "$log" | head -n 20
-        exit 1
+        echo "soak: its flight records: $(cd "$kept/flight-records" && ls | tr '\n' ' ')"
+        failures=1
+        break
     fi
-    echo "soak: round $round passed ($(grep -cE 'Test +#[0-9]+:' "$log") tests)"
+    tests_per_round=$(grep -cE 'Test +#[0-9]+:' "$log")
+    echo "soak: round $round passed ($tests_per_round tests)"
 done
-echo "soak: $round rounds, 0 failures, $(($(date +%s) - started)) s, under ${#load[@]} busy loops on $(nproc) cores"
+elapsed=$(($(date +%s) - started))
+echo "soak: $round rounds, $failures failures, $elapsed s, under ${#load[@]} busy loops on $(nproc) cores"
+
+if [ "$failures" -ne 0 ]; then
+    ending="stopped at the failing round $round"
+elif [ "$round" -ge "$runs" ]; then
+    ending="ran all $runs rounds"
+else
+    ending="stopped at its $minutes-minute limit"
+fi
+block="_Printed by \`scripts/soak.sh\` at commit $commit._
+
+\`scripts/soak.sh $runs $minutes\` ($(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(uname -r)): **$round rounds, $failures failures** in $elapsed s; each round runs the $tests_per_round multi-process and threaded suites above as CTest does, two at a time, under ${#load[@]} busy loops at nice 10; it $ending."
+printf '%s\n' "$block"
+python3 - "$root/docs/RELIABILITY.md" "$block" <<'PY'
+import re, sys
+document, body = sys.argv[1], sys.argv[2]
+text = open(document).read()
+pattern = re.compile(r"(<!-- generated: soak -->\n).*?(<!-- end: soak -->)", re.S)
+if not pattern.search(text):
+    sys.exit("soak: %s has no block named soak" % document)
+open(document, "w").write(pattern.sub(lambda m: m.group(1) + body + "\n" + m.group(2), text))
+PY
+echo "soak: block 'soak' of docs/RELIABILITY.md written" >&2
+exit "$failures"

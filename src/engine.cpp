@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "rdmachan/handshake.hpp"
+#include "src/flight_recorder.hpp"
 #include "src/logger.hpp"
 
 namespace rdmachan {
@@ -289,6 +290,7 @@ std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionSta
     completion.status = status;
     entry.error_seen = false;
     entry.not_posted = why;
+    flight::record(flight::Event::channel_post_refused, entry.peer, ticket, static_cast<std::uint64_t>(status), flight::text(why));
     finish(entry, completion);
     return ticket;
 }
@@ -374,6 +376,8 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     slot.send_requests = count;
     peer.send_in_flight += count;
 
+    flight::record(flight::Event::channel_post_send, index, dc_.enabled ? 0 : rc_queues_[index].local.qpn, ticket, count,
+                   static_cast<std::uint64_t>(requests[0].opcode));
     std::uint32_t posted = 0;
     const mlx5::PostResult result = queue_pair->post_send(requests, count, &posted);
     if (result == mlx5::PostResult::ok) [[likely]] return ticket;
@@ -451,6 +455,7 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
     }
     const mlx5::ScatterGatherElement element{local.addr(), local.length(), local.lkey()};
     const mlx5::ReceiveWorkRequest request{ticket | kFinalRequest, &element, 1};
+    flight::record(flight::Event::channel_post_receive, index, rc_queues_[index].local.qpn, ticket, local.length());
     std::uint32_t round = 0;
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
     while (true) {
@@ -465,6 +470,12 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
 }
 
 void Engine::deliver(const mlx5::Completion& completion) {
+    flight::record(flight::Event::channel_completion, completion.qp_num, completion.wr_id,
+                   static_cast<std::uint64_t>(completion.status), completion.syndrome, completion.byte_len);
+    if (completion.status != mlx5::CompletionStatus::success &&
+        completion.status != mlx5::CompletionStatus::work_request_flushed) [[unlikely]] {
+        report_error_completion(completion);
+    }
     if (dc_.enabled && completion.is_receive) {
         on_arrival(completion);
         return;
@@ -486,6 +497,14 @@ void Engine::deliver(const mlx5::Completion& completion) {
         entry->completion = completion;
         entry->error_seen = true;
     }
+}
+
+// Out of line: an error completion writes the flight record (no allocation, lock or throw).
+void Engine::report_error_completion(const mlx5::Completion& completion) const {
+    char reason[160];
+    std::snprintf(reason, sizeof reason, "error completion on QP 0x%x: %s (syndrome 0x%02x)", completion.qp_num,
+                  to_string(completion.status), completion.syndrome);
+    flight::dump_automatically(reason);
 }
 
 bool Engine::poll_queue(transport::CompletionQueue& queue) {
@@ -569,6 +588,7 @@ WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline
     while (entry->state != SlotState::done) {
         if (poll_once()) continue;
         if (std::chrono::steady_clock::now() >= until) {
+            report_deadline(*entry, ticket, deadline);
             WorkError error;
             error.operation = entry->operation;
             error.deadline_expired = true;
@@ -582,7 +602,17 @@ WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline
     return result;
 }
 
+void Engine::report_deadline(const Slot& slot, std::uint64_t ticket, std::chrono::milliseconds deadline) const {
+    flight::record(flight::Event::channel_deadline, slot.peer, ticket, static_cast<std::uint64_t>(slot.operation),
+                   static_cast<std::uint64_t>(deadline.count()));
+    char reason[160];
+    std::snprintf(reason, sizeof reason, "deadline of %lld ms passed waiting for an operation with peer %u",
+                  static_cast<long long>(deadline.count()), slot.peer);
+    flight::dump_automatically(reason);
+}
+
 void Engine::fail_and_flush(std::uint32_t index, const char* why) {
+    flight::record(flight::Event::channel_qp_error, index, dc_.enabled ? 0 : rc_queues_[index].local.qpn, flight::text(why));
     if (dc_.enabled) return fail_and_flush_dc(index, why);
     Peer& peer = peers_[index];
     logger().warn("{}: moving QP {} to ERR: {}", peer.name, rc_queues_[index].local.qpn, why);
@@ -598,6 +628,9 @@ void Engine::fail_and_flush(std::uint32_t index, const char* why) {
     while (peer.outstanding != 0 && std::chrono::steady_clock::now() < until) {
         if (!poll_once()) backoff(round);
     }
+    // A last look: a thread that was not scheduled until the deadline had passed still collects
+    // what arrived meanwhile.
+    if (peer.outstanding != 0) poll_once();
     if (peer.outstanding != 0) {
         logger().error("{}: {} operations not flushed within the deadline", peer.name, peer.outstanding);
     }

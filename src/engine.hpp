@@ -209,6 +209,8 @@ private:
                               mlx5::SendWorkRequest* requests, std::uint32_t count, std::uint32_t done,
                               mlx5::PostResult result);
     bool poll_queue(transport::CompletionQueue& queue);
+    void report_error_completion(const mlx5::Completion& completion) const;
+    void report_deadline(const Slot& slot, std::uint64_t ticket, std::chrono::milliseconds deadline) const;
     void release(std::uint32_t slot);
     Slot* slot_for(std::uint64_t ticket);
     void finish(Slot& slot, const mlx5::Completion& completion);

@@ -19,10 +19,44 @@ void add_workload_options(CLI::App& app, Workload& workload, bool& json) {
            "--fail-rank", [&workload](std::uint32_t rank) { workload.fail_rank = rank; },
            "(testing) this rank fails on purpose after connecting")
         ->group("");  // hidden
+    app.add_option_function<std::string>(
+           "--duration",
+           [&workload](const std::string& text) {
+               workload.duration = parse_duration(text);
+               if (!workload.duration)
+                   throw CLI::ValidationError("--duration", "'" + text + "' is not a duration: seconds, or a number with s, m or h (10m), at most 7 days");
+           },
+           "run this long instead of --iterations rounds: seconds, or with s, m or h (10m); samples the peers' memory and "
+           "descriptors every 10 s");
+    app.add_option_function<std::uint32_t>(
+           "--sample-period", [&workload](std::uint32_t seconds) { workload.sample_period = std::chrono::seconds(seconds); },
+           "(testing) seconds between samples with --duration")
+        ->check(CLI::Range(1u, 3600u))
+        ->group("");  // hidden
     app.add_flag("--json", json, "print the result as JSON");
 }
 
 }  // namespace
+
+std::optional<std::chrono::seconds> parse_duration(const std::string& text) {
+    if (text.empty() || text.size() > 12) return std::nullopt;
+    std::size_t digits = 0;
+    while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+    if (digits == 0 || text.size() - digits > 1) return std::nullopt;
+    const unsigned long long number = std::stoull(text.substr(0, digits));
+    unsigned long long unit = 1;
+    if (digits < text.size()) {
+        switch (text[digits]) {
+            case 's': unit = 1; break;
+            case 'm': unit = 60; break;
+            case 'h': unit = 3600; break;
+            default: return std::nullopt;
+        }
+    }
+    const unsigned long long seconds = number * unit;
+    if (seconds == 0 || seconds > 7ull * 24 * 3600) return std::nullopt;
+    return std::chrono::seconds(seconds);
+}
 
 Parsed parse_options(int argc, char** argv) {
     Parsed parsed;

@@ -18,6 +18,11 @@ struct Workload {
     std::string device = "auto";
     std::chrono::seconds timeout{120};  // the whole job, set-up included
     std::optional<std::uint32_t> fail_rank;  // test hook: that rank fails on purpose
+    // Run for this long instead of `iterations` rounds (rank 0 decides when to stop and tells
+    // the others in its control message); the local launcher then samples the peers' memory
+    // and descriptors every `sample_period`.
+    std::optional<std::chrono::seconds> duration;
+    std::chrono::seconds sample_period{10};
 };
 
 struct Options {
@@ -41,5 +46,8 @@ struct Parsed {
     std::optional<int> exit_code;
 };
 Parsed parse_options(int argc, char** argv);
+
+// "600", "600s", "10m", "1h": seconds; nullopt when the text is none of these or is 0.
+std::optional<std::chrono::seconds> parse_duration(const std::string& text);
 
 }  // namespace demo

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "examples/demo/peer_report.hpp"
+#include "examples/demo/resource_sampler.hpp"
 #include "rdmachan/launcher_environment.hpp"
 #include "rdmachan/rendezvous.hpp"
 
@@ -64,6 +66,10 @@ std::vector<std::string> peer_arguments(const Options& options, std::uint32_t ra
                                           workload.device,
                                           "--timeout",
                                           std::to_string(workload.timeout.count())};
+    if (workload.duration) {
+        arguments.push_back("--duration");
+        arguments.push_back(std::to_string(workload.duration->count()));
+    }
     if (workload.fail_rank) {
         arguments.push_back("--fail-rank");
         arguments.push_back(std::to_string(*workload.fail_rank));
@@ -166,6 +172,7 @@ public:
     explicit Progress(std::uint32_t peers, std::uint32_t iterations)
         : peers_(peers), iterations_(iterations), terminal_(isatty(STDERR_FILENO) != 0) {}
     void show(const std::vector<Child>& children) {
+        if (iterations_ == 0) return;  // a timed run: the samples say how it goes
         std::uint32_t connected = 0;
         std::uint64_t done = 0;
         for (const Child& child : children) {
@@ -223,8 +230,13 @@ int run_local_job(const Options& options) {
         first_failure = error.what();
     }
 
-    Progress progress(options.peers, options.workload.iterations);
-    const Clock::time_point deadline = started + options.workload.timeout + std::chrono::seconds(5);
+    const std::optional<std::chrono::seconds>& duration = options.workload.duration;
+    Progress progress(options.peers, duration ? 0 : options.workload.iterations);
+    const Clock::time_point deadline =
+        started + options.workload.timeout + duration.value_or(std::chrono::seconds(0)) + std::chrono::seconds(5);
+    // A timed run samples every peer's memory and descriptors, from when all are connected.
+    std::vector<ResourceSample> samples;
+    std::optional<Clock::time_point> next_sample;
     // After the first failure the others get a short grace period to fail or finish on their
     // own, so the report can name the rank that failed first rather than whichever exit the
     // poll loop happened to see first.
@@ -257,6 +269,23 @@ int run_local_job(const Options& options) {
             if (child.failed_at && !first_failure_seen) first_failure_seen = Clock::now();
         }
         progress.show(children);
+        if (duration) {
+            const bool all_connected = std::all_of(children.begin(), children.end(), [](const Child& child) { return child.connected; });
+            // The first sample one period after all are connected: connections to peer devices
+            // open on first use, and the first rounds' memory is set-up, not growth.
+            if (!next_sample && all_connected) next_sample = Clock::now() + options.workload.sample_period;
+            if (next_sample && Clock::now() >= *next_sample && open == children.size()) {
+                std::vector<pid_t> processes;
+                for (const Child& child : children) processes.push_back(child.exited ? -1 : child.pid);
+                ResourceSample sample = sample_resources(processes, std::chrono::duration<double>(Clock::now() - started).count());
+                // A peer that finished its last iteration may exit before this loop sees it.
+                if (!sample.resident_kib.empty()) {
+                    samples.push_back(std::move(sample));
+                    std::fprintf(stderr, "  %s\n", describe(samples.back()).c_str());
+                }
+                *next_sample += options.workload.sample_period;
+            }
+        }
         if (Clock::now() > deadline && !first_failure_seen) {
             std::string missing;
             for (const Child& child : children)
@@ -290,11 +319,21 @@ int run_local_job(const Options& options) {
     const double wall = std::chrono::duration<double>(Clock::now() - started).count();
     std::vector<PeerReport> reports;
     for (const Child& child : children) reports.push_back(*child.report);
-    const JobDescription job{options.peers, options.workload.mode, options.workload.size, options.workload.iterations};
+    const std::uint32_t iterations = duration ? children.front().iterations : options.workload.iterations;
+    const JobDescription job{options.peers, options.workload.mode, options.workload.size, iterations};
     if (options.json) {
-        std::printf("%s\n", summary_json(job, reports, wall).dump(2).c_str());
+        nlohmann::json summary = summary_json(job, reports, wall);
+        if (duration) summary["resources"] = samples_json(samples);
+        std::printf("%s\n", summary.dump(2).c_str());
     } else {
         std::printf("%s", summary_table(job, reports, wall).c_str());
+        if (duration && samples.size() >= 2) {
+            const nlohmann::json growth = samples_json(samples);
+            std::printf("%zu samples, every %lld s: largest growth of one peer from the first sample to the last: RSS %lld KiB, "
+                        "descriptors %lld\n",
+                        samples.size(), static_cast<long long>(options.workload.sample_period.count()),
+                        growth["largest_rss_growth_kib"].get<long long>(), growth["largest_descriptor_growth"].get<long long>());
+        }
     }
     return 0;
 }

@@ -93,10 +93,20 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
             controls.push_back({peer, region.slice(layout.control_in(peer), 8), {}});
         }
 
+        // A timed run keeps a fixed reservoir of latency samples, so its memory stays flat.
+        constexpr std::size_t kLatencySamples = 65536;
         std::vector<double> latencies;
+        // Touched up front: filling it later would grow the resident memory for minutes.
+        if (workload.duration) latencies.assign(kLatencySamples, 0.0);
+        std::uint64_t latencies_seen = 0;
+        std::uint64_t reservoir_state = 0x9e3779b97f4a7c15ull ^ rank;
+        // Rank 0 decides when a timed run ends and says so in its control message; every peer
+        // stops after the same iteration.
+        constexpr std::uint64_t kStopFlag = 1ull << 40;
+        bool stop = false;
         const Clock::time_point started = Clock::now();
         std::uint8_t* bytes = memory.data();
-        for (std::uint32_t iteration = 0; iteration < workload.iterations; ++iteration) {
+        for (std::uint32_t iteration = 0; workload.duration ? !stop : iteration < workload.iterations; ++iteration) {
             for (std::uint32_t peer = 0; peer < world; ++peer)
                 for (std::uint32_t index = 0; index < workload.size; ++index)
                     bytes[layout.outgoing(peer) + index] = pattern(rank, peer, iteration, index);
@@ -105,7 +115,17 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
             rdmachan::PendingMultiWork arrivals = channels.post_gather_receive(notices);
             const Clock::time_point before = Clock::now();
             require(rank, channels.scatter_write(writes, iteration << 16 | rank), "scatter_write");
-            latencies.push_back(std::chrono::duration<double, std::micro>(Clock::now() - before).count());
+            const double latency = std::chrono::duration<double, std::micro>(Clock::now() - before).count();
+            if (!workload.duration) {
+                latencies.push_back(latency);
+            } else if (latencies_seen < kLatencySamples) {
+                latencies[latencies_seen] = latency;
+            } else {
+                reservoir_state = reservoir_state * 6364136223846793005ull + 1442695040888963407ull;
+                const std::uint64_t slot = (reservoir_state >> 11) % (latencies_seen + 1);
+                if (slot < kLatencySamples) latencies[slot] = latency;
+            }
+            ++latencies_seen;
             const rdmachan::MultiResult arrived = arrivals.wait();
             require(rank, arrived, "receiving the writes' immediates");
             for (const rdmachan::PeerResult& entry : arrived.results()) {
@@ -130,15 +150,19 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
             // slices before every peer has checked this one's.
             rdmachan::PendingMultiWork control_arrivals = channels.post_gather_receive(controls);
             const std::uint64_t done = 0xd0e0000000000000ull | iteration;
-            std::memcpy(bytes + layout.control_out(), &done, sizeof done);
+            const bool time_is_up = workload.duration && rank == 0 && Clock::now() - started >= *workload.duration;
+            const std::uint64_t sent = time_is_up ? done | kStopFlag : done;
+            std::memcpy(bytes + layout.control_out(), &sent, sizeof sent);
             require(rank, channels.multicast_send(everyone, region.slice(layout.control_out(), 8)), "multicast_send");
             require(rank, control_arrivals.wait(), "receiving the control messages");
             for (std::uint32_t peer = 0; peer < world; ++peer) {
                 std::uint64_t received = 0;
                 std::memcpy(&received, bytes + layout.control_in(peer), sizeof received);
-                if (received != done)
+                const bool stop_sent = peer == 0 && workload.duration && (received & kStopFlag) != 0;
+                if ((stop_sent ? received & ~kStopFlag : received) != done)
                     fail(rank, "the control message from rank " + std::to_string(peer) + " is wrong in iteration " +
                                    std::to_string(iteration));
+                if (stop_sent) stop = true;
             }
             progress("iteration", iteration + 1);
         }
@@ -148,6 +172,7 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         report.rank = rank;
         report.device = channels.device_name();
         report.seconds = seconds;
+        if (workload.duration && latencies_seen < kLatencySamples) latencies.resize(latencies_seen);
         report.latency_p50_us = percentile(latencies, 50);
         report.latency_p99_us = percentile(latencies, 99);
         for (std::uint32_t peer = 0; peer < world; ++peer) {

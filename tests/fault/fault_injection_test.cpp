@@ -109,11 +109,19 @@ TEST_CASE("completions held back: within the deadline they arrive; past it the Q
     CHECK(std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(50));
     CHECK(plan->delayed >= 1);
 
-    // Longer than the deadline: the scope's drain gives up, moves the QP to ERR and waits for the
-    // flush (which is itself delayed, but arrives within the flush deadline).
-    plan->delay = std::chrono::milliseconds(400);
+    // Held until the QP is in ERR: the scope's drain waits out its deadline, moves the QP to ERR,
+    // and the completion arrives then, within the flush deadline. (A hold of a fixed 400 ms, as
+    // this case had, failed under the soak: the hold counts from the first poll that finds the
+    // CQE, and a thread not scheduled for 200 ms pushed its end past the flush deadline.)
+    plan->delay = std::chrono::milliseconds(0);
+    plan->hold_until_error = true;
+    const std::uint64_t delayed_before = plan->delayed;
+    const auto drained = std::chrono::steady_clock::now();
     CHECK_THROWS_WITH_AS(pair.a.scope([&](Scope& scope) { scope.post_write(a_region.slice(0, 128), b_region.remote(0, 128)); }),
                          doctest::Contains("moved to ERR"), Error);
+    CHECK(std::chrono::steady_clock::now() - drained >= std::chrono::milliseconds(300));
+    CHECK(plan->moved_to_error);
+    CHECK(plan->delayed == delayed_before + 1);  // the write's completion was held, then collected
     CHECK_FALSE(pair.a.healthy());
     CHECK(pair.a.counters().outstanding == 0);
 }

@@ -19,7 +19,7 @@ public:
 
     std::uint32_t poll(mlx5::Completion* completions, std::uint32_t capacity) noexcept override {
         FaultPlan& plan = *plan_;
-        if (plan.delay.count() == 0 && held_count_ == 0) {
+        if (plan.delay.count() == 0 && !plan.hold_until_error && held_count_ == 0) {
             const std::uint32_t count = inner_->poll(completions, capacity);
             for (std::uint32_t i = 0; i < count; ++i) corrupt(completions[i]);
             return count;
@@ -32,11 +32,12 @@ public:
         const std::uint32_t count = inner_->poll(fresh, room < 16 ? room : 16);
         for (std::uint32_t i = 0; i < count; ++i) {
             corrupt(fresh[i]);
-            held_[(held_first_ + held_count_++) % held_.size()] = {fresh[i], now + plan.delay};
+            const auto ready = plan.hold_until_error ? std::chrono::steady_clock::time_point::max() : now + plan.delay;
+            held_[(held_first_ + held_count_++) % held_.size()] = {fresh[i], ready};
             ++plan.delayed;
         }
         std::uint32_t out = 0;
-        while (out < capacity && held_count_ != 0 && held_[held_first_].ready <= now) {
+        while (out < capacity && held_count_ != 0 && (held_[held_first_].ready <= now || (plan.hold_until_error && plan.moved_to_error))) {
             completions[out++] = held_[held_first_].completion;
             held_first_ = (held_first_ + 1) % held_.size();
             --held_count_;
@@ -85,7 +86,10 @@ public:
     std::uint32_t max_send_wr() const noexcept override { return inner_->max_send_wr(); }
     std::uint32_t max_recv_wr() const noexcept override { return inner_->max_recv_wr(); }
     void connect(const ConnectSettings& settings) override { inner_->connect(settings); }
-    void move_to_error() override { inner_->move_to_error(); }
+    void move_to_error() override {
+        inner_->move_to_error();
+        plan_->moved_to_error = true;
+    }
     QueuePair& inner() const { return *inner_; }
 
 private:

@@ -27,8 +27,15 @@ struct FaultPlan {
     std::uint32_t corrupt_qpn = 0;
     mlx5::CompletionStatus corrupt_status = mlx5::CompletionStatus::remote_access_error;
     std::uint8_t corrupt_syndrome = 0x13;
-    // Every completion is handed out only this long after the device produced it.
+    // Every completion is handed out only this long after the device produced it (measured
+    // from when a poll first finds it in the device's queue).
     std::chrono::microseconds delay{0};
+    // Every completion is held until a queue pair of the device is moved to ERR, then handed out:
+    // a completion that arrives only once the consumer has given up, whatever the scheduling.
+    bool hold_until_error = false;
+
+    // Set when a queue pair of the device was moved to ERR (releases what hold_until_error held).
+    bool moved_to_error = false;
 
     // What was injected, for the tests' own checks.
     std::uint64_t refused = 0;

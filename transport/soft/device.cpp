@@ -9,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "src/flight_recorder.hpp"
 #include "src/logger.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
@@ -270,6 +271,8 @@ void QueuePair::modify_to_init(std::uint8_t port_num, std::uint32_t access_flags
     }
     if (port_num != 1) fail("modify_qp(QP " + std::to_string(context.qpn) + ") to INIT: port_num = " + std::to_string(port_num) + ", the software device has port 1 only");
     context.access = access_flags;
+    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+                  static_cast<std::uint64_t>(QueuePairState::init));
     context.state = QueuePairState::init;
 }
 
@@ -288,6 +291,8 @@ void QueuePair::modify_to_ready_to_receive(const ReadyToReceiveAttributes& attri
     }
     context.receive_attributes = attributes;
     context.expected_psn = attributes.rq_psn;
+    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+                  static_cast<std::uint64_t>(QueuePairState::ready_to_receive));
     context.state = QueuePairState::ready_to_receive;
 }
 
@@ -304,6 +309,8 @@ void QueuePair::modify_to_ready_to_send(const ReadyToSendAttributes& attributes)
     context.send_attributes = attributes;
     context.next_psn = attributes.sq_psn;
     context.rnr_retries_left = attributes.rnr_retry;
+    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+                  static_cast<std::uint64_t>(QueuePairState::ready_to_send));
     context.state = QueuePairState::ready_to_send;
     context.doorbell_pending.store(true);
     core_->wake();
@@ -318,6 +325,8 @@ void QueuePair::modify_to_reset() {
     std::lock_guard lock(core_->mutex);
     QueuePairContext& context = *core_->queue_pairs.at(send_ring_.qpn);
     // RESET empties both queues: the producer indices restart at 0 on both sides.
+    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+                  static_cast<std::uint64_t>(QueuePairState::reset));
     context.state = QueuePairState::reset;
     context.in_flight.clear();
     context.waiting_rnr = false;
@@ -329,6 +338,9 @@ void QueuePair::modify_to_reset() {
     __atomic_store_n(&context.send_ring.doorbell_record[mlx5::kReceiveDoorbell], 0u, __ATOMIC_RELEASE);
 }
 
-void QueuePair::ring_send_doorbell() { core_->notify_doorbell(*doorbell_pending_); }
+void QueuePair::ring_send_doorbell() {
+    flight::record(flight::Event::soft_doorbell, send_ring_.qpn);
+    core_->notify_doorbell(*doorbell_pending_);
+}
 
 }  // namespace rdmachan::soft

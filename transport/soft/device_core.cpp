@@ -20,6 +20,7 @@
 #include <cstring>
 #include <random>
 
+#include "src/flight_recorder.hpp"
 #include "src/logger.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
@@ -408,6 +409,7 @@ void DeviceCore::close_connection(Connection& connection, const char* why) {
     ::close(connection.socket);
     connection.socket = -1;
     if (!connection.identified) return;
+    flight::record(flight::Event::soft_connection_closed, connection.lid, connection.outgoing, flight::text(why));
     detail::logger().info("software device {}: connection to lid {} closed: {}", owner_.name(), connection.lid, why);
     // Our requests travel on the connection we opened; one the peer opened carries only its
     // requests and our answers. Its end says nothing about our requests, whose answers may

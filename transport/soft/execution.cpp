@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "src/flight_recorder.hpp"
 #include "src/logger.hpp"
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
@@ -275,6 +276,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
     queue_pair.next_psn = (queue_pair.next_psn + 1) & 0xffffff;
     in_flight.psn = request.psn;
     in_flight.frame = wire::frame(wire::FrameType::request, request, payload.data(), static_cast<std::uint32_t>(payload.size()));
+    flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, request.psn, request.length);
     if (queue_pair.in_flight.empty()) restart_ack_timer(queue_pair);
     queue_pair.in_flight.push_back(std::move(in_flight));
     if (!queue_pair.waiting_rnr && !send_request(queue_pair, queue_pair.in_flight.back().frame)) {
@@ -290,10 +292,14 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
     QueuePairContext& queue_pair = *found->second;
     if (queue_pair.state != QueuePairState::ready_to_send || queue_pair.in_flight.empty() ||
         queue_pair.in_flight.front().psn != response.psn) {
+        flight::record(flight::Event::soft_response_ignored, queue_pair.qpn, response.psn, static_cast<std::uint64_t>(queue_pair.state),
+                       queue_pair.in_flight.size(), queue_pair.in_flight.empty() ? 0 : queue_pair.in_flight.front().psn);
         detail::logger().debug("QP {}: response for psn {} ignored (state {}, in flight {})", queue_pair.qpn, response.psn,
                                to_string(queue_pair.state), queue_pair.in_flight.size());
         return;  // stale or duplicate: requests complete strictly in order
     }
+    flight::record(flight::Event::soft_response, queue_pair.qpn, response.psn, static_cast<std::uint64_t>(response.kind),
+                   response.syndrome, queue_pair.in_flight.size());
     switch (response.kind) {
         case wire::ResponseKind::ack: {
             InFlight done = std::move(queue_pair.in_flight.front());
@@ -369,6 +375,7 @@ void DeviceCore::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t synd
 
 void DeviceCore::move_to_error(QueuePairContext& queue_pair, const char* why) {
     if (queue_pair.state == QueuePairState::error) return;
+    flight::record(flight::Event::soft_qp_error, queue_pair.qpn, flight::text(why));
     detail::logger().info("software device {}: QP {} to ERR: {}", owner_.name(), queue_pair.qpn, why);
     queue_pair.state = QueuePairState::error;
     flush_queue_pair(queue_pair);
@@ -402,6 +409,11 @@ void DeviceCore::restart_ack_timer(QueuePairContext& queue_pair) {
 }
 
 void DeviceCore::resend_in_flight(QueuePairContext& queue_pair, bool retransmission) {
+    if (!queue_pair.in_flight.empty()) {
+        flight::record(flight::Event::soft_retransmit, queue_pair.qpn, queue_pair.in_flight.front().psn, queue_pair.in_flight.size(),
+                       flight::text(retransmission ? "no response within the ACK timeout" : "after an RNR NAK"),
+                       retransmission ? queue_pair.transport_retries_left : queue_pair.rnr_retries_left);
+    }
     for (InFlight& request : queue_pair.in_flight) {
         if (retransmission) {
             std::uint8_t& flags = request.frame[sizeof(wire::FrameHeader) + offsetof(wire::Request, dc_flags)];

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include "src/flight_recorder.hpp"
 #include "src/logger.hpp"
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
@@ -78,11 +79,18 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
     auto found = queue_pairs.find(request.destination_qpn);
     // A request for a QP that does not exist, is not ready, or is connected elsewhere is dropped,
     // as hardware drops such packets; the initiator's transport timeout reports it.
-    if (found == queue_pairs.end()) return;
+    if (found == queue_pairs.end()) {
+        flight::record(flight::Event::soft_request_dropped, request.destination_qpn, request.psn, 0, 0, flight::text("no such QP"));
+        return;
+    }
     QueuePairContext& queue_pair = *found->second;
     // DC requests address DCTs and RC requests RC QPs; a packet of the other transport is dropped.
     const bool dc_request = (request.dc_flags & wire::kDcRequest) != 0;
-    if (dc_request != (queue_pair.transport == Transport::dc_target)) return;
+    if (dc_request != (queue_pair.transport == Transport::dc_target)) {
+        flight::record(flight::Event::soft_request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
+                       static_cast<std::uint64_t>(queue_pair.state), flight::text("wrong transport"));
+        return;
+    }
     if (dc_request) {
         handle_dc_request(connection, queue_pair, request, payload, payload_length);
         return;
@@ -91,11 +99,15 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
     const RemoteQueuePair& peer = queue_pair.receive_attributes.remote;
     if ((queue_pair.state != QueuePairState::ready_to_receive && queue_pair.state != QueuePairState::ready_to_send) ||
         peer.qpn != request.source_qpn || peer.gid != connection.gid || peer.lid != connection.lid) {
+        flight::record(flight::Event::soft_request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
+                       static_cast<std::uint64_t>(queue_pair.state), flight::text("QP not ready or connected elsewhere"));
         detail::logger().debug("QP {}: request psn {} from QP {} dropped: not ready or connected elsewhere", queue_pair.qpn,
                                request.psn, request.source_qpn);
         return;
     }
     if (request.psn != queue_pair.expected_psn) {
+        flight::record(flight::Event::soft_request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
+                       static_cast<std::uint64_t>(queue_pair.state), flight::text("PSN out of sequence"));
         detail::logger().debug("QP {}: request psn {} dropped: {} expected", queue_pair.qpn, request.psn, queue_pair.expected_psn);
         return;  // out of sequence after a NAK, or a copy of one executed: the initiator resends
     }
@@ -139,9 +151,18 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     const bool shared_target = queue_pair.transport == Transport::dc_target;
     const bool global_route = (request.dc_flags & wire::kDcGlobalRoute) != 0;
     auto accept = [&] { expected_psn = (expected_psn + 1) & 0xffffff; };
+    auto performed = [&](std::uint8_t syndrome) {
+        flight::record(flight::Event::soft_request_performed, queue_pair.qpn, request.psn, request.opcode, request.rkey, syndrome);
+    };
     auto refuse = [&](std::uint8_t syndrome) {
+        performed(syndrome);
         accept();
         respond(connection, answer(request, wire::ResponseKind::negative, syndrome));
+    };
+    auto not_ready = [&] {
+        flight::record(flight::Event::soft_rnr_nak_sent, queue_pair.qpn, request.psn, request.source_qpn,
+                       queue_pair.receive_attributes.min_rnr_timer);
+        respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
     };
     auto responder_error = [&](const char* why) {
         if (!shared_target) move_to_error(queue_pair, why);
@@ -177,7 +198,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         case kOpcodeRdmaWriteImmediate: {
             ReceiveBuffer receive;
             if (request.opcode == kOpcodeRdmaWriteImmediate && !peek_receive(queue_pair, receive)) {
-                respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
+                not_ready();
                 return;
             }
             std::uint8_t* target = request.length == 0 ? nullptr : remote_memory(request.length, kRemoteWrite);
@@ -196,6 +217,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
                                     request.length, request.immediate, request.source_qpn, connection.lid, global_route);
             }
+            performed(0);
             accept();
             respond(connection, answer(request, wire::ResponseKind::ack));
             return;
@@ -204,7 +226,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         case kOpcodeSendImmediate: {
             ReceiveBuffer receive;
             if (!peek_receive(queue_pair, receive)) {
-                respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
+                not_ready();
                 return;
             }
             if (by_reference && !receive.protection_error && request.length <= receive.capacity) {
@@ -243,6 +265,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             const std::uint8_t cqe_opcode = request.opcode == kOpcodeSendImmediate ? kCqeResponderSendImmediate : kCqeResponderSend;
             write_responder_cqe(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
                                 request.immediate, request.source_qpn, connection.lid, global_route);
+            performed(0);
             accept();
             respond(connection, answer(request, wire::ResponseKind::ack));
             return;
@@ -253,6 +276,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 refuse(kSyndromeRemoteAccess);
                 return;
             }
+            performed(0);
             if (by_reference) {
                 const iovec local{const_cast<std::uint8_t*>(source), request.length};
                 if (!move_by_reference(&local, 1, true)) return;
@@ -285,6 +309,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 original = request.compare_add;
                 __atomic_compare_exchange_n(word, &original, request.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
             }
+            performed(0);
             accept();
             respond(connection, answer(request, wire::ResponseKind::ack), &original, sizeof original);
             return;
@@ -325,6 +350,7 @@ void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, st
 
 void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
                                      std::uint8_t wqe_opcode, std::uint32_t byte_count) {
+    flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
@@ -336,6 +362,7 @@ void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePair
 
 void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
                                  std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome) {
+    flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, syndrome, requester ? 0 : 1);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
@@ -349,6 +376,7 @@ void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairCont
 void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
                                      std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
                                      std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route) {
+    flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big16(cqe + kCqeSlid, source_lid);

@@ -1,0 +1,37 @@
+// What a long demo run watches in its peers (issue 20): resident memory and open descriptors,
+// read from /proc every sampling period, so a leak shows as growth over the run.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace demo {
+
+struct ResourceSample {
+    double seconds = 0;                       // since the job started
+    std::vector<std::uint64_t> resident_kib;  // per rank (VmRSS); 0 when the peer has exited
+    std::vector<std::uint32_t> descriptors;   // per rank (entries of /proc/PID/fd)
+};
+
+// VmRSS of a process in KiB, 0 when it cannot be read (the process is gone).
+std::uint64_t resident_kib(pid_t process);
+// Open descriptors of a process, 0 when they cannot be listed.
+std::uint32_t open_descriptors(pid_t process);
+
+// Empty (no ranks) when a process could not be read: a peer that has just finished is not
+// sampled as 0 KiB.
+ResourceSample sample_resources(const std::vector<pid_t>& processes, double seconds);
+
+// One line: "t=10 s  RSS KiB: total T (r0 A, r1 B, ...)  descriptors: total D (r0 a, ...)".
+std::string describe(const ResourceSample& sample);
+
+// The samples, and the growth from the first sample to the last (the first is taken once every
+// peer is connected and warmed up, so set-up memory is not counted as growth).
+nlohmann::json samples_json(const std::vector<ResourceSample>& samples);
+
+}  // namespace demo

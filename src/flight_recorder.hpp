@@ -1,0 +1,118 @@
+// The flight recorder's inside (issue 20): one ring per process of the last kCapacity events of
+// the software device, the channel core and the handshake, fixed-size records, always on. A rare
+// failure that leaves no trace cannot be found, and logging changes the timing enough to hide
+// it; recording an event costs a few stores. The public side (dump) is
+// include/rdmachan/flight_recorder.hpp.
+//
+// record() is called on the data path: it never allocates, locks or throws. dump_automatically()
+// runs on an error path of the data path (an error completion, a passed deadline): it neither
+// allocates, locks nor throws either (a stack buffer and write(2)).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace rdmachan::flight {
+
+// What happened; each event's fields are named in flight_recorder_events.cpp, which the dump
+// prints. Text fields hold a pointer to a string literal (static storage), never a copy.
+enum class Event : std::uint16_t {
+    none = 0,
+    // The software device (its progress thread; doorbells on the poster's thread).
+    soft_doorbell,           // qpn
+    soft_wqe_executed,       // qpn, wqe, opcode, psn, length
+    soft_request_dropped,    // qpn, psn, expected psn, qp state, why (text)
+    soft_request_performed,  // qpn, psn, opcode, rkey, NAK syndrome (0: ACK)
+    soft_rnr_nak_sent,       // qpn, psn, source qpn, rnr timer
+    soft_response,           // qpn, psn, kind, syndrome, in flight
+    soft_response_ignored,   // qpn, psn, qp state, in flight, oldest psn in flight
+    soft_retransmit,         // qpn, from psn, requests, why (text), retries left
+    soft_completion,         // qpn, wqe, opcode (WQE's, or the CQE's on receive), syndrome, receive
+    soft_qp_state,           // qpn, from, to
+    soft_qp_error,           // qpn, why (text)
+    soft_connection_closed,  // lid, outgoing, why (text)
+    // The channel core (the engine, on the application's thread).
+    channel_post_send,       // peer, qpn, ticket, requests, first request's opcode
+    channel_post_receive,    // peer, qpn, ticket, length
+    channel_post_refused,    // peer, ticket, status, why (text)
+    channel_completion,      // qpn, ticket, status, syndrome, bytes
+    channel_deadline,        // peer, ticket, operation, deadline ms
+    channel_qp_error,        // peer, qpn, why (text)
+    // The handshake (pairwise exchange, rendezvous client and server).
+    handshake_frame_sent,      // bytes
+    handshake_frame_received,  // bytes
+    handshake_state,           // what (text), rank, port
+    // Tests and tools.
+    test_marker,  // a, b, what (text)
+    count
+};
+
+inline constexpr std::uint32_t kCapacity = 4096;  // a power of two
+
+// The ring, for record() below (inline: a call through the PLT and its register saves cost more
+// than the record itself). Each slot is a small seqlock, see flight_recorder.cpp.
+namespace ring_detail {
+struct alignas(64) Slot {
+    // 0: stamp (sequence + 1; 0 while written), 1: time, 2: thread << 32 | event, 3-7: fields.
+    std::atomic<std::uint64_t> words[8];
+};
+extern Slot ring[kCapacity];
+extern std::atomic<std::uint64_t> next_sequence;
+extern bool recording_off;  // RDMACHAN_FLIGHT_RECORDER=off, read when the library is loaded
+// initial-exec: a load from the thread pointer, not a call to __tls_get_addr.
+// constinit: no dynamic initialisation, so no TLS wrapper call where it is read.
+extern constinit thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec")));
+std::uint32_t learn_thread_id() noexcept;  // the first event of a thread: one system call
+std::uint64_t now_ticks() noexcept;
+}  // namespace ring_detail
+
+// Records one event. Lock-free (one atomic increment claims a slot), never allocates, never
+// throws; a no-op when RDMACHAN_FLIGHT_RECORDER=off. Always inlined: left to itself GCC keeps
+// one out-of-line copy, called through the PLT.
+[[gnu::always_inline]] inline void record(Event event, std::uint64_t a = 0, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0,
+                   std::uint64_t e = 0) noexcept {
+    using namespace ring_detail;
+    if (recording_off) [[unlikely]]
+        return;
+    std::uint32_t thread = thread_id;
+    if (thread == 0) [[unlikely]]
+        thread = learn_thread_id();
+    const std::uint64_t sequence = next_sequence.fetch_add(1, std::memory_order_relaxed);
+    Slot& slot = ring[sequence & (kCapacity - 1)];
+    slot.words[0].store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+#if defined(__x86_64__)
+    slot.words[1].store(__builtin_ia32_rdtsc(), std::memory_order_relaxed);
+#else
+    slot.words[1].store(now_ticks(), std::memory_order_relaxed);
+#endif
+    slot.words[2].store(static_cast<std::uint64_t>(thread) << 32 | static_cast<std::uint16_t>(event), std::memory_order_relaxed);
+    slot.words[3].store(a, std::memory_order_relaxed);
+    slot.words[4].store(b, std::memory_order_relaxed);
+    slot.words[5].store(c, std::memory_order_relaxed);
+    slot.words[6].store(d, std::memory_order_relaxed);
+    slot.words[7].store(e, std::memory_order_relaxed);
+    slot.words[0].store(sequence + 1, std::memory_order_release);
+}
+
+// A text field: the pointer of a string literal (or other static storage).
+inline std::uint64_t text(const char* literal) noexcept { return reinterpret_cast<std::uint64_t>(literal); }
+
+// Writes the ring into a new file of the flight-record directory and says so on stderr, for an
+// error completion or a passed deadline; at most RDMACHAN_FLIGHT_RECORD_DUMPS times per process
+// (default 4, 0 = never), so a test that fails on purpose a thousand times writes four files.
+// `reason` is copied before anything else happens. No allocation, lock or exception.
+void dump_automatically(const char* reason) noexcept;
+
+// Writes the ring to `descriptor` under a header naming `reason`. No allocation, lock or
+// exception; events recorded meanwhile may appear or not.
+void dump_to_descriptor(int descriptor, const char* reason) noexcept;
+
+// Writes the ring into a new file of the flight-record directory; `path` (size `path_size`)
+// receives its name. Returns false (and `path` says why) when it could not be written.
+bool dump_to_new_file(const char* reason, char* path, std::uint32_t path_size) noexcept;
+
+// How many events were recorded since the process started (the ring keeps the last kCapacity).
+std::uint64_t recorded() noexcept;
+
+}  // namespace rdmachan::flight
