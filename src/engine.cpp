@@ -47,6 +47,7 @@ constexpr std::uint64_t kFinalRequest = 1ull << 31;
 mlx5::CompletionStatus status_of_refusal(mlx5::PostResult result) {
     switch (result) {
         case mlx5::PostResult::too_many_sge:
+        case mlx5::PostResult::too_many_entries:
         case mlx5::PostResult::inline_too_large: return mlx5::CompletionStatus::local_length_error;
         case mlx5::PostResult::invalid_request: return mlx5::CompletionStatus::local_qp_operation_error;
         default: return mlx5::CompletionStatus::general_error;
@@ -60,6 +61,8 @@ const char* reason_of_refusal(mlx5::PostResult result) {
         case mlx5::PostResult::too_many_sge: return "more scatter/gather elements than the queue takes";
         case mlx5::PostResult::inline_too_large: return "inline data larger than max_inline_data";
         case mlx5::PostResult::invalid_request: return "the device refused the request";
+        case mlx5::PostResult::too_many_entries:
+            return "more memory layout entries than the key or the queue's max_inline_data takes";
     }
     return "unknown";
 }

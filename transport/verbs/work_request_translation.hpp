@@ -10,7 +10,7 @@
 
 namespace rdmachan::verbs {
 
-// false when the opcode has no RC verbs equivalent (never for the current SendOpcode set).
+// false when the opcode has no RC verbs equivalent (configure_memory_key, a UMR).
 inline bool to_ibv_opcode(mlx5::SendOpcode opcode, ibv_wr_opcode& out) noexcept {
     switch (opcode) {
         case mlx5::SendOpcode::rdma_write:
@@ -37,6 +37,11 @@ inline bool to_ibv_opcode(mlx5::SendOpcode opcode, ibv_wr_opcode& out) noexcept 
         case mlx5::SendOpcode::atomic_fetch_and_add:
             out = IBV_WR_ATOMIC_FETCH_AND_ADD;
             return true;
+        case mlx5::SendOpcode::local_invalidate:
+            out = IBV_WR_LOCAL_INV;
+            return true;
+        case mlx5::SendOpcode::configure_memory_key:
+            return false;  // a UMR: verbs has no such work request (memory layouts are mlx5 only)
     }
     return false;
 }
@@ -71,6 +76,7 @@ inline bool to_ibv_send_wr(const mlx5::SendWorkRequest& request, ibv_send_wr& ou
             out.imm_data = htonl(request.immediate);
             break;
         case mlx5::SendOpcode::send_with_invalidate:
+        case mlx5::SendOpcode::local_invalidate:
             out.invalidate_rkey = request.immediate;
             break;
         default:
