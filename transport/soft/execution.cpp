@@ -105,6 +105,8 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
         return false;
     }
 
+    if (opcode == kOpcodeUmr) return execute_umr(queue_pair, index, control);
+
     wire::Request request{};
     request.source_qpn = queue_pair.qpn;
     request.destination_qpn = queue_pair.receive_attributes.remote.qpn;
@@ -199,20 +201,20 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
         ++units;
         // Read and atomic results are written into local memory: that needs local write access.
         const std::uint32_t needed = is_read_or_atomic(opcode) ? std::uint32_t{kLocalWrite} : 0u;
-        if (find_region(lkey, queue_pair.protection_domain, addr, byte_count, needed) == nullptr) {
+        MemorySegments pieces;  // one, or an indirect key's pieces
+        if (!translate_memory(lkey, queue_pair.protection_domain, addr, byte_count, needed, pieces)) {
             syndrome = kSyndromeLocalProtection;
             break;
         }
         if (is_read_or_atomic(opcode)) {
-            in_flight.local_targets.emplace_back(reinterpret_cast<std::uint8_t*>(addr), byte_count);
+            in_flight.local_targets.insert(in_flight.local_targets.end(), pieces.begin(), pieces.end());
             in_flight.length += byte_count;
         } else {
             if (payload.size() + byte_count > wire::kMaxPayload) {
                 syndrome = kSyndromeLocalLength;
                 break;
             }
-            payload.insert(payload.end(), reinterpret_cast<const std::uint8_t*>(addr),
-                           reinterpret_cast<const std::uint8_t*>(addr) + byte_count);
+            for (auto [piece, piece_length] : pieces) payload.insert(payload.end(), piece, piece + piece_length);
         }
     }
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) && in_flight.length != 8) {
@@ -271,7 +273,8 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
             restart_ack_timer(queue_pair);
             complete_requester(queue_pair, done, 0);
             // A DCI may hold a WQE for another target until this target answered everything.
-            if (queue_pair.transport == Transport::dc_initiator && queue_pair.in_flight.empty()) {
+            if ((queue_pair.transport == Transport::dc_initiator || queue_pair.umr_waits_for_answers) &&
+                queue_pair.in_flight.empty()) {
                 queue_pair.doorbell_pending.store(true);
                 doorbells_pending_.store(true);
             }

@@ -49,11 +49,10 @@ bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffe
         const std::uint32_t length = load_big32(segment);
         const std::uint64_t addr = load_big64(segment + 8);
         if (length == 0) continue;
-        if (find_region(lkey, protection_domain, addr, length, kLocalWrite) == nullptr) {
+        if (!translate_memory(lkey, protection_domain, addr, length, kLocalWrite, buffer.segments)) {
             buffer.protection_error = true;
             return true;
         }
-        buffer.segments.emplace_back(reinterpret_cast<std::uint8_t*>(addr), length);
         buffer.capacity += length;
     }
     return true;
@@ -124,10 +123,11 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         if (!shared_target) move_to_error(queue_pair, why);
         else detail::logger().info("software device {}: DCT {}: {}", owner_.name(), queue_pair.qpn, why);
     };
-    auto remote_memory = [&](std::uint32_t length, std::uint32_t access) -> std::uint8_t* {
-        if ((queue_pair.access & access) != access) return nullptr;
-        if (find_region(request.rkey, queue_pair.protection_domain, request.remote_addr, length, access) == nullptr) return nullptr;
-        return reinterpret_cast<std::uint8_t*>(request.remote_addr);
+    // The pieces of host memory the request names (one, or an indirect key's), or false.
+    MemorySegments pieces;
+    auto remote_memory = [&](std::uint32_t length, std::uint32_t access) -> bool {
+        if ((queue_pair.access & access) != access) return false;
+        return translate_memory(request.rkey, queue_pair.protection_domain, request.remote_addr, length, access, pieces);
     };
 
     switch (request.opcode) {
@@ -138,12 +138,15 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
                 return;
             }
-            std::uint8_t* target = request.length == 0 ? nullptr : remote_memory(request.length, kRemoteWrite);
-            if (request.length != 0 && target == nullptr) {
+            if (request.length != 0 && !remote_memory(request.length, kRemoteWrite)) {
                 refuse(kSyndromeRemoteAccess);  // target memory untouched
                 return;
             }
-            if (request.length != 0) std::memcpy(target, payload, request.length);
+            std::uint32_t written = 0;
+            for (auto [piece, piece_length] : pieces) {
+                std::memcpy(piece, payload + written, piece_length);
+                written += piece_length;
+            }
             if (request.opcode == kOpcodeRdmaWriteImmediate) {
                 consume_receive(queue_pair);
                 write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
@@ -188,13 +191,21 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             return;
         }
         case kOpcodeRdmaRead: {
-            const std::uint8_t* source = request.length == 0 ? nullptr : remote_memory(request.length, kRemoteRead);
-            if (request.length != 0 && source == nullptr) {
+            if (request.length != 0 && !remote_memory(request.length, kRemoteRead)) {
                 refuse(kSyndromeRemoteAccess);
                 return;
             }
             accept();
-            respond(connection, answer(request, wire::ResponseKind::ack), source, request.length);
+            if (pieces.size() <= 1) {
+                respond(connection, answer(request, wire::ResponseKind::ack), pieces.empty() ? nullptr : pieces[0].first,
+                        request.length);
+                return;
+            }
+            // An indirect key's pieces, gathered in the key's order.
+            std::vector<std::uint8_t> gathered;
+            gathered.reserve(request.length);
+            for (auto [piece, piece_length] : pieces) gathered.insert(gathered.end(), piece, piece + piece_length);
+            respond(connection, answer(request, wire::ResponseKind::ack), gathered.data(), request.length);
             return;
         }
         case kOpcodeAtomicCompareAndSwap:
@@ -203,11 +214,16 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 refuse(kSyndromeRemoteInvalidRequest);
                 return;
             }
-            std::uint8_t* target = remote_memory(8, kRemoteAtomic);
-            if (target == nullptr) {
+            if (!remote_memory(8, kRemoteAtomic)) {
                 refuse(kSyndromeRemoteAccess);
                 return;
             }
+            // Through an indirect key the word must still be one aligned piece of one region.
+            if (pieces.size() != 1 || reinterpret_cast<std::uintptr_t>(pieces[0].first) % 8 != 0) {
+                refuse(kSyndromeRemoteInvalidRequest);
+                return;
+            }
+            std::uint8_t* target = pieces[0].first;
             // The 64-bit operand is in the responder's host byte order, and the operation is atomic
             // with respect to every other atomic the device performs on that word.
             auto* word = reinterpret_cast<std::uint64_t*>(target);
