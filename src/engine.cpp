@@ -403,7 +403,7 @@ std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* ent
                 break;
         }
         // Small payloads travel inside the WQE: no DMA read of the buffer, which is free at once.
-        if (entry.kind != WorkBatch::Kind::read && entry.local_length <= settings_.max_inline_data) {
+        if (entry.kind != WorkBatch::Kind::read && entry.local_length <= settings_.max_inline_data && !entry.zero_based) {
             request.flags |= mlx5::kSendInline;
         }
     }
