@@ -65,8 +65,9 @@ inline void to_ibv_sge(const mlx5::ScatterGatherElement& element, ibv_sge& out) 
 // Returns false for a request the RC verbs path cannot carry (a DC address vector).
 inline bool to_ibv_send_wr(const mlx5::SendWorkRequest& request, ibv_send_wr& out) noexcept {
     out = ibv_send_wr{};
-    if (request.dc_address_vector != nullptr) return false;
+    // The opcode first: a key configuration's layout shares its place with dc_address_vector.
     if (!to_ibv_opcode(request.opcode, out.opcode)) return false;
+    if (request.dc_address_vector != nullptr) return false;
     out.wr_id = request.wr_id;
     out.send_flags = to_ibv_send_flags(request.flags);
     switch (request.opcode) {
