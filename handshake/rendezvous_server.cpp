@@ -1,6 +1,7 @@
 #include <sys/resource.h>
 
 #include <condition_variable>
+#include <deque>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -119,7 +120,33 @@ struct RendezvousServer::State {
     std::uint32_t barrier_count = 0;
     std::uint32_t released_count = 0;
     std::string failure;
-    std::string accept_failure;  // the last reason accept() failed, for the deadline's report
+    std::string accept_failure;
+
+    // Peer replacement (settings.replacement). After the release every rank keeps its
+    // connection as a watch: the server sends it events through its outbox (one writer per
+    // connection, so events from different coroutines never interleave on the stream) and reads
+    // its acknowledgements. A watch that closes is a rank whose process has gone.
+    struct Watcher {
+        std::shared_ptr<FramedConnection> connection;
+        std::deque<std::string> outbox;
+        asio::steady_timer wake;
+        std::uint64_t session = 0;
+        bool closed = false;
+        explicit Watcher(asio::io_context& io) : wake(io) {
+            wake.expires_at(asio::steady_timer::time_point::max());
+        }
+    };
+    std::vector<std::shared_ptr<Watcher>> watchers;  // by rank; null: not watching (gone)
+    std::vector<std::vector<std::uint64_t>> past_sessions;  // by rank: sessions replaced
+    // A replacement in progress: the live ranks that have not reconnected it yet.
+    struct Replacing {
+        std::uint64_t session = 0;
+        std::vector<bool> waiting_for;
+        std::uint32_t remaining = 0;
+        std::shared_ptr<asio::steady_timer> event;
+    };
+    std::vector<std::optional<Replacing>> replacing;  // by rank
+    bool released_all = false;  // under mutex: wait() returns once the first release is done  // the last reason accept() failed, for the deadline's report
 
     std::thread thread;
     std::mutex mutex;
@@ -196,6 +223,14 @@ struct RendezvousServer::State {
             const std::string job = field("job").get<std::string>();
             const std::string session = field("session").get<std::string>();
             const std::string client_nonce = field("nonce").get<std::string>();
+            // Peer replacement (an optional capability of protocol 2): "watch" for a rank of the
+            // first rendezvous, "replace" for a process taking over a rank whose process died.
+            std::string role;
+            if (auto found = body.find("replacement"); found != body.end()) {
+                if (!found->is_string() || (*found != "watch" && *found != "replace"))
+                    throw Rejection{"hello field 'replacement' must be \"watch\" or \"replace\""};
+                role = found->get<std::string>();
+            }
             const std::string who =
                 "rank " + std::to_string(claimed_rank) + " at " + connection->peer();
             connection->set_peer(who);
@@ -210,47 +245,44 @@ struct RendezvousServer::State {
                 throw Rejection{"rank " + std::to_string(claimed_rank) + " at " +
                                 connection->peer() + " is out of range for world size " +
                                 std::to_string(settings.world_size)};
+            if (!role.empty() && !settings.replacement)
+                throw Rejection{who + " asks for peer replacement ('" + role +
+                                "'), but this rendezvous server was started without it "
+                                "(RendezvousServerSettings::replacement)"};
+            if (role.empty() && settings.replacement)
+                throw Rejection{who + " did not enable peer replacement, which this job's rendezvous "
+                                      "runs with (RendezvousSettings::replacement)"};
 
             const std::string server_nonce = make_nonce();
-            const std::string server_hello =
-                encode_hello(nlohmann::json{{"nonce", server_nonce}}.dump());
+            nlohmann::json server_body = {{"nonce", server_nonce}};
+            if (settings.replacement) server_body["replacement"] = true;
+            const std::string server_hello = encode_hello(server_body.dump());
             co_await connection->write_frame(server_hello);
             sent_hello = true;
 
             const nlohmann::json proof = co_await connection->read_message("proof");
-            const std::string expected = make_proof(
-                settings.token, rendezvous_client_label,
-                {settings.job, std::to_string(claimed_rank), session, client_nonce, server_nonce});
+            // With replacement the role is proven too: an eavesdropper cannot turn a watch into
+            // a replacement.
+            const std::string rank_text = std::to_string(claimed_rank);
+            const std::string expected = rendezvous_proof(settings.token, rendezvous_client_label, settings.job,
+                                                          rank_text, session, client_nonce, server_nonce, role);
             if (!proof.contains("proof") || !proof["proof"].is_string() ||
                 !proofs_match(expected, proof["proof"].get<std::string>()))
                 throw Rejection{who + " failed to prove the job token (wrong RDMACHAN_JOB_TOKEN?)"};
             connection->set_size_cap(authenticated_frame_size_cap);
-            const std::string server_proof = make_proof(
-                settings.token, rendezvous_server_label,
-                {settings.job, std::to_string(claimed_rank), session, client_nonce, server_nonce});
+            const std::string server_proof = rendezvous_proof(settings.token, rendezvous_server_label, settings.job, rank_text,
+                                                         session, client_nonce, server_nonce, role);
             const nlohmann::json accepted = {{"type", "accepted"}, {"proof", server_proof}};
             co_await connection->write_message(accepted);
+            if (role == "replace") {
+                co_await serve_replacement(connection, static_cast<std::uint32_t>(claimed_rank), session, who);
+                co_return;
+            }
 
-            const nlohmann::json registration = co_await connection->read_message("register");
             Endpoint endpoint;
             std::vector<PackedRcEntry> rc_entries;
-            try {
-                if (!registration.contains("endpoint")) throw Error("register lacks 'endpoint'");
-                if (!registration.contains("rc")) throw Error("register lacks 'rc'");
-                from_json(registration["endpoint"], endpoint);
-                // Protocol 2 carries the RC entries as compact triples beside the endpoint.
-                std::vector<RcEntry> compact = parse_compact_rc_entries(registration["rc"]);
-                endpoint.rc.insert(endpoint.rc.end(), compact.begin(), compact.end());
-                validate(endpoint);
-                rc_entries = index_rc_entries(endpoint, settings.world_size);
-            } catch (const Error& error) {
-                throw Rejection{who + " sent an invalid endpoint: " + error.what()};
-            }
-            if (endpoint.rank != claimed_rank || to_hex_u64(endpoint.session) != session)
-                throw Rejection{who + " sent an endpoint for rank " +
-                                std::to_string(endpoint.rank) + " session " +
-                                to_hex_u64(endpoint.session) + ", not its own (session " + session +
-                                ")"};
+            read_registration(co_await connection->read_message("register"), claimed_rank, session, who,
+                              endpoint, rc_entries);
             if (phase != Phase::gathering)
                 throw Rejection{
                     who + " arrived after the rendezvous " +
@@ -304,7 +336,18 @@ struct RendezvousServer::State {
             if (phase == Phase::failed) throw Rejection{failure};
             const nlohmann::json release = {{"type", "release"}};
             co_await connection->write_message(release);
-            if (++released_count == settings.world_size) finish({});
+            if (++released_count == settings.world_size) {
+                if (!settings.replacement) {
+                    finish({});
+                } else {
+                    // The server stays for the life of the job: no deadline any more.
+                    deadline_timer.cancel();
+                    std::lock_guard lock(mutex);
+                    released_all = true;
+                    finished_signal.notify_all();
+                }
+            }
+            if (settings.replacement) co_await watch(*rank, connection);
             co_return;
         } catch (const Rejection& reason) {
             rejection = reason.message;
@@ -327,6 +370,280 @@ struct RendezvousServer::State {
             // The peer is gone; the log line above already names it.
         }
         connection->close();
+        // A server that lives as long as the job (replacement) must not keep every refused one.
+        connections.remove(connection);
+    }
+
+    // The register message of `claimed_rank` as an endpoint and its RC entries by peer;
+    // Rejection naming the field or the mismatch.
+    void read_registration(const nlohmann::json& registration, std::uint64_t claimed_rank,
+                           const std::string& session, const std::string& who, Endpoint& endpoint,
+                           std::vector<PackedRcEntry>& rc_entries) const {
+        try {
+            if (!registration.contains("endpoint")) throw Error("register lacks 'endpoint'");
+            if (!registration.contains("rc")) throw Error("register lacks 'rc'");
+            from_json(registration["endpoint"], endpoint);
+            // Protocol 2 carries the RC entries as compact triples beside the endpoint.
+            std::vector<RcEntry> compact = parse_compact_rc_entries(registration["rc"]);
+            endpoint.rc.insert(endpoint.rc.end(), compact.begin(), compact.end());
+            validate(endpoint);
+            rc_entries = index_rc_entries(endpoint, settings.world_size);
+        } catch (const Error& error) {
+            throw Rejection{who + " sent an invalid endpoint: " + error.what()};
+        }
+        if (endpoint.rank != claimed_rank || to_hex_u64(endpoint.session) != session)
+            throw Rejection{who + " sent an endpoint for rank " + std::to_string(endpoint.rank) +
+                            " session " + to_hex_u64(endpoint.session) + ", not its own (session " +
+                            session + ")"};
+    }
+
+    // Rank `rank`'s row for `recipient`: prefix, the RC entry it made for the recipient, suffix.
+    void append_row(std::string& text, std::uint32_t rank, std::uint32_t recipient) const {
+        text += row_text[rank].prefix;
+        const std::vector<PackedRcEntry>& entries = rc_for_peer[rank];
+        if (recipient < entries.size() && entries[recipient].present) {
+            const RcEntry entry{recipient, entries[recipient].qpn, entries[recipient].psn};
+            append_table_rc(text, &entry);
+        } else {
+            append_table_rc(text, nullptr);
+        }
+        text += row_text[rank].suffix;
+    }
+
+    void send_event(std::uint32_t rank, std::string frame) {
+        const std::shared_ptr<Watcher>& watcher = watchers[rank];
+        if (watcher == nullptr || watcher->closed) return;
+        watcher->outbox.push_back(std::move(frame));
+        watcher->wake.cancel();
+    }
+
+    Task<void> write_events(std::shared_ptr<Watcher> watcher) {
+        while (!watcher->closed) {
+            if (watcher->outbox.empty()) {
+                try {
+                    co_await watcher->wake.async_wait(asio::use_awaitable);
+                } catch (const boost::system::system_error&) {
+                    // Woken: an event was queued, or the watch closed.
+                }
+                continue;
+            }
+            std::string frame = std::move(watcher->outbox.front());
+            watcher->outbox.pop_front();
+            try {
+                co_await watcher->connection->write_frame(std::move(frame));
+            } catch (const Error&) {
+                co_return;  // the reader notices the closed stream and reports the rank gone
+            }
+        }
+    }
+
+    // A rank's watch: its acknowledgements of replacements until its connection closes, which
+    // tells every other live rank that its process has gone.
+    Task<void> watch(std::uint32_t rank, std::shared_ptr<FramedConnection> connection) {
+        auto watcher = std::make_shared<Watcher>(io);
+        watcher->connection = connection;
+        watcher->session = *registered[rank];
+        watchers[rank] = watcher;
+        asio::co_spawn(io, write_events(watcher), asio::detached_t{});
+        std::string why;
+        for (;;) {
+            nlohmann::json message;
+            try {
+                message = co_await connection->read_message("reconnected");
+            } catch (const Error& error) {
+                why = error.what();
+                break;
+            }
+            on_reconnected(rank, message);
+        }
+        watcher->closed = true;
+        watcher->wake.cancel();
+        if (watchers[rank] == watcher) watchers[rank] = nullptr;
+        detail::logger().warn("{}: rank {} (session {}) has gone: {}", name(), rank,
+                              to_hex_u64(watcher->session), why);
+        const std::string event = nlohmann::json{{"type", "failed"},
+                                                 {"rank", rank},
+                                                 {"session", to_hex_u64(watcher->session)}}
+                                      .dump();
+        for (std::uint32_t other = 0; other < settings.world_size; ++other) {
+            if (other != rank) send_event(other, event);
+            // A replacement waiting for this rank's acknowledgement waits no more.
+            if (replacing[other] && replacing[other]->waiting_for[rank]) {
+                replacing[other]->waiting_for[rank] = false;
+                if (--replacing[other]->remaining == 0) replacing[other]->event->cancel();
+            }
+        }
+        connection->close();
+        connections.remove(connection);
+    }
+
+    // {"type":"reconnected","peer":r,"session":"...","rc":[qpn,psn] or []} from `rank`: it
+    // connected the replacement of rank r (RC: to the queue pair it names here).
+    void on_reconnected(std::uint32_t rank, const nlohmann::json& message) {
+        const auto peer = message.find("peer");
+        const auto session = message.find("session");
+        const auto rc = message.find("rc");
+        if (peer == message.end() || !peer->is_number_unsigned() || *peer >= settings.world_size ||
+            session == message.end() || !session->is_string() || rc == message.end() || !rc->is_array()) {
+            detail::logger().warn("{}: rank {} sent a malformed 'reconnected' message; ignored", name(), rank);
+            return;
+        }
+        const auto replaced = peer->get<std::uint32_t>();
+        std::optional<Replacing>& pending = replacing[replaced];
+        if (!pending || to_hex_u64(pending->session) != session->get<std::string>()) {
+            detail::logger().warn("{}: rank {} reconnected rank {} session {}, which is not the replacement "
+                                  "in progress: refused as stale",
+                                  name(), rank, replaced, session->get<std::string>().substr(0, 32));
+            return;
+        }
+        if (rc->size() == 2 && (*rc)[0].is_number_unsigned() && (*rc)[1].is_number_unsigned() &&
+            replaced < rc_for_peer[rank].size()) {
+            rc_for_peer[rank][replaced].qpn = (*rc)[0].get<std::uint32_t>() & 0xffffff;
+            rc_for_peer[rank][replaced].psn = (*rc)[1].get<std::uint32_t>() & 0xffffff;
+            rc_for_peer[rank][replaced].present = 1;
+        }
+        if (pending->waiting_for[rank]) {
+            pending->waiting_for[rank] = false;
+            if (--pending->remaining == 0) pending->event->cancel();
+        }
+    }
+
+    // The next frame of a connection, read in the background; `event` is cancelled when it is in.
+    struct NextFrame {
+        bool done = false;
+        std::string frame;
+        std::string error;
+    };
+    static Task<void> read_next_frame(std::shared_ptr<FramedConnection> connection, std::shared_ptr<NextFrame> next,
+                                      std::shared_ptr<asio::steady_timer> event) {
+        try {
+            next->frame = co_await connection->read_frame();
+        } catch (const Error& error) {
+            next->error = error.what();
+        }
+        next->done = true;
+        event->cancel();
+    }
+
+    // A process taking over rank `rank`, whose process has gone: it registers, every live rank
+    // is told and reconnects it, then it receives its table (with the queue pairs the live
+    // ranks made for it), meets them in a barrier and becomes a watcher like the others.
+    Task<void> serve_replacement(std::shared_ptr<FramedConnection> connection, std::uint32_t rank,
+                                 std::string session, std::string who) {
+        if (phase != Phase::released)
+            throw Rejection{who + " asks to replace rank " + std::to_string(rank) +
+                            ", but the job's first rendezvous has not completed"};
+        if (watchers[rank] != nullptr)
+            throw Rejection{"rank " + std::to_string(rank) + " is live (session " +
+                            to_hex_u64(watchers[rank]->session) +
+                            " is connected): a replacement is accepted only for a rank whose process has gone; " +
+                            who + " with session " + session + " refused"};
+        bool stale = registered[rank] && to_hex_u64(*registered[rank]) == session;
+        for (std::uint64_t past : past_sessions[rank]) stale = stale || to_hex_u64(past) == session;
+        if (stale)
+            throw Rejection{"session " + session + " of rank " + std::to_string(rank) +
+                            " is stale: it is a session of rank " + std::to_string(rank) +
+                            " that has gone; a replacement must start a new session"};
+        if (replacing[rank])
+            throw Rejection{"rank " + std::to_string(rank) + " is already being replaced by session " +
+                            to_hex_u64(replacing[rank]->session) + "; " + who + " refused"};
+        Endpoint endpoint;
+        std::vector<PackedRcEntry> rc_entries;
+        read_registration(co_await connection->read_message("register"), rank, session, who, endpoint,
+                          rc_entries);
+        if (watchers[rank] != nullptr || replacing[rank])
+            throw Rejection{"rank " + std::to_string(rank) + " came back or is being replaced meanwhile; " + who +
+                            " refused"};
+        past_sessions[rank].push_back(*registered[rank]);
+        registered[rank] = endpoint.session;
+        row_text[rank] = table_row_text(endpoint);
+        rc_for_peer[rank] = std::move(rc_entries);
+        Replacing& pending = replacing[rank].emplace();
+        pending.session = endpoint.session;
+        pending.waiting_for.assign(settings.world_size, false);
+        pending.event = std::make_shared<asio::steady_timer>(io);
+        pending.event->expires_after(settings.timeout);
+        const std::shared_ptr<asio::steady_timer> event = pending.event;
+        detail::logger().info("{}: rank {} is being replaced by session {}", name(), rank, session);
+        for (std::uint32_t other = 0; other < settings.world_size; ++other) {
+            if (other == rank || watchers[other] == nullptr) continue;
+            pending.waiting_for[other] = true;
+            ++pending.remaining;
+            std::string frame = R"({"type":"replacement","rank":)" + std::to_string(rank) +
+                                R"(,"session":")" + session + R"(","row":)";
+            append_row(frame, rank, other);
+            frame += '}';
+            send_event(other, std::move(frame));
+        }
+        // Its next frame (the barrier, after its table) is read from now on, so that a
+        // replacement that leaves while the live ranks reconnect it is noticed at once.
+        auto next = std::make_shared<NextFrame>();
+        asio::co_spawn(io, read_next_frame(connection, next, event), asio::detached_t{});
+        std::exception_ptr failure_inside;
+        try {
+            const auto deadline = std::chrono::steady_clock::now() + settings.timeout;
+            while (replacing[rank]->remaining != 0 && !next->done && std::chrono::steady_clock::now() < deadline) {
+                try {
+                    co_await event->async_wait(asio::use_awaitable);
+                } catch (const boost::system::system_error&) {
+                    // Woken: a live rank reconnected it, left, or the replacement's frame came.
+                }
+            }
+            if (next->done)
+                throw Rejection{"the replacement of rank " + std::to_string(rank) + " (session " + session +
+                                ") left before the live ranks reconnected it" +
+                                (next->error.empty() ? std::string() : ": " + next->error)};
+            if (replacing[rank]->remaining != 0) {
+                std::vector<std::uint32_t> missing;
+                for (std::uint32_t other = 0; other < settings.world_size; ++other)
+                    if (replacing[rank]->waiting_for[other]) missing.push_back(other);
+                throw Rejection{"the replacement of rank " + std::to_string(rank) + " (session " + session +
+                                ") was not reconnected within " + std::to_string(settings.timeout.count()) +
+                                " ms by ranks " + format_ranks(missing)};
+            }
+            std::string frame = R"({"type":"table","rows":[)";
+            for (std::uint32_t other = 0; other < settings.world_size; ++other) {
+                if (other != 0) frame += ',';
+                append_row(frame, other, rank);
+            }
+            frame += "]}";
+            co_await connection->write_frame(std::move(frame));
+            event->expires_after(settings.timeout);
+            const auto barrier_deadline = std::chrono::steady_clock::now() + settings.timeout;
+            while (!next->done && std::chrono::steady_clock::now() < barrier_deadline) {
+                try {
+                    co_await event->async_wait(asio::use_awaitable);
+                } catch (const boost::system::system_error&) {
+                    // Woken: its frame came (or a stray wake-up; look again).
+                }
+            }
+            if (!next->done)
+                throw Rejection{"the replacement of rank " + std::to_string(rank) + " (session " + session +
+                                ") did not enter the barrier within " + std::to_string(settings.timeout.count()) +
+                                " ms"};
+            if (!next->error.empty()) throw Error(next->error);
+            connection->parse_message(next->frame, "barrier");
+            const nlohmann::json release = {{"type", "release"}};
+            co_await connection->write_message(release);
+        } catch (...) {
+            failure_inside = std::current_exception();
+        }
+        replacing[rank].reset();
+        if (failure_inside) {
+            // The live ranks that reconnected it learn that this session has gone too.
+            const std::string gone =
+                nlohmann::json{{"type", "failed"}, {"rank", rank}, {"session", session}}.dump();
+            for (std::uint32_t other = 0; other < settings.world_size; ++other)
+                if (other != rank) send_event(other, gone);
+            std::rethrow_exception(failure_inside);
+        }
+        // Its queue pairs are all connected: the live ranks may use it now.
+        const std::string ready =
+            nlohmann::json{{"type", "ready"}, {"rank", rank}, {"session", session}}.dump();
+        for (std::uint32_t other = 0; other < settings.world_size; ++other)
+            if (other != rank) send_event(other, ready);
+        detail::logger().info("{}: rank {} replaced by session {}", name(), rank, session);
+        co_await watch(rank, connection);
     }
 
     void publish_table() {
@@ -419,6 +736,9 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
     state.row_text.resize(state.settings.world_size);
     state.rc_for_peer.resize(state.settings.world_size);
     state.in_barrier.resize(state.settings.world_size);
+    state.watchers.resize(state.settings.world_size);
+    state.past_sessions.resize(state.settings.world_size);
+    state.replacing.resize(state.settings.world_size);
     try {
         const tcp::endpoint endpoint(asio::ip::make_address(state.settings.bind_address),
                                      state.settings.port);
@@ -474,7 +794,8 @@ void RendezvousServer::wait() {
         throw Error("RendezvousServer::wait: " + state.name() + " was not started");
     std::unique_lock lock(state.mutex);
     // The deadline timer guarantees `finished`, at the latest shortly after the deadline.
-    state.finished_signal.wait(lock, [&state] { return state.finished; });
+    // With replacement the server goes on serving after the first release, until destroyed.
+    state.finished_signal.wait(lock, [&state] { return state.finished || state.released_all; });
     if (!state.final_error.empty()) throw Error(state.final_error);
 }
 

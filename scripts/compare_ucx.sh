@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# rdmachan on the software mlx5 device against UCX's ucx_perftest over TCP loopback, measured in
-# the same run, both tools pinned to the same CPUs (issue 9):
-#   - 8-byte RDMA write latency (one-way: half the ping-pong round trip, median of the samples);
-#   - 64 KiB and 1 MiB RDMA write bandwidth (average over the whole run).
+# rdmachan on the software mlx5 device against UCX's ucx_perftest, measured in the same run, both
+# tools pinned to the same CPUs (issues 9 and 17), on both of each one's paths between two
+# processes of one host:
+#   - same host: rdmachan's same-host path (RDMACHAN_SOFT_TRANSPORT=auto: payloads by
+#     cross-memory attach) against UCX shared memory (UCX_TLS=sm,self: posix/sysv + cma);
+#   - TCP: rdmachan with the same-host path off (RDMACHAN_SOFT_TRANSPORT=tcp) against UCX over
+#     TCP loopback (UCX_TLS=tcp,self);
+# for 8-byte RDMA write latency (one-way: half the ping-pong round trip, median of the samples)
+# and 64 KiB and 1 MiB RDMA write bandwidth (average over the whole run).
 # Each figure is the median of RUNS runs (default 3). Prints a markdown table with the ratios.
 # rdmachan runs on the software device (--device soft); both tools warm up with the same number
 # of unmeasured iterations before each measurement: WARMUP (default 10,000, ucx_perftest's
@@ -30,8 +35,12 @@ bench="$build_dir/tools/bench/rdmachan-bench"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# UCX over TCP on the loopback interface only; "self" lets a process reach itself.
-export UCX_TLS=tcp,self UCX_NET_DEVICES=lo UCX_WARN_UNUSED_ENV_VARS=n
+# UCX over TCP on the loopback interface only, or over shared memory; "self" lets a process
+# reach itself. ucx_transports picks one for the runs that follow.
+export UCX_WARN_UNUSED_ENV_VARS=n
+ucx_transports() {
+    if [ "$1" = tcp ]; then export UCX_TLS=tcp,self UCX_NET_DEVICES=lo; else export UCX_TLS=sm,self; unset UCX_NET_DEVICES; fi
+}
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
@@ -64,7 +73,9 @@ ucx_bandwidth() {
     # The overall message rate times the size: bytes per second, free of UCX's MB unit.
     ucx_run ucp_put_bw "$bytes" $((bandwidth_bytes / bytes)) | awk -v bytes="$bytes" '{printf "%.0f\n", $9 * bytes}'
 }
-rdmachan_json() { taskset -c "$cpus" "$bench" --device soft --format json "$@"; }
+# RDMACHAN_SOFT_TRANSPORT for the runs that follow: auto (same-host path) or tcp.
+rdmachan_transport=auto
+rdmachan_json() { RDMACHAN_SOFT_TRANSPORT=$rdmachan_transport taskset -c "$cpus" "$bench" --device soft --format json "$@"; }
 rdmachan_latency() {
     rdmachan_json -t write -s 8 -n "$latency_iterations" -w "$(warmup_for "$latency_iterations")" | python3 -c 'import json,sys; print(json.load(sys.stdin)["rows"][0]["t_typical_us"])'
 }
@@ -82,15 +93,19 @@ measure() {  # measure <name> <command...>: runs the command RUNS times, records
     for _ in $(seq 1 "$runs"); do "$@" >>"$work/$name"; done
 }
 
-# Interleave the tools so that a slow stretch of the machine hits both.
+# Interleave the tools and paths so that a slow stretch of the machine hits all of them.
 for size in latency 65536 1048576; do
-    if [ "$size" = latency ]; then
-        measure rdmachan_latency rdmachan_latency
-        measure ucx_latency ucx_latency
-    else
-        measure "rdmachan_bw_$size" rdmachan_bandwidth "$size"
-        measure "ucx_bw_$size" ucx_bandwidth "$size"
-    fi
+    for path in shm tcp; do
+        ucx_transports "$path"
+        if [ "$path" = shm ]; then rdmachan_transport=auto; else rdmachan_transport=tcp; fi
+        if [ "$size" = latency ]; then
+            measure "rdmachan_${path}_latency" rdmachan_latency
+            measure "ucx_${path}_latency" ucx_latency
+        else
+            measure "rdmachan_${path}_bw_$size" rdmachan_bandwidth "$size"
+            measure "ucx_${path}_bw_$size" ucx_bandwidth "$size"
+        fi
+    done
 done
 
 python3 - "$work" "$runs" "$cpus" "$warmup" "UCX $(ucx_info -v 2>/dev/null | sed -n "s/^# Version //p" | head -n 1)" <<'PY'
@@ -108,11 +123,13 @@ def row(label, ours, theirs, unit, scale, lower_is_better):
     runs_a = ", ".join("%.1f" % (x / scale) for x in figures(ours))
     runs_b = ", ".join("%.1f" % (x / scale) for x in figures(theirs))
     print("| %s | %.1f %s | %.1f %s | %.2f | %s (%s) | %s / %s |" % (label, a / scale, unit, b / scale, unit, ratio, target, verdict, runs_a, runs_b))
-print("| figure | rdmachan (soft mlx5 device) | UCX ucx_perftest (tcp, lo) | rdmachan / UCX | target | every run: rdmachan / UCX |")
+print("| figure | rdmachan (soft mlx5 device) | UCX ucx_perftest | rdmachan / UCX | target | every run: rdmachan / UCX |")
 print("|---|---:|---:|---:|---|---|")
-row("8 B RDMA write latency, one-way, median", "rdmachan_latency", "ucx_latency", "us", 1.0, True)
-row("64 KiB RDMA write bandwidth", "rdmachan_bw_65536", "ucx_bw_65536", "MB/s", 1e6, False)
-row("1 MiB RDMA write bandwidth", "rdmachan_bw_1048576", "ucx_bw_1048576", "MB/s", 1e6, False)
+for path, ours_label, theirs_label in (("shm", "same-host path", "sm,self"), ("tcp", "RDMACHAN_SOFT_TRANSPORT=tcp", "tcp, lo")):
+    suffix = " (rdmachan %s; UCX %s)" % (ours_label, theirs_label)
+    row("8 B RDMA write latency, one-way, median" + suffix, "rdmachan_%s_latency" % path, "ucx_%s_latency" % path, "us", 1.0, True)
+    row("64 KiB RDMA write bandwidth" + suffix, "rdmachan_%s_bw_65536" % path, "ucx_%s_bw_65536" % path, "MB/s", 1e6, False)
+    row("1 MiB RDMA write bandwidth" + suffix, "rdmachan_%s_bw_1048576" % path, "ucx_%s_bw_1048576" % path, "MB/s", 1e6, False)
 print()
 print("Medians of %s runs each; both tools pinned with `taskset -c %s` and warmed up with the same unmeasured iterations "
       "(%s, at most a tenth of the measured ones); rdmachan with `--device soft`; MB = 10^6 bytes. %s" % (runs, cpus, warmup, ucx_version))

@@ -90,14 +90,7 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
             std::max(settings.cq_entries, saturating_product(peer_count, settings.max_recv_wr)));
     }
 
-    transport::QueuePairSettings queue_pair_settings;
-    queue_pair_settings.max_send_wr = settings.max_send_wr;
-    queue_pair_settings.max_recv_wr = settings.max_recv_wr;
-    queue_pair_settings.max_send_sge = settings.max_send_sge;
-    queue_pair_settings.max_recv_sge = settings.max_recv_sge;
-    queue_pair_settings.max_inline_data = settings.max_inline_data;
-    queue_pair_settings.port = settings.port;
-    queue_pair_settings.access = static_cast<std::uint32_t>(settings.access);
+    const transport::QueuePairSettings queue_pair_settings = rc_queue_pair_settings();
 
     rc_queues_.resize(dc_.enabled ? 1 : peer_count);
     for (std::uint32_t index = 0; index < rc_queues_.size(); ++index) {
@@ -134,6 +127,18 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
     if (dc_.enabled) waiting_links_.assign(capacity, LinkedIndexQueue::kNone);
     free_slots_.reserve(capacity);
     for (std::uint64_t slot = capacity; slot-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(slot));
+}
+
+transport::QueuePairSettings Engine::rc_queue_pair_settings() const {
+    transport::QueuePairSettings queue_pair_settings;
+    queue_pair_settings.max_send_wr = settings_.max_send_wr;
+    queue_pair_settings.max_recv_wr = settings_.max_recv_wr;
+    queue_pair_settings.max_send_sge = settings_.max_send_sge;
+    queue_pair_settings.max_recv_sge = settings_.max_recv_sge;
+    queue_pair_settings.max_inline_data = settings_.max_inline_data;
+    queue_pair_settings.port = settings_.port;
+    queue_pair_settings.access = static_cast<std::uint32_t>(settings_.access);
+    return queue_pair_settings;
 }
 
 Engine::~Engine() {
@@ -182,6 +187,33 @@ void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
         throw Error("handshake with " + peer.name + ": " + error.what());
     }
     queue.remote = remote;
+    peer.connected = true;
+}
+
+void Engine::replace_rc_peer(std::uint32_t index, const ChannelEndpoint& remote) {
+    Peer& peer = peers_[index];
+    if (dc_.enabled) throw Error("replace " + peer.name + ": a DC multi-channel replaces through replace_dc_peer");
+    // The old queue pair may still hold work (a peer that died while idle is not in ERR yet).
+    if (peer.outstanding != 0) fail_and_flush(index, "its process was replaced");
+    RcQueue& queue = rc_queues_[index];
+    try {
+        queue.queue_pair = domain_->create_queue_pair(rc_queue_pair_settings(), send_completions_, receive_completions_);
+    } catch (const std::exception& error) {
+        throw Error("replace " + peer.name + ": creating its new queue pair failed: " + error.what());
+    }
+    queue.local.qpn = queue.queue_pair->qpn();
+    queue.local.psn = settings_.psn.has_value() ? *settings_.psn : random_psn();
+    peer.connected = false;
+    peer.send_in_flight = 0;
+    connect(index, remote);
+    peer.connected = false;
+    peer.unavailable = kReplacementNotConnected;
+    peer.healthy = true;
+}
+
+void Engine::mark_replacement_connected(std::uint32_t index) {
+    Peer& peer = peers_[index];
+    peer.unavailable = nullptr;
     peer.connected = true;
 }
 
@@ -301,7 +333,10 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     const std::uint64_t ticket = claim_slot(index, operation);
     if (ticket == kNoTicket) return ticket;
     Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
-    if (!peer.connected) return fail_immediately(ticket, mlx5::CompletionStatus::general_error, "the peer is not connected");
+    if (!peer.connected) [[unlikely]] {
+        return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
+                                peer.unavailable != nullptr ? peer.unavailable : "the peer is not connected");
+    }
     // DC: a failed peer is not retried on initiators the live peers share (its next failure
     // would take their work down with it).
     if (dc_.enabled && !peer.healthy) {
@@ -414,6 +449,9 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
     if (dc_.enabled) return post_dc_receive(index, local);
     const std::uint64_t ticket = claim_slot(index, Operation::receive);
     if (ticket == kNoTicket) return ticket;
+    if (peers_[index].unavailable != nullptr) [[unlikely]] {
+        return fail_immediately(ticket, mlx5::CompletionStatus::general_error, peers_[index].unavailable);
+    }
     const mlx5::ScatterGatherElement element{local.addr(), local.length(), local.lkey()};
     const mlx5::ReceiveWorkRequest request{ticket | kFinalRequest, &element, 1};
     std::uint32_t round = 0;

@@ -27,6 +27,11 @@ namespace rdmachan::detail {
 // The ticket of an operation that could not even get a slot.
 inline constexpr std::uint64_t kNoTicket = ~0ull;
 
+// Why a replaced peer's operations fail until its replacement has connected its side.
+inline constexpr const char* kReplacementNotConnected =
+    "the peer was replaced and its replacement is not connected yet (MultiChannel::reconnect, then "
+    "PeerEvent::Kind::replacement_connected)";
+
 // DC mode (MultiChannel only): W DC initiators shared by every peer, one DC target fed by a
 // shared receive queue of engine-owned receive buffers.
 struct DcSettings {
@@ -111,6 +116,15 @@ public:
         std::string device;
     };
     void connect_dc(std::uint32_t peer, const DcPeer& remote);
+
+    // Peer replacement: the peer's process died and a new one took its rank. Flushes what the
+    // old one still holds, then RC: a new queue pair connected to `remote` (the replacement's
+    // queue pair for this rank); DC: the replacement's target and initiators. Either way the
+    // peer's operations fail, naming why, until mark_replacement_connected(): the replacement
+    // may not have connected its side yet.
+    void replace_rc_peer(std::uint32_t peer, const ChannelEndpoint& remote);
+    void replace_dc_peer(std::uint32_t peer, const DcPeer& remote);
+    void mark_replacement_connected(std::uint32_t peer);
     // Queue pairs this engine created: RC one per peer; DC the initiators plus the target.
     std::uint32_t queue_pair_count() const;
 
@@ -174,6 +188,7 @@ private:
         std::string name;
         bool connected = false;
         bool healthy = true;
+        const char* unavailable = nullptr;  // set while a replacement is being connected
         std::uint32_t send_in_flight = 0;  // send work requests posted and not yet completed
         std::uint32_t outstanding = 0;     // operations (slots) not yet completed
         PeerCounters counters;
@@ -189,6 +204,7 @@ private:
         bool failed = false;  // in ERR: recovered once everything on it has completed
     };
 
+    transport::QueuePairSettings rc_queue_pair_settings() const;
     std::uint64_t claim_slot(std::uint32_t peer, Operation operation);
     bool wait_for_free_slot();
     bool wait_for_send_budget(Peer& peer, std::uint32_t count);

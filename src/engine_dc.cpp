@@ -109,6 +109,21 @@ void Engine::connect_dc(std::uint32_t index, const DcPeer& remote) {
     peer.connected = true;
 }
 
+void Engine::replace_dc_peer(std::uint32_t index, const DcPeer& remote) {
+    Peer& peer = peers_[index];
+    if (peer.outstanding != 0) fail_and_flush_dc(index, "its process was replaced");
+    // Messages the old process sent that no receive took: they belong to a session that has gone.
+    while (!peer.arrivals.empty()) repost_receive_buffer(peer.arrivals.pop(arrival_links_));
+    // Its old initiators name the old process: a late message from them is dropped, not matched.
+    std::erase_if(senders_, [index](const auto& entry) { return entry.second == index; });
+    peer.connected = false;
+    peer.initiator = -1;
+    connect_dc(index, remote);
+    peer.connected = false;
+    peer.unavailable = kReplacementNotConnected;
+    peer.healthy = true;
+}
+
 std::int32_t Engine::choose_initiator(Peer& peer, std::uint32_t count) {
     std::uint32_t round = 0;
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
@@ -215,6 +230,9 @@ std::uint64_t Engine::post_dc_receive(std::uint32_t index, const LocalSlice& loc
     Peer& peer = peers_[index];
     const std::uint64_t ticket = claim_slot(index, Operation::receive);
     if (ticket == kNoTicket) return ticket;
+    if (peer.unavailable != nullptr) [[unlikely]] {
+        return fail_immediately(ticket, mlx5::CompletionStatus::general_error, peer.unavailable);
+    }
     const auto slot_index = static_cast<std::uint32_t>(ticket);
     Slot& slot = slots_[slot_index];
     slot.receive_addr = local.addr();

@@ -112,15 +112,14 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
         remote.device = to_string(theirs.device);
         remotes[peer] = std::move(remote);
     }
-    if (engine_->dc_mode()) {
-        MultiChannel channels(std::move(engine_), rank_);
-        channels.remote_regions_ = std::move(regions);
-        return channels;
-    }
     // Queue pair `peer` of this rank talks to the queue pair that peer made for this rank.
-    for (std::uint32_t peer = 0; peer < world; ++peer) engine_->connect(peer, remotes[peer]);
+    if (!engine_->dc_mode()) {
+        for (std::uint32_t peer = 0; peer < world; ++peer) engine_->connect(peer, remotes[peer]);
+    }
     MultiChannel channels(std::move(engine_), rank_);
     channels.remote_regions_ = std::move(regions);
+    channels.lives_.resize(world);
+    for (std::uint32_t peer = 0; peer < world; ++peer) channels.lives_[peer].session = table[peer].session;
     return channels;
 }
 
@@ -136,11 +135,13 @@ MultiChannel PreparedMultiChannel::connect(RendezvousSettings settings) && {
                     " of " + std::to_string(settings.world_size) + ", this multi-channel is " + rank_text(rank_) + " of " +
                     std::to_string(engine_->peer_count()));
     }
-    Rendezvous rendezvous(settings);
-    const std::vector<Endpoint> table = rendezvous.exchange(endpoint());
+    auto rendezvous = std::make_shared<Rendezvous>(settings);
+    const std::vector<Endpoint> table = rendezvous->exchange(endpoint());
     MultiChannel channels = std::move(*this).handshake(table);
     // Nobody posts to a peer whose queue pair may not be connected yet.
-    rendezvous.barrier();
+    rendezvous->barrier();
+    // With replacement the connection stays: the server reports failures and replacements.
+    if (settings.replacement != PeerReplacement::disabled) channels.rendezvous_ = std::move(rendezvous);
     return channels;
 }
 

@@ -14,7 +14,9 @@
 // and unpolled handles. A scatter posts each peer's share under one doorbell per peer.
 //
 // Threading and buffers: as for Channel (one thread at a time; buffers valid until completion).
-// A peer whose queue pair failed fails only the operations that involve it.
+// A peer whose queue pair failed fails only the operations that involve it. With peer
+// replacement (RendezvousSettings::replacement) a new process can take a dead peer's rank:
+// poll_peer_events() says so, reconnect(peer) connects it.
 #pragma once
 
 #include <cstdint>
@@ -115,6 +117,20 @@ private:
 
 class MultiChannel;
 
+// What MultiChannel::poll_peer_events reports about a peer (see there).
+struct PeerEvent {
+    enum class Kind {
+        failed,                  // its operations fail: its queue pair failed, or its process left the rendezvous
+        replacement_available,   // a new process took its rank; MultiChannel::reconnect(peer) connects it
+        replacement_connected,   // the replacement is connected on both sides: its operations work again
+    };
+    Kind kind = Kind::failed;
+    std::uint32_t peer = 0;
+    std::uint64_t session = 0;  // failed: the session that failed; otherwise the replacement's
+    std::string reason;         // failed: what showed it
+};
+std::string_view to_string(PeerEvent::Kind kind);
+
 class MultiScope {
 public:
     ScopedWork post_send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
@@ -206,9 +222,34 @@ public:
     // learned in the handshake; rdmachan::Error naming the peer and the name if there is none.
     PeerRemoteMemoryRegion remote_region(std::uint32_t peer, const std::string& name) const;
 
+    // Peer replacement (connect() with RendezvousSettings::replacement; handshake/README.md).
+    // Polled, not a callback: a MultiChannel is used by one thread at a time, and a callback
+    // from the library's side would run beside that thread's posts and polls; polling keeps the
+    // application in charge of when a peer's queue pair is replaced. Without replacement only
+    // `failed` is reported (from the queue pairs). Never blocks.
+    std::vector<PeerEvent> poll_peer_events();
+    // Connects the replacement of `peer` announced by replacement_available: RC a new queue pair
+    // towards it, DC its new target number and key, its published regions as remote_region()
+    // gives them; tells the rendezvous, so the replacement can connect its side. Until
+    // replacement_connected the peer's operations fail, naming why. Operations on other peers
+    // are untouched. rdmachan::Error naming the peer when replacement is disabled, no
+    // replacement is pending, or the pending endpoint is the session that failed (stale).
+    void reconnect(std::uint32_t peer);
+    // The session of the process this multi-channel talks to as `peer` (learned at connect or
+    // from its replacement).
+    std::uint64_t peer_session(std::uint32_t peer) const;
+
 private:
     friend class PreparedMultiChannel;
     friend class MultiScope;
+    struct PeerLife {
+        std::uint64_t session = 0;         // the connected process
+        bool failure_reported = false;
+        std::optional<Endpoint> pending;   // a replacement not yet reconnected
+        std::optional<std::uint64_t> connecting;  // reconnected, waiting for `ready`
+    };
+    std::shared_ptr<Rendezvous> rendezvous_;  // the watch, with replacement enabled
+    std::vector<PeerLife> lives_;  // by peer
     MultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
     void check_peer(const char* call, std::uint32_t peer) const;
     PendingMultiWork post_shares(const char* call, std::span<const PeerTransfer> shares, WorkBatch::Kind kind,

@@ -2,12 +2,15 @@
 // for all ranks, sends each rank the table it needs, then runs a barrier so nobody moves queue
 // pairs to RTR/RTS before every endpoint is known. Rank i's table holds every rank's endpoint
 // with its `rc` cut down to the entry that rank made for i (so bytes per rank grow linearly
-// with the world size). Wire protocol (version 2): handshake/README.md.
+// with the world size). With peer replacement the server stays for the life of the job and
+// each rank keeps its connection to hear of failed ranks and of the processes that replace them
+// (PeerReplacement). Wire protocol (version 2): handshake/README.md.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +25,12 @@ struct RendezvousServerSettings {
     std::string job;                           // every rank must name the same job
     std::string token;                         // every rank must prove it knows this (never sent)
     std::chrono::milliseconds timeout{30000};  // from start() to the end of the barrier
+    // Peer replacement: the server keeps every rank's connection after the release and runs
+    // for the life of the job (wait() returns after the first release; the destructor stops
+    // it), so a process that replaces a rank whose process died can register again. Every
+    // rank must then enable it too (RendezvousSettings::replacement). `timeout` also bounds
+    // each replacement: the live ranks must reconnect it within that time.
+    bool replacement = false;
 };
 
 // Accepts the ranks in any order on one io_context and one thread. Usable standalone (a tool
@@ -52,6 +61,26 @@ class RendezvousServer {
     std::unique_ptr<State> state_;
 };
 
+// Whether a rank takes part in peer replacement (handshake/README.md, "Peer replacement").
+enum class PeerReplacement {
+    disabled,             // today's rendezvous: the connection closes after the barrier
+    enabled,              // a rank of the first rendezvous; stays connected to hear of replacements
+    replace_failed_rank,  // this process takes over `rank`, whose process has gone
+};
+
+// What the rendezvous server told a watching rank (Rendezvous::poll_events).
+struct RendezvousEvent {
+    enum class Kind {
+        failed,       // `rank`'s process (session `session`) closed its connection: it has gone
+        replacement,  // a process with session `session` replaces `rank`; its endpoint as for exchange()
+        ready,        // the replacement `session` of `rank` connected every queue pair: usable now
+    };
+    Kind kind = Kind::failed;
+    std::uint32_t rank = 0;
+    std::uint64_t session = 0;
+    Endpoint endpoint;  // replacement only
+};
+
 struct RendezvousSettings {
     std::string host = "127.0.0.1";  // the server's address (name or IP)
     std::uint16_t port = 0;
@@ -63,6 +92,10 @@ struct RendezvousSettings {
     std::chrono::milliseconds timeout{30000};
     // Rank 0 hosts the server in-process, bound to `host` (port 0: see Rendezvous::port()).
     bool serve_in_process = false;
+    // Peer replacement; the server must run with RendezvousServerSettings::replacement. With an
+    // in-process server (rank 0) that server dies with rank 0, so rank 0 cannot be replaced:
+    // run the server apart (a launcher, or a process of its own) to replace any rank.
+    PeerReplacement replacement = PeerReplacement::disabled;
 };
 
 class Rendezvous {
@@ -79,7 +112,16 @@ class Rendezvous {
     // server and the reason (rejection, deadline, protocol error).
     std::vector<Endpoint> exchange(const Endpoint& mine);
     // Returns once every rank has entered the barrier; on the same connection as exchange().
+    // With replacement the connection stays open afterwards (poll_events).
     void barrier();
+
+    // With replacement enabled, after barrier(): the events the server sent since the last
+    // call, without blocking. Throws rdmachan::Error naming the server when the connection to
+    // it was lost.
+    std::vector<RendezvousEvent> poll_events();
+    // Tells the server this rank connected the replacement `session` of rank `peer`; RC: the
+    // queue pair it made for it (`entry`), which the replacement connects to.
+    void acknowledge_replacement(std::uint32_t peer, std::uint64_t session, const std::optional<RcEntry>& entry);
 
     // The port the client connects to (the in-process server's chosen port on rank 0).
     std::uint16_t port() const;

@@ -72,6 +72,7 @@ std::shared_ptr<Device> Device::open(const DeviceOptions& options) {
 Device::~Device() = default;
 
 std::array<std::uint8_t, 16> Device::gid() const { return core_->gid; }
+std::uint64_t Device::transfers_by_reference() const { return core_->transfers_by_reference.load(std::memory_order_relaxed); }
 std::uint16_t Device::lid() const { return core_->lid; }
 
 std::string Device::name() const {

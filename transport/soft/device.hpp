@@ -333,6 +333,9 @@ public:
     // mlx5dv_ah.av gives it on hardware: GRH present, rgid = this device's GID, rlid = its LID.
     // make_dc_address_vector adds the DCT number and key.
     std::array<std::uint8_t, 48> address_vector() const;
+    // Requests this device, as responder, moved by cross-memory attach (the same-host path):
+    // lets tests and tools see which path the payloads took.
+    std::uint64_t transfers_by_reference() const;
 
     DeviceCore& core() { return *core_; }
 
@@ -342,7 +345,8 @@ private:
 };
 
 // Fault injection for tests: while on, every software device of this process drops all
-// frames to and from other devices (its own loopback traffic still flows), as a network
+// frames to and from other devices (its own loopback traffic and the hello exchange that opens
+// a connection still flow), as a network
 // partition would: nothing is closed, requests simply go unanswered until the transport
 // timeout and retries give up, exactly as a ConnectX reports a peer it cannot reach.
 void simulate_partition(bool partitioned) noexcept;

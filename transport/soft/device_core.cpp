@@ -15,8 +15,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "src/logger.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
@@ -90,6 +92,10 @@ std::string socket_failure(int error) {
 
 DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(owner) {
     raise_open_file_limit();
+    transport_mode_ = transport_mode_from_environment();
+    if (transport_mode_ == TransportMode::same_host) by_reference_threshold_ = 1;
+    std::random_device random;
+    probe_word_ = (static_cast<std::uint64_t>(random()) << 32 | random()) | 1;  // never 0: unreadable memory reads as 0
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(options.port);
@@ -299,10 +305,8 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
     event.events = EPOLLIN;
     event.data.u64 = reinterpret_cast<std::uint64_t>(connection.get());
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket, &event);
-    wire::Hello hello{};
-    std::memcpy(hello.gid, gid.data(), 16);
-    hello.lid = lid;
-    queue_output(*connection, wire::frame(wire::FrameType::hello, hello));
+    queue_output(*connection, wire::frame(wire::FrameType::hello, make_hello(0)));
+    connection->awaiting_reply = true;
     connections_.push_back(std::move(connection));
     return connections_.back().get();
 }
@@ -325,7 +329,11 @@ void acquire_remote_writes() noexcept {
 
 void DeviceCore::queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes) {
     if (connection.socket < 0) return;
-    if (partitioned_from_everyone.load(std::memory_order_relaxed)) return;  // lost on the wire
+    // Lost on the wire; but a hello and its reply go through, as a connection opened during a
+    // partition (its SYN got through): otherwise requests would wait for the reply forever.
+    const bool hello = bytes.size() > sizeof(wire::FrameHeader) &&
+                       bytes[offsetof(wire::FrameHeader, type)] == static_cast<std::uint8_t>(wire::FrameType::hello);
+    if (partitioned_from_everyone.load(std::memory_order_relaxed) && !hello) return;
     connection.output.insert(connection.output.end(), bytes.begin(), bytes.end());
     write_connection(connection);
 }
@@ -385,7 +393,7 @@ void DeviceCore::read_connection(Connection& connection) {
         const std::size_t total = sizeof header + body + header.payload_length;
         if (connection.input.size() - offset < total) break;
         const std::uint8_t* body_bytes = connection.input.data() + offset + sizeof header;
-        if (!partitioned_from_everyone.load(std::memory_order_relaxed)) {
+        if (!partitioned_from_everyone.load(std::memory_order_relaxed) || header.type == wire::FrameType::hello) {
             handle_frame(connection, header.type, body_bytes, body_bytes + body, header.payload_length);
         }
         offset += total;
@@ -422,9 +430,7 @@ void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, cons
         case wire::FrameType::hello: {
             wire::Hello hello;
             std::memcpy(&hello, body, sizeof hello);
-            std::memcpy(connection.gid.data(), hello.gid, 16);
-            connection.lid = hello.lid;
-            connection.identified = true;
+            handle_hello(connection, hello);
             return;
         }
         case wire::FrameType::request: {

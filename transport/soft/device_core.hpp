@@ -16,6 +16,7 @@
 
 #include "transport/soft/device.hpp"
 #include "transport/soft/indirect_keys.hpp"
+#include "transport/soft/same_host.hpp"
 #include "transport/soft/wire.hpp"
 
 namespace rdmachan::soft {
@@ -66,6 +67,9 @@ struct InFlight {
     // Where read data or an atomic result lands (validated when the WQE was executed).
     std::vector<std::pair<std::uint8_t*, std::uint32_t>> local_targets;
     std::uint32_t length = 0;
+    // Same host: the frame carries where the payload is (or, for a read, goes) in this process;
+    // the responder moves it with cross-memory attach, so a read's response carries no data.
+    bool by_reference = false;
 };
 
 enum class Transport : std::uint8_t { reliable_connected, dc_initiator, dc_target };
@@ -128,6 +132,14 @@ struct Connection {
     std::uint16_t lid = 0;
     bool identified = false;  // hello received (incoming) or sent (outgoing)
     bool outgoing = false;
+    // Outgoing: the hello is sent and its reply not yet in. Requests are not held for it (that
+    // would add a round trip to every first request): until it comes they carry their payloads.
+    bool awaiting_reply = false;
+    // Same-host path agreed for this connection (outgoing: the peer moves our payloads with
+    // cross-memory attach; incoming: we may, into and out of process `peer_pid`).
+    bool by_reference = false;
+    std::uint32_t peer_pid = 0;
+    bool move_failure_logged = false;  // a dying peer fails every queued move: said once
     std::vector<std::uint8_t> input;
     std::vector<std::uint8_t> output;
     std::size_t output_offset = 0;
@@ -159,6 +171,9 @@ public:
     void move_to_error(QueuePairContext& queue_pair, const char* why);
     void wake();
     void close_connections_gracefully();
+
+    // Requests whose payload the responder moved by cross-memory attach (this device responding).
+    std::atomic<std::uint64_t> transfers_by_reference{0};
 
 private:
     void run();
@@ -194,6 +209,11 @@ private:
     bool send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame);
 
     Connection* connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
+    // The open connection to that device when its payloads may go by reference, else nullptr.
+    const Connection* same_host_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid) const;
+    wire::Hello make_hello(std::uint8_t flags) const;
+    void handle_hello(Connection& connection, const wire::Hello& hello);
+    std::string peer_name(const Connection& connection) const;
     void accept_connections();
     void read_connection(Connection& connection);
     void write_connection(Connection& connection);
@@ -242,6 +262,13 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<bool> doorbells_pending_{false};
     std::vector<std::unique_ptr<Connection>> connections_;
+    TransportMode transport_mode_ = TransportMode::automatic;
+    // Payloads from this size up move by cross-memory attach on the same-host path; below it one
+    // copy into the frame costs less than the responder's process_vm_readv/writev. Forced to the
+    // same-host path (RDMACHAN_SOFT_TRANSPORT=shm), every payload does, so tests run on it.
+    std::uint64_t by_reference_threshold_ = 4096;
+    // A random word peers read with process_vm_readv to prove cross-memory attach reaches us.
+    alignas(8) std::uint64_t probe_word_ = 0;
     std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself
     std::thread thread_;
 };

@@ -172,11 +172,30 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
         ++units;
     }
 
+    // Same host: pointer segments of a large write, send or read go as (address, length) for the
+    // responder to move with cross-memory attach; they are collected here and copied into the
+    // frame only if the request turns out small or mixes in inline data.
+    const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
+    bool by_reference = opcode != kOpcodeAtomicCompareAndSwap && opcode != kOpcodeAtomicFetchAndAdd &&
+                        !(remote.gid == gid && remote.lid == lid) && same_host_connection(remote.gid, remote.lid) != nullptr;
+    wire::Segment segments[wire::kMaxSegments];
+    std::uint32_t segment_count = 0;
+    std::uint64_t referenced_bytes = 0;
+    std::vector<std::uint8_t> payload;
+    auto copy_referenced = [&] {
+        for (std::uint32_t i = 0; i < segment_count; ++i) {
+            const auto* bytes = reinterpret_cast<const std::uint8_t*>(segments[i].address);
+            payload.insert(payload.end(), bytes, bytes + segments[i].length);
+        }
+        segment_count = 0;
+        referenced_bytes = 0;
+        by_reference = false;
+    };
+
     InFlight in_flight;
     in_flight.wqe_counter = wqe_index;
     in_flight.opcode = opcode;
     in_flight.signaled = signaled;
-    std::vector<std::uint8_t> payload;
     std::uint8_t syndrome = 0;
     while (units < ds && syndrome == 0) {
         std::uint8_t segment[kDataSegmentSize];
@@ -188,6 +207,8 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
                 syndrome = kSyndromeLocalQpOperation;
                 break;
             }
+            if (by_reference && !is_read_or_atomic(opcode)) copy_referenced();  // inline data follows: keep the order
+            by_reference = false;
             const std::size_t old_size = payload.size();
             payload.resize(old_size + length);
             copy_from_ring(ring, position + kInlineHeaderSize, payload.data() + old_size, length);
@@ -210,11 +231,20 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
             in_flight.local_targets.insert(in_flight.local_targets.end(), pieces.begin(), pieces.end());
             in_flight.length += byte_count;
         } else {
-            if (payload.size() + byte_count > wire::kMaxPayload) {
+            if (payload.size() + referenced_bytes + byte_count > wire::kMaxPayload) {
                 syndrome = kSyndromeLocalLength;
                 break;
             }
-            for (auto [piece, piece_length] : pieces) payload.insert(payload.end(), piece, piece + piece_length);
+            // Each piece (one, or an indirect key's) travels by reference or in the frame.
+            for (auto [piece, piece_length] : pieces) {
+                if (by_reference && segment_count == wire::kMaxSegments) copy_referenced();
+                if (by_reference) {
+                    segments[segment_count++] = {reinterpret_cast<std::uint64_t>(piece), piece_length};
+                    referenced_bytes += piece_length;
+                } else {
+                    payload.insert(payload.end(), piece, piece + piece_length);
+                }
+            }
         }
     }
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) && in_flight.length != 8) {
@@ -230,7 +260,22 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
-    request.length = is_read_or_atomic(opcode) ? in_flight.length : static_cast<std::uint32_t>(payload.size());
+    if (opcode == kOpcodeRdmaRead && by_reference && in_flight.length >= by_reference_threshold_ &&
+        in_flight.local_targets.size() <= wire::kMaxSegments) {
+        for (auto [address, length] : in_flight.local_targets) {
+            segments[segment_count++] = {reinterpret_cast<std::uint64_t>(address), length};
+        }
+    } else if (referenced_bytes < by_reference_threshold_) {
+        copy_referenced();  // small: one copy into the frame is cheaper than a system call at the target
+    }
+    request.length = is_read_or_atomic(opcode) ? in_flight.length
+                                               : static_cast<std::uint32_t>(segment_count != 0 ? referenced_bytes : payload.size());
+    if (segment_count != 0) {
+        request.by_reference = 1;
+        in_flight.by_reference = true;
+        payload.resize(segment_count * sizeof(wire::Segment));
+        std::memcpy(payload.data(), segments, payload.size());
+    }
     request.psn = queue_pair.next_psn;
     queue_pair.next_psn = (queue_pair.next_psn + 1) & 0xffffff;
     in_flight.psn = request.psn;
@@ -258,11 +303,18 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
         case wire::ResponseKind::ack: {
             InFlight done = std::move(queue_pair.in_flight.front());
             queue_pair.in_flight.pop_front();
-            if (is_read_or_atomic(done.opcode)) {
-                if (payload_length != done.length) {
-                    fail_queue_pair(queue_pair, kSyndromeBadResponse, "response length differs from the request");
-                    return;
-                }
+            // A read or atomic answer carries its data, unless the responder moved it by reference;
+            // a malformed answer fails the request it answers (already off in_flight, so completed
+            // here), then the QP.
+            const bool expects_data = is_read_or_atomic(done.opcode) && !done.by_reference;
+            const bool length_checked = expects_data || done.by_reference;
+            if (length_checked && payload_length != (expects_data ? done.length : 0u)) {
+                complete_requester(queue_pair, done, kSyndromeBadResponse);
+                move_to_error(queue_pair, done.by_reference ? "data in the answer to a request moved by reference"
+                                                            : "response length differs from the request");
+                return;
+            }
+            if (expects_data) {
                 std::uint32_t offset = 0;
                 for (auto [address, length] : done.local_targets) {
                     std::memcpy(address, payload + offset, length);

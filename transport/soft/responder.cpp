@@ -1,7 +1,10 @@
 // The responder side of the software device: checks a request against the target QP and the
 // memory it names, performs it, consumes receive WQEs, and answers with ACK, RNR NAK or NAK.
 // The target process never calls in: this runs on its device's progress thread.
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "src/logger.hpp"
 #include "transport/mlx5/barriers.hpp"
@@ -108,7 +111,28 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     const bool carries_payload = request.opcode == kOpcodeRdmaWrite || request.opcode == kOpcodeRdmaWriteImmediate ||
                                  request.opcode == kOpcodeSend || request.opcode == kOpcodeSendImmediate ||
                                  request.opcode == kOpcodeSendInvalidate;
-    if (carries_payload && payload_length != request.length) return;  // malformed: dropped
+    // Same host: the payload names the initiator's memory, moved only after the checks below.
+    const bool by_reference = request.by_reference != 0;
+    iovec initiator_memory[wire::kMaxSegments];
+    std::size_t initiator_segments = 0;
+    if (by_reference) {
+        if (!connection.by_reference || (!carries_payload && request.opcode != kOpcodeRdmaRead)) return;  // not agreed: dropped
+        if (payload_length == 0 || payload_length % sizeof(wire::Segment) != 0 ||
+            payload_length / sizeof(wire::Segment) > wire::kMaxSegments) {
+            return;  // malformed: dropped
+        }
+        std::uint64_t total = 0;
+        initiator_segments = payload_length / sizeof(wire::Segment);
+        for (std::size_t i = 0; i < initiator_segments; ++i) {
+            wire::Segment segment;
+            std::memcpy(&segment, payload + i * sizeof segment, sizeof segment);
+            initiator_memory[i] = {reinterpret_cast<void*>(segment.address), static_cast<std::size_t>(segment.length)};
+            total += segment.length;
+        }
+        if (total != request.length) return;  // malformed: dropped
+    } else if (carries_payload && payload_length != request.length) {
+        return;  // malformed: dropped
+    }
 
     // A DCT serves many initiators: a responder error is reported on its CQ and to the one
     // initiator, but does not take the DCT down (hardware raises an async event instead).
@@ -130,6 +154,53 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         return translate_memory(request.rkey, queue_pair.protection_domain, request.remote_addr, length, access, pieces);
     };
 
+    // Moves the payload between this process's `local` vectors and the initiator's memory. A
+    // failure means the initiator's own memory went away under its request (the checks on ours
+    // passed): it completes as a local protection error, as its NIC would report it.
+    auto move_by_reference = [&](const iovec* local, std::size_t local_count, bool into_initiator) {
+        const int error = into_initiator
+                              ? write_to_process(connection.peer_pid, local, local_count, initiator_memory, initiator_segments, request.length)
+                              : read_from_process(connection.peer_pid, local, local_count, initiator_memory, initiator_segments, request.length);
+        if (error != 0) {
+            if (!std::exchange(connection.move_failure_logged, true)) {
+                detail::logger().warn("software device {}: QP {}: cross-memory attach with process {} failed: {} (said once per connection)",
+                                      owner_.name(), queue_pair.qpn, connection.peer_pid, std::strerror(error));
+            }
+            refuse(kSyndromeLocalProtection);
+            return false;
+        }
+        transfers_by_reference.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    };
+    // The same for memory in more pieces than one cross-memory call takes (an indirect key's
+    // layout): through one bounce buffer, scattered or gathered here.
+    auto move_pieces_by_reference = [&](const MemorySegments& local_pieces, bool into_initiator) {
+        if (local_pieces.size() <= wire::kMaxSegments) {
+            iovec local[wire::kMaxSegments];
+            for (std::size_t i = 0; i < local_pieces.size(); ++i) local[i] = {local_pieces[i].first, local_pieces[i].second};
+            return move_by_reference(local, local_pieces.size(), into_initiator);
+        }
+        std::vector<std::uint8_t> bounce(request.length);
+        std::uint32_t offset = 0;
+        if (into_initiator) {
+            for (auto [piece, piece_length] : local_pieces) {
+                std::memcpy(bounce.data() + offset, piece, piece_length);
+                offset += piece_length;
+            }
+        }
+        const iovec local{bounce.data(), request.length};
+        if (!move_by_reference(&local, 1, into_initiator)) return false;
+        if (!into_initiator) {
+            for (auto [piece, piece_length] : local_pieces) {
+                if (offset == request.length) break;
+                const std::uint32_t chunk = std::min(piece_length, request.length - offset);
+                std::memcpy(piece, bounce.data() + offset, chunk);
+                offset += chunk;
+            }
+        }
+        return true;
+    };
+
     switch (request.opcode) {
         case kOpcodeRdmaWrite:
         case kOpcodeRdmaWriteImmediate: {
@@ -142,10 +213,15 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 refuse(kSyndromeRemoteAccess);  // target memory untouched
                 return;
             }
-            std::uint32_t written = 0;
-            for (auto [piece, piece_length] : pieces) {
-                std::memcpy(piece, payload + written, piece_length);
-                written += piece_length;
+            if (by_reference) {
+                // The pieces the key maps the write to (one for a region).
+                if (!move_pieces_by_reference(pieces, false)) return;
+            } else {
+                std::uint32_t written = 0;
+                for (auto [piece, piece_length] : pieces) {
+                    std::memcpy(piece, payload + written, piece_length);
+                    written += piece_length;
+                }
             }
             if (request.opcode == kOpcodeRdmaWriteImmediate) {
                 consume_receive(queue_pair);
@@ -163,6 +239,18 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
                 return;
             }
+            if (by_reference && !receive.protection_error && request.length <= receive.capacity) {
+                // Before the receive is consumed: a failed move leaves the responder's queue as it was.
+                MemorySegments used;  // the receive's pieces the message fills
+                std::uint32_t placed = 0;
+                for (auto [address, length] : receive.segments) {
+                    if (placed == request.length) break;
+                    const std::uint32_t chunk = std::min(length, request.length - placed);
+                    used.emplace_back(address, chunk);
+                    placed += chunk;
+                }
+                if (!move_pieces_by_reference(used, false)) return;
+            }
             consume_receive(queue_pair);
             if (receive.protection_error) {
                 write_error_cqe(*queue_pair.recv_cq, queue_pair, false, receive.wqe_counter, 0, kSyndromeLocalProtection);
@@ -176,7 +264,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 responder_error("message longer than the receive WQE");
                 return;
             }
-            std::uint32_t offset = 0;
+            std::uint32_t offset = by_reference ? request.length : 0;  // by reference: already placed
             for (auto [address, length] : receive.segments) {
                 if (offset == request.length) break;
                 const std::uint32_t chunk = std::min(length, request.length - offset);
@@ -193,6 +281,12 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         case kOpcodeRdmaRead: {
             if (request.length != 0 && !remote_memory(request.length, kRemoteRead)) {
                 refuse(kSyndromeRemoteAccess);
+                return;
+            }
+            if (by_reference) {
+                if (!move_pieces_by_reference(pieces, true)) return;
+                accept();
+                respond(connection, answer(request, wire::ResponseKind::ack));
                 return;
             }
             accept();

@@ -28,10 +28,40 @@ struct FrameHeader {
     FrameType type;
 };
 
+// The connecting device sends a hello; the accepting device answers it with a hello marked as
+// the reply. Besides naming the devices, the pair settles the same-host path: the caller
+// offers it with its host identity, its pid and the address of a word holding a random value;
+// the answering device reads that word with process_vm_readv, and accepts only when it reads
+// the value back (so cross-memory attach works and the pid is really the caller's).
 struct Hello {
     std::uint8_t gid[16];
     std::uint16_t lid;
+    std::uint8_t same_host_flags;  // HelloFlag bits
+    std::uint8_t boot_id[16];
+    std::uint32_t uid;
+    std::uint64_t network_namespace;
+    std::uint64_t pid_namespace;
+    std::uint32_t pid;
+    std::uint64_t probe_address;  // caller: where its probe word is
+    std::uint64_t probe_value;    // caller: the word's value
+    std::int32_t refusal;         // reply: errno of a refused cross-memory attach, else 0
 };
+
+enum HelloFlag : std::uint8_t {
+    kHelloReply = 1u << 0,           // the answer to a caller's hello
+    kOffersSameHost = 1u << 1,       // caller: may use the same-host path (RDMACHAN_SOFT_TRANSPORT is not tcp)
+    kSameHost = 1u << 2,             // reply: the caller is on this host (boot, user, namespaces)
+    kCrossMemoryAttach = 1u << 3,    // reply: payloads may be moved by reference with process_vm_*
+};
+
+// A request whose payload is moved by cross-memory attach carries, instead of the bytes, where
+// they are (write, send) or go (read) in the initiator's memory: one Segment per scatter/gather
+// entry. The responder moves the bytes after its own checks, so a refused request moves none.
+struct Segment {
+    std::uint64_t address;
+    std::uint64_t length;
+};
+inline constexpr std::uint32_t kMaxSegments = 32;
 
 struct Request {
     std::uint32_t source_qpn;
@@ -47,6 +77,7 @@ struct Request {
     std::uint64_t swap;
     std::uint8_t dc_flags;    // RequestDcFlag bits; 0 for RC
     std::uint64_t dc_key;     // DC: the key from the initiator's address vector
+    std::uint8_t by_reference;  // 1: the payload is Segments in the initiator's memory (same host)
 };
 
 enum RequestDcFlag : std::uint8_t {

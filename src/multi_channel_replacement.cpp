@@ -1,0 +1,150 @@
+// Peer replacement on the MultiChannel side: failures and replacements reported as polled
+// events, and reconnect() of one peer while the others go on (handshake/README.md, "Peer
+// replacement", has the protocol; src/engine*.cpp the queue pairs).
+#include "rdmachan/multi_channel.hpp"
+#include "src/engine.hpp"
+
+namespace rdmachan {
+namespace {
+
+std::string session_text(std::uint64_t session) {
+    static constexpr char digits[] = "0123456789abcdef";
+    std::string text(16, '0');
+    for (int index = 15; index >= 0; --index, session >>= 4) text[static_cast<std::size_t>(index)] = digits[session & 0xf];
+    return text;
+}
+
+}  // namespace
+
+std::string_view to_string(PeerEvent::Kind kind) {
+    switch (kind) {
+        case PeerEvent::Kind::failed: return "failed";
+        case PeerEvent::Kind::replacement_available: return "replacement_available";
+        case PeerEvent::Kind::replacement_connected: return "replacement_connected";
+    }
+    return "unknown";
+}
+
+std::uint64_t MultiChannel::peer_session(std::uint32_t peer) const {
+    check_peer("MultiChannel::peer_session", peer);
+    return lives_[peer].session;
+}
+
+std::vector<PeerEvent> MultiChannel::poll_peer_events() {
+    std::vector<PeerEvent> events;
+    auto report_failure = [&](std::uint32_t peer, std::string reason) {
+        PeerLife& life = lives_[peer];
+        if (life.failure_reported) return;
+        life.failure_reported = true;
+        events.push_back({PeerEvent::Kind::failed, peer, life.session, std::move(reason)});
+    };
+    // The queue pairs' view: a peer whose operations failed. A peer being replaced is not
+    // reported again: its old queue pair's failure is what made it be replaced.
+    for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
+        if (!engine_->healthy(peer) && !lives_[peer].connecting) report_failure(peer, "its operations failed");
+    }
+    if (rendezvous_ == nullptr) return events;
+    for (RendezvousEvent& event : rendezvous_->poll_events()) {
+        PeerLife& life = lives_[event.rank];
+        switch (event.kind) {
+            case RendezvousEvent::Kind::failed:
+                // A session that is not the connected one (a replacement that died before it
+                // was connected) changes nothing here.
+                if (event.session == life.session) {
+                    report_failure(event.rank, "its process left the rendezvous (session " + session_text(event.session) +
+                                                   ")");
+                } else if ((life.connecting && *life.connecting == event.session) ||
+                           (life.pending && life.pending->session == event.session)) {
+                    // The replacement announced (or reconnected) left before it was connected:
+                    // the peer stays unusable until another one comes.
+                    life.connecting.reset();
+                    life.pending.reset();
+                    events.push_back({PeerEvent::Kind::failed, event.rank, event.session,
+                                      "its replacement (session " + session_text(event.session) +
+                                          ") left before it was connected"});
+                }
+                break;
+            case RendezvousEvent::Kind::replacement:
+                // The server accepts a replacement only for a rank whose process has gone.
+                report_failure(event.rank, "a new process replaced it");
+                life.pending = std::move(event.endpoint);
+                life.connecting.reset();
+                events.push_back({PeerEvent::Kind::replacement_available, event.rank, event.session, {}});
+                break;
+            case RendezvousEvent::Kind::ready:
+                if (life.connecting && *life.connecting == event.session) {
+                    engine_->mark_replacement_connected(event.rank);
+                    life.session = event.session;
+                    life.connecting.reset();
+                    life.failure_reported = false;
+                    events.push_back({PeerEvent::Kind::replacement_connected, event.rank, event.session, {}});
+                }
+                break;
+        }
+    }
+    return events;
+}
+
+void MultiChannel::reconnect(std::uint32_t peer) {
+    check_peer("MultiChannel::reconnect", peer);
+    const std::string me = "MultiChannel::reconnect (rank " + std::to_string(rank_) + ", peer rank " +
+                           std::to_string(peer) + ")";
+    if (rendezvous_ == nullptr) {
+        throw Error(me + ": peer replacement is not enabled for this multi-channel (connect it with "
+                         "RendezvousSettings::replacement)");
+    }
+    if (peer == rank_) throw Error(me + ": a rank does not replace itself");
+    PeerLife& life = lives_[peer];
+    if (!life.pending) {
+        throw Error(me + ": no replacement of rank " + std::to_string(peer) +
+                    " is available (wait for PeerEvent::Kind::replacement_available)");
+    }
+    const Endpoint replacement = std::move(*life.pending);
+    life.pending.reset();
+    if (replacement.session == life.session) {
+        throw Error(me + ": the endpoint offered for rank " + std::to_string(peer) + " has session " +
+                    session_text(replacement.session) + ", the session that failed: refused as stale");
+    }
+    if (replacement.rank != peer) {
+        throw Error(me + ": the replacement's endpoint is for rank " + std::to_string(replacement.rank));
+    }
+    std::optional<RcEntry> mine;
+    try {
+        if (engine_->dc_mode()) {
+            if (replacement.dc.empty() || replacement.dci.empty()) {
+                throw Error("the replacement published no DC target or no DC initiators (is it in RC mode?)");
+            }
+            detail::Engine::DcPeer remote;
+            remote.gid = replacement.port.gid;
+            remote.lid = replacement.port.lid;
+            remote.dctn = replacement.dc.front().dctn;
+            remote.key = replacement.dc.front().dc_key;
+            remote.initiators = replacement.dci;
+            remote.device = to_string(replacement.device);
+            engine_->replace_dc_peer(peer, remote);
+        } else {
+            const RcEntry* entry = nullptr;
+            for (const RcEntry& candidate : replacement.rc) {
+                if (candidate.peer == rank_) entry = &candidate;
+            }
+            if (entry == nullptr) throw Error("the replacement published no RC entry for this rank");
+            ChannelEndpoint remote;
+            remote.gid = replacement.port.gid;
+            remote.lid = replacement.port.lid;
+            remote.qpn = entry->qpn;
+            remote.psn = entry->psn;
+            remote.mtu = replacement.port.mtu;
+            remote.device = to_string(replacement.device);
+            engine_->replace_rc_peer(peer, remote);
+            const ChannelEndpoint& local = engine_->local_endpoint(peer);
+            mine = RcEntry{peer, local.qpn, local.psn};
+        }
+    } catch (const Error& error) {
+        throw Error(me + ": " + error.what());
+    }
+    if (peer < remote_regions_.size()) remote_regions_[peer] = replacement.regions;
+    life.connecting = replacement.session;
+    rendezvous_->acknowledge_replacement(peer, replacement.session, mine);
+}
+
+}  // namespace rdmachan

@@ -1,0 +1,489 @@
+// The software device's same-host path: payloads of writes, sends and reads move between two
+// processes by cross-memory attach, after the responder's checks; refusals leave memory
+// untouched; a refused cross-memory attach (forced, or by a seccomp filter) falls back to
+// payloads in the frames; RDMACHAN_SOFT_TRANSPORT=shm with a peer that is not same-host fails.
+#include <doctest/doctest.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "tests/soft/soft_endpoint.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+using rdmachan::test::Address;
+using rdmachan::test::SoftEndpoint;
+using rdmachan::test::write_request;
+
+namespace {
+
+std::uint8_t pattern(std::uint32_t sequence, std::uint32_t i) { return static_cast<std::uint8_t>(sequence * 131 + i * 7 + 3); }
+
+// Where the parent's operations land in the target child's 1 MiB buffer.
+constexpr std::uint32_t kWriteOffset = 0;             // 64 KiB written, pattern 1
+constexpr std::uint32_t kWriteImmediateOffset = 65536;  // 16 KiB written with immediate, pattern 2
+constexpr std::uint32_t kReceiveOffset = 262144;      // one 64 KiB receive for a 32 KiB send, pattern 3
+constexpr std::uint32_t kReadOffset = 524288;         // 64 KiB the parent reads, pattern 9
+constexpr std::uint32_t kCounterOffset = 786432;      // the atomics' word, 40 at the start
+constexpr std::uint32_t kSpareOffset = 917504;        // the first, small write (not checked)
+
+bool write_all(int descriptor, const void* data, std::size_t length) {
+    return ::write(descriptor, data, length) == static_cast<ssize_t>(length);
+}
+
+bool read_all(int descriptor, void* data, std::size_t length, int seconds = 10) {
+    auto* out = static_cast<std::uint8_t*>(data);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (length != 0 && std::chrono::steady_clock::now() < until) {
+        pollfd waiting{descriptor, POLLIN, 0};
+        if (::poll(&waiting, 1, 100) != 1) continue;
+        const ssize_t got = ::read(descriptor, out, length);
+        if (got <= 0) return false;
+        out += got;
+        length -= static_cast<std::size_t>(got);
+    }
+    return length == 0;
+}
+
+// A process restricted as a container's seccomp profile may restrict it: process_vm_readv and
+// process_vm_writev fail with EPERM.
+bool refuse_cross_memory_attach_by_seccomp() {
+    sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_readv, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_vm_writev, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    sock_fprog program{static_cast<unsigned short>(sizeof filter / sizeof filter[0]), filter};
+    return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) == 0;
+}
+
+enum class ChildRestriction { none, seccomp, other_user };
+
+struct Child {
+    pid_t pid = -1;
+    int to_child = -1;
+    int from_child = -1;
+};
+
+// The target: serves the parent's operations, then checks every byte they left and reports how
+// many requests its device moved by cross-memory attach. Exit code = mismatches (0 = all good),
+// 100+ for set-up failures.
+[[noreturn]] void run_target(int from_parent, int to_parent, ChildRestriction restriction) {
+    if (restriction == ChildRestriction::seccomp && !refuse_cross_memory_attach_by_seccomp()) ::_exit(110);
+    if (restriction == ChildRestriction::other_user && (::setgid(65534) != 0 || ::setuid(65534) != 0)) ::_exit(111);
+    int bad = 0;
+    {
+        auto device = soft::Device::open();
+        SoftEndpoint endpoint(device);
+        const Address mine = endpoint.address();
+        Address parent{};
+        if (!write_all(to_parent, &mine, sizeof mine) || !read_all(from_parent, &parent, sizeof parent)) ::_exit(100);
+        endpoint.connect(parent);
+        for (std::uint32_t b = 0; b < 65536; ++b) endpoint.buffer()[kReadOffset + b] = pattern(9, b);
+        const std::uint64_t counter = 40;
+        std::memcpy(endpoint.buffer() + kCounterOffset, &counter, 8);
+        if (endpoint.post_receive(0, kWriteImmediateOffset + 65536, 64) != mlx5::PostResult::ok) ::_exit(101);
+        if (endpoint.post_receive(1, kReceiveOffset, 65536) != mlx5::PostResult::ok) ::_exit(101);
+        const char ready = 'r';
+        if (!write_all(to_parent, &ready, 1)) ::_exit(102);
+        const auto with_immediate = endpoint.wait_receive(std::chrono::seconds(20));
+        if (!with_immediate.has_value() || with_immediate->status != mlx5::CompletionStatus::success) ::_exit(103);
+        bad += with_immediate->opcode != mlx5::CompletionOpcode::receive_rdma_with_immediate;
+        bad += with_immediate->immediate != 0x5a5a0002u || with_immediate->byte_len != 16384;
+        const auto received = endpoint.wait_receive(std::chrono::seconds(20));
+        if (!received.has_value() || received->status != mlx5::CompletionStatus::success) ::_exit(104);
+        bad += received->opcode != mlx5::CompletionOpcode::receive || received->byte_len != 32768;
+        char done = 0;
+        if (!read_all(from_parent, &done, 1, 60)) ::_exit(105);
+        soft::acquire_remote_writes();
+        for (std::uint32_t b = 0; b < 65536; ++b) bad += endpoint.buffer()[kWriteOffset + b] != pattern(1, b);
+        for (std::uint32_t b = 0; b < 16384; ++b) bad += endpoint.buffer()[kWriteImmediateOffset + b] != pattern(2, b);
+        for (std::uint32_t b = 0; b < 32768; ++b) bad += endpoint.buffer()[kReceiveOffset + b] != pattern(3, b);
+        const std::uint64_t swapped =
+            __atomic_load_n(reinterpret_cast<const std::uint64_t*>(endpoint.buffer() + kCounterOffset), __ATOMIC_ACQUIRE);
+        bad += swapped != 1234;  // fetch-and-add 40 + 2, then compare 42 → swap 1234
+        const std::uint64_t moved = device->transfers_by_reference();
+        if (!write_all(to_parent, &moved, sizeof moved)) ::_exit(106);
+        if (!read_all(from_parent, &done, 1, 60)) ::_exit(107);  // stay until the parent has its answers
+    }
+    ::_exit(bad > 99 ? 99 : bad);
+}
+
+Child start_target(ChildRestriction restriction) {
+    ::signal(SIGPIPE, SIG_IGN);
+    int down[2];
+    int up[2];
+    REQUIRE(::pipe(down) == 0);
+    REQUIRE(::pipe(up) == 0);
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        ::close(down[1]);
+        ::close(up[0]);
+        run_target(down[0], up[1], restriction);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    return {pid, down[1], up[0]};
+}
+
+int wait_child(pid_t pid, int seconds) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    int status = 0;
+    while (std::chrono::steady_clock::now() < until) {
+        const pid_t done = ::waitpid(pid, &status, WNOHANG);
+        if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    return -1;
+}
+
+// Scoped environment variable (the device reads it when it opens).
+struct Environment {
+    Environment(const char* name, const char* value) : name_(name) {
+        if (const char* old = std::getenv(name); old != nullptr) old_ = old;
+        ::setenv(name, value, 1);
+    }
+    ~Environment() {
+        if (old_.empty()) ::unsetenv(name_);
+        else ::setenv(name_, old_.c_str(), 1);
+    }
+    const char* name_;
+    std::string old_;
+};
+
+// Runs write, write with immediate, send, read, fetch-and-add and compare-and-swap against a
+// target child; returns the number of requests the child's device moved by reference.
+std::uint64_t every_operation_against(ChildRestriction restriction) {
+    Child child = start_target(restriction);
+    auto device = soft::Device::open();
+    SoftEndpoint endpoint(device);
+    const Address mine = endpoint.address();
+    Address remote{};
+    REQUIRE(read_all(child.from_child, &remote, sizeof remote));
+    REQUIRE(write_all(child.to_child, &mine, sizeof mine));
+    endpoint.connect(remote);
+    char ready = 0;
+    REQUIRE(read_all(child.from_child, &ready, 1));
+
+    for (std::uint32_t b = 0; b < 65536; ++b) endpoint.buffer()[b] = pattern(1, b);
+    for (std::uint32_t b = 0; b < 16384; ++b) endpoint.buffer()[65536 + b] = pattern(2, b);
+    for (std::uint32_t b = 0; b < 32768; ++b) endpoint.buffer()[131072 + b] = pattern(3, b);
+    auto run = [&](mlx5::SendWorkRequest request) {
+        request.flags |= mlx5::kSendSignaled;
+        REQUIRE(endpoint.post(&request, 1) == mlx5::PostResult::ok);
+        const auto completion = endpoint.wait_send();
+        REQUIRE(completion.has_value());
+        CHECK(completion->status == mlx5::CompletionStatus::success);
+        return *completion;
+    };
+    // The first request to a device goes out before the answer to the device's hello says which
+    // path the peer agreed to, so it carries its payload in the frame: a small one here.
+    const mlx5::ScatterGatherElement first = endpoint.local(0, 8);
+    run(write_request(0, &first, remote.buffer_addr + kSpareOffset, remote.rkey));
+    // The write's source is two scatter/gather entries: the responder gathers both.
+    const mlx5::ScatterGatherElement halves[2] = {endpoint.local(0, 32768), endpoint.local(32768, 32768)};
+    mlx5::SendWorkRequest write = write_request(1, halves, remote.buffer_addr + kWriteOffset, remote.rkey);
+    write.num_sge = 2;
+    run(write);
+    const mlx5::ScatterGatherElement immediate_source = endpoint.local(65536, 16384);
+    mlx5::SendWorkRequest with_immediate = write_request(2, &immediate_source, remote.buffer_addr + kWriteImmediateOffset, remote.rkey);
+    with_immediate.opcode = mlx5::SendOpcode::rdma_write_with_immediate;
+    with_immediate.immediate = 0x5a5a0002;
+    run(with_immediate);
+    const mlx5::ScatterGatherElement send_source = endpoint.local(131072, 32768);
+    mlx5::SendWorkRequest send;
+    send.wr_id = 3;
+    send.opcode = mlx5::SendOpcode::send;
+    send.sg_list = &send_source;
+    send.num_sge = 1;
+    run(send);
+    const mlx5::ScatterGatherElement read_into = endpoint.local(262144, 65536);
+    mlx5::SendWorkRequest read = write_request(4, &read_into, remote.buffer_addr + kReadOffset, remote.rkey, 0);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    CHECK(run(read).byte_len == 65536);
+    int read_mismatches = 0;
+    for (std::uint32_t b = 0; b < 65536; ++b) read_mismatches += endpoint.buffer()[262144 + b] != pattern(9, b);
+    CHECK(read_mismatches == 0);
+    const mlx5::ScatterGatherElement result = endpoint.local(393216, 8);
+    mlx5::SendWorkRequest add = write_request(5, &result, remote.buffer_addr + kCounterOffset, remote.rkey, 0);
+    add.opcode = mlx5::SendOpcode::atomic_fetch_and_add;
+    add.compare_add = 2;
+    run(add);
+    std::uint64_t value = 0;
+    std::memcpy(&value, endpoint.buffer() + 393216, 8);
+    CHECK(value == 40);
+    mlx5::SendWorkRequest swap = add;
+    swap.wr_id = 6;
+    swap.opcode = mlx5::SendOpcode::atomic_compare_and_swap;
+    swap.compare_add = 42;
+    swap.swap = 1234;
+    run(swap);
+    std::memcpy(&value, endpoint.buffer() + 393216, 8);
+    CHECK(value == 42);
+
+    const char done = 'd';
+    REQUIRE(write_all(child.to_child, &done, 1));
+    std::uint64_t moved = ~0ull;
+    REQUIRE(read_all(child.from_child, &moved, sizeof moved, 30));
+    REQUIRE(write_all(child.to_child, &done, 1));
+    CHECK(wait_child(child.pid, 30) == 0);  // the child verified every byte
+    ::close(child.to_child);
+    ::close(child.from_child);
+    return moved;
+}
+
+}  // namespace
+
+TEST_CASE("same host, two processes: write, write with immediate, send and read move by cross-memory attach; atomics run at the target") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    // Write, write with immediate, send and read: four requests moved by reference; the atomics
+    // are not (they execute in the target process).
+    CHECK(every_operation_against(ChildRestriction::none) == 4);
+}
+
+TEST_CASE("same host, cross-memory attach refused by a seccomp filter at the target: every operation still succeeds over TCP") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    CHECK(every_operation_against(ChildRestriction::seccomp) == 0);
+}
+
+TEST_CASE("same host, cross-memory attach refused through RDMACHAN_SOFT_REFUSE_CMA: payloads travel in the frames") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
+    Environment refuse("RDMACHAN_SOFT_REFUSE_CMA", "1");  // inherited by the child, whose probe refuses
+    CHECK(every_operation_against(ChildRestriction::none) == 0);
+}
+
+TEST_CASE("a peer that runs as another user is not same-host: TCP under auto, an error under RDMACHAN_SOFT_TRANSPORT=shm") {
+    if (::getuid() != 0) {
+        MESSAGE("skipped: changing the child's user needs root");
+        return;
+    }
+    SUBCASE("auto: every operation succeeds over TCP") {
+        Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+        CHECK(every_operation_against(ChildRestriction::other_user) == 0);
+    }
+    SUBCASE("shm: the first request fails with transport retry exceeded, no hang") {
+        Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
+        Child child = start_target(ChildRestriction::other_user);
+        auto device = soft::Device::open();
+        SoftEndpoint endpoint(device);
+        const Address mine = endpoint.address();
+        Address remote{};
+        REQUIRE(read_all(child.from_child, &remote, sizeof remote));
+        REQUIRE(write_all(child.to_child, &mine, sizeof mine));
+        endpoint.connect(remote);
+        char ready = 0;
+        REQUIRE(read_all(child.from_child, &ready, 1));
+        std::memset(endpoint.buffer(), 0x77, 4096);
+        const mlx5::ScatterGatherElement source = endpoint.local(0, 4096);
+        const mlx5::SendWorkRequest write = write_request(1, &source, remote.buffer_addr + kWriteOffset, remote.rkey);
+        REQUIRE(endpoint.post(&write, 1) == mlx5::PostResult::ok);
+        const auto completion = endpoint.wait_send(std::chrono::seconds(10));
+        REQUIRE(completion.has_value());
+        CHECK(completion->status == mlx5::CompletionStatus::transport_retry_exceeded);
+        ::kill(child.pid, SIGKILL);
+        wait_child(child.pid, 10);
+        ::close(child.to_child);
+        ::close(child.from_child);
+    }
+}
+
+TEST_CASE("RDMACHAN_SOFT_TRANSPORT with another value: opening the device names the variable") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "infiniband");
+    CHECK_THROWS_WITH_AS(soft::Device::open(), doctest::Contains("RDMACHAN_SOFT_TRANSPORT = 'infiniband'"), soft::SoftDeviceError);
+}
+
+TEST_CASE("same host: refused requests move no byte by reference and leave memory untouched") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
+    auto target_device = soft::Device::open();
+    auto initiator_device = soft::Device::open();
+    SoftEndpoint target(target_device);
+    SoftEndpoint initiator(initiator_device);
+    initiator.connect(target.address());
+    target.connect(initiator.address());
+    const Address remote = target.address();
+    std::memset(target.buffer(), 0xee, 1 << 20);
+    std::memset(initiator.buffer(), 0x11, 1 << 20);
+    // Working writes first: the first settles the path (its payload travels in the frame, see
+    // above), the second moves by reference.
+    const mlx5::ScatterGatherElement source = initiator.local(0, 65536);
+    std::optional<mlx5::Completion> completion;
+    for (std::uint64_t wr_id = 0; wr_id < 2; ++wr_id) {
+        const mlx5::SendWorkRequest good = write_request(wr_id, &source, remote.buffer_addr, remote.rkey);
+        REQUIRE(initiator.post(&good, 1) == mlx5::PostResult::ok);
+        completion = initiator.wait_send();
+        REQUIRE(completion.has_value());
+        REQUIRE(completion->status == mlx5::CompletionStatus::success);
+    }
+    REQUIRE(target_device->transfers_by_reference() == 1);
+    std::memset(target.buffer(), 0xee, 65536);
+
+    SUBCASE("write with a wrong rkey") {
+        const mlx5::SendWorkRequest bad = write_request(2, &source, remote.buffer_addr, remote.rkey ^ 0x55);
+        REQUIRE(initiator.post(&bad, 1) == mlx5::PostResult::ok);
+    }
+    SUBCASE("write past the end of the region") {
+        const mlx5::SendWorkRequest bad = write_request(2, &source, remote.buffer_addr + (1 << 20) - 4096, remote.rkey);
+        REQUIRE(initiator.post(&bad, 1) == mlx5::PostResult::ok);
+    }
+    SUBCASE("read past the end of the region: the initiator's memory is untouched too") {
+        const mlx5::ScatterGatherElement into = initiator.local(131072, 65536);
+        mlx5::SendWorkRequest bad = write_request(2, &into, remote.buffer_addr + (1 << 20) - 4096, remote.rkey);
+        bad.opcode = mlx5::SendOpcode::rdma_read;
+        REQUIRE(initiator.post(&bad, 1) == mlx5::PostResult::ok);
+    }
+    completion = initiator.wait_send();
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::remote_access_error);
+    CHECK(target_device->transfers_by_reference() == 1);
+    std::size_t touched = 0;
+    for (std::size_t b = 0; b < (1u << 20); ++b) touched += target.buffer()[b] != 0xee;
+    CHECK(touched == 0);
+    std::size_t initiator_touched = 0;
+    for (std::size_t b = 0; b < (1u << 20); ++b) initiator_touched += initiator.buffer()[b] != 0x11;
+    CHECK(initiator_touched == 0);
+}
+
+TEST_CASE("same host: a send longer than the receive is refused before a byte moves") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
+    auto target_device = soft::Device::open();
+    auto initiator_device = soft::Device::open();
+    SoftEndpoint target(target_device);
+    SoftEndpoint initiator(initiator_device);
+    initiator.connect(target.address());
+    target.connect(initiator.address());
+    const mlx5::ScatterGatherElement first = initiator.local(0, 8);
+    const mlx5::SendWorkRequest settle = write_request(0, &first, target.address().buffer_addr, target.address().rkey);
+    REQUIRE(initiator.post(&settle, 1) == mlx5::PostResult::ok);
+    REQUIRE(initiator.wait_send().has_value());
+    std::memset(target.buffer(), 0xee, 1 << 20);
+    REQUIRE(target.post_receive(7, 0, 4096) == mlx5::PostResult::ok);
+    const mlx5::ScatterGatherElement source = initiator.local(0, 8192);
+    mlx5::SendWorkRequest send;
+    send.wr_id = 1;
+    send.opcode = mlx5::SendOpcode::send;
+    send.flags = mlx5::kSendSignaled;
+    send.sg_list = &source;
+    send.num_sge = 1;
+    REQUIRE(initiator.post(&send, 1) == mlx5::PostResult::ok);
+    const auto completion = initiator.wait_send();
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::remote_invalid_request);
+    const auto receive = target.wait_receive();
+    REQUIRE(receive.has_value());
+    CHECK(receive->status == mlx5::CompletionStatus::local_length_error);
+    CHECK(target_device->transfers_by_reference() == 0);
+    std::size_t touched = 0;
+    for (std::size_t b = 0; b < (1u << 20); ++b) touched += target.buffer()[b] != 0xee;
+    CHECK(touched == 0);
+}
+
+TEST_CASE("same host: a target killed while reads by reference are in flight gives error completions within the deadline") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
+    Child child = start_target(ChildRestriction::none);
+    auto device = soft::Device::open();
+    rdmachan::test::EndpointOptions options;
+    options.timeout = 18;  // 1.07 s per try: the closed connection must be what ends it, not the retries
+    options.retry_cnt = 3;
+    SoftEndpoint endpoint(device, options);
+    const Address mine = endpoint.address();
+    Address remote{};
+    REQUIRE(read_all(child.from_child, &remote, sizeof remote));
+    REQUIRE(write_all(child.to_child, &mine, sizeof mine));
+    endpoint.connect(remote);
+    char ready = 0;
+    REQUIRE(read_all(child.from_child, &ready, 1));
+
+    const mlx5::ScatterGatherElement into = endpoint.local(0, 65536);
+    std::uint32_t posted = 0;
+    std::uint32_t completed = 0;
+    std::uint32_t failed = 0;
+    std::uint32_t failed_before_kill = 0;
+    bool killed = false;
+    std::chrono::steady_clock::time_point killed_at;
+    mlx5::Completion completions[16];
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (std::chrono::steady_clock::now() < until) {
+        if (!killed && completed - failed >= 100) {
+            ::kill(child.pid, SIGKILL);
+            killed = true;
+            killed_at = std::chrono::steady_clock::now();
+        }
+        mlx5::SendWorkRequest read = write_request(posted, &into, remote.buffer_addr + kReadOffset, remote.rkey);
+        read.opcode = mlx5::SendOpcode::rdma_read;
+        if (endpoint.post(&read, 1) == mlx5::PostResult::ok) ++posted;
+        const std::uint32_t got = endpoint.poll_send(completions, 16);
+        for (std::uint32_t i = 0; i < got; ++i) {
+            ++completed;
+            if (completions[i].status != mlx5::CompletionStatus::success) {
+                ++failed;
+                if (!killed) ++failed_before_kill;
+            }
+        }
+        if (killed && completed == posted) break;
+    }
+    CHECK(killed);
+    CHECK(completed == posted);  // nothing left hanging
+    CHECK(failed > 0);
+    CHECK(failed_before_kill == 0);
+    CHECK(std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(5));
+    CHECK(endpoint.queue_pair().state() == soft::QueuePairState::error);
+    // The reads that succeeded brought the target's bytes, moved by reference into this process.
+    int mismatches = 0;
+    for (std::uint32_t b = 0; b < 65536; ++b) mismatches += endpoint.buffer()[b] != pattern(9, b);
+    CHECK(mismatches == 0);
+    MESSAGE("posted " << posted << ", succeeded " << completed - failed << ", failed " << failed << " after the kill");
+    int status = 0;
+    ::waitpid(child.pid, &status, 0);
+    ::close(child.to_child);
+    ::close(child.from_child);
+}
+
+TEST_CASE("a connection opened during a partition settles its path, and requests resent after the partition get through") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    auto target_device = soft::Device::open();
+    auto initiator_device = soft::Device::open();
+    rdmachan::test::EndpointOptions options;
+    options.timeout = 14;  // 67 ms per try, 7 retries: about half a second in all
+    options.retry_cnt = 7;
+    SoftEndpoint target(target_device, options);
+    SoftEndpoint initiator(initiator_device, options);
+    initiator.connect(target.address());
+    target.connect(initiator.address());
+    std::memset(initiator.buffer(), 0x42, 65536);
+    soft::simulate_partition(true);
+    const mlx5::ScatterGatherElement source = initiator.local(0, 65536);
+    const mlx5::SendWorkRequest write = write_request(1, &source, target.address().buffer_addr, target.address().rkey);
+    REQUIRE(initiator.post(&write, 1) == mlx5::PostResult::ok);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // two ACK timeouts: resent, lost again
+    soft::simulate_partition(false);
+    const auto completion = initiator.wait_send(std::chrono::seconds(5));
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::success);
+    soft::acquire_remote_writes();
+    std::size_t written = 0;
+    for (std::size_t b = 0; b < 65536; ++b) written += target.buffer()[b] == 0x42;
+    CHECK(written == 65536);
+    // Its frame was made before the reply settled the path, so its copies carried the payload.
+    CHECK(target_device->transfers_by_reference() == 0);
+    // The next one moves by reference.
+    const mlx5::SendWorkRequest again = write_request(2, &source, target.address().buffer_addr, target.address().rkey);
+    REQUIRE(initiator.post(&again, 1) == mlx5::PostResult::ok);
+    const auto second = initiator.wait_send(std::chrono::seconds(5));
+    REQUIRE(second.has_value());
+    CHECK(second->status == mlx5::CompletionStatus::success);
+    CHECK(target_device->transfers_by_reference() == 1);
+}

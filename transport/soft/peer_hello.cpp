@@ -1,0 +1,120 @@
+// The hello exchange that opens a connection between two software devices, and the choice of
+// path it settles: TCP with the payload in the frame, or the same-host path, where the
+// responder moves payloads by cross-memory attach between the two processes' registered memory.
+#include <arpa/inet.h>
+
+#include <cstring>
+
+#include "src/logger.hpp"
+#include "transport/soft/device_core.hpp"
+
+namespace rdmachan::soft {
+
+wire::Hello DeviceCore::make_hello(std::uint8_t flags) const {
+    const HostIdentity identity = this_host_identity();
+    wire::Hello hello{};
+    std::memcpy(hello.gid, gid.data(), 16);
+    hello.lid = lid;
+    hello.same_host_flags = flags;
+    std::memcpy(hello.boot_id, identity.boot_id.data(), 16);
+    hello.uid = identity.uid;
+    hello.network_namespace = identity.network_namespace;
+    hello.pid_namespace = identity.pid_namespace;
+    hello.pid = identity.pid;
+    if ((flags & wire::kHelloReply) == 0) {
+        if (transport_mode_ != TransportMode::tcp) hello.same_host_flags |= wire::kOffersSameHost;
+        hello.probe_address = reinterpret_cast<std::uint64_t>(&probe_word_);
+        hello.probe_value = probe_word_;
+    }
+    return hello;
+}
+
+std::string DeviceCore::peer_name(const Connection& connection) const {
+    char address[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, connection.gid.data() + 12, address, sizeof address);
+    return std::string("soft:") + address + ":" + std::to_string(connection.lid);
+}
+
+void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) {
+    HostIdentity peer;
+    std::memcpy(peer.boot_id.data(), hello.boot_id, 16);
+    peer.uid = hello.uid;
+    peer.network_namespace = hello.network_namespace;
+    peer.pid_namespace = hello.pid_namespace;
+    peer.pid = hello.pid;
+    const HostIdentity mine = this_host_identity();
+    const char* elsewhere = different_host_reason(mine, peer);
+
+    if ((hello.same_host_flags & wire::kHelloReply) == 0) {
+        // A caller: identify it, decide whether its payloads may move by reference, answer.
+        std::memcpy(connection.gid.data(), hello.gid, 16);
+        connection.lid = hello.lid;
+        connection.identified = true;
+        std::uint8_t flags = wire::kHelloReply;
+        wire::Hello reply{};
+        std::int32_t refusal = 0;
+        if (elsewhere == nullptr) {
+            flags |= wire::kSameHost;
+            if ((hello.same_host_flags & wire::kOffersSameHost) == 0) {
+                refusal = -1;  // the caller asked for TCP
+            } else if (transport_mode_ == TransportMode::tcp) {
+                refusal = -2;  // we were asked for TCP
+            } else {
+                refusal = probe_cross_memory_attach(hello.pid, hello.probe_address, hello.probe_value);
+                if (refusal == 0) {
+                    flags |= wire::kCrossMemoryAttach;
+                    connection.by_reference = true;
+                    connection.peer_pid = hello.pid;
+                }
+            }
+        }
+        reply = make_hello(flags);
+        reply.refusal = refusal;
+        queue_output(connection, wire::frame(wire::FrameType::hello, reply));
+        return;
+    }
+
+    // The answer to our hello: the path is settled for the requests executed from now on.
+    if (!connection.outgoing || !connection.awaiting_reply) {
+        close_connection(connection, "unexpected hello reply");
+        return;
+    }
+    connection.awaiting_reply = false;
+    const std::string name = peer_name(connection);
+    const bool same_host = (hello.same_host_flags & wire::kSameHost) != 0;
+    if (transport_mode_ == TransportMode::same_host && !same_host) {
+        detail::logger().error("software device {}: RDMACHAN_SOFT_TRANSPORT=shm, but peer device {} is not on this host: {}",
+                               owner_.name(), name, elsewhere != nullptr ? elsewhere : "it says so");
+        close_connection(connection, "RDMACHAN_SOFT_TRANSPORT=shm and the peer is on another host");
+        return;
+    }
+    connection.by_reference = (hello.same_host_flags & wire::kCrossMemoryAttach) != 0;
+    if (connection.by_reference) {
+        detail::logger().info("software device {}: peer {} is on this host: payloads move by cross-memory attach",
+                              owner_.name(), name);
+    } else if (!same_host) {
+        detail::logger().info("software device {}: peer {} uses TCP: {}", owner_.name(), name,
+                              elsewhere != nullptr ? elsewhere : "it is on another host");
+    } else if (hello.refusal == -1 || hello.refusal == -2) {
+        detail::logger().info("software device {}: peer {} is on this host but uses TCP: RDMACHAN_SOFT_TRANSPORT=tcp {}",
+                              owner_.name(), name, hello.refusal == -1 ? "here" : "at the peer");
+    } else {
+        // Cross-memory attach refused (Yama ptrace_scope, a seccomp profile, ...): payloads travel
+        // in the frames instead.
+        detail::logger().warn("software device {}: peer {} is on this host but cross-memory attach is refused ({}): "
+                              "payloads travel over TCP",
+                              owner_.name(), name, std::strerror(hello.refusal));
+    }
+}
+
+const Connection* DeviceCore::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,
+                                                   std::uint16_t remote_lid) const {
+    for (const auto& connection : connections_) {
+        if (connection->outgoing && connection->socket >= 0 && connection->gid == remote_gid && connection->lid == remote_lid) {
+            return connection->by_reference && !connection->awaiting_reply ? connection.get() : nullptr;
+        }
+    }
+    return nullptr;
+}
+
+}  // namespace rdmachan::soft

@@ -1,0 +1,154 @@
+// Same-host detection and cross-memory-attach copies for the software device.
+#include "transport/soft/same_host.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "transport/soft/device.hpp"
+
+namespace rdmachan::soft {
+namespace {
+
+std::uint64_t namespace_inode(const char* path) {
+    struct stat status{};
+    return ::stat(path, &status) == 0 ? static_cast<std::uint64_t>(status.st_ino) : 0;
+}
+
+// The boot id is a UUID in text ("8a1f...-..."): its 32 hex digits as 16 bytes.
+std::array<std::uint8_t, 16> read_boot_id() {
+    std::array<std::uint8_t, 16> id{};
+    std::ifstream file("/proc/sys/kernel/random/boot_id");
+    std::string text;
+    std::getline(file, text);
+    std::size_t byte = 0;
+    int half = 0;
+    for (char c : text) {
+        int value = -1;
+        if (c >= '0' && c <= '9') value = c - '0';
+        else if (c >= 'a' && c <= 'f') value = c - 'a' + 10;
+        if (value < 0 || byte == id.size()) continue;
+        id[byte] = static_cast<std::uint8_t>(id[byte] << 4 | value);
+        if (++half == 2) {
+            half = 0;
+            ++byte;
+        }
+    }
+    return id;
+}
+
+// Copies `length` bytes, resuming after a partial transfer (the kernel stops at a page it
+// cannot reach, or transfers less than asked at its discretion).
+template <typename Copy>
+int copy_vectors(Copy copy, const iovec* local, std::size_t local_count, const iovec* remote, std::size_t remote_count,
+                 std::size_t length) {
+    constexpr std::size_t kVectors = 64;  // far below IOV_MAX; the device carries at most 32 segments
+    if (local_count > kVectors || remote_count > kVectors) return EINVAL;
+    iovec local_left[kVectors];
+    iovec remote_left[kVectors];
+    std::copy_n(local, local_count, local_left);
+    std::copy_n(remote, remote_count, remote_left);
+    std::size_t local_first = 0;
+    std::size_t remote_first = 0;
+    std::size_t done = 0;
+    while (done < length) {
+        const ssize_t moved = copy(local_left + local_first, local_count - local_first, remote_left + remote_first,
+                                   remote_count - remote_first);
+        if (moved < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (moved == 0) return EFAULT;
+        done += static_cast<std::size_t>(moved);
+        // Skip what was moved in both vector lists.
+        auto advance = [](iovec* vectors, std::size_t count, std::size_t& first, std::size_t bytes) {
+            while (bytes != 0 && first < count) {
+                const std::size_t step = std::min(bytes, vectors[first].iov_len);
+                vectors[first].iov_base = static_cast<std::uint8_t*>(vectors[first].iov_base) + step;
+                vectors[first].iov_len -= step;
+                bytes -= step;
+                if (vectors[first].iov_len == 0) ++first;
+            }
+        };
+        advance(local_left, local_count, local_first, static_cast<std::size_t>(moved));
+        advance(remote_left, remote_count, remote_first, static_cast<std::size_t>(moved));
+    }
+    return 0;
+}
+
+}  // namespace
+
+TransportMode transport_mode_from_environment() {
+    const char* value = std::getenv("RDMACHAN_SOFT_TRANSPORT");
+    if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) return TransportMode::automatic;
+    if (std::strcmp(value, "shm") == 0) return TransportMode::same_host;
+    if (std::strcmp(value, "tcp") == 0) return TransportMode::tcp;
+    throw SoftDeviceError(std::string("RDMACHAN_SOFT_TRANSPORT = '") + value + "' is not one of auto, shm, tcp");
+}
+
+const char* to_string(TransportMode mode) {
+    switch (mode) {
+        case TransportMode::automatic: return "auto";
+        case TransportMode::same_host: return "shm";
+        case TransportMode::tcp: return "tcp";
+    }
+    return "unknown";
+}
+
+HostIdentity this_host_identity() {
+    static const HostIdentity fixed = [] {
+        HostIdentity identity;
+        identity.boot_id = read_boot_id();
+        identity.network_namespace = namespace_inode("/proc/self/ns/net");
+        identity.pid_namespace = namespace_inode("/proc/self/ns/pid");
+        return identity;
+    }();
+    HostIdentity identity = fixed;
+    identity.uid = static_cast<std::uint32_t>(::getuid());
+    identity.pid = static_cast<std::uint32_t>(::getpid());
+    return identity;
+}
+
+const char* different_host_reason(const HostIdentity& mine, const HostIdentity& peer) {
+    if (mine.boot_id != peer.boot_id) return "its boot id differs (another host or another boot)";
+    if (mine.uid != peer.uid) return "it runs as another user";
+    if (mine.network_namespace != peer.network_namespace) return "it is in another network namespace";
+    if (mine.pid_namespace != peer.pid_namespace) return "it is in another PID namespace";
+    return nullptr;
+}
+
+int probe_cross_memory_attach(std::uint32_t pid, std::uint64_t address, std::uint64_t expected) {
+    if (const char* refuse = std::getenv("RDMACHAN_SOFT_REFUSE_CMA"); refuse != nullptr && std::strcmp(refuse, "1") == 0) {
+        return EPERM;
+    }
+    std::uint64_t value = 0;
+    const iovec local{&value, sizeof value};
+    const iovec remote{reinterpret_cast<void*>(address), sizeof value};
+    if (const int error = read_from_process(pid, &local, 1, &remote, 1, sizeof value); error != 0) return error;
+    return value == expected ? 0 : EIO;
+}
+
+int read_from_process(std::uint32_t pid, const iovec* local, std::size_t local_count, const iovec* remote,
+                      std::size_t remote_count, std::size_t length) {
+    return copy_vectors(
+        [pid](const iovec* to, std::size_t to_count, const iovec* from, std::size_t from_count) {
+            return ::process_vm_readv(static_cast<pid_t>(pid), to, to_count, from, from_count, 0);
+        },
+        local, local_count, remote, remote_count, length);
+}
+
+int write_to_process(std::uint32_t pid, const iovec* local, std::size_t local_count, const iovec* remote,
+                     std::size_t remote_count, std::size_t length) {
+    return copy_vectors(
+        [pid](const iovec* from, std::size_t from_count, const iovec* to, std::size_t to_count) {
+            return ::process_vm_writev(static_cast<pid_t>(pid), from, from_count, to, to_count, 0);
+        },
+        local, local_count, remote, remote_count, length);
+}
+
+}  // namespace rdmachan::soft
