@@ -238,6 +238,10 @@ MemoryRegion Channel::register_memory(void* data, std::size_t length, Access acc
     return core_->register_memory(data, length, access);
 }
 
+MemoryRegion Channel::register_layout(const MemoryLayout& layout, Access access) {
+    return core_->register_layout(0, layout, access);
+}
+
 const ChannelEndpoint& Channel::local_endpoint() const { return core_->local_endpoint(0); }
 const ChannelEndpoint& Channel::remote_endpoint() const { return core_->remote_endpoint(0); }
 std::string Channel::peer() const { return core_->peer_name(0); }

@@ -48,6 +48,7 @@ constexpr std::uint64_t kFinalRequest = 1ull << 31;
 mlx5::CompletionStatus status_of_refusal(mlx5::PostResult result) {
     switch (result) {
         case mlx5::PostResult::too_many_sge:
+        case mlx5::PostResult::too_many_entries:
         case mlx5::PostResult::inline_too_large: return mlx5::CompletionStatus::local_length_error;
         case mlx5::PostResult::invalid_request: return mlx5::CompletionStatus::local_qp_operation_error;
         default: return mlx5::CompletionStatus::general_error;
@@ -61,6 +62,8 @@ const char* reason_of_refusal(mlx5::PostResult result) {
         case mlx5::PostResult::too_many_sge: return "more scatter/gather elements than the queue takes";
         case mlx5::PostResult::inline_too_large: return "inline data larger than max_inline_data";
         case mlx5::PostResult::invalid_request: return "the device refused the request";
+        case mlx5::PostResult::too_many_entries:
+            return "more memory layout entries than the key or the queue's max_inline_data takes";
     }
     return "unknown";
 }
@@ -439,7 +442,7 @@ std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* ent
                 break;
         }
         // Small payloads travel inside the WQE: no DMA read of the buffer, which is free at once.
-        if (entry.kind != WorkBatch::Kind::read && entry.local_length <= settings_.max_inline_data) {
+        if (entry.kind != WorkBatch::Kind::read && entry.local_length <= settings_.max_inline_data && !entry.zero_based) {
             request.flags |= mlx5::kSendInline;
         }
     }

@@ -94,6 +94,9 @@ public:
     PeerCounters counters(std::uint32_t peer) const;
 
     MemoryRegion register_memory(void* data, std::size_t length, Access access);
+    // A memory layout as a zero-based region: an indirect key configured by a UMR work request
+    // on the peer's queue pair (src/engine_layout.cpp). RC only.
+    MemoryRegion register_layout(std::uint32_t peer, const MemoryLayout& layout, Access access);
     // INIT -> RTR -> RTS towards the peer's queue pair. Throws rdmachan::Error naming the peer.
     void connect(std::uint32_t peer, const ChannelEndpoint& remote);
 

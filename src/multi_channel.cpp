@@ -184,6 +184,14 @@ MemoryRegion MultiChannel::register_memory(void* data, std::size_t length, Acces
     return engine_->register_memory(data, length, access);
 }
 
+MemoryRegion MultiChannel::register_layout(const MemoryLayout& layout, Access access) {
+    // A key configured on one queue pair serves every queue pair of the protection domain.
+    for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
+        if (engine_->connected(peer)) return engine_->register_layout(peer, layout, access);
+    }
+    return engine_->register_layout(0, layout, access);  // names why it cannot
+}
+
 void MultiChannel::check_peer(const char* call, std::uint32_t peer) const {
     if (peer >= engine_->peer_count()) {
         throw Error(std::string(call) + ": peer " + std::to_string(peer) + " is out of range (world size " +

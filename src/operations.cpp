@@ -30,7 +30,8 @@ std::uint64_t post_send_operation(Engine& engine, std::uint32_t peer, const Loca
     request.immediate = immediate.value_or(0);
     request.sg_list = &element;
     request.num_sge = 1;
-    if (local.length() <= engine.settings().max_inline_data) request.flags |= mlx5::kSendInline;
+    // A layout's bytes are not contiguous here: the NIC gathers them, they never go inline.
+    if (local.length() <= engine.settings().max_inline_data && !local.zero_based()) request.flags |= mlx5::kSendInline;
     return engine.post_send(peer, &request, 1, send_operation(immediate));
 }
 
@@ -45,7 +46,8 @@ std::uint64_t post_write_operation(Engine& engine, std::uint32_t peer, const cha
     request.num_sge = 1;
     request.remote_addr = remote.addr;
     request.rkey = remote.rkey;
-    if (local.length() <= engine.settings().max_inline_data) request.flags |= mlx5::kSendInline;
+    // A layout's bytes are not contiguous here: the NIC gathers them, they never go inline.
+    if (local.length() <= engine.settings().max_inline_data && !local.zero_based()) request.flags |= mlx5::kSendInline;
     return engine.post_send(peer, &request, 1, write_operation(immediate));
 }
 

@@ -12,6 +12,7 @@ WorkBatch& WorkBatch::send(const LocalSlice& local, std::optional<std::uint32_t>
     entry.local_addr = local.addr();
     entry.local_length = local.length();
     entry.lkey = local.lkey();
+    entry.zero_based = local.zero_based();
     entry.immediate = immediate;
     entries_.push_back(entry);
     return *this;
@@ -29,6 +30,7 @@ WorkBatch& WorkBatch::write(const LocalSlice& local, const RemoteMemoryRegion& r
     entry.local_addr = local.addr();
     entry.local_length = local.length();
     entry.lkey = local.lkey();
+    entry.zero_based = local.zero_based();
     entry.remote_addr = remote.addr;
     entry.rkey = remote.rkey;
     entry.immediate = immediate;
@@ -47,6 +49,7 @@ WorkBatch& WorkBatch::read(const LocalSlice& local, const RemoteMemoryRegion& re
     entry.local_addr = local.addr();
     entry.local_length = local.length();
     entry.lkey = local.lkey();
+    entry.zero_based = local.zero_based();
     entry.remote_addr = remote.addr;
     entry.rkey = remote.rkey;
     entries_.push_back(entry);

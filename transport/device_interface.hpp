@@ -77,6 +77,15 @@ struct Registration {
     std::uint32_t rkey = 0;
 };
 
+// An indirect memory key (mlx5 UMR, issue 19): created free; a configure_memory_key request on
+// a queue pair of its protection domain gives it a layout. owner keeps it alive.
+struct IndirectKeyRegistration {
+    std::shared_ptr<void> owner;
+    std::uint32_t lkey = 0;
+    std::uint32_t rkey = 0;
+    std::uint32_t max_entries = 0;  // what it holds: the request rounded up to a multiple of 4
+};
+
 class CompletionQueue {
 public:
     virtual ~CompletionQueue() = default;
@@ -146,6 +155,9 @@ public:
     virtual std::shared_ptr<DcTarget> create_dc_target(std::shared_ptr<SharedReceiveQueue> shared_receive_queue,
                                                        std::shared_ptr<CompletionQueue> receive_queue,
                                                        std::uint64_t access_key, std::uint32_t access);
+    // Memory layouts: an indirect key for up to max_entries entries. Devices without UMR throw
+    // rdmachan::Error naming the device (the default names none: providers override it).
+    virtual IndirectKeyRegistration create_indirect_key(std::uint32_t max_entries);
     // The 48-byte address vector naming a peer's DC target, DCT number and key filled in.
     virtual std::array<std::uint8_t, 48> dc_address_vector(const PortIdentity& local, const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
                                                            std::uint64_t key);

@@ -183,6 +183,10 @@ public:
     ~Channel();
 
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+    // A memory layout as one zero-based region (memory.hpp MemoryLayout): the local side of any
+    // operation through slice()/all(), the peer's through remote(). Needs mlx5 UMR (a ConnectX
+    // or the software device); throws rdmachan::Error naming the device or the field.
+    MemoryRegion register_layout(const MemoryLayout& layout, Access access = Access::remote_all);
 
     // Blocking: post, wait, return the completion or the error.
     WorkResult send(const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);

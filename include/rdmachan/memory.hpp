@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace rdmachan {
 
@@ -48,6 +49,9 @@ public:
     std::uint32_t lkey() const { return lkey_; }
     std::uint32_t rkey() const { return rkey_; }
     bool valid() const { return owner_ != nullptr; }
+    // A registered memory layout (Channel::register_layout): addresses are offsets into the
+    // layout, not host addresses; data() is null.
+    bool zero_based() const { return zero_based_; }
 
     // What to send a peer so it can read or write this region (if it was registered for that).
     RemoteMemoryRegion remote() const;
@@ -58,13 +62,16 @@ public:
 
 private:
     friend class EngineAccess;
-    MemoryRegion(std::shared_ptr<void> owner, void* data, std::size_t length, std::uint32_t lkey, std::uint32_t rkey)
-        : owner_(std::move(owner)), data_(data), length_(length), lkey_(lkey), rkey_(rkey) {}
+    friend class EngineLayoutAccess;
+    MemoryRegion(std::shared_ptr<void> owner, void* data, std::size_t length, std::uint32_t lkey, std::uint32_t rkey,
+                 bool zero_based = false)
+        : owner_(std::move(owner)), data_(data), length_(length), lkey_(lkey), rkey_(rkey), zero_based_(zero_based) {}
     std::shared_ptr<void> owner_;  // the device's registration: deregistered with the last copy
     void* data_ = nullptr;
     std::size_t length_ = 0;
     std::uint32_t lkey_ = 0;
     std::uint32_t rkey_ = 0;
+    bool zero_based_ = false;
 };
 
 class LocalSlice {
@@ -73,14 +80,53 @@ public:
     std::uint64_t addr() const { return addr_; }
     std::uint32_t length() const { return length_; }
     std::uint32_t lkey() const { return lkey_; }
-    std::uint8_t* bytes() const { return reinterpret_cast<std::uint8_t*>(addr_); }
+    std::uint8_t* bytes() const { return reinterpret_cast<std::uint8_t*>(addr_); }  // not for a layout's slice
+    // A slice of a memory layout: addr() is an offset into the layout, and the bytes are not
+    // contiguous in this process (so they never travel inline in a work request).
+    bool zero_based() const { return zero_based_; }
 
 private:
     friend class MemoryRegion;
-    LocalSlice(std::uint64_t addr, std::uint32_t length, std::uint32_t lkey) : addr_(addr), length_(length), lkey_(lkey) {}
+    LocalSlice(std::uint64_t addr, std::uint32_t length, std::uint32_t lkey, bool zero_based = false)
+        : addr_(addr), length_(length), lkey_(lkey), zero_based_(zero_based) {}
     std::uint64_t addr_ = 0;
     std::uint32_t length_ = 0;
     std::uint32_t lkey_ = 0;
+    bool zero_based_ = false;
+};
+
+// A memory layout (mlx5 UMR, issue 19): pieces of registered memory seen as one zero-based
+// range, so that one write, read, send or receive scatters or gathers all of them. Register it
+// with Channel::register_layout (or MultiChannel's); the region that returns is used like any
+// other, locally through slice()/all() and by a peer through remote(), published as a remote
+// region is (JSON: addr 0, the layout's length, its rkey).
+class MemoryLayout {
+public:
+    // The slices back to back: byte 0 of the layout is the first slice's first byte
+    // (mlx5dv_wr_mr_list). Throws rdmachan::Error if there are none.
+    static MemoryLayout list(std::vector<LocalSlice> slices);
+    // repeat_count blocks of block_length bytes, stride bytes apart, from `offset` in `region`
+    // (mlx5dv_wr_mr_interleaved with one entry): a matrix column is block_length = the element
+    // size, stride = the row size, repeat_count = the rows. The NIC holds block_length and stride
+    // in 16 bits. Throws rdmachan::Error naming the field that does not fit.
+    static MemoryLayout strided(const MemoryRegion& region, std::uint64_t offset, std::uint32_t block_length,
+                                std::uint32_t stride, std::uint32_t repeat_count);
+    std::uint64_t length() const;
+
+    // What strided() recorded (for the engine, which turns it into the UMR's pattern).
+    struct Strided {
+        std::uint64_t addr = 0;
+        std::uint32_t block_length = 0;
+        std::uint32_t stride = 0;
+        std::uint32_t repeat_count = 0;
+        std::uint32_t lkey = 0;
+    };
+
+private:
+    friend class EngineLayoutAccess;
+    std::vector<LocalSlice> slices_;
+    Strided strided_;
+    bool is_strided_ = false;
 };
 
 }  // namespace rdmachan

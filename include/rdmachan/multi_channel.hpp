@@ -167,6 +167,9 @@ public:
     // in RC mode; the DC initiators plus the DC target in DC mode.
     std::uint32_t queue_pair_count() const;
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+    // A memory layout as one zero-based region, usable with every peer (RC mode; set up through
+    // the first connected peer's queue pair). See Channel::register_layout.
+    MemoryRegion register_layout(const MemoryLayout& layout, Access access = Access::remote_all);
 
     // Per peer, blocking.
     WorkResult send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);

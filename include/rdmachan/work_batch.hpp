@@ -26,6 +26,7 @@ public:
         std::uint64_t local_addr = 0;
         std::uint32_t local_length = 0;
         std::uint32_t lkey = 0;
+        bool zero_based = false;  // the local side is a layout's slice: never inline
         std::uint64_t remote_addr = 0;
         std::uint32_t rkey = 0;
         std::optional<std::uint32_t> immediate;

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 
+#include "transport/mlx5/completion.hpp"
+#include "transport/mlx5/work_request.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -30,6 +32,42 @@ static_assert(offsetof(mlx5_wqe_av, tclass) == mlx5::kAvTclass);
 static_assert(offsetof(mlx5_wqe_av, hop_limit) == mlx5::kAvHopLimit);
 static_assert(offsetof(mlx5_wqe_av, grh_gid_fl) == mlx5::kAvGrhGidFl);
 static_assert(offsetof(mlx5_wqe_av, rgid) == mlx5::kAvRgid);
+// UMR WQE (issue 19): segments, fields, flags and masks as the installed mlx5dv.h has them.
+static_assert(sizeof(mlx5_wqe_umr_ctrl_seg) == mlx5::kUmrControlSegmentSize);
+static_assert(offsetof(mlx5_wqe_umr_ctrl_seg, flags) == mlx5::kUmrFlags);
+static_assert(offsetof(mlx5_wqe_umr_ctrl_seg, klm_octowords) == mlx5::kUmrKlmOctowords);
+static_assert(offsetof(mlx5_wqe_umr_ctrl_seg, mkey_mask) == mlx5::kUmrMkeyMask);
+static_assert(sizeof(mlx5_wqe_mkey_context_seg) == mlx5::kMkeyContextSegmentSize);
+static_assert(offsetof(mlx5_wqe_mkey_context_seg, free) == mlx5::kMkeyFree);
+static_assert(offsetof(mlx5_wqe_mkey_context_seg, access_flags) == mlx5::kMkeyAccessFlags);
+static_assert(offsetof(mlx5_wqe_mkey_context_seg, qpn_mkey) == mlx5::kMkeyQpnMkey);
+static_assert(offsetof(mlx5_wqe_mkey_context_seg, start_addr) == mlx5::kMkeyStartAddress);
+static_assert(offsetof(mlx5_wqe_mkey_context_seg, len) == mlx5::kMkeyLength);
+static_assert(sizeof(mlx5_wqe_umr_repeat_ent_seg) == mlx5::kUmrEntrySize);
+static_assert(sizeof(mlx5_wqe_umr_repeat_block_seg) == mlx5::kUmrEntrySize);
+static_assert(sizeof(mlx5_wqe_umr_klm_seg) == mlx5::kUmrEntrySize);
+static_assert(static_cast<int>(MLX5_OPCODE_UMR) == mlx5::kOpcodeUmr);
+static_assert(MLX5_WQE_CTRL_INITIATOR_SMALL_FENCE == mlx5::kCtrlInitiatorSmallFence);
+static_assert(MLX5_WQE_UMR_CTRL_FLAG_INLINE == mlx5::kUmrFlagInline);
+static_assert(MLX5_WQE_UMR_CTRL_FLAG_CHECK_FREE == mlx5::kUmrFlagCheckFree);
+static_assert(MLX5_WQE_UMR_CTRL_FLAG_TRNSLATION_OFFSET == mlx5::kUmrFlagTranslationOffset);
+static_assert(MLX5_WQE_UMR_CTRL_FLAG_CHECK_QPN == mlx5::kUmrFlagCheckQpn);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_LEN == mlx5::kUmrMaskLength);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_START_ADDR == mlx5::kUmrMaskStartAddress);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_MKEY == mlx5::kUmrMaskMkey);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_QPN == mlx5::kUmrMaskQpn);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_LOCAL_WRITE == mlx5::kUmrMaskAccessLocalWrite);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_READ == mlx5::kUmrMaskAccessRemoteRead);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_REMOTE_WRITE == mlx5::kUmrMaskAccessRemoteWrite);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_ACCESS_ATOMIC == mlx5::kUmrMaskAccessAtomic);
+static_assert(MLX5_WQE_UMR_CTRL_MKEY_MASK_FREE == mlx5::kUmrMaskFree);
+static_assert(MLX5_WQE_MKEY_CONTEXT_FREE == mlx5::kMkeyFreeFlag);
+static_assert(sizeof(mlx5_wqe_inl_data_seg) == mlx5::kInlineHeaderSize);
+static_assert(MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_LOCAL_WRITE == mlx5::kMemoryKeyLocalWrite);
+static_assert(MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_READ == mlx5::kMemoryKeyRemoteRead);
+static_assert(MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_REMOTE_WRITE == mlx5::kMemoryKeyRemoteWrite);
+static_assert(MLX5_WQE_MKEY_CONTEXT_ACCESS_FLAGS_ATOMIC == mlx5::kMemoryKeyAtomic);
+static_assert(static_cast<int>(MLX5DV_WC_UMR) == static_cast<int>(rdmachan::mlx5::CompletionOpcode::memory_key_configured));
 static_assert(sizeof(mlx5_wqe_srq_next_seg) == mlx5::kSrqNextSegmentSize);
 static_assert(sizeof(mlx5_cqe64) == mlx5::kCqeSize64);
 static_assert(offsetof(mlx5_cqe64, ml_path) == mlx5::kCqeMlPath);

@@ -126,6 +126,12 @@ inline Expected reference(const mlx5::SendWorkRequest& request, std::uint32_t pr
             opcode = MLX5_OPCODE_ATOMIC_FA;
             remote = true;
             break;
+        case mlx5::SendOpcode::local_invalidate:
+        case mlx5::SendOpcode::configure_memory_key:
+            // UMR WQEs have their own hand-derived checks (umr_test.cpp); the random
+            // requests this reference serves never carry them.
+            opcode = MLX5_OPCODE_UMR;
+            break;
     }
     if (remote) {
         mlx5_wqe_raddr_seg* raddr = append<mlx5_wqe_raddr_seg>(expected);

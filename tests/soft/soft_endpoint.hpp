@@ -66,10 +66,12 @@ public:
         const mlx5::SendQueueRing& send_ring = queue_pair_->send_ring();
         send_wr_ids_.resize(send_ring.wqe_count);
         send_wqe_ends_.resize(send_ring.wqe_count);
+        send_umr_opcodes_.resize(send_ring.wqe_count);
         mlx5::SendQueueConfig config;
         config.max_sge = 4;
         config.max_inline_data = 128;
-        send_ = mlx5::SendQueue(send_ring, {send_wr_ids_.data(), send_wqe_ends_.data(), 0, 0}, config);
+        send_ = mlx5::SendQueue(send_ring, {send_wr_ids_.data(), send_wqe_ends_.data(), 0, 0, send_umr_opcodes_.data()},
+                                config);
         receive_wr_ids_.resize(queue_pair_->receive_ring().wqe_count);
         receive_ = mlx5::ReceiveQueue(queue_pair_->receive_ring(), receive_wr_ids_.data(), {});
         send_completions_ = mlx5::CompletionQueue(send_cq_->ring());
@@ -119,6 +121,12 @@ public:
         return receive_.post(&request, 1, nullptr);
     }
 
+    // A receive into any memory the device translates (an indirect key, zero-based).
+    mlx5::PostResult post_receive(std::uint64_t wr_id, const mlx5::ScatterGatherElement& element) {
+        mlx5::ReceiveWorkRequest request{wr_id, &element, 1};
+        return receive_.post(&request, 1, nullptr);
+    }
+
     mlx5::ScatterGatherElement local(std::uint64_t offset, std::uint32_t length) const {
         return {reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
     }
@@ -164,6 +172,7 @@ private:
     std::shared_ptr<soft::QueuePair> queue_pair_;
     std::vector<std::uint64_t> send_wr_ids_;
     std::vector<std::uint32_t> send_wqe_ends_;
+    std::vector<std::uint8_t> send_umr_opcodes_;  // LOCAL_INV or key configuration, per UMR WQE
     std::vector<std::uint64_t> receive_wr_ids_;
     mlx5::SendQueue send_;
     mlx5::ReceiveQueue receive_;

@@ -56,7 +56,7 @@ std::uint32_t flags_from_names(const json& names) {
 
 mlx5::SendOpcode opcode_from_name(const std::string& name) {
     const std::optional<mlx5::SendOpcode> opcode = send_opcode_from_name(name);
-    if (!opcode.has_value()) throw Unsupported{"opcode " + name + " (LOCAL_INV/UMR and memory windows are not encoded)"};
+    if (!opcode.has_value()) throw Unsupported{"opcode " + name + " (memory windows are not encoded)"};
     return *opcode;
 }
 
@@ -175,6 +175,8 @@ int errno_of(mlx5::PostResult result) {
         case mlx5::PostResult::queue_full:
             return ENOMEM;
         case mlx5::PostResult::inline_too_large:
+            return ENOMEM;
+        case mlx5::PostResult::too_many_entries:  // mlx5_send_wr_set_mkey_layout
             return ENOMEM;
         case mlx5::PostResult::too_many_sge:
             return EINVAL;

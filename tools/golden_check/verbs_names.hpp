@@ -8,7 +8,7 @@
 
 namespace rdmachan::golden {
 
-// Nothing for opcodes the encoder does not post (LOCAL_INV, memory windows, ...).
+// Nothing for opcodes the encoder does not post (memory windows, ...).
 inline std::optional<mlx5::SendOpcode> send_opcode_from_name(const std::string& name) {
     if (name == "IBV_WR_RDMA_WRITE") return mlx5::SendOpcode::rdma_write;
     if (name == "IBV_WR_RDMA_WRITE_WITH_IMM") return mlx5::SendOpcode::rdma_write_with_immediate;
@@ -18,6 +18,7 @@ inline std::optional<mlx5::SendOpcode> send_opcode_from_name(const std::string& 
     if (name == "IBV_WR_RDMA_READ") return mlx5::SendOpcode::rdma_read;
     if (name == "IBV_WR_ATOMIC_CMP_AND_SWP") return mlx5::SendOpcode::atomic_compare_and_swap;
     if (name == "IBV_WR_ATOMIC_FETCH_AND_ADD") return mlx5::SendOpcode::atomic_fetch_and_add;
+    if (name == "IBV_WR_LOCAL_INV") return mlx5::SendOpcode::local_invalidate;
     return std::nullopt;
 }
 

@@ -41,6 +41,7 @@ enum class CompletionOpcode : std::uint8_t {
     atomic_fetch_and_add = 4,
     bind_memory_window = 5,
     local_invalidate = 6,
+    memory_key_configured = 135,  // MLX5DV_WC_UMR (IBV_WC_DRIVER1)
     receive = 128,
     receive_rdma_with_immediate = 129,
 };

@@ -412,7 +412,9 @@ class CompletionQueue {
                 return requester_bytes(CompletionOpcode::atomic_fetch_and_add, 0) |
                        kRequesterLengthEight;
             case kOpcodeUmr:
-                return requester_bytes(CompletionOpcode::local_invalidate, 0);
+                // LOCAL_INV or a key configuration: the send tracking says which, so decode()
+                // takes it.
+                return kRequesterUnknown;
             default:
                 return kRequesterUnknown;
         }
@@ -470,9 +472,19 @@ class CompletionQueue {
         }
         switch (opcode) {
             case kCqeRequester: {
+                if (RDMACHAN_UNLIKELY(target->send == nullptr)) {
+                    completion.wr_id = 0;
+                    completion.status = CompletionStatus::general_error;
+                    return;
+                }
                 completion.wr_id = retire_send(*target->send, target->send_wqe_count, wqe_counter);
                 completion.status = CompletionStatus::success;
                 decode_requester_opcode(cqe, sop_drop_qpn >> 24, completion);
+                // A UMR WQE's completion opcode was recorded when it was posted (libmlx5
+                // sq.wr_data[]); without the record it can only have been a LOCAL_INV.
+                if ((sop_drop_qpn >> 24) == kOpcodeUmr && target->send->umr_opcode != nullptr)
+                    completion.opcode = static_cast<CompletionOpcode>(
+                        target->send->umr_opcode[wqe_counter & (target->send_wqe_count - 1)]);
                 return;
             }
             case kCqeResponderWriteImmediate:

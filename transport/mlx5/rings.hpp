@@ -53,6 +53,11 @@ struct SendQueueTracking {
     std::uint32_t* wqe_end = nullptr;
     std::uint32_t producer_index = 0;  // WQEBBs posted, free running; low 16 bits on the wire
     std::uint32_t consumer_index = 0;  // WQEBBs known to be retired
+    // Optional, wqe_count entries: for a UMR WQE, the CompletionOpcode its CQE reports (a
+    // LOCAL_INV and a key configuration share WQE opcode 0x25; libmlx5 keeps sq.wr_data[] for
+    // the same reason). Written only at UMR WQEs' slots and read only for UMR CQEs. Without
+    // it the encoder refuses configure_memory_key.
+    std::uint8_t* umr_opcode = nullptr;
 };
 
 // Retire the WQE a requester CQE names (and every unsignaled WQE before it); returns its wr_id.

@@ -16,8 +16,10 @@
 
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/completion.hpp"
 #include "transport/mlx5/host_device.hpp"
 #include "transport/mlx5/rings.hpp"
+#include "transport/mlx5/umr_segments.hpp"
 #include "transport/mlx5/work_request.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/mlx5/wqe_segments.hpp"
@@ -130,6 +132,7 @@ class SendQueue {
         tracking_.consumer_index = 0;
         pending_start_ = 0;
         pending_blueflame_max_ds_ = blueflame_preferred_max_ds_;
+        next_fence_ = 0;
         refresh_fast_room();
     }
 
@@ -377,6 +380,9 @@ class SendQueue {
             case SendOpcode::atomic_fetch_and_add:
                 return encode_fast<SendOpcode::atomic_fetch_and_add, kHeaderUnits, true>(request,
                                                                                          cursor);
+            case SendOpcode::local_invalidate:
+            case SendOpcode::configure_memory_key:
+                return false;  // UMR WQEs: the general path
         }
         return false;
     }
@@ -476,6 +482,9 @@ class SendQueue {
     // exactly before a byte is written, then encoded with wrap checks.
     RDMACHAN_SEND_COLD RDMACHAN_HOST_DEVICE PostResult
     write_general(const SendWorkRequest& request) {
+        if (request.opcode == SendOpcode::local_invalidate ||
+            request.opcode == SendOpcode::configure_memory_key)
+            return write_umr(request);
         if (static_cast<std::uint32_t>(request.opcode) >
             static_cast<std::uint32_t>(SendOpcode::atomic_fetch_and_add))
             return PostResult::invalid_request;
@@ -522,8 +531,14 @@ class SendQueue {
 
     // Completions only ever add free WQEBBs, so a fast end computed earlier is never too far:
     // when the fast path reaches it, the general path takes the next WQE and computes it afresh.
+    // A fence owed to the request after a UMR WQE leaves the fast path no room: the general path
+    // writes that request and pays the fence.
     RDMACHAN_HOST_DEVICE void refresh_fast_end() {
         const std::uint32_t producer_index = tracking_.producer_index;
+        if (next_fence_ != 0) {
+            fast_end_ = producer_index;
+            return;
+        }
         const std::uint32_t before_ring_end = ring_.wqe_count - (producer_index & mask_);
         const std::uint32_t free = free_wqebbs();
         fast_end_ = producer_index + (free < before_ring_end ? free : before_ring_end);
@@ -542,8 +557,7 @@ class SendQueue {
         std::uint32_t ds = header_units_;
         // Bytes 8-11 (signature, DCI stream channel, fm_ce_se) are written as one word so that
         // no stale byte of an earlier WQE in this slot survives (mlx5-facts.md §9.1).
-        std::uint64_t flags_word =
-            static_cast<std::uint64_t>(request.flags & detail::kFmCeSeFlags) | signal_all_word_;
+        std::uint64_t flags_word = fenced_flags_word(request);
 
         std::uint8_t* segment = wqe + kControlSegmentSize;
         if (header_units_ != 1) {
@@ -591,6 +605,89 @@ class SendQueue {
         tracking_.wr_id[slot] = request.wr_id;
         tracking_.wqe_end[slot] = producer_index + wqebbs;
         tracking_.producer_index = producer_index + wqebbs;
+    }
+
+    // ctrl bytes 8-11 from the request's flags, with the fence a UMR WQE before it owes: libmlx5
+    // keeps it in qp->fm_cache across posts, and an explicit fence replaces it (mlx5_post_send,
+    // _common_wqe_init_op). Either way the debt is paid by this WQE.
+    RDMACHAN_HOST_DEVICE std::uint64_t fenced_flags_word(const SendWorkRequest& request) {
+        std::uint64_t flags_word =
+            static_cast<std::uint64_t>(request.flags & detail::kFmCeSeFlags) | signal_all_word_;
+        if ((request.flags & kSendFence) == 0)
+            flags_word |= static_cast<std::uint64_t>(next_fence_) << 24;
+        next_fence_ = 0;
+        return flags_word;
+    }
+
+    // LOCAL_INV or a key configuration (umr_segments.hpp): ctrl, UMR control, mkey context and
+    // for a configuration the translation entries. Only an RC queue carries them here (libmlx5
+    // writes a DCI's UMR without its address vector; we have no use for that). The next WQE
+    // owes the initiator small fence, as libmlx5 sets fm_cache after each.
+    RDMACHAN_SEND_COLD RDMACHAN_HOST_DEVICE PostResult write_umr(const SendWorkRequest& request) {
+        if (header_units_ != 1) return PostResult::invalid_request;
+        const bool configure = request.opcode == SendOpcode::configure_memory_key;
+        std::uint32_t translation_bytes = 0;
+        std::uint64_t length = 0;
+        std::uint32_t key = request.immediate;
+        if (configure) {
+            // libmlx5 refuses a key configuration without IBV_SEND_INLINE (EOPNOTSUPP): the
+            // entries travel inline in the WQE.
+            if (request.layout == nullptr || (request.flags & kSendInline) == 0 ||
+                tracking_.umr_opcode == nullptr)
+                return PostResult::invalid_request;
+            const PostResult checked = detail::check_layout(
+                *request.layout, config_.max_inline_data, &translation_bytes, &length);
+            if (checked != PostResult::ok) return checked;
+            key = request.layout->mkey;
+        }
+        const std::uint32_t ds = kUmrHeaderUnits + translation_bytes / kSegmentUnit;
+        if (ds > kMaxDs) return PostResult::too_many_entries;
+        const std::uint32_t wqebbs = (ds + 3) / 4;
+        if (wqebbs > free_wqebbs()) return PostResult::queue_full;
+
+        const std::uint32_t producer_index = tracking_.producer_index;
+        std::uint8_t* const wqe = wqe_at(producer_index);
+        std::uint64_t flags_word = fenced_flags_word(request);
+        // ctrl.imm: the key to invalidate, or the key being configured.
+        flags_word |= static_cast<std::uint64_t>(host_to_big32(key)) << 32;
+        // store_control takes a 5-bit opcode from the traits; 0x25 is wider, so ctrl is stored
+        // here: opcode, WQE index, qpn_ds, then bytes 8-15 in one store.
+        store_big32(wqe + kCtrlOpmodIndexOpcode, kOpcodeUmr);
+        store_big16(wqe + kCtrlOpmodIndexOpcode + 1, static_cast<std::uint16_t>(producer_index));
+        const std::uint32_t qpn_ds = qpn_big_ | ds << 24;
+        std::memcpy(wqe + kCtrlQpnDs, &qpn_ds, sizeof qpn_ds);
+        std::memcpy(wqe + kCtrlSignature, &flags_word, sizeof flags_word);
+        // ctrl and the UMR control segment fill the first WQEBB; the mkey context the next.
+        std::uint8_t* const umr_control = wqe + kControlSegmentSize;
+        std::uint8_t* const mkey_context =
+            detail::next_segment(wqe + kSendWqeBasicBlockSize, ring_.buffer, ring_end_);
+        if (configure) {
+            detail::store_configure(umr_control, mkey_context, *request.layout, translation_bytes,
+                                    length);
+            detail::store_translation(
+                detail::next_segment(mkey_context + kMkeyContextSegmentSize, ring_.buffer,
+                                     ring_end_),
+                ring_.buffer, ring_end_, *request.layout, translation_bytes);
+        } else {
+            detail::store_local_invalidate(umr_control, mkey_context);
+        }
+        if (config_.wqe_signature) wqe[kCtrlSignature] = signature(wqe, ds * kSegmentUnit);
+
+        const std::uint32_t slot = producer_index & mask_;
+        tracking_.wr_id[slot] = request.wr_id;
+        tracking_.wqe_end[slot] = producer_index + wqebbs;
+        if (tracking_.umr_opcode != nullptr)
+            tracking_.umr_opcode[slot] = static_cast<std::uint8_t>(
+                configure ? CompletionOpcode::memory_key_configured
+                          : CompletionOpcode::local_invalidate);
+        tracking_.producer_index = producer_index + wqebbs;
+        next_fence_ = kCtrlInitiatorSmallFence;
+        pending_last_wqe_ = wqe;
+        // A key configuration is an inline WQE to libmlx5 (inl_wqe), which BlueFlame carries
+        // even when it is not preferred; LOCAL_INV from ibv_post_send is not.
+        pending_blueflame_max_ds_ = configure ? blueflame_max_ds_ : blueflame_preferred_max_ds_;
+        refresh_fast_end();
+        return PostResult::ok;
     }
 
     // The doorbell after a fast-path post, which wrote up to `producer_index` without reaching
@@ -726,6 +823,9 @@ class SendQueue {
     std::uint32_t pending_blueflame_max_ds_ = 0;
     std::uint32_t pending_start_ = 0;
     std::uint8_t* pending_last_wqe_ = nullptr;
+    // The fence the next WQE owes after a UMR WQE (libmlx5 qp->fm_cache): 0 or the initiator
+    // small fence.
+    std::uint8_t next_fence_ = 0;
 };
 
 }  // namespace rdmachan::mlx5

@@ -41,6 +41,45 @@ inline constexpr std::uint32_t kAddressVectorSize = 48;  // full (extended) DC/U
 inline constexpr std::uint32_t kInlineHeaderSize = 4;
 inline constexpr std::uint32_t kInlineFlag = 0x80000000u;
 
+// UMR WQE (opcode 0x25): ctrl, the 48-byte UMR control segment, the 64-byte mkey context
+// segment, then for a key configuration the translation entries, padded to 64 bytes. Layouts
+// and the values libmlx5 writes: transport/mlx5/README.md "UMR WQEs".
+inline constexpr std::uint32_t kUmrControlSegmentSize = 48;
+inline constexpr std::uint32_t kMkeyContextSegmentSize = 64;
+inline constexpr std::uint32_t kUmrEntrySize = 16;  // a KLM, data segment or repeat entry
+inline constexpr std::uint32_t kUmrHeaderUnits =
+    (kControlSegmentSize + kUmrControlSegmentSize + kMkeyContextSegmentSize) / kSegmentUnit;
+// UMR control segment: flags (byte 0), klm_octowords (BE16 at 4), translation_offset (BE16
+// at 6), mkey_mask (BE64 at 8), 32 reserved bytes.
+inline constexpr std::uint32_t kUmrFlags = 0;
+inline constexpr std::uint32_t kUmrKlmOctowords = 4;
+inline constexpr std::uint32_t kUmrMkeyMask = 8;
+inline constexpr std::uint8_t kUmrFlagInline = 0x80;
+inline constexpr std::uint8_t kUmrFlagCheckFree = 0x20;
+inline constexpr std::uint8_t kUmrFlagTranslationOffset = 0x10;
+inline constexpr std::uint8_t kUmrFlagCheckQpn = 0x08;
+inline constexpr std::uint64_t kUmrMaskLength = 1u << 0;
+inline constexpr std::uint64_t kUmrMaskStartAddress = 1u << 6;
+inline constexpr std::uint64_t kUmrMaskMkey = 1u << 13;
+inline constexpr std::uint64_t kUmrMaskQpn = 1u << 14;
+inline constexpr std::uint64_t kUmrMaskAccessLocalWrite = 1u << 18;
+inline constexpr std::uint64_t kUmrMaskAccessRemoteRead = 1u << 19;
+inline constexpr std::uint64_t kUmrMaskAccessRemoteWrite = 1u << 20;
+inline constexpr std::uint64_t kUmrMaskAccessAtomic = 1u << 21;
+inline constexpr std::uint64_t kUmrMaskFree = 1u << 29;
+// mkey context segment: free (byte 0), access_flags (byte 2), qpn_mkey (BE32 at 4), start_addr
+// (BE64 at 16), len (BE64 at 24).
+inline constexpr std::uint32_t kMkeyFree = 0;
+inline constexpr std::uint32_t kMkeyAccessFlags = 2;
+inline constexpr std::uint32_t kMkeyQpnMkey = 4;
+inline constexpr std::uint32_t kMkeyStartAddress = 16;
+inline constexpr std::uint32_t kMkeyLength = 24;
+inline constexpr std::uint8_t kMkeyFreeFlag = 0x40;
+// Interleaved layout: a 16-byte repeat block header (byte_count BE32, op BE32, repeat_count
+// BE32, reserved BE16, num_ent BE16), then one entry per pattern element (stride BE16,
+// byte_count BE16, memkey BE32, va BE64).
+inline constexpr std::uint32_t kRepeatBlockOp = 0x400;
+
 // Control segment field offsets.
 inline constexpr std::uint32_t kCtrlOpmodIndexOpcode = 0;
 inline constexpr std::uint32_t kCtrlQpnDs = 4;

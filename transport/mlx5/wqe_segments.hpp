@@ -56,6 +56,9 @@ RDMACHAN_HOST_DEVICE constexpr std::uint32_t opcode_traits(SendOpcode opcode) {
             return kOpcodeAtomicCompareAndSwap | 2u << kTraitSegmentsShift;
         case SendOpcode::atomic_fetch_and_add:
             return kOpcodeAtomicFetchAndAdd | 2u << kTraitSegmentsShift;
+        case SendOpcode::local_invalidate:
+        case SendOpcode::configure_memory_key:
+            return 0;  // UMR WQEs are written by SendQueue::write_umr, not from these traits
     }
     return 0;
 }

@@ -43,12 +43,14 @@ RingQueuePair::RingQueuePair(RingQueuePairInit init)
     : init_(std::move(init)),
       send_wr_ids_(init_.send_ring.wqe_count),
       send_wqe_ends_(init_.send_ring.wqe_count),
+      send_umr_opcodes_(init_.send_ring.wqe_count),
       receive_wr_ids_(init_.receive_ring.wqe_count) {
     mlx5::SendQueueConfig config;
     config.max_sge = init_.max_send_sge;
     config.max_inline_data = init_.max_inline_data;
     config.dc_initiator = init_.dc_initiator;
-    send_ = mlx5::SendQueue(init_.send_ring, {send_wr_ids_.data(), send_wqe_ends_.data(), 0, 0}, config);
+    send_ = mlx5::SendQueue(init_.send_ring,
+                            {send_wr_ids_.data(), send_wqe_ends_.data(), 0, 0, send_umr_opcodes_.data()}, config);
     receive_ = mlx5::ReceiveQueue(init_.receive_ring, receive_wr_ids_.data(), {});
     target_.send = &send_.tracking();
     target_.send_wqe_count = init_.send_ring.wqe_count;

@@ -87,6 +87,7 @@ private:
     RingQueuePairInit init_;
     std::vector<std::uint64_t> send_wr_ids_;
     std::vector<std::uint32_t> send_wqe_ends_;
+    std::vector<std::uint8_t> send_umr_opcodes_;  // per UMR WQE: LOCAL_INV or key configuration
     std::vector<std::uint64_t> receive_wr_ids_;
     mlx5::SendQueue send_;
     mlx5::ReceiveQueue receive_;

@@ -71,6 +71,20 @@ public:
         }
     }
 
+    IndirectKeyRegistration create_indirect_key(std::uint32_t max_entries) override {
+        try {
+            std::shared_ptr<soft::IndirectKey> key = device_->create_indirect_key(domain_, max_entries);
+            IndirectKeyRegistration registration;
+            registration.lkey = key->lkey();
+            registration.rkey = key->rkey();
+            registration.max_entries = key->max_entries();
+            registration.owner = std::move(key);
+            return registration;
+        } catch (const soft::SoftDeviceError& error) {
+            throw Error("create_indirect_key on " + device_->name() + ": " + error.what());
+        }
+    }
+
     std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) override {
         try {
             std::shared_ptr<soft::CompletionQueue> queue = device_->create_completion_queue(depth);

@@ -9,6 +9,7 @@
 #include "transport/verbs/context.hpp"
 #include "transport/verbs/gid_selection.hpp"
 #include "transport/verbs/mlx5_binding.hpp"
+#include "transport/verbs/mlx5_memory_key.hpp"
 #include "transport/verbs/protection_domain.hpp"
 #include "transport/verbs/queue_pair.hpp"
 #include "transport/verbs/verbs_error.hpp"
@@ -164,6 +165,22 @@ public:
             registration.lkey = region->lkey();
             registration.rkey = region->rkey();
             registration.owner = std::move(region);
+            return registration;
+        } catch (const verbs::VerbsError& error) {
+            throw Error(error.what());
+        }
+    }
+
+    // mlx5dv_create_mkey on a ConnectX; the generic verbs path has no UMR and says so by name.
+    IndirectKeyRegistration create_indirect_key(std::uint32_t max_entries) override {
+        try {
+            if (!direct_) verbs::throw_layouts_unavailable(domain_->context()->name());
+            std::shared_ptr<verbs::Mlx5IndirectKey> key = verbs::Mlx5IndirectKey::create(domain_, max_entries);
+            IndirectKeyRegistration registration;
+            registration.lkey = key->lkey();
+            registration.rkey = key->rkey();
+            registration.max_entries = key->max_entries();
+            registration.owner = std::move(key);
             return registration;
         } catch (const verbs::VerbsError& error) {
             throw Error(error.what());

@@ -81,6 +81,31 @@ private:
     std::uint32_t key_;
 };
 
+// An indirect memory key (mlx5dv_create_mkey with MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT): free
+// until a UMR WQE on a send queue of its protection domain gives it a layout
+// (indirect_keys.cpp). lkey = rkey = index << 8, tag 0, as libmlx5 creates it.
+class IndirectKey {
+public:
+    ~IndirectKey();
+    IndirectKey(const IndirectKey&) = delete;
+    IndirectKey& operator=(const IndirectKey&) = delete;
+    std::uint32_t lkey() const { return key_; }
+    std::uint32_t rkey() const { return key_; }
+    // The entries it holds: what was asked for, rounded up to a multiple of 4.
+    std::uint32_t max_entries() const { return max_entries_; }
+
+private:
+    friend class Device;
+    IndirectKey(std::shared_ptr<ProtectionDomain> domain, std::uint32_t key, std::uint32_t max_entries)
+        : domain_(std::move(domain)), key_(key), max_entries_(max_entries) {}
+    std::shared_ptr<ProtectionDomain> domain_;
+    std::uint32_t key_;
+    std::uint32_t max_entries_;
+};
+
+// The most entries an indirect key of the software device may be created for.
+inline constexpr std::uint32_t kMaxIndirectEntries = 4096;
+
 class CompletionQueue {
 public:
     ~CompletionQueue();
@@ -296,6 +321,8 @@ public:
     std::shared_ptr<ProtectionDomain> allocate_protection_domain();
     std::shared_ptr<MemoryRegion> register_memory(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
                                                   std::size_t length, std::uint32_t access_flags);
+    std::shared_ptr<IndirectKey> create_indirect_key(const std::shared_ptr<ProtectionDomain>& domain,
+                                                     std::uint32_t max_entries);
     std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size = 64);
     std::shared_ptr<SharedReceiveQueue> create_shared_receive_queue(const std::shared_ptr<ProtectionDomain>& domain,
                                                                     std::uint32_t max_wr, std::uint32_t max_sge);

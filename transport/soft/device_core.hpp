@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "transport/soft/device.hpp"
+#include "transport/soft/indirect_keys.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/wire.hpp"
 
@@ -111,6 +112,9 @@ struct QueuePairContext {
     Clock::time_point progress_deadline{};  // when the oldest in-flight request is sent again
     std::uint32_t transport_retries_left = 0;  // resends left before transport retry exceeded
     std::atomic<bool> doorbell_pending{false};
+    // A UMR WQE waits for the requests before it to be answered (it completes in order); the
+    // last answer rings the doorbell again.
+    bool umr_waits_for_answers = false;
 
     // DC initiator: whether the current target (receive_attributes.remote) has seen this DCI's
     // first request since it switched to it, so the next request carries the connect mark.
@@ -154,6 +158,7 @@ public:
     std::uint16_t lid = 0;
     std::uint32_t ipv4 = 0;  // network order
     std::map<std::uint32_t, MemoryRegionState> memory_regions;  // by key
+    std::map<std::uint32_t, IndirectKeyState> indirect_keys;    // by key (indirect_keys.cpp)
     std::map<std::uint32_t, std::unique_ptr<CompletionQueueContext>> completion_queues;
     std::map<std::uint32_t, std::unique_ptr<SharedReceiveQueueContext>> shared_receive_queues;
     std::map<std::uint32_t, std::unique_ptr<QueuePairContext>> queue_pairs;
@@ -229,6 +234,14 @@ private:
     // Memory checks, as the NIC makes them against its memory translation tables.
     const MemoryRegionState* find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
                                          std::uint64_t length, std::uint32_t needed_access) const;
+    // The host memory `length` bytes at `addr` through `key` are: one piece of a region, or the
+    // pieces an indirect key's layout maps them to (zero-based). False when the key, a piece's
+    // region, the bounds or the access do not allow it (indirect_keys.cpp).
+    bool translate_memory(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
+                          std::uint64_t length, std::uint32_t needed_access, MemorySegments& segments) const;
+    // A UMR WQE (LOCAL_INV or a key configuration) at `index`; false when the QP stops here
+    // (an error, or earlier requests still in flight: it runs when they are answered).
+    bool execute_umr(QueuePairContext& queue_pair, std::uint32_t index, const std::uint8_t* control);
 
     // Receive WQEs: the next one of the RQ or SRQ, or nothing (receiver not ready).
     struct ReceiveBuffer {

@@ -106,6 +106,8 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
         return false;
     }
 
+    if (opcode == kOpcodeUmr) return execute_umr(queue_pair, index, control);
+
     wire::Request request{};
     request.source_qpn = queue_pair.qpn;
     request.destination_qpn = queue_pair.receive_attributes.remote.qpn;
@@ -221,25 +223,28 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
         ++units;
         // Read and atomic results are written into local memory: that needs local write access.
         const std::uint32_t needed = is_read_or_atomic(opcode) ? std::uint32_t{kLocalWrite} : 0u;
-        if (find_region(lkey, queue_pair.protection_domain, addr, byte_count, needed) == nullptr) {
+        MemorySegments pieces;  // one, or an indirect key's pieces
+        if (!translate_memory(lkey, queue_pair.protection_domain, addr, byte_count, needed, pieces)) {
             syndrome = kSyndromeLocalProtection;
             break;
         }
         if (is_read_or_atomic(opcode)) {
-            in_flight.local_targets.emplace_back(reinterpret_cast<std::uint8_t*>(addr), byte_count);
+            in_flight.local_targets.insert(in_flight.local_targets.end(), pieces.begin(), pieces.end());
             in_flight.length += byte_count;
         } else {
             if (payload.size() + referenced_bytes + byte_count > wire::kMaxPayload) {
                 syndrome = kSyndromeLocalLength;
                 break;
             }
-            if (by_reference && segment_count == wire::kMaxSegments) copy_referenced();
-            if (by_reference) {
-                segments[segment_count++] = {addr, byte_count};
-                referenced_bytes += byte_count;
-            } else {
-                payload.insert(payload.end(), reinterpret_cast<const std::uint8_t*>(addr),
-                               reinterpret_cast<const std::uint8_t*>(addr) + byte_count);
+            // Each piece (one, or an indirect key's) travels by reference or in the frame.
+            for (auto [piece, piece_length] : pieces) {
+                if (by_reference && segment_count == wire::kMaxSegments) copy_referenced();
+                if (by_reference) {
+                    segments[segment_count++] = {reinterpret_cast<std::uint64_t>(piece), piece_length};
+                    referenced_bytes += piece_length;
+                } else {
+                    payload.insert(payload.end(), piece, piece + piece_length);
+                }
             }
         }
     }
@@ -326,7 +331,8 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
             restart_ack_timer(queue_pair);
             complete_requester(queue_pair, done, 0);
             // A DCI may hold a WQE for another target until this target answered everything.
-            if (queue_pair.transport == Transport::dc_initiator && queue_pair.in_flight.empty()) {
+            if ((queue_pair.transport == Transport::dc_initiator || queue_pair.umr_waits_for_answers) &&
+                queue_pair.in_flight.empty()) {
                 queue_pair.doorbell_pending.store(true);
                 doorbells_pending_.store(true);
             }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "src/flight_recorder.hpp"
 #include "src/logger.hpp"
@@ -52,11 +53,10 @@ bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffe
         const std::uint32_t length = load_big32(segment);
         const std::uint64_t addr = load_big64(segment + 8);
         if (length == 0) continue;
-        if (find_region(lkey, protection_domain, addr, length, kLocalWrite) == nullptr) {
+        if (!translate_memory(lkey, protection_domain, addr, length, kLocalWrite, buffer.segments)) {
             buffer.protection_error = true;
             return true;
         }
-        buffer.segments.emplace_back(reinterpret_cast<std::uint8_t*>(addr), length);
         buffer.capacity += length;
     }
     return true;
@@ -168,10 +168,11 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         if (!shared_target) move_to_error(queue_pair, why);
         else detail::logger().info("software device {}: DCT {}: {}", owner_.name(), queue_pair.qpn, why);
     };
-    auto remote_memory = [&](std::uint32_t length, std::uint32_t access) -> std::uint8_t* {
-        if ((queue_pair.access & access) != access) return nullptr;
-        if (find_region(request.rkey, queue_pair.protection_domain, request.remote_addr, length, access) == nullptr) return nullptr;
-        return reinterpret_cast<std::uint8_t*>(request.remote_addr);
+    // The pieces of host memory the request names (one, or an indirect key's), or false.
+    MemorySegments pieces;
+    auto remote_memory = [&](std::uint32_t length, std::uint32_t access) -> bool {
+        if ((queue_pair.access & access) != access) return false;
+        return translate_memory(request.rkey, queue_pair.protection_domain, request.remote_addr, length, access, pieces);
     };
 
     // Moves the payload between this process's `local` vectors and the initiator's memory. A
@@ -192,6 +193,34 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         transfers_by_reference.fetch_add(1, std::memory_order_relaxed);
         return true;
     };
+    // The same for memory in more pieces than one cross-memory call takes (an indirect key's
+    // layout): through one bounce buffer, scattered or gathered here.
+    auto move_pieces_by_reference = [&](const MemorySegments& local_pieces, bool into_initiator) {
+        if (local_pieces.size() <= wire::kMaxSegments) {
+            iovec local[wire::kMaxSegments];
+            for (std::size_t i = 0; i < local_pieces.size(); ++i) local[i] = {local_pieces[i].first, local_pieces[i].second};
+            return move_by_reference(local, local_pieces.size(), into_initiator);
+        }
+        std::vector<std::uint8_t> bounce(request.length);
+        std::uint32_t offset = 0;
+        if (into_initiator) {
+            for (auto [piece, piece_length] : local_pieces) {
+                std::memcpy(bounce.data() + offset, piece, piece_length);
+                offset += piece_length;
+            }
+        }
+        const iovec local{bounce.data(), request.length};
+        if (!move_by_reference(&local, 1, into_initiator)) return false;
+        if (!into_initiator) {
+            for (auto [piece, piece_length] : local_pieces) {
+                if (offset == request.length) break;
+                const std::uint32_t chunk = std::min(piece_length, request.length - offset);
+                std::memcpy(piece, bounce.data() + offset, chunk);
+                offset += chunk;
+            }
+        }
+        return true;
+    };
 
     switch (request.opcode) {
         case kOpcodeRdmaWrite:
@@ -201,16 +230,19 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 not_ready();
                 return;
             }
-            std::uint8_t* target = request.length == 0 ? nullptr : remote_memory(request.length, kRemoteWrite);
-            if (request.length != 0 && target == nullptr) {
+            if (request.length != 0 && !remote_memory(request.length, kRemoteWrite)) {
                 refuse(kSyndromeRemoteAccess);  // target memory untouched
                 return;
             }
             if (by_reference) {
-                const iovec local{target, request.length};
-                if (!move_by_reference(&local, 1, false)) return;
-            } else if (request.length != 0) {
-                std::memcpy(target, payload, request.length);
+                // The pieces the key maps the write to (one for a region).
+                if (!move_pieces_by_reference(pieces, false)) return;
+            } else {
+                std::uint32_t written = 0;
+                for (auto [piece, piece_length] : pieces) {
+                    std::memcpy(piece, payload + written, piece_length);
+                    written += piece_length;
+                }
             }
             if (request.opcode == kOpcodeRdmaWriteImmediate) {
                 consume_receive(queue_pair);
@@ -231,16 +263,15 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             }
             if (by_reference && !receive.protection_error && request.length <= receive.capacity) {
                 // Before the receive is consumed: a failed move leaves the responder's queue as it was.
-                iovec local[wire::kMaxSegments];
-                std::size_t local_count = 0;
+                MemorySegments used;  // the receive's pieces the message fills
                 std::uint32_t placed = 0;
                 for (auto [address, length] : receive.segments) {
-                    if (placed == request.length || local_count == wire::kMaxSegments) break;
+                    if (placed == request.length) break;
                     const std::uint32_t chunk = std::min(length, request.length - placed);
-                    local[local_count++] = {address, chunk};
+                    used.emplace_back(address, chunk);
                     placed += chunk;
                 }
-                if (!move_by_reference(local, local_count, false)) return;
+                if (!move_pieces_by_reference(used, false)) return;
             }
             consume_receive(queue_pair);
             if (receive.protection_error) {
@@ -271,21 +302,28 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             return;
         }
         case kOpcodeRdmaRead: {
-            const std::uint8_t* source = request.length == 0 ? nullptr : remote_memory(request.length, kRemoteRead);
-            if (request.length != 0 && source == nullptr) {
+            if (request.length != 0 && !remote_memory(request.length, kRemoteRead)) {
                 refuse(kSyndromeRemoteAccess);
                 return;
             }
             performed(0);
             if (by_reference) {
-                const iovec local{const_cast<std::uint8_t*>(source), request.length};
-                if (!move_by_reference(&local, 1, true)) return;
+                if (!move_pieces_by_reference(pieces, true)) return;
                 accept();
                 respond(connection, answer(request, wire::ResponseKind::ack));
                 return;
             }
             accept();
-            respond(connection, answer(request, wire::ResponseKind::ack), source, request.length);
+            if (pieces.size() <= 1) {
+                respond(connection, answer(request, wire::ResponseKind::ack), pieces.empty() ? nullptr : pieces[0].first,
+                        request.length);
+                return;
+            }
+            // An indirect key's pieces, gathered in the key's order.
+            std::vector<std::uint8_t> gathered;
+            gathered.reserve(request.length);
+            for (auto [piece, piece_length] : pieces) gathered.insert(gathered.end(), piece, piece + piece_length);
+            respond(connection, answer(request, wire::ResponseKind::ack), gathered.data(), request.length);
             return;
         }
         case kOpcodeAtomicCompareAndSwap:
@@ -294,11 +332,16 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 refuse(kSyndromeRemoteInvalidRequest);
                 return;
             }
-            std::uint8_t* target = remote_memory(8, kRemoteAtomic);
-            if (target == nullptr) {
+            if (!remote_memory(8, kRemoteAtomic)) {
                 refuse(kSyndromeRemoteAccess);
                 return;
             }
+            // Through an indirect key the word must still be one aligned piece of one region.
+            if (pieces.size() != 1 || reinterpret_cast<std::uintptr_t>(pieces[0].first) % 8 != 0) {
+                refuse(kSyndromeRemoteInvalidRequest);
+                return;
+            }
+            std::uint8_t* target = pieces[0].first;
             // The 64-bit operand is in the responder's host byte order, and the operation is atomic
             // with respect to every other atomic the device performs on that word.
             auto* word = reinterpret_cast<std::uint64_t*>(target);

@@ -10,7 +10,7 @@
 
 namespace rdmachan::verbs {
 
-// false when the opcode has no RC verbs equivalent (never for the current SendOpcode set).
+// false when the opcode has no RC verbs equivalent (configure_memory_key, a UMR).
 inline bool to_ibv_opcode(mlx5::SendOpcode opcode, ibv_wr_opcode& out) noexcept {
     switch (opcode) {
         case mlx5::SendOpcode::rdma_write:
@@ -37,6 +37,11 @@ inline bool to_ibv_opcode(mlx5::SendOpcode opcode, ibv_wr_opcode& out) noexcept 
         case mlx5::SendOpcode::atomic_fetch_and_add:
             out = IBV_WR_ATOMIC_FETCH_AND_ADD;
             return true;
+        case mlx5::SendOpcode::local_invalidate:
+            out = IBV_WR_LOCAL_INV;
+            return true;
+        case mlx5::SendOpcode::configure_memory_key:
+            return false;  // a UMR: verbs has no such work request (memory layouts are mlx5 only)
     }
     return false;
 }
@@ -60,8 +65,9 @@ inline void to_ibv_sge(const mlx5::ScatterGatherElement& element, ibv_sge& out) 
 // Returns false for a request the RC verbs path cannot carry (a DC address vector).
 inline bool to_ibv_send_wr(const mlx5::SendWorkRequest& request, ibv_send_wr& out) noexcept {
     out = ibv_send_wr{};
-    if (request.dc_address_vector != nullptr) return false;
+    // The opcode first: a key configuration's layout shares its place with dc_address_vector.
     if (!to_ibv_opcode(request.opcode, out.opcode)) return false;
+    if (request.dc_address_vector != nullptr) return false;
     out.wr_id = request.wr_id;
     out.send_flags = to_ibv_send_flags(request.flags);
     switch (request.opcode) {
@@ -71,6 +77,7 @@ inline bool to_ibv_send_wr(const mlx5::SendWorkRequest& request, ibv_send_wr& ou
             out.imm_data = htonl(request.immediate);
             break;
         case mlx5::SendOpcode::send_with_invalidate:
+        case mlx5::SendOpcode::local_invalidate:
             out.invalidate_rkey = request.immediate;
             break;
         default:
