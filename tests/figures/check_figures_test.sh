@@ -13,12 +13,13 @@ cp "$script" "$repo/scripts/check_figures.sh"
 cd "$repo"
 git init -q . && git config user.email test@example.invalid && git config user.name test
 echo "v1" >transport/mlx5/send_queue.hpp
-block() {  # block COMMIT: the three documents, every block printed at COMMIT, in both stamp forms
+block() {  # block COMMIT [SOAK-COMMIT]: the three documents, every block printed at COMMIT (the soak's record at SOAK-COMMIT), in both stamp forms
     for name in instruction-counts sweep ucx; do
         printf '<!-- generated: %s -->\n_Printed by the command at commit %s._\n\n| figure |\n<!-- end: %s -->\n\n' "$name" "$1" "$name"
     done >docs/PERFORMANCE.md
     printf '<!-- generated: scale -->\n_Printed by `scripts/scale.sh` at commit %s._\n<!-- end: scale -->\n' "$1" >docs/SCALE.md
     printf '<!-- generated: reliability -->\n_Printed by `scripts/reliability.sh` at commit %s._\n<!-- end: reliability -->\n' "$1" >docs/RELIABILITY.md
+    printf '<!-- generated: soak -->\n_Printed by `scripts/soak.sh` at commit %s._\n<!-- end: soak -->\n' "${2:-$1}" >>docs/RELIABILITY.md
 }
 git add -A && git commit -qm code
 block "$(git rev-parse --short=7 HEAD)"; git add -A && git commit -qm figures
@@ -37,8 +38,15 @@ expect 1 "block 'instruction-counts' is STALE"
 expect 1 "block 'scale' is STALE"
 expect 1 "block 'reliability' is STALE"
 block "$(git rev-parse --short=7 HEAD)-dirty"; expect 1 "printed from uncommitted code"
-block "$(git rev-parse --short=7 HEAD)"; git commit -qam "figures reprinted"
+block "$(git rev-parse --short=7 HEAD)" "$(git rev-parse --short=7 HEAD~1)"; git commit -qam "figures reprinted"
 expect 0 "block 'ucx' printed at"
+# The soak's block is the record of a run: older than its code, it is said, not failed; but it
+# must still name a known commit and clean code.
+expect 0 "block 'soak' is a record of a run at"
+block "$(git rev-parse --short=7 HEAD)" 0000000; expect 1 "block 'soak' names commit 0000000"
+block "$(git rev-parse --short=7 HEAD)" "$(git rev-parse --short=7 HEAD)-dirty"; expect 1 "block 'soak' was printed from uncommitted code"
+block "$(git rev-parse --short=7 HEAD)"; git commit -qam "figures reprinted, soak too"
+expect 0 "block 'soak' printed at"
 git clone -q --depth 1 "file://$repo" "$work/shallow"
 echo "v3" >transport/mlx5/send_queue.hpp; git commit -qam "another change"
 cd "$work/shallow" && git pull -q --depth 1 2>/dev/null || true
