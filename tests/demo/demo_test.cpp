@@ -127,6 +127,20 @@ TEST_CASE("failures: a bad option, an out-of-range value, a failing rank, an una
 // and takes back a few hundred KiB between samples (the 10-minute, 8-peer run of
 // docs/RELIABILITY.md swung by at most 448 KiB per peer and ended 64 KiB below its start), while
 // a leak of one allocation per operation would pass it within the run.
+// AddressSanitizer keeps freed memory in its quarantine (256 MiB by default) before reusing it,
+// so under it a peer's resident size grows with every free until the quarantine is full (17-26
+// MiB in this test): the memory bound is checked in the other builds, descriptors in all.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RDMACHAN_DEMO_TEST_ADDRESS_SANITIZER 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(RDMACHAN_DEMO_TEST_ADDRESS_SANITIZER)
+constexpr bool kQuarantineHoldsFreedMemory = true;
+#else
+constexpr bool kQuarantineHoldsFreedMemory = false;
+#endif
+
 TEST_CASE("--duration: the peers run for that long, and their memory and descriptors do not grow") {
     const auto started = std::chrono::steady_clock::now();
     const Run run = run_demo("--json --peers 3 --size 4096 --duration 5s --sample-period 1", false);
@@ -145,7 +159,12 @@ TEST_CASE("--duration: the peers run for that long, and their memory and descrip
         for (const nlohmann::json& descriptors : sample["descriptors"]) CHECK(descriptors.get<std::uint32_t>() >= 3);
     }
     CHECK(resources.at("largest_descriptor_growth").get<std::int64_t>() == 0);
-    CHECK(resources.at("largest_rss_growth_kib").get<std::int64_t>() <= 1024);
+    if (kQuarantineHoldsFreedMemory) {
+        MESSAGE("AddressSanitizer build: resident growth " << resources.at("largest_rss_growth_kib").get<std::int64_t>()
+                                                          << " KiB not checked (its quarantine holds freed memory)");
+    } else {
+        CHECK(resources.at("largest_rss_growth_kib").get<std::int64_t>() <= 1024);
+    }
 }
 
 TEST_CASE("--duration refuses what is not a duration, naming the option") {
