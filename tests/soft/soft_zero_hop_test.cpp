@@ -86,23 +86,33 @@ TEST_CASE("zero-hop write: inline and gathered writes land, the target's device 
     mlx5::SendWorkRequest gathered = write_request(2, halves, remote.buffer_addr + 65536, remote.rkey);
     gathered.num_sge = 2;
     CHECK(run(initiator, gathered).status == mlx5::CompletionStatus::success);
-    const mlx5::ScatterGatherElement large = initiator.local(0, 524288);
-    CHECK(run(initiator, write_request(3, &large, remote.buffer_addr + 524288, remote.rkey)).status ==
+    const mlx5::ScatterGatherElement largest = initiator.local(0, 262144);  // the largest that goes zero-hop
+    CHECK(run(initiator, write_request(3, &largest, remote.buffer_addr + 524288, remote.rkey)).status ==
           mlx5::CompletionStatus::success);
 
     CHECK(std::memcmp(target.buffer(), initiator.buffer(), 8) == 0);
     CHECK(bytes_differing(target.buffer() + 8, 65536 - 8, 0xee) == 0);
     CHECK(std::memcmp(target.buffer() + 65536, initiator.buffer(), 65536) == 0);
     CHECK(bytes_differing(target.buffer() + 131072, 524288 - 131072, 0xee) == 0);
-    CHECK(std::memcmp(target.buffer() + 524288, initiator.buffer(), 524288) == 0);
+    CHECK(std::memcmp(target.buffer() + 524288, initiator.buffer(), 262144) == 0);
+    CHECK(bytes_differing(target.buffer() + 786432, 262144, 0xee) == 0);
     CHECK(initiator_device->zero_hop_writes() == 3);
     CHECK(target_device->transfers_by_reference() == 0);
 
+    // Larger writes take the request path: the target's device moves them by reference.
+    const mlx5::ScatterGatherElement large = initiator.local(0, 524288);
+    CHECK(run(initiator, write_request(4, &large, remote.buffer_addr + 524288, remote.rkey)).status ==
+          mlx5::CompletionStatus::success);
+    soft::acquire_remote_writes();
+    CHECK(std::memcmp(target.buffer() + 524288, initiator.buffer(), 524288) == 0);
+    CHECK(initiator_device->zero_hop_writes() == 3);
+    CHECK(target_device->transfers_by_reference() == 1);
+
     // An unsignaled write completes nothing; the signaled one after it completes in order.
-    const mlx5::SendWorkRequest quiet = write_request(4, &small, remote.buffer_addr + 16, remote.rkey, mlx5::kSendInline);
+    const mlx5::SendWorkRequest quiet = write_request(6, &small, remote.buffer_addr + 16, remote.rkey, mlx5::kSendInline);
     REQUIRE(initiator.post(&quiet, 1) == mlx5::PostResult::ok);
-    const mlx5::Completion loud = run(initiator, write_request(5, &small, remote.buffer_addr + 24, remote.rkey, mlx5::kSendInline));
-    CHECK(loud.wr_id == 5);
+    const mlx5::Completion loud = run(initiator, write_request(7, &small, remote.buffer_addr + 24, remote.rkey, mlx5::kSendInline));
+    CHECK(loud.wr_id == 7);
     CHECK(initiator_device->zero_hop_writes() == 5);
 }
 

@@ -38,6 +38,9 @@ namespace {
 // delay_zero_hop_writes(): microseconds between a zero-hop write's checks and its move.
 std::atomic<std::int64_t> test_delay{0};
 
+// The largest write that goes zero-hop (see zero_hop_write).
+constexpr std::uint64_t kZeroHopMaxBytes = 256 * 1024;
+
 }  // namespace
 
 void delay_zero_hop_writes(std::chrono::microseconds delay) noexcept {
@@ -99,8 +102,11 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
             length += segments[i].length;
         }
     }
-    // A zero-length write checks no memory at the responder: too little to gain here.
-    if (length == 0) return false;
+    // A zero-length write checks no memory at the responder: too little to gain here. A large
+    // one moves faster on the request path, where the target's thread moves it while this
+    // process goes on (rdmachan-bench, 2 CPUs: 1 MiB writes 4.3-6.1 GB/s zero-hop against
+    // 6.9-10.2 GB/s; equal within the noise at 64 and 256 KiB; README "Zero-hop writes").
+    if (length == 0 || length > kZeroHopMaxBytes) return false;
 
     // The responder's checks, as perform_request makes them for a write: the QP (as
     // handle_request: ready, connected to us), its access, then the key.
