@@ -170,9 +170,11 @@ Outcome refused_write(Refusal refusal, bool zero_hop) {
     Environment zero_hop_setting("RDMACHAN_SOFT_ZERO_HOP", zero_hop ? "1" : "0");
     auto target_device = soft::Device::open();
     auto initiator_device = soft::Device::open();
+    // The fixture's ACK timeout (0.54 s per try, 3 retries): a dropped request ends in about 2 s.
+    // Shorter ones made the settling read fail under ASan on this loaded machine, where a device
+    // thread went unscheduled for 260 ms (flight record: the request sat unread until the retries
+    // had given up).
     EndpointOptions options;
-    options.timeout = 14;  // 67 ms per try: a dropped request ends in about 200 ms
-    options.retry_cnt = 2;
     EndpointOptions target_options = options;
     if (refusal == Refusal::queue_pair_without_remote_write) target_options.access = soft::kLocalWrite | soft::kRemoteRead;
     SoftEndpoint target(target_device, target_options);

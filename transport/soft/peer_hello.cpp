@@ -96,7 +96,10 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
         connection.peer_pid = hello.pid;
         const char* no_zero_hop = "RDMACHAN_SOFT_ZERO_HOP=0";
         if (zero_hop_enabled_) {
-            auto table = std::make_unique<PeerTable>(hello.pid, hello.published_table);
+            // Copies: the hello is packed, and make_unique takes its arguments by reference.
+            const std::uint32_t pid = hello.pid;
+            const int descriptor = hello.published_table;
+            auto table = std::make_unique<PeerTable>(pid, descriptor);
             if (table->valid()) connection.peer_table = std::move(table);
             else no_zero_hop = table->why_not();
         }
