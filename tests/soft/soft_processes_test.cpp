@@ -277,7 +277,8 @@ TEST_CASE("two processes: 100,000 mixed operations wrap the rings and every byte
     CHECK(completed == signaled);
     CHECK(child_result == 0);  // the child verified every send's bytes
     MESSAGE("operations: " << kOperations << ", signaled completions: " << completed << ", reads verified: " << verified_reads
-                           << ", send ring WQEBBs: " << endpoint.queue_pair().send_ring().wqe_count);
+                           << ", send ring WQEBBs: " << endpoint.queue_pair().send_ring().wqe_count
+                           << ", writes executed zero-hop: " << device->zero_hop_writes());
     ::close(child.to_child);
     ::close(child.from_child);
 }
