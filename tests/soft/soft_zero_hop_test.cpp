@@ -465,3 +465,26 @@ TEST_CASE("zero-hop writes to a target killed mid-stream: error completions with
     ::close(down[1]);
     ::close(up[0]);
 }
+
+TEST_CASE("zero-hop writes during a simulated partition are lost like frames: transport retry exceeded, memory untouched") {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    auto target_device = soft::Device::open();
+    auto initiator_device = soft::Device::open();
+    SoftEndpoint target(target_device);
+    SoftEndpoint initiator(initiator_device);
+    initiator.connect(target.address());
+    target.connect(initiator.address());
+    const Address remote = target.address();
+    settle_path(initiator, remote);
+    const mlx5::ScatterGatherElement source = initiator.local(0, 4096);
+    REQUIRE(run(initiator, write_request(1, &source, remote.buffer_addr, remote.rkey)).status == mlx5::CompletionStatus::success);
+    REQUIRE(initiator_device->zero_hop_writes() == 1);
+    std::memset(target.buffer(), 0xee, 1 << 20);
+    std::memset(initiator.buffer(), 0x11, 4096);
+    soft::simulate_partition(true);
+    const mlx5::Completion lost = run(initiator, write_request(2, &source, remote.buffer_addr, remote.rkey));
+    soft::simulate_partition(false);
+    CHECK(lost.status == mlx5::CompletionStatus::transport_retry_exceeded);
+    CHECK(initiator_device->zero_hop_writes() == 1);
+    CHECK(bytes_differing(target.buffer(), 1 << 20, 0xee) == 0);
+}

@@ -323,6 +323,9 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
 
 void simulate_partition(bool partitioned) noexcept {
     partitioned_from_everyone.store(partitioned);
+    // Zero-hop writes carry no frame to lose: peers are told through this process's tables, and
+    // this process's devices check partition_simulated() (zero_hop.cpp).
+    PublishedTable::mark_partitioned(partitioned);
 }
 
 bool partition_simulated() noexcept {

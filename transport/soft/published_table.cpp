@@ -9,8 +9,10 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "transport/soft/device_core.hpp"
 
@@ -45,7 +47,18 @@ bool read_entry(const Entry& entry, Copy copy) {
 
 constexpr std::size_t kLayoutBytes = (sizeof(PublishedLayout) + 4095) & ~std::size_t{4095};
 
+// Every table of this process, for mark_partitioned (fault injection; control plane only).
+std::mutex tables_mutex;
+std::vector<PublishedLayout*> tables;
+bool tables_partitioned = false;
+
 }  // namespace
+
+void PublishedTable::mark_partitioned(bool partitioned) {
+    std::lock_guard lock(tables_mutex);
+    tables_partitioned = partitioned;
+    for (PublishedLayout* layout : tables) layout->partitioned.store(partitioned ? 1 : 0, std::memory_order_release);
+}
 
 PublishedTable::PublishedTable() {
     descriptor_ = ::memfd_create("rdmachan-soft-table", MFD_CLOEXEC);
@@ -73,10 +86,19 @@ PublishedTable::PublishedTable() {
     layout_->region_slots = kPublishedRegionSlots;
     layout_->queue_pair_slots = kPublishedQueuePairSlots;
     layout_->version = kPublishedVersion;
+    {
+        std::lock_guard lock(tables_mutex);
+        layout_->partitioned.store(tables_partitioned ? 1 : 0, std::memory_order_relaxed);
+        tables.push_back(layout_);
+    }
     __atomic_store_n(&layout_->magic, kPublishedMagic, __ATOMIC_RELEASE);
 }
 
 PublishedTable::~PublishedTable() {
+    if (layout_ != nullptr) {
+        std::lock_guard lock(tables_mutex);
+        std::erase(tables, layout_);
+    }
     if (layout_ != nullptr) ::munmap(layout_, kLayoutBytes);
     if (descriptor_ >= 0) ::close(descriptor_);
 }

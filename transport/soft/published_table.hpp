@@ -77,6 +77,9 @@ struct PublishedLayout {
     std::uint32_t pid;  // the publishing process
     std::uint32_t region_slots;
     std::uint32_t queue_pair_slots;
+    // simulate_partition() in the publishing process: its peers' zero-hop writes must be lost
+    // like its frames, so they leave them to the request path.
+    std::atomic<std::uint32_t> partitioned;
     alignas(64) PublishedRegion regions[kPublishedRegionSlots];
     PublishedQueuePair queue_pairs[kPublishedQueuePairSlots];
 };
@@ -112,6 +115,9 @@ public:
     void publish_queue_pair(const QueuePairContext& queue_pair);
     void unpublish_queue_pair(std::uint32_t qpn);
 
+    // Sets the partitioned flag of every table of this process (simulate_partition).
+    static void mark_partitioned(bool partitioned);
+
 private:
     PublishedLayout* layout_ = nullptr;
     int descriptor_ = -1;
@@ -132,6 +138,8 @@ public:
     const char* why_not() const { return why_not_; }
 
     std::optional<PublishedQueuePairView> read_queue_pair(std::uint32_t qpn) const;
+    // The target simulates a network partition (simulate_partition in its process).
+    bool partitioned() const { return layout_->partitioned.load(std::memory_order_acquire) != 0; }
 
     // Holds a region's slot for one write: the in-use counter is raised first, then the entry
     // read, so a deregistration either is seen here or waits for release().

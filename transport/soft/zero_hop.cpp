@@ -111,6 +111,9 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
     // The responder's checks, as perform_request makes them for a write: the QP (as
     // handle_request: ready, connected to us), its access, then the key.
     const PeerTable& table = *connection->peer_table;
+    // A simulated partition (either side) loses frames; zero-hop writes must be lost too, so
+    // they take the request path, where the frames are dropped.
+    if (partition_simulated() || table.partitioned()) return false;
     const std::optional<PublishedQueuePairView> target = table.read_queue_pair(remote.qpn);
     if (!target) return false;
     const bool ready = target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_receive) ||
