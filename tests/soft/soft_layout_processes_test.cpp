@@ -35,6 +35,7 @@ constexpr std::uint32_t kCheckedSpan = 256 * 1024;  // the part of each buffer c
 constexpr std::uint32_t kKeys = 4;
 constexpr std::uint32_t kMaxEntries = 8;  // 8 list entries fit a queue pair with max_inline_data 128
 constexpr std::uint32_t kPlainKey = ~0u;  // a receive into the plain region
+constexpr std::uint32_t kWarmUpOffset = 250000;  // where the parent's first read lands
 constexpr std::uint8_t kAllAccess = mlx5::kMemoryKeyLocalWrite | mlx5::kMemoryKeyRemoteRead |
                                     mlx5::kMemoryKeyRemoteWrite | mlx5::kMemoryKeyAtomic;
 
@@ -231,6 +232,7 @@ struct Reply {
     std::uint32_t byte_len = 0;
     std::uint32_t count = 0;          // take_receive: completions found (0 or 1)
     std::uint64_t wr_id = 0;
+    std::uint64_t by_reference = 0;   // requests the child's device moved by cross-memory attach so far
 };
 
 struct Hello {
@@ -287,6 +289,7 @@ Reply reply_of(const mlx5::Completion& completion) {
                 }
                 case Op::dump: break;
             }
+            reply.by_reference = side.device->transfers_by_reference();
             if (!write_all(to_parent, &reply, sizeof reply)) ::_exit(102);
             if (command.op == Op::dump && !write_all(to_parent, side.data->buffer() + command.offset, command.length)) ::_exit(103);
         }
@@ -308,6 +311,18 @@ public:
         local_model.assign(local_.data->buffer(), local_.data->buffer() + kCheckedSpan);
         remote_model.resize(kCheckedSpan);
         for (std::uint32_t i = 0; i < kCheckedSpan; ++i) remote_model[i] = initial_byte(2, i);
+        // A first request settles the path to the child (its reply hello comes before the
+        // answer): on this host, payloads of 4 KiB and more move by cross-memory attach from now on.
+        const mlx5::ScatterGatherElement into = local_.data->local(kWarmUpOffset, 8);
+        mlx5::SendWorkRequest read;
+        read.opcode = mlx5::SendOpcode::rdma_read;
+        read.flags = mlx5::kSendSignaled;
+        read.sg_list = &into;
+        read.num_sge = 1;
+        read.remote_addr = remote_addr(kWarmUpOffset);
+        read.rkey = remote_rkey();
+        REQUIRE(run(read).status == mlx5::CompletionStatus::success);
+        for (std::uint32_t i = 0; i < 8; ++i) local_model[kWarmUpOffset + i] = remote_model[kWarmUpOffset + i];
     }
     ~Session() { CHECK(child_->wait(20) == 0); }
 
@@ -482,6 +497,11 @@ TEST_CASE("two processes: RDMA write and read through list and interleaved keys 
         scatter(local_model, plain(210000, 180), 0, gather(remote_model, remote_maps[1], 0, 180));
     }
     SUBCASE("8 KiB in 512 and 256 pieces: write both sides keyed, then read back both ways") {
+        const std::uint64_t moved_before = session.take_remote_receive(0).by_reference;
+        // From a plain region into 512 pieces: by reference, through the child's bounce buffer.
+        const mlx5::ScatterGatherElement from_plain = local.data->local(230000, 8192);
+        require_success(session.run(request_of(mlx5::SendOpcode::rdma_write, &from_plain, 0, session.remote_key(2))));
+        scatter(remote_model, remote_maps[2], 0, gather(local_model, plain(230000, 8192), 0, 8192));
         const mlx5::ScatterGatherElement from = session.local_key_element(2, 0, 8192);
         require_success(session.run(request_of(mlx5::SendOpcode::rdma_write, &from, 0, session.remote_key(2))));
         scatter(remote_model, remote_maps[2], 0, gather(local_model, local_maps[2], 0, 8192));
@@ -491,6 +511,9 @@ TEST_CASE("two processes: RDMA write and read through list and interleaved keys 
         const mlx5::ScatterGatherElement into_key = session.local_key_element(2, 100, 4000);
         require_success(session.run(request_of(mlx5::SendOpcode::rdma_read, &into_key, 1000, session.remote_key(2))));
         scatter(local_model, local_maps[2], 100, gather(remote_model, remote_maps[2], 1000, 4000));
+        // The plain-sided write and read went by cross-memory attach (a side with more than 32
+        // pieces of its own goes in the frames).
+        CHECK(session.take_remote_receive(0).by_reference - moved_before >= 2);
     }
     session.check_both();
 }
