@@ -127,7 +127,8 @@ public:
     void replace_rc_peer(std::uint32_t peer, const ChannelEndpoint& remote);
     void replace_dc_peer(std::uint32_t peer, const DcPeer& remote);
     void mark_replacement_connected(std::uint32_t peer);
-    // Queue pairs this engine created: RC one per peer; DC the initiators plus the target.
+    // Queue pairs this engine created: RC one per peer; DC the initiators plus the target, plus
+    // the layouts' queue pair once one was registered.
     std::uint32_t queue_pair_count() const;
 
     // Data path. A ticket names one outstanding operation — a single work request or a batch

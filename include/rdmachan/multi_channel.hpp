@@ -164,7 +164,8 @@ public:
     std::uint32_t world_size() const;
     MultiChannelMode mode() const;
     // Queue pairs this process created for the multi-channel: one per peer (loopback included)
-    // in RC mode; the DC initiators plus the DC target in DC mode.
+    // in RC mode; the DC initiators plus the DC target in DC mode (and, once a layout was
+    // registered, the queue pair that configures layouts: register_layout).
     std::uint32_t queue_pair_count() const;
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
     // A memory layout as one zero-based region, usable with every peer. RC mode sets it up

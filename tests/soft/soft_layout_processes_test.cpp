@@ -261,6 +261,10 @@ Reply reply_of(const mlx5::Completion& completion) {
         Address parent{};
         if (!write_all(to_parent, &hello, sizeof hello) || !read_all(from_parent, &parent, sizeof parent)) ::_exit(100);
         side.data->connect(parent);
+        // Only now may the parent send: a request reaching a QP not yet in RTR is dropped, as on
+        // a NIC, and resent after an ACK timeout (half a second here).
+        const char ready = 'r';
+        if (!write_all(to_parent, &ready, 1)) ::_exit(104);
         Command command;
         while (read_all(from_parent, &command, sizeof command, 60)) {
             Reply reply;
@@ -300,12 +304,14 @@ Reply reply_of(const mlx5::Completion& completion) {
 // The parent's view of the child, and its own side.
 class Session {
 public:
-    Session() : child_(ChildProcess::start(run_child)), local_(1) {
+    Session() : child_(ChildProcess::start(run_child)), side_(std::make_unique<Side>(1)), local_(*side_) {
         Hello hello{};
         REQUIRE(read_all(child_->from_child, &hello, sizeof hello));
         const Address mine = local_.data->address();
         REQUIRE(write_all(child_->to_child, &mine, sizeof mine));
         local_.data->connect(hello.address);
+        char ready = 0;
+        REQUIRE(read_all(child_->from_child, &ready, 1));
         for (std::uint32_t k = 0; k < kKeys; ++k) remote_keys_[k] = hello.keys[k];
         remote_address_ = hello.address;
         local_model.assign(local_.data->buffer(), local_.data->buffer() + kCheckedSpan);
@@ -324,7 +330,12 @@ public:
         REQUIRE(run(read).status == mlx5::CompletionStatus::success);
         for (std::uint32_t i = 0; i < 8; ++i) local_model[kWarmUpOffset + i] = remote_model[kWarmUpOffset + i];
     }
-    ~Session() { CHECK(child_->wait(20) == 0); }
+    // Both devices close at once: each lingers (up to 200 ms) for its peer's end of the stream.
+    ~Session() {
+        child_->close_pipes();
+        side_.reset();
+        CHECK(child_->wait(20) == 0);
+    }
 
     Side& local() { return local_; }
     std::uint32_t remote_key(std::uint32_t key) const { return remote_keys_[key]; }
@@ -397,7 +408,8 @@ public:
 
 private:
     std::unique_ptr<ChildProcess> child_;
-    Side local_;
+    std::unique_ptr<Side> side_;
+    Side& local_;
     std::uint32_t remote_keys_[kKeys] = {};
     Address remote_address_{};
 };
@@ -595,6 +607,9 @@ TEST_CASE("two processes: each refusal gives the NIC's completion on each side a
         CHECK(completion.status == status);
         CHECK(completion.syndrome == syndrome);
     };
+    // An RDMA write or read refused at the responder leaves no CQE there (no receive WQE is
+    // involved); the NAK is written after any CQE would have been, so none can still come.
+    auto no_responder_completion = [&] { CHECK(session.take_remote_receive(0).count == 0); };
     // A refused configuration: the UMR's CQE is a local protection error and its queue pair goes
     // to ERR (the key stays free); the peer's write through the key is then a remote access error.
     auto refused_configuration = [&](const Layout& layout) {
@@ -603,6 +618,7 @@ TEST_CASE("two processes: each refusal gives the NIC's completion on each side a
         CHECK(configured.syndrome == 0x04);  // (an error completion's opcode is undefined, as in ibv_poll_cq(3))
         CHECK(configured.control_failed == 1);
         check_completion(session.run(write), mlx5::CompletionStatus::remote_access_error, 0x13);
+        no_responder_completion();
     };
 
     SUBCASE("configuration: an entry's pattern runs past its region's end") {
@@ -627,12 +643,14 @@ TEST_CASE("two processes: each refusal gives the NIC's completion on each side a
         require_success(session.run(request_of(mlx5::SendOpcode::rdma_read, &into, 0, session.remote_key(0))));
         scatter(session.local_model, plain(210000, 128), 0, gather(session.remote_model, column_map, 0, 128));
         check_completion(session.run(write), mlx5::CompletionStatus::remote_access_error, 0x13);
+        no_responder_completion();
     }
     SUBCASE("use: a read past the key's length") {
         REQUIRE(session.configure_remote(0, column).status == mlx5::CompletionStatus::success);
         const mlx5::ScatterGatherElement into = local.data->local(210000, 16);
         check_completion(session.run(request_of(mlx5::SendOpcode::rdma_read, &into, 120, session.remote_key(0))),
                          mlx5::CompletionStatus::remote_access_error, 0x13);
+        no_responder_completion();
     }
     SUBCASE("use: a receive WQE through a key without local write") {
         REQUIRE(session.configure_remote(0, interleaved(16, {{RegionName::main, 64, 8, 120}}, mlx5::kMemoryKeyRemoteRead)).status ==
@@ -657,6 +675,7 @@ TEST_CASE("two processes: each refusal gives the NIC's completion on each side a
         const mlx5::ScatterGatherElement other = local.data->local(200064, 64);
         check_completion(session.run(request_of(mlx5::SendOpcode::rdma_write, &other, 0, session.remote_key(0))),
                          mlx5::CompletionStatus::remote_access_error, 0x13);
+        no_responder_completion();
     }
     SUBCASE("use after LOCAL_INV: a receive WQE through the key") {
         REQUIRE(session.configure_remote(0, column).status == mlx5::CompletionStatus::success);
