@@ -31,7 +31,7 @@ using rdmachan::test::write_all;
 
 namespace {
 
-constexpr std::uint32_t kCheckedSpan = 256 * 1024;  // the part of each buffer compared after every step
+constexpr std::uint32_t kCheckedSpan = 1 << 20;  // each main buffer, all of it compared after every step
 constexpr std::uint32_t kKeys = 4;
 constexpr std::uint32_t kMaxEntries = 8;  // 8 list entries fit a queue pair with max_inline_data 128
 constexpr std::uint32_t kPlainKey = ~0u;  // a receive into the plain region
@@ -141,8 +141,9 @@ struct Side {
         for (std::uint32_t i = 0; i < (1u << 20); ++i) data->buffer()[i] = initial_byte(seed, i);
         new_control();
         other_domain = device->allocate_protection_domain();
+        // Every right, so that only its protection domain can be what a layout naming it lacks.
         other_region = device->register_memory(other_domain, other_memory.data(), other_memory.size(),
-                                               soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead);
+                                               soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead | soft::kRemoteAtomic);
         read_only_region = device->register_memory(data->domain_pointer(), read_only_memory.data(), read_only_memory.size(),
                                                    soft::kRemoteRead);
         for (std::uint32_t k = 0; k < kKeys; ++k) keys.push_back(device->create_indirect_key(data->domain_pointer(), kMaxEntries));
@@ -295,7 +296,14 @@ Reply reply_of(const mlx5::Completion& completion) {
             }
             reply.by_reference = side.device->transfers_by_reference();
             if (!write_all(to_parent, &reply, sizeof reply)) ::_exit(102);
-            if (command.op == Op::dump && !write_all(to_parent, side.data->buffer() + command.offset, command.length)) ::_exit(103);
+            if (command.op == Op::dump) {
+                // The main buffer's range, then the two small regions refusals point into.
+                if (!write_all(to_parent, side.data->buffer() + command.offset, command.length) ||
+                    !write_all(to_parent, side.other_memory.data(), side.other_memory.size()) ||
+                    !write_all(to_parent, side.read_only_memory.data(), side.read_only_memory.size())) {
+                    ::_exit(103);
+                }
+            }
         }
     }
     ::_exit(0);
@@ -388,6 +396,10 @@ public:
         std::vector<std::uint8_t> remote_bytes(kCheckedSpan);
         REQUIRE(read_all(child_->from_child, remote_bytes.data(), remote_bytes.size()));
         check_memory(remote_bytes.data(), remote_model, "the child's buffer");
+        // Nothing ever writes the region of the other protection domain or the read-only one.
+        std::vector<std::uint8_t> small_regions(2 * 4096);
+        REQUIRE(read_all(child_->from_child, small_regions.data(), small_regions.size()));
+        check_memory(small_regions.data(), std::vector<std::uint8_t>(small_regions.size(), 0), "the child's other regions");
         check_memory(local_.data->buffer(), local_model, "the parent's buffer");
     }
 
