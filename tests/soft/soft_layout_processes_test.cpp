@@ -15,11 +15,13 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "tests/soft/child_process.hpp"
 #include "tests/soft/soft_endpoint.hpp"
+#include "transport/soft/device_core.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
@@ -297,6 +299,10 @@ Reply reply_of(const mlx5::Completion& completion) {
             reply.by_reference = side.device->transfers_by_reference();
             if (!write_all(to_parent, &reply, sizeof reply)) ::_exit(102);
             if (command.op == Op::dump) {
+                // The parent asks only after its requests were answered, and the device answers a
+                // request after moving its payload, under its mutex; taking that mutex here makes the
+                // ordering, which otherwise goes through the parent's process, one ThreadSanitizer sees.
+                { std::lock_guard lock(side.device->core().mutex); }
                 // The main buffer's range, then the two small regions refusals point into.
                 if (!write_all(to_parent, side.data->buffer() + command.offset, command.length) ||
                     !write_all(to_parent, side.other_memory.data(), side.other_memory.size()) ||
