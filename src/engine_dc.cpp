@@ -84,8 +84,9 @@ std::vector<std::uint32_t> Engine::dc_initiator_numbers() const {
 }
 
 std::uint32_t Engine::queue_pair_count() const {
-    if (dc_.enabled) return static_cast<std::uint32_t>(initiators_.size()) + 1 + (umr_queue_pair_ != nullptr ? 1 : 0);
-    return static_cast<std::uint32_t>(peers_.size());
+    const std::uint32_t layouts = umr_queue_pair_ != nullptr ? 1 : 0;
+    if (dc_.enabled) return static_cast<std::uint32_t>(initiators_.size()) + 1 + layouts;
+    return static_cast<std::uint32_t>(peers_.size()) + layouts;
 }
 
 void Engine::connect_dc(std::uint32_t index, const DcPeer& remote) {

@@ -1,6 +1,6 @@
 // Memory layouts on the engine (issue 19): an indirect key from the device, configured by a UMR
-// work request on a peer's queue pair, handed out as a zero-based MemoryRegion. Control path
-// only: it allocates, throws and waits, as register_memory does.
+// work request on a queue pair of the engine's own, handed out as a zero-based MemoryRegion.
+// Control path only: it allocates, throws and waits, as register_memory does.
 #include <chrono>
 #include <string>
 #include <thread>
@@ -38,12 +38,8 @@ std::uint8_t key_access(Access access) {
 
 namespace detail {
 
-MemoryRegion Engine::register_layout(std::uint32_t peer, const MemoryLayout& layout, Access access) {
+MemoryRegion Engine::register_layout(const MemoryLayout& layout, Access access) {
     const std::string call = "register_layout";
-    if (!dc_.enabled && (peer >= peers_.size() || !peers_[peer].connected)) {
-        throw Error(call + ": " + (peer < peers_.size() ? peers_[peer].name : "rank " + std::to_string(peer)) +
-                    " is not connected: the layout is set up by a work request on its queue pair");
-    }
     const bool strided = EngineLayoutAccess::is_strided(layout);
     const std::vector<LocalSlice>& slices = EngineLayoutAccess::slices(layout);
     const std::uint32_t entries = strided ? 1u : static_cast<std::uint32_t>(slices.size());
@@ -81,22 +77,15 @@ MemoryRegion Engine::register_layout(std::uint32_t peer, const MemoryLayout& lay
     request.opcode = mlx5::SendOpcode::configure_memory_key;
     request.flags = mlx5::kSendInline;
     request.layout = &description;
-    if (dc_.enabled) {
-        configure_on_own_queue_pair(request, call);
-        return EngineLayoutAccess::make(std::move(key.owner), length, key.lkey, key.rkey);
-    }
-    const std::uint64_t ticket = post_send(peer, &request, 1, Operation::batch);
-    const WorkResult result = wait(ticket, settings_.deadline);
-    if (!result.ok()) {
-        throw Error(call + " on " + peers_[peer].name + ": the device refused the layout: " + result.error().message());
-    }
+    configure_on_own_queue_pair(request, call);
     return EngineLayoutAccess::make(std::move(key.owner), length, key.lkey, key.rkey);
 }
 
 void Engine::configure_on_own_queue_pair(const mlx5::SendWorkRequest& request, const std::string& call) {
     if (umr_queue_pair_ == nullptr) {
-        // A queue pair of the engine's protection domain, so the key serves the DC initiators
-        // and the DC target too; max_inline_data as the others have it bounds the entries.
+        // A queue pair of the engine's protection domain, so the key serves every queue pair of
+        // it (the peers' RC queue pairs, or the DC initiators and target); max_inline_data as
+        // the others have it bounds the entries.
         transport::QueuePairSettings settings = rc_queue_pair_settings();
         settings.max_send_wr = 4;
         settings.max_recv_wr = 1;

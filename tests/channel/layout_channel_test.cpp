@@ -267,3 +267,21 @@ TEST_CASE("a remote list layout and a local strided one: write, read, send, rece
     model_move(b_expected, b_map, 0, a_expected, a_map, 32, 32);
     check();
 }
+
+TEST_CASE("a layout the device refuses: an error with its reason, and the channel still works") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> memory(4096, 0x5a), target(64, 0);
+    // Registered for local access only: a layout over it may not grant remote rights.
+    MemoryRegion local_only = pair.a.register_memory(memory.data(), memory.size(), Access::local_write);
+    MemoryRegion target_region = pair.b.register_memory(target.data(), target.size());
+    CHECK_THROWS_WITH_AS(pair.a.register_layout(MemoryLayout::list({local_only.slice(0, 8)}), Access::remote_all),
+                         doctest::Contains("the device refused the layout: local protection error"), rdmachan::Error);
+    // The refused UMR took only the layouts' own queue pair to ERR: the peer's still works, and
+    // so does the next layout (on a new one).
+    REQUIRE(pair.a.write(local_only.slice(0, 16), target_region.remote(0, 16)).ok());
+    CHECK(target[15] == 0x5a);
+    const MemoryRegion layout = pair.a.register_layout(MemoryLayout::list({local_only.slice(100, 8), local_only.slice(0, 8)}),
+                                                       Access::local_write);
+    REQUIRE(pair.a.write(layout.all(), target_region.remote(16, 16)).ok());
+    CHECK(target[31] == 0x5a);
+}

@@ -108,8 +108,8 @@ TEST_CASE("layouts across peers, one per peer: gather_read and scatter_write at 
     SUBCASE("RC") { dc = false; }
     SUBCASE("DC") { dc = true; }
     World world = make_world(mode_of_subcase(dc));
-    // DC: the initiators, the target, and the one queue pair that configured every layout.
-    CHECK(world.ranks[0].queue_pair_count() == (dc ? 2u + 1u + 1u : kRanks));
+    // RC: one per peer; DC: the initiators and the target; and the one that configured every layout.
+    CHECK(world.ranks[0].queue_pair_count() == (dc ? 2u + 1u : kRanks) + 1u);
     CHECK(world.remote_columns[1][0].addr == 0);
     CHECK(world.remote_columns[1][0].length == kRows * 8);
 
