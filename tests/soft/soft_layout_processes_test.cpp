@@ -33,7 +33,8 @@ using rdmachan::test::write_all;
 
 namespace {
 
-constexpr std::uint32_t kCheckedSpan = 1 << 20;  // each main buffer, all of it compared after every step
+constexpr std::uint32_t kBufferSize = 256 * 1024;  // each process's main buffer
+constexpr std::uint32_t kCheckedSpan = kBufferSize;  // all of it compared after every step
 constexpr std::uint32_t kKeys = 4;
 constexpr std::uint32_t kMaxEntries = 8;  // 8 list entries fit a queue pair with max_inline_data 128
 constexpr std::uint32_t kPlainKey = ~0u;  // a receive into the plain region
@@ -124,7 +125,7 @@ void check_memory(const std::uint8_t* actual, const std::vector<std::uint8_t>& e
     CHECK(differing == 0);
 }
 
-// One process's side: its device, a queue pair to the peer over a 1 MiB buffer, a second queue
+// One process's side: its device, a queue pair to the peer over a 256 KiB buffer, a second queue
 // pair of the same protection domain connected to itself for UMR work requests, the regions
 // refusals are made of, and kKeys indirect keys.
 struct Side {
@@ -139,8 +140,10 @@ struct Side {
     std::vector<std::shared_ptr<soft::IndirectKey>> keys;
 
     explicit Side(std::uint32_t seed) {
-        data = std::make_unique<SoftEndpoint>(device);
-        for (std::uint32_t i = 0; i < (1u << 20); ++i) data->buffer()[i] = initial_byte(seed, i);
+        rdmachan::test::EndpointOptions options;
+        options.buffer_size = kBufferSize;
+        data = std::make_unique<SoftEndpoint>(device, options);
+        for (std::uint32_t i = 0; i < kBufferSize; ++i) data->buffer()[i] = initial_byte(seed, i);
         new_control();
         other_domain = device->allocate_protection_domain();
         // Every right, so that only its protection domain can be what a layout naming it lacks.
@@ -640,11 +643,11 @@ TEST_CASE("two processes: each refusal gives the NIC's completion on each side a
     };
 
     SUBCASE("configuration: an entry's pattern runs past its region's end") {
-        // 16 rows of 128 bytes from 1 MiB - 1024 of the child's 1 MiB buffer.
-        refused_configuration(interleaved(16, {{RegionName::main, (1u << 20) - 1024, 8, 120}}));
+        // 16 rows of 128 bytes from 1 KiB before the end of the child's buffer.
+        refused_configuration(interleaved(16, {{RegionName::main, kBufferSize - 1024, 8, 120}}));
     }
     SUBCASE("configuration: a list entry past its region's end, after a zero-length one") {
-        refused_configuration(list({{RegionName::main, 0, 0}, {RegionName::main, (1u << 20) - 8, 16}}));
+        refused_configuration(list({{RegionName::main, 0, 0}, {RegionName::main, kBufferSize - 8, 16}}));
     }
     SUBCASE("configuration: an entry's key is a region of another protection domain") {
         refused_configuration(interleaved(4, {{RegionName::main, 64, 8, 8}, {RegionName::other_domain, 0, 8, 8}}));
