@@ -4,7 +4,9 @@
 // region as JSON over the channel, and then gathers its own column from every other rank with
 // one RDMA read per peer (gather_read), checking every element.
 //
-//   multi_channel_column_gather [ranks] [rows]
+//   multi_channel_column_gather [ranks] [rows] [rc|dc]
+//
+// In DC mode each rank's layouts serve its DC target: the peers' DC initiators read through them.
 //
 // The parent process plays the launcher, as in multi_channel_all_to_all.cpp.
 #include <sys/wait.h>
@@ -30,7 +32,8 @@ std::uint64_t element(std::uint32_t owner, std::uint32_t row, std::uint32_t colu
     return std::uint64_t{owner + 1} << 40 | std::uint64_t{row} << 16 | column;
 }
 
-int run_rank(std::uint32_t rank, std::uint32_t ranks, std::uint32_t rows, int port_pipe, const std::string& token) {
+int run_rank(std::uint32_t rank, std::uint32_t ranks, std::uint32_t rows, rdmachan::MultiChannelMode mode, int port_pipe,
+             const std::string& token) {
     std::uint16_t port = 0;
     if (read(port_pipe, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) {
         std::fprintf(stderr, "rank %u: the launcher never sent the rendezvous port\n", rank);
@@ -43,7 +46,11 @@ int run_rank(std::uint32_t rank, std::uint32_t ranks, std::uint32_t rows, int po
     const std::size_t gathered_bytes = static_cast<std::size_t>(ranks) * rows * 8;
     std::vector<std::uint8_t> scratch(gathered_bytes + 2 * ranks * kMessageBytes);
     rdmachan::PreparedMultiChannel prepared =
-        rdmachan::MultiChannelBuilder(rdmachan::ChannelBuilder().deadline(std::chrono::seconds(20))).rank(rank).world_size(ranks).build();
+        rdmachan::MultiChannelBuilder(rdmachan::ChannelBuilder().deadline(std::chrono::seconds(20)))
+            .rank(rank)
+            .world_size(ranks)
+            .mode(mode)
+            .build();
     rdmachan::MemoryRegion matrix_region = prepared.register_memory(matrix.data(), matrix.size() * 8);
     rdmachan::MemoryRegion scratch_region = prepared.register_memory(scratch.data(), scratch.size());
     rdmachan::RendezvousSettings settings;
@@ -132,8 +139,11 @@ int run_rank(std::uint32_t rank, std::uint32_t ranks, std::uint32_t rows, int po
 int main(int argc, char** argv) {
     const std::uint32_t ranks = argc > 1 ? static_cast<std::uint32_t>(std::strtoul(argv[1], nullptr, 10)) : 4;
     const std::uint32_t rows = argc > 2 ? static_cast<std::uint32_t>(std::strtoul(argv[2], nullptr, 10)) : 256;
-    if (ranks < 2 || ranks > 16 || rows < 1 || rows > 4096) {
-        std::fprintf(stderr, "usage: multi_channel_column_gather [ranks 2..16] [rows 1..4096]\n");
+    const std::string mode_name = argc > 3 ? argv[3] : "rc";
+    const rdmachan::MultiChannelMode mode =
+        mode_name == "dc" ? rdmachan::MultiChannelMode::dynamically_connected : rdmachan::MultiChannelMode::reliable_connected;
+    if (ranks < 2 || ranks > 16 || rows < 1 || rows > 4096 || (mode_name != "rc" && mode_name != "dc")) {
+        std::fprintf(stderr, "usage: multi_channel_column_gather [ranks 2..16] [rows 1..4096] [rc|dc]\n");
         return 2;
     }
     const std::string token = rdmachan::generate_job_token();
@@ -148,7 +158,7 @@ int main(int argc, char** argv) {
             close(ends[1]);
             int code = 1;
             try {
-                code = run_rank(rank, ranks, rows, ends[0], token);
+                code = run_rank(rank, ranks, rows, mode, ends[0], token);
             } catch (const std::exception& error) {
                 std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
             }
@@ -187,8 +197,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "multi_channel_column_gather: %d failure(s)\n", failures);
         return 1;
     }
-    std::printf("multi_channel_column_gather: %u ranks each gathered a %u-row column from every other rank, one read per "
-                "peer, every element verified\n",
-                ranks, rows);
+    std::printf("multi_channel_column_gather: %u ranks (%s) each gathered a %u-row column from every other rank, one read "
+                "per peer, every element verified\n",
+                ranks, mode_name.c_str(), rows);
     return 0;
 }

@@ -239,7 +239,7 @@ MemoryRegion Channel::register_memory(void* data, std::size_t length, Access acc
 }
 
 MemoryRegion Channel::register_layout(const MemoryLayout& layout, Access access) {
-    return core_->register_layout(0, layout, access);
+    return core_->register_layout(layout, access);
 }
 
 const ChannelEndpoint& Channel::local_endpoint() const { return core_->local_endpoint(0); }

@@ -95,8 +95,10 @@ public:
 
     MemoryRegion register_memory(void* data, std::size_t length, Access access);
     // A memory layout as a zero-based region: an indirect key configured by a UMR work request
-    // on the peer's queue pair (src/engine_layout.cpp). RC only.
-    MemoryRegion register_layout(std::uint32_t peer, const MemoryLayout& layout, Access access);
+    // on an RC queue pair of the engine's own, connected to itself (src/engine_layout.cpp): a
+    // UMR cannot go through a DC initiator, and a refused one takes its queue pair to ERR,
+    // which must not be a peer's.
+    MemoryRegion register_layout(const MemoryLayout& layout, Access access);
     // INIT -> RTR -> RTS towards the peer's queue pair. Throws rdmachan::Error naming the peer.
     void connect(std::uint32_t peer, const ChannelEndpoint& remote);
 
@@ -125,7 +127,8 @@ public:
     void replace_rc_peer(std::uint32_t peer, const ChannelEndpoint& remote);
     void replace_dc_peer(std::uint32_t peer, const DcPeer& remote);
     void mark_replacement_connected(std::uint32_t peer);
-    // Queue pairs this engine created: RC one per peer; DC the initiators plus the target.
+    // Queue pairs this engine created: RC one per peer; DC the initiators plus the target; plus
+    // the layouts' queue pair once a layout was registered.
     std::uint32_t queue_pair_count() const;
 
     // Data path. A ticket names one outstanding operation — a single work request or a batch
@@ -234,6 +237,9 @@ private:
     void repost_receive_buffer(std::uint32_t index);
     void fail_and_flush_dc(std::uint32_t peer, const char* why);
     void backoff(std::uint32_t& round) const;
+    // Layouts: posts the UMR work request on umr_queue_pair_ (created on first use) and waits
+    // for its completion; throws rdmachan::Error naming the call and the status.
+    void configure_on_own_queue_pair(const mlx5::SendWorkRequest& request, const std::string& call);
 
     ChannelSettings settings_;
     std::shared_ptr<transport::Device> device_;
@@ -263,6 +269,11 @@ private:
     std::vector<std::uint32_t> waiting_links_;  // by slot: the next in its peer's waiting receives
     // (LID << 32 | initiator number) -> rank, sorted: who sent a receive.
     std::vector<std::pair<std::uint64_t, std::uint32_t>> senders_;
+    // Memory layouts: the RC queue pair connected to itself that carries the UMR work requests
+    // (UCC's tl/mlx5 keeps such a "UMR QP"), and its own completion queue, polled only by
+    // register_layout.
+    std::shared_ptr<transport::CompletionQueue> umr_completions_;
+    std::shared_ptr<transport::QueuePair> umr_queue_pair_;
 };
 
 }  // namespace rdmachan::detail

@@ -84,8 +84,9 @@ std::vector<std::uint32_t> Engine::dc_initiator_numbers() const {
 }
 
 std::uint32_t Engine::queue_pair_count() const {
-    if (dc_.enabled) return static_cast<std::uint32_t>(initiators_.size()) + 1;
-    return static_cast<std::uint32_t>(peers_.size());
+    const std::uint32_t layouts = umr_queue_pair_ != nullptr ? 1 : 0;
+    if (dc_.enabled) return static_cast<std::uint32_t>(initiators_.size()) + 1 + layouts;
+    return static_cast<std::uint32_t>(peers_.size()) + layouts;
 }
 
 void Engine::connect_dc(std::uint32_t index, const DcPeer& remote) {
@@ -232,6 +233,13 @@ std::uint64_t Engine::post_dc_receive(std::uint32_t index, const LocalSlice& loc
     if (ticket == kNoTicket) return ticket;
     if (peer.unavailable != nullptr) [[unlikely]] {
         return fail_immediately(ticket, mlx5::CompletionStatus::general_error, peer.unavailable);
+    }
+    if (local.zero_based()) [[unlikely]] {
+        // A DC receive lands in the engine's buffers and is copied out by the CPU, which cannot
+        // follow a layout's key: the NIC alone scatters through it.
+        return fail_immediately(ticket, mlx5::CompletionStatus::local_protection_error,
+                                "a memory layout cannot be a DC receive's target (DC receives are copied from the "
+                                "engine's buffers by the CPU; receive into a plain region)");
     }
     const auto slot_index = static_cast<std::uint32_t>(ticket);
     Slot& slot = slots_[slot_index];

@@ -185,11 +185,7 @@ MemoryRegion MultiChannel::register_memory(void* data, std::size_t length, Acces
 }
 
 MemoryRegion MultiChannel::register_layout(const MemoryLayout& layout, Access access) {
-    // A key configured on one queue pair serves every queue pair of the protection domain.
-    for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
-        if (engine_->connected(peer)) return engine_->register_layout(peer, layout, access);
-    }
-    return engine_->register_layout(0, layout, access);  // names why it cannot
+    return engine_->register_layout(layout, access);
 }
 
 void MultiChannel::check_peer(const char* call, std::uint32_t peer) const {

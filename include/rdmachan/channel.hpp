@@ -185,7 +185,10 @@ public:
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
     // A memory layout as one zero-based region (memory.hpp MemoryLayout): the local side of any
     // operation through slice()/all(), the peer's through remote(). Needs mlx5 UMR (a ConnectX
-    // or the software device); throws rdmachan::Error naming the device or the field.
+    // or the software device); throws rdmachan::Error naming the device or the field, or the
+    // device's refusal (a slice's region lacking a right `access` grants). The first layout
+    // creates a queue pair of the channel's own, connected to itself, that carries the UMR work
+    // requests, so a refused one never touches the peer's.
     MemoryRegion register_layout(const MemoryLayout& layout, Access access = Access::remote_all);
 
     // Blocking: post, wait, return the completion or the error.

@@ -164,11 +164,13 @@ public:
     std::uint32_t world_size() const;
     MultiChannelMode mode() const;
     // Queue pairs this process created for the multi-channel: one per peer (loopback included)
-    // in RC mode; the DC initiators plus the DC target in DC mode.
+    // in RC mode; the DC initiators plus the DC target in DC mode; plus, once a layout was
+    // registered, the queue pair that configures layouts (register_layout).
     std::uint32_t queue_pair_count() const;
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
-    // A memory layout as one zero-based region, usable with every peer (RC mode; set up through
-    // the first connected peer's queue pair). See Channel::register_layout.
+    // A memory layout as one zero-based region, usable with every peer (see
+    // Channel::register_layout), in RC and DC mode. In DC mode a layout cannot be a receive's
+    // target (receives are copied out of the engine's buffers by the CPU).
     MemoryRegion register_layout(const MemoryLayout& layout, Access access = Access::remote_all);
 
     // Per peer, blocking.

@@ -1,10 +1,12 @@
 // Memory layouts through the public API (issue 19): a strided column and a list of slices
 // registered as zero-based regions, used as the local and the remote side of write, read, send
-// and receive at the three levels (blocking, scoped, pending), the remote side published as
-// JSON; and the errors, each naming its field. Runs on the software device.
+// and receive at the three levels (blocking, scoped, pending) and in batches, the remote side
+// published as JSON; and the errors, each naming its field. Runs on the software device.
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "rdmachan/channel.hpp"
@@ -133,4 +135,153 @@ TEST_CASE("layout errors name the field") {
                          rdmachan::Error);
     // A remote layout read past its length is refused before posting, by the usual bounds check.
     CHECK_THROWS_AS(layout.remote(0, 16), rdmachan::Error);
+}
+
+namespace {
+
+// Byte i of a layout is byte map[i] of its region: a list's slices back to back, a strided
+// layout's blocks stride bytes apart (computed from the description, apart from the library).
+std::vector<std::uint32_t> list_map(std::initializer_list<std::pair<std::uint32_t, std::uint32_t>> slices) {
+    std::vector<std::uint32_t> map;
+    for (auto [offset, length] : slices)
+        for (std::uint32_t i = 0; i < length; ++i) map.push_back(offset + i);
+    return map;
+}
+
+std::vector<std::uint32_t> strided_map(std::uint32_t offset, std::uint32_t block, std::uint32_t stride, std::uint32_t repeat) {
+    std::vector<std::uint32_t> map;
+    for (std::uint32_t r = 0; r < repeat; ++r)
+        for (std::uint32_t i = 0; i < block; ++i) map.push_back(offset + r * stride + i);
+    return map;
+}
+
+// What an operation moves: `length` bytes from layout offset `from_offset` of one buffer to
+// `to_offset` of the other, each through its map.
+void model_move(std::vector<std::uint8_t>& to, const std::vector<std::uint32_t>& to_map, std::uint32_t to_offset,
+                const std::vector<std::uint8_t>& from, const std::vector<std::uint32_t>& from_map, std::uint32_t from_offset,
+                std::uint32_t length) {
+    for (std::uint32_t i = 0; i < length; ++i) to.at(to_map.at(to_offset + i)) = from.at(from_map.at(from_offset + i));
+}
+
+std::size_t differing(const std::vector<std::uint8_t>& actual, const std::vector<std::uint8_t>& expected) {
+    std::size_t count = 0;
+    for (std::size_t i = 0; i < actual.size(); ++i) count += actual[i] != expected[i];
+    return count;
+}
+
+}  // namespace
+
+TEST_CASE("a remote list layout and a local strided one: write, read, send, receive and batches at three levels") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> a_memory(4096), b_memory(4096);
+    for (std::size_t i = 0; i < a_memory.size(); ++i) a_memory[i] = static_cast<std::uint8_t>(i * 5 + 1);
+    for (std::size_t i = 0; i < b_memory.size(); ++i) b_memory[i] = static_cast<std::uint8_t>(i * 11 + 7);
+    std::vector<std::uint8_t> a_expected = a_memory, b_expected = b_memory;
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    // a: 16 blocks of 4 bytes every 12; b: 20 + 0 + 30 + 14 bytes in three places.
+    const MemoryRegion local = pair.a.register_layout(MemoryLayout::strided(a_region, 1000, 4, 12, 16));
+    const std::vector<std::uint32_t> a_map = strided_map(1000, 4, 12, 16);
+    const MemoryRegion list = pair.b.register_layout(
+        MemoryLayout::list({b_region.slice(100, 20), b_region.slice(0, 0), b_region.slice(3000, 30), b_region.slice(500, 14)}));
+    const std::vector<std::uint32_t> b_map = list_map({{100, 20}, {0, 0}, {3000, 30}, {500, 14}});
+    REQUIRE(local.length() == 64);
+    REQUIRE(list.length() == 64);
+    const RemoteMemoryRegion remote = nlohmann::json(list.remote()).get<RemoteMemoryRegion>();
+    // Changes a buffer by the CPU (and its model) so that each step moves bytes not seen before.
+    auto touch = [](std::vector<std::uint8_t>& memory, std::vector<std::uint8_t>& expected, std::uint8_t seed) {
+        for (std::size_t i = 0; i < memory.size(); ++i) expected[i] = memory[i] = static_cast<std::uint8_t>(memory[i] * 3 + seed);
+    };
+    auto check = [&] {
+        CHECK(differing(a_memory, a_expected) == 0);
+        CHECK(differing(b_memory, b_expected) == 0);
+    };
+
+    // Write at three levels.
+    REQUIRE(pair.a.write(local.all(), remote).ok());
+    model_move(b_expected, b_map, 0, a_expected, a_map, 0, 64);
+    check();
+    touch(a_memory, a_expected, 1);
+    REQUIRE(pair.a.post_write(local.slice(4, 40), remote.slice(10, 40)).wait().ok());
+    model_move(b_expected, b_map, 10, a_expected, a_map, 4, 40);
+    touch(a_memory, a_expected, 2);
+    pair.a.scope([&](rdmachan::Scope& scope) { REQUIRE(scope.post_write(local.slice(60, 4), remote.slice(0, 4)).wait().ok()); });
+    model_move(b_expected, b_map, 0, a_expected, a_map, 60, 4);
+    check();
+
+    // Read at three levels.
+    touch(b_memory, b_expected, 3);
+    REQUIRE(pair.a.read(local.all(), remote).ok());
+    model_move(a_expected, a_map, 0, b_expected, b_map, 0, 64);
+    touch(b_memory, b_expected, 4);
+    REQUIRE(pair.a.post_read(local.slice(8, 30), remote.slice(33, 30)).wait().ok());
+    model_move(a_expected, a_map, 8, b_expected, b_map, 33, 30);
+    touch(b_memory, b_expected, 5);
+    pair.a.scope([&](rdmachan::Scope& scope) { REQUIRE(scope.post_read(local.slice(1, 62), remote.slice(2, 62)).wait().ok()); });
+    model_move(a_expected, a_map, 1, b_expected, b_map, 2, 62);
+    check();
+
+    // Batches (16 bytes each way: small enough to go inline if it were contiguous, which a
+    // layout's slice is not) at three levels.
+    auto batch = [&] {
+        return rdmachan::WorkBatch().write(local.slice(0, 16), remote.slice(48, 16)).read(local.slice(16, 16), remote.slice(0, 16));
+    };
+    auto model_batch = [&] {
+        model_move(b_expected, b_map, 48, a_expected, a_map, 0, 16);
+        model_move(a_expected, a_map, 16, b_expected, b_map, 0, 16);
+    };
+    touch(a_memory, a_expected, 6);
+    touch(b_memory, b_expected, 7);
+    REQUIRE(pair.a.execute(batch()).ok());
+    model_batch();
+    touch(a_memory, a_expected, 8);
+    touch(b_memory, b_expected, 9);
+    REQUIRE(pair.a.post_batch(batch()).wait().ok());
+    model_batch();
+    touch(a_memory, a_expected, 10);
+    touch(b_memory, b_expected, 11);
+    pair.a.scope([&](rdmachan::Scope& scope) { REQUIRE(scope.post_batch(batch()).wait().ok()); });
+    model_batch();
+    check();
+
+    // Send from the strided layout into receives through the list layout: pending, then scoped
+    // on both sides, then blocking receive.
+    touch(a_memory, a_expected, 12);
+    rdmachan::PendingWork receive = pair.b.post_receive(list.all());
+    REQUIRE(pair.a.post_send(local.all()).wait().ok());
+    REQUIRE(receive.wait().ok());
+    model_move(b_expected, b_map, 0, a_expected, a_map, 0, 64);
+    touch(a_memory, a_expected, 13);
+    pair.b.scope([&](rdmachan::Scope& receiving) {
+        rdmachan::ScopedWork scoped_receive = receiving.post_receive(list.slice(20, 44));
+        pair.a.scope([&](rdmachan::Scope& sending) { REQUIRE(sending.post_send(local.slice(0, 44)).wait().ok()); });
+        const rdmachan::WorkResult received = scoped_receive.wait();
+        REQUIRE(received.ok());
+        CHECK(received.completion().bytes == 44);
+    });
+    model_move(b_expected, b_map, 20, a_expected, a_map, 0, 44);
+    touch(a_memory, a_expected, 14);
+    rdmachan::PendingWork sending = pair.a.post_send(local.slice(32, 32));
+    REQUIRE(pair.b.receive(list.slice(0, 32)).ok());
+    REQUIRE(sending.wait().ok());
+    model_move(b_expected, b_map, 0, a_expected, a_map, 32, 32);
+    check();
+}
+
+TEST_CASE("a layout the device refuses: an error with its reason, and the channel still works") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> memory(4096, 0x5a), target(64, 0);
+    // Registered for local access only: a layout over it may not grant remote rights.
+    MemoryRegion local_only = pair.a.register_memory(memory.data(), memory.size(), Access::local_write);
+    MemoryRegion target_region = pair.b.register_memory(target.data(), target.size());
+    CHECK_THROWS_WITH_AS(pair.a.register_layout(MemoryLayout::list({local_only.slice(0, 8)}), Access::remote_all),
+                         doctest::Contains("the device refused the layout: local protection error"), rdmachan::Error);
+    // The refused UMR took only the layouts' own queue pair to ERR: the peer's still works, and
+    // so does the next layout (on a new one).
+    REQUIRE(pair.a.write(local_only.slice(0, 16), target_region.remote(0, 16)).ok());
+    CHECK(target[15] == 0x5a);
+    const MemoryRegion layout = pair.a.register_layout(MemoryLayout::list({local_only.slice(100, 8), local_only.slice(0, 8)}),
+                                                       Access::local_write);
+    REQUIRE(pair.a.write(layout.all(), target_region.remote(16, 16)).ok());
+    CHECK(target[31] == 0x5a);
 }

@@ -152,6 +152,12 @@ struct MemoryRegion {
     std::shared_ptr<soft::MemoryRegion> region;
 };
 
+// An indirect memory key (mlx5dv_create_mkey), configured by UMR WQEs the software device executes.
+struct IndirectKey {
+    mlx5dv_mkey mkey{};  // first
+    std::shared_ptr<soft::IndirectKey> key;
+};
+
 struct CompletionQueue {
     ibv_cq_ex cq{};  // first: ibv_cq_ex_to_cq casts, and ibv_cq is its prefix
     std::shared_ptr<soft::CompletionQueue> queue;
@@ -677,6 +683,33 @@ ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, std::uint64_t io
 
 int ibv_dereg_mr(ibv_mr* mr) {
     delete reinterpret_cast<MemoryRegion*>(mr);
+    return 0;
+}
+
+mlx5dv_mkey* mlx5dv_create_mkey(mlx5dv_mkey_init_attr* attributes) {
+    if (attributes == nullptr || attributes->pd == nullptr)
+        return refuse_pointer<mlx5dv_mkey>(EINVAL, "mlx5dv_create_mkey: no protection domain");
+    // As _mlx5dv_create_mkey (verbs.c): create_flags non-zero and known; only a plain indirect
+    // key is emulated (no signature, crypto or remote-invalidate keys).
+    if (attributes->create_flags != MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT) {
+        return refuse_pointer<mlx5dv_mkey>(EOPNOTSUPP, fmt::format("mlx5dv_create_mkey: create_flags {:#x} (only "
+                                                                   "MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT is emulated)",
+                                                                   attributes->create_flags));
+    }
+    return guarded("mlx5dv_create_mkey", [&]() -> mlx5dv_mkey* {
+        auto* key = new IndirectKey();
+        key->key = context_of(attributes->pd->context)->device->create_indirect_key(domain_of(attributes->pd)->domain,
+                                                                                   attributes->max_entries);
+        key->mkey.lkey = key->key->lkey();
+        key->mkey.rkey = key->key->rkey();
+        // libmlx5 returns the capacity it created: the request rounded up to a multiple of 4.
+        attributes->max_entries = static_cast<std::uint16_t>(key->key->max_entries());
+        return &key->mkey;
+    }, nullptr);
+}
+
+int mlx5dv_destroy_mkey(mlx5dv_mkey* mkey) {
+    delete reinterpret_cast<IndirectKey*>(mkey);
     return 0;
 }
 

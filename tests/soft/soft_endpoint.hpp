@@ -51,9 +51,12 @@ class SoftEndpoint {
     }
 
 public:
-    explicit SoftEndpoint(std::shared_ptr<soft::Device> device, const EndpointOptions& options = {})
+    // With `domain`, the queue pair and buffer belong to that protection domain (a second queue
+    // pair of the same domain: for UMR work requests, whose keys then serve the first one).
+    explicit SoftEndpoint(std::shared_ptr<soft::Device> device, const EndpointOptions& options = {},
+                          std::shared_ptr<soft::ProtectionDomain> domain = nullptr)
         : device_(std::move(device)), options_(options), buffer_(options.buffer_size) {
-        domain_ = device_->allocate_protection_domain();
+        domain_ = domain != nullptr ? std::move(domain) : device_->allocate_protection_domain();
         region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), soft::kLocalWrite | soft::kRemoteWrite |
                                                                                       soft::kRemoteRead | soft::kRemoteAtomic);
         send_cq_ = device_->create_completion_queue(options.cq_entries);

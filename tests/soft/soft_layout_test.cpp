@@ -223,7 +223,9 @@ TEST_CASE("a key configuration is checked entry by entry; a refused one changes 
     SUBCASE("entry key of another protection domain") {
         const auto other_domain = pair.second_device->allocate_protection_domain();
         std::vector<std::uint8_t> other(4096);
-        const auto other_region = pair.second_device->register_memory(other_domain, other.data(), other.size(), soft::kLocalWrite);
+        // Every right the key grants, so that only the protection domain can be what is wrong.
+        const auto other_region = pair.second_device->register_memory(
+            other_domain, other.data(), other.size(), soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead | soft::kRemoteAtomic);
         column.entry.addr = reinterpret_cast<std::uint64_t>(other.data());
         column.entry.lkey = other_region->lkey();
         const mlx5::Completion completion = configure(*pair.b, column.layout);
