@@ -165,9 +165,14 @@ struct Environment {
     std::string old_;
 };
 
+struct Moved {
+    std::uint64_t by_reference = 0;  // requests the child's device moved by cross-memory attach
+    std::uint64_t zero_hop = 0;      // writes this process's device executed zero-hop
+};
+
 // Runs write, write with immediate, send, read, fetch-and-add and compare-and-swap against a
-// target child; returns the number of requests the child's device moved by reference.
-std::uint64_t every_operation_against(ChildRestriction restriction) {
+// target child; returns how the payloads moved.
+Moved every_operation_against(ChildRestriction restriction) {
     Child child = start_target(restriction);
     auto device = soft::Device::open();
     SoftEndpoint endpoint(device);
@@ -243,27 +248,41 @@ std::uint64_t every_operation_against(ChildRestriction restriction) {
     CHECK(wait_child(child.pid, 30) == 0);  // the child verified every byte
     ::close(child.to_child);
     ::close(child.from_child);
-    return moved;
+    return {moved, device->zero_hop_writes()};
 }
 
 }  // namespace
 
 TEST_CASE("same host, two processes: write, write with immediate, send and read move by cross-memory attach; atomics run at the target") {
     Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    // Write, write with immediate, send and read: four requests moved by reference; the atomics
-    // are not (they execute in the target process).
-    CHECK(every_operation_against(ChildRestriction::none) == 4);
+    SUBCASE("zero-hop writes off") {
+        Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "0");
+        // Write, write with immediate, send and read: four requests moved by reference; the
+        // atomics are not (they execute in the target process).
+        const Moved moved = every_operation_against(ChildRestriction::none);
+        CHECK(moved.by_reference == 4);
+        CHECK(moved.zero_hop == 0);
+    }
+    SUBCASE("zero-hop writes on (the default): the 64 KiB write is zero-hop, the rest as before") {
+        const Moved moved = every_operation_against(ChildRestriction::none);
+        CHECK(moved.by_reference == 3);
+        CHECK(moved.zero_hop == 1);
+    }
 }
 
 TEST_CASE("same host, cross-memory attach refused by a seccomp filter at the target: every operation still succeeds over TCP") {
     Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    CHECK(every_operation_against(ChildRestriction::seccomp) == 0);
+    const Moved moved = every_operation_against(ChildRestriction::seccomp);
+    CHECK(moved.by_reference == 0);
+    CHECK(moved.zero_hop == 0);
 }
 
 TEST_CASE("same host, cross-memory attach refused through RDMACHAN_SOFT_REFUSE_CMA: payloads travel in the frames") {
     Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
     Environment refuse("RDMACHAN_SOFT_REFUSE_CMA", "1");  // inherited by the child, whose probe refuses
-    CHECK(every_operation_against(ChildRestriction::none) == 0);
+    const Moved moved = every_operation_against(ChildRestriction::none);
+    CHECK(moved.by_reference == 0);
+    CHECK(moved.zero_hop == 0);
 }
 
 TEST_CASE("a peer that runs as another user is not same-host: TCP under auto, an error under RDMACHAN_SOFT_TRANSPORT=shm") {
@@ -273,7 +292,9 @@ TEST_CASE("a peer that runs as another user is not same-host: TCP under auto, an
     }
     SUBCASE("auto: every operation succeeds over TCP") {
         Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-        CHECK(every_operation_against(ChildRestriction::other_user) == 0);
+        const Moved moved = every_operation_against(ChildRestriction::other_user);
+        CHECK(moved.by_reference == 0);
+        CHECK(moved.zero_hop == 0);
     }
     SUBCASE("shm: the first request fails with transport retry exceeded, no hang") {
         Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
@@ -308,6 +329,8 @@ TEST_CASE("RDMACHAN_SOFT_TRANSPORT with another value: opening the device names 
 
 TEST_CASE("same host: refused requests move no byte by reference and leave memory untouched") {
     Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
+    // The responder's moves are under test here; zero-hop writes have soft_zero_hop_test.
+    Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "0");
     auto target_device = soft::Device::open();
     auto initiator_device = soft::Device::open();
     SoftEndpoint target(target_device);
@@ -454,6 +477,7 @@ TEST_CASE("same host: a target killed while reads by reference are in flight giv
 
 TEST_CASE("a connection opened during a partition settles its path, and requests resent after the partition get through") {
     Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "0");  // the responder's move is what is counted
     auto target_device = soft::Device::open();
     auto initiator_device = soft::Device::open();
     rdmachan::test::EndpointOptions options;

@@ -74,6 +74,7 @@ Device::~Device() = default;
 
 std::array<std::uint8_t, 16> Device::gid() const { return core_->gid; }
 std::uint64_t Device::transfers_by_reference() const { return core_->transfers_by_reference.load(std::memory_order_relaxed); }
+std::uint64_t Device::zero_hop_writes() const { return core_->zero_hop_writes.load(std::memory_order_relaxed); }
 std::uint16_t Device::lid() const { return core_->lid; }
 
 std::string Device::name() const {
@@ -124,14 +125,28 @@ std::shared_ptr<MemoryRegion> Device::register_memory(const std::shared_ptr<Prot
     static thread_local std::mt19937 random(std::random_device{}());
     const std::uint32_t key = (core_->next_key_index++ << 8) | (random() & 0xff);
     core_->memory_regions[key] = MemoryRegionState{domain->handle(), reinterpret_cast<std::uint64_t>(addr), length, access_flags};
+    core_->published_table.publish_region(key, domain->handle(), reinterpret_cast<std::uint64_t>(addr), length, access_flags);
     return std::shared_ptr<MemoryRegion>(new MemoryRegion(domain, reinterpret_cast<std::uint64_t>(addr), length, key));
 }
 
 MemoryRegion::~MemoryRegion() {
     process_pinned_bytes.fetch_sub(transport::pinned_bytes(reinterpret_cast<const void*>(addr_), length_));
     DeviceCore& core = domain_->device()->core();
-    std::lock_guard lock(core.mutex);
-    core.memory_regions.erase(key_);
+    PublishedRegion* published = nullptr;
+    {
+        std::lock_guard lock(core.mutex);
+        core.memory_regions.erase(key_);
+        published = core.published_table.unpublish_region(key_);
+    }
+    // A peer's zero-hop write that checked the key before it was withdrawn may still be moving
+    // bytes: the region is gone only when it is done. Outside the mutex, so the device goes on.
+    // Only a peer that died between its check and its write's end can hold it this long.
+    constexpr int kDeregistrationDeadlineMs = 2000;
+    if (published != nullptr && !PublishedTable::wait_unused(*published, kDeregistrationDeadlineMs)) {
+        detail::logger().error("software device {}: memory region key {:#x}: a peer's zero-hop write still held it {} ms after "
+                               "deregistration (a peer that died mid-write?); deregistered anyway",
+                               domain_->device()->name(), key_, kDeregistrationDeadlineMs);
+    }
 }
 
 std::shared_ptr<CompletionQueue> Device::create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size) {
@@ -249,12 +264,14 @@ std::shared_ptr<QueuePair> Device::create_queue_pair(const std::shared_ptr<Prote
         new QueuePair(domain, std::move(init), context->send_ring, context->receive_ring, granted));
     queue_pair->core_ = core_.get();
     queue_pair->doorbell_pending_ = &context->doorbell_pending;
+    queue_pair->context_ = context.get();
     core_->queue_pairs[context->qpn] = std::move(context);
     return queue_pair;
 }
 
 QueuePair::~QueuePair() {
     std::lock_guard lock(core_->mutex);
+    core_->published_table.unpublish_queue_pair(send_ring_.qpn);
     core_->queue_pairs.erase(send_ring_.qpn);
 }
 
@@ -274,6 +291,7 @@ void QueuePair::modify_to_init(std::uint8_t port_num, std::uint32_t access_flags
     flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::init));
     context.state = QueuePairState::init;
+    core_->published_table.publish_queue_pair(context);
 }
 
 void QueuePair::modify_to_ready_to_receive(const ReadyToReceiveAttributes& attributes) {
@@ -294,6 +312,7 @@ void QueuePair::modify_to_ready_to_receive(const ReadyToReceiveAttributes& attri
     flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::ready_to_receive));
     context.state = QueuePairState::ready_to_receive;
+    core_->published_table.publish_queue_pair(context);
 }
 
 void QueuePair::modify_to_ready_to_send(const ReadyToSendAttributes& attributes) {
@@ -312,6 +331,7 @@ void QueuePair::modify_to_ready_to_send(const ReadyToSendAttributes& attributes)
     flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::ready_to_send));
     context.state = QueuePairState::ready_to_send;
+    core_->published_table.publish_queue_pair(context);
     context.doorbell_pending.store(true);
     core_->wake();
 }
@@ -328,6 +348,7 @@ void QueuePair::modify_to_reset() {
     flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::reset));
     context.state = QueuePairState::reset;
+    core_->published_table.publish_queue_pair(context);
     context.in_flight.clear();
     context.waiting_rnr = false;
     context.executed = 0;
@@ -340,6 +361,8 @@ void QueuePair::modify_to_reset() {
 
 void QueuePair::ring_send_doorbell() {
     flight::record(flight::Event::soft_doorbell, send_ring_.qpn);
+    // Zero-hop writes run right here (zero_hop.cpp); whatever is left wakes the progress thread.
+    if (core_->execute_from_doorbell(*context_)) return;
     core_->notify_doorbell(*doorbell_pending_);
 }
 

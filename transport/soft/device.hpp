@@ -11,6 +11,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@
 namespace rdmachan::soft {
 
 class DeviceCore;
+struct QueuePairContext;
 
 // A control-plane failure: the message names the call, the object and the value.
 class SoftDeviceError : public std::runtime_error {
@@ -217,6 +219,7 @@ private:
     std::shared_ptr<ProtectionDomain> domain_;
     DeviceCore* core_ = nullptr;
     std::atomic<bool>* doorbell_pending_ = nullptr;  // owned by the device's QP context
+    QueuePairContext* context_ = nullptr;            // lives as long as this object
     QueuePairInit init_;  // keeps the CQs and SRQ alive as long as the QP
     mlx5::SendQueueRing send_ring_;
     mlx5::ReceiveQueueRing receive_ring_;
@@ -336,6 +339,9 @@ public:
     // Requests this device, as responder, moved by cross-memory attach (the same-host path):
     // lets tests and tools see which path the payloads took.
     std::uint64_t transfers_by_reference() const;
+    // RDMA writes this device, as initiator, executed zero-hop from the doorbell thread or its
+    // progress thread (same host; transport/soft/README.md, "Zero-hop writes").
+    std::uint64_t zero_hop_writes() const;
 
     DeviceCore& core() { return *core_; }
 
@@ -351,6 +357,11 @@ private:
 // timeout and retries give up, exactly as a ConnectX reports a peer it cannot reach.
 void simulate_partition(bool partitioned) noexcept;
 bool partition_simulated() noexcept;
+
+// Fault injection for tests: holds every zero-hop write of this process this long between its
+// checks against the target's table and its move, so that a test can deregister the key or kill
+// the target in between (0: no delay, the default).
+void delay_zero_hop_writes(std::chrono::microseconds delay) noexcept;
 
 // For a process that learned out of band (shared memory, a socket) that peers' RDMA writes into
 // its memory are complete: makes them happen-before what follows for ThreadSanitizer, which

@@ -95,6 +95,15 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(own
     raise_open_file_limit();
     transport_mode_ = transport_mode_from_environment();
     if (transport_mode_ == TransportMode::same_host) by_reference_threshold_ = 1;
+    if (const char* zero_hop = std::getenv("RDMACHAN_SOFT_ZERO_HOP"); zero_hop != nullptr && *zero_hop != '\0') {
+        if (std::strcmp(zero_hop, "0") != 0 && std::strcmp(zero_hop, "1") != 0) {
+            throw SoftDeviceError(std::string("RDMACHAN_SOFT_ZERO_HOP = '") + zero_hop + "' is not 0 or 1");
+        }
+        zero_hop_enabled_ = zero_hop[0] == '1';
+    }
+    if (transport_mode_ != TransportMode::tcp && zero_hop_enabled_ && !published_table.valid()) {
+        detail::logger().info("software device: no table for peers' zero-hop writes: {}", published_table.why_not());
+    }
     std::random_device random;
     probe_word_ = (static_cast<std::uint64_t>(random()) << 32 | random()) | 1;  // never 0: unreadable memory reads as 0
     sockaddr_in address{};
@@ -314,6 +323,9 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
 
 void simulate_partition(bool partitioned) noexcept {
     partitioned_from_everyone.store(partitioned);
+    // Zero-hop writes carry no frame to lose: peers are told through this process's tables, and
+    // this process's devices check partition_simulated() (zero_hop.cpp).
+    PublishedTable::mark_partitioned(partitioned);
 }
 
 bool partition_simulated() noexcept {

@@ -16,6 +16,7 @@
 
 #include "transport/soft/device.hpp"
 #include "transport/soft/indirect_keys.hpp"
+#include "transport/soft/published_table.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/wire.hpp"
 
@@ -112,6 +113,9 @@ struct QueuePairContext {
     Clock::time_point progress_deadline{};  // when the oldest in-flight request is sent again
     std::uint32_t transport_retries_left = 0;  // resends left before transport retry exceeded
     std::atomic<bool> doorbell_pending{false};
+    // Whether the remote QP's device published its table to us (a zero-hop write may be
+    // possible): lets the doorbell thread skip the device mutex for every other QP.
+    std::atomic<bool> zero_hop_remote{false};
     // A UMR WQE waits for the requests before it to be answered (it completes in order); the
     // last answer rings the doorbell again.
     bool umr_waits_for_answers = false;
@@ -140,6 +144,9 @@ struct Connection {
     bool by_reference = false;
     std::uint32_t peer_pid = 0;
     bool move_failure_logged = false;  // a dying peer fails every queued move: said once
+    // Outgoing, same host: the peer's published table, mapped (zero-hop writes); else null.
+    std::unique_ptr<PeerTable> peer_table;
+    bool zero_hop_failure_logged = false;
     std::vector<std::uint8_t> input;
     std::vector<std::uint8_t> output;
     std::size_t output_offset = 0;
@@ -152,6 +159,11 @@ public:
 
     // Called by the data path through QueuePair::ring_send_doorbell.
     void notify_doorbell(std::atomic<bool>& queue_pair_flag);
+    // Called by the data path through QueuePair::ring_send_doorbell first: executes the QP's
+    // new WQEs on the calling thread while they are zero-hop writes (zero_hop.cpp). False when
+    // something is left for the progress thread (the caller then notifies it), including when
+    // the device mutex is busy: the doorbell thread never waits for it.
+    bool execute_from_doorbell(QueuePairContext& queue_pair);
 
     std::mutex mutex;
     std::array<std::uint8_t, 16> gid{};
@@ -174,12 +186,27 @@ public:
 
     // Requests whose payload the responder moved by cross-memory attach (this device responding).
     std::atomic<std::uint64_t> transfers_by_reference{0};
+    // RDMA writes this device, as initiator, executed zero-hop (zero_hop.cpp).
+    std::atomic<std::uint64_t> zero_hop_writes{0};
+    // What this device publishes, as a target, for its same-host peers' zero-hop writes: its
+    // memory regions and RC queue pairs (written under `mutex`).
+    PublishedTable published_table;
 
 private:
     void run();
     void execute_pending_doorbells();
     void execute_send_queue(QueuePairContext& queue_pair);
-    bool execute_one(QueuePairContext& queue_pair, std::uint32_t index);
+    // Executes the WQE at `index`; true to go on with the next. On the doorbell thread
+    // (`left_for_progress` given) only a zero-hop write executes: any other WQE is left as it is,
+    // with no side effect, and *left_for_progress set.
+    bool execute_one(QueuePairContext& queue_pair, std::uint32_t index, bool* left_for_progress = nullptr);
+    // The zero-hop write (zero_hop.cpp): the responder's checks against the target's published
+    // table, the bytes moved with process_vm_writev. False, with nothing moved, whenever it
+    // cannot be done so: the request path then carries the write and produces any NAK.
+    bool zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request, const std::vector<std::uint8_t>& payload,
+                        const wire::Segment* segments, std::uint32_t segment_count);
+    // The connection to that device when it published its table to us, else nullptr.
+    Connection* zero_hop_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
     void handle_frame(Connection& connection, wire::FrameType type, const std::uint8_t* body,
                       const std::uint8_t* payload, std::uint32_t payload_length);
     void handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
@@ -267,6 +294,9 @@ private:
     // copy into the frame costs less than the responder's process_vm_readv/writev. Forced to the
     // same-host path (RDMACHAN_SOFT_TRANSPORT=shm), every payload does, so tests run on it.
     std::uint64_t by_reference_threshold_ = 4096;
+    // RDMACHAN_SOFT_ZERO_HOP=0 turns zero-hop writes off (the request path carries every write):
+    // for measuring one against the other.
+    bool zero_hop_enabled_ = true;
     // A random word peers read with process_vm_readv to prove cross-memory attach reaches us.
     alignas(8) std::uint64_t probe_word_ = 0;
     std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself

@@ -30,6 +30,9 @@ Clock::duration ack_timeout(const ReadyToSendAttributes& attributes) {
     return std::chrono::microseconds(static_cast<long long>(4.096 * static_cast<double>(1ull << attributes.timeout)));
 }
 
+// The PSN a zero-hop write shows in the flight record: it uses none (nothing is sent).
+constexpr std::uint64_t kZeroHopPsn = ~0ull;
+
 bool is_read_or_atomic(std::uint8_t opcode) {
     return opcode == kOpcodeRdmaRead || opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd;
 }
@@ -79,7 +82,7 @@ void DeviceCore::execute_send_queue(QueuePairContext& queue_pair) {
     }
 }
 
-bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) {
+bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, bool* left_for_progress) {
     const SendQueueRing& ring = queue_pair.send_ring;
     const std::size_t wqe_offset = static_cast<std::size_t>(index & (ring.wqe_count - 1)) * kSendWqeBasicBlockSize;
     std::uint8_t control[kControlSegmentSize];
@@ -91,6 +94,19 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
     const std::uint32_t ds = qpn_ds & kMaxDs;
     const bool signaled = (control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0;
     const std::uint32_t wqebbs = ds == 0 ? 1 : (ds * kSegmentUnit + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
+
+    // On the doorbell thread only a well-formed RC RDMA write may execute (zero_hop.cpp); every
+    // other WQE stays in the ring, untouched, for the progress thread.
+    const bool doorbell_thread = left_for_progress != nullptr;
+    auto leave_for_progress = [&] {
+        *left_for_progress = true;
+        return false;
+    };
+    if (doorbell_thread && (opcode != kOpcodeRdmaWrite || queue_pair.state != QueuePairState::ready_to_send ||
+                            queue_pair.transport != Transport::reliable_connected || wqe_index != (index & 0xffff) ||
+                            (qpn_ds >> 8) != queue_pair.qpn || ds < 1)) {
+        return leave_for_progress();
+    }
 
     if (queue_pair.state == QueuePairState::error) {
         write_error_cqe(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeWorkRequestFlushed);
@@ -182,7 +198,17 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
     wire::Segment segments[wire::kMaxSegments];
     std::uint32_t segment_count = 0;
     std::uint64_t referenced_bytes = 0;
-    std::vector<std::uint8_t> payload;
+    // Reused per thread, so that decoding allocates nothing once warm (the doorbell thread is the
+    // data path); a large payload's capacity is given back when this WQE is done.
+    static thread_local std::vector<std::uint8_t> payload_buffer;
+    std::vector<std::uint8_t>& payload = payload_buffer;
+    payload.clear();
+    const struct GiveBack {
+        std::vector<std::uint8_t>& buffer;
+        ~GiveBack() {
+            if (buffer.capacity() > (1u << 20)) std::vector<std::uint8_t>().swap(buffer);
+        }
+    } give_back{payload};
     auto copy_referenced = [&] {
         for (std::uint32_t i = 0; i < segment_count; ++i) {
             const auto* bytes = reinterpret_cast<const std::uint8_t*>(segments[i].address);
@@ -223,7 +249,9 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
         ++units;
         // Read and atomic results are written into local memory: that needs local write access.
         const std::uint32_t needed = is_read_or_atomic(opcode) ? std::uint32_t{kLocalWrite} : 0u;
-        MemorySegments pieces;  // one, or an indirect key's pieces
+        static thread_local MemorySegments pieces_buffer;  // one, or an indirect key's pieces
+        MemorySegments& pieces = pieces_buffer;
+        pieces.clear();
         if (!translate_memory(lkey, queue_pair.protection_domain, addr, byte_count, needed, pieces)) {
             syndrome = kSyndromeLocalProtection;
             break;
@@ -251,6 +279,14 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index) 
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) && in_flight.length != 8) {
         syndrome = kSyndromeLocalLength;
     }
+    if (syndrome == 0 && opcode == kOpcodeRdmaWrite && zero_hop_write(queue_pair, request, payload, segments, segment_count)) {
+        queue_pair.executed += wqebbs;
+        flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
+                       payload.empty() ? referenced_bytes : payload.size());
+        if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
+        return true;
+    }
+    if (doorbell_thread) return leave_for_progress();
     queue_pair.executed += wqebbs;
     if (syndrome != 0) {
         write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, syndrome);
@@ -384,6 +420,7 @@ void DeviceCore::move_to_error(QueuePairContext& queue_pair, const char* why) {
     flight::record(flight::Event::soft_qp_error, queue_pair.qpn, flight::text(why));
     detail::logger().info("software device {}: QP {} to ERR: {}", owner_.name(), queue_pair.qpn, why);
     queue_pair.state = QueuePairState::error;
+    published_table.publish_queue_pair(queue_pair);
     flush_queue_pair(queue_pair);
     // The progress thread may sleep without a deadline; from now on it must also flush receives
     // posted to this QP, so it recomputes its timers.

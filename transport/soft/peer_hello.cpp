@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 
 #include <cstring>
+#include <memory>
 
 #include "src/logger.hpp"
 #include "transport/soft/device_core.hpp"
@@ -21,6 +22,7 @@ wire::Hello DeviceCore::make_hello(std::uint8_t flags) const {
     hello.network_namespace = identity.network_namespace;
     hello.pid_namespace = identity.pid_namespace;
     hello.pid = identity.pid;
+    hello.published_table = -1;
     if ((flags & wire::kHelloReply) == 0) {
         if (transport_mode_ != TransportMode::tcp) hello.same_host_flags |= wire::kOffersSameHost;
         hello.probe_address = reinterpret_cast<std::uint64_t>(&probe_word_);
@@ -70,6 +72,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
         }
         reply = make_hello(flags);
         reply.refusal = refusal;
+        reply.published_table = (flags & wire::kCrossMemoryAttach) != 0 && published_table.valid() ? published_table.descriptor() : -1;
         queue_output(connection, wire::frame(wire::FrameType::hello, reply));
         return;
     }
@@ -90,8 +93,25 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
     }
     connection.by_reference = (hello.same_host_flags & wire::kCrossMemoryAttach) != 0;
     if (connection.by_reference) {
-        detail::logger().info("software device {}: peer {} is on this host: payloads move by cross-memory attach",
-                              owner_.name(), name);
+        connection.peer_pid = hello.pid;
+        const char* no_zero_hop = "RDMACHAN_SOFT_ZERO_HOP=0";
+        if (zero_hop_enabled_) {
+            // Copies: the hello is packed, and make_unique takes its arguments by reference.
+            const std::uint32_t pid = hello.pid;
+            const int descriptor = hello.published_table;
+            auto table = std::make_unique<PeerTable>(pid, descriptor);
+            if (table->valid()) connection.peer_table = std::move(table);
+            else no_zero_hop = table->why_not();
+        }
+        if (connection.peer_table != nullptr) {
+            detail::logger().info("software device {}: peer {} is on this host: payloads move by cross-memory attach, "
+                                  "RDMA writes zero-hop from the doorbell thread",
+                                  owner_.name(), name);
+        } else {
+            detail::logger().info("software device {}: peer {} is on this host: payloads move by cross-memory attach "
+                                  "(no zero-hop writes: {})",
+                                  owner_.name(), name, no_zero_hop);
+        }
     } else if (!same_host) {
         detail::logger().info("software device {}: peer {} uses TCP: {}", owner_.name(), name,
                               elsewhere != nullptr ? elsewhere : "it is on another host");

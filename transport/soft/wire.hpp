@@ -45,6 +45,9 @@ struct Hello {
     std::uint64_t probe_address;  // caller: where its probe word is
     std::uint64_t probe_value;    // caller: the word's value
     std::int32_t refusal;         // reply: errno of a refused cross-memory attach, else 0
+    // reply: the descriptor, in the replying process, of the memfd holding its published table
+    // (zero-hop writes, published_table.hpp), or -1
+    std::int32_t published_table;
 };
 
 enum HelloFlag : std::uint8_t {
