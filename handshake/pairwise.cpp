@@ -28,20 +28,50 @@ Endpoint read_endpoint(const nlohmann::json& message, const std::string& peer) {
     return endpoint;
 }
 
-// Listener side of one connection; returns the peer's endpoint or throws naming it.
-Task<Endpoint> answer(FramedConnection& connection, const PairwiseSettings& settings,
-                      const Endpoint& mine) {
+// Each side's hello says it confirms readiness (the "ready" step below); a side of before that
+// step says nothing, and with it the exchange ends as it did then, at the endpoints.
+constexpr const char* confirms_ready_field = "confirms_ready";
+
+nlohmann::json hello_body(const std::string& nonce) { return {{"nonce", nonce}, {confirms_ready_field, true}}; }
+
+bool confirms_ready(const nlohmann::json& hello) {
+    const auto field = hello.find(confirms_ready_field);
+    return field != hello.end() && field->is_boolean() && field->get<bool>();
+}
+
+// Runs make_ready; its failure becomes the text the peer is told, empty when it succeeded.
+std::string try_make_ready(const PairwiseReady& make_ready, const Endpoint& theirs) {
+    try {
+        make_ready(theirs);
+    } catch (const std::exception& error) {
+        return error.what();
+    }
+    return {};
+}
+
+// What the listener learned from a connector that proved the job token.
+struct Connector {
+    Endpoint endpoint;
+    std::string connector_nonce;
+    std::string listener_nonce;
+    bool confirms_ready = false;
+};
+
+// Listener side of one connection up to the connector's endpoint; throws naming the peer.
+Task<Connector> authenticate(FramedConnection& connection, const PairwiseSettings& settings) {
     const Hello hello = decode_hello(co_await connection.read_frame(), connection.peer());
     const nlohmann::json body = parse_json_object(hello.body, connection.peer(), "hello");
     if (!body.contains("nonce") || !body["nonce"].is_string())
         throw Error("hello from " + connection.peer() + " lacks a nonce");
-    const std::string connector_nonce = body["nonce"].get<std::string>();
-    const std::string listener_nonce = make_nonce();
-    const std::string reply = encode_hello(nlohmann::json{{"nonce", listener_nonce}}.dump());
+    Connector connector;
+    connector.connector_nonce = body["nonce"].get<std::string>();
+    connector.confirms_ready = confirms_ready(body);
+    connector.listener_nonce = make_nonce();
+    const std::string reply = encode_hello(hello_body(connector.listener_nonce).dump());
     co_await connection.write_frame(reply);
     const nlohmann::json proof = co_await connection.read_message("proof");
     const std::string expected =
-        make_proof(settings.token, connector_label, {connector_nonce, listener_nonce});
+        make_proof(settings.token, connector_label, {connector.connector_nonce, connector.listener_nonce});
     if (!proof.contains("proof") || !proof["proof"].is_string() ||
         !proofs_match(expected, proof["proof"].get<std::string>())) {
         const nlohmann::json refusal = {{"type", "error"},
@@ -52,17 +82,37 @@ Task<Endpoint> answer(FramedConnection& connection, const PairwiseSettings& sett
     }
     connection.set_size_cap(authenticated_frame_size_cap);
     const nlohmann::json theirs = co_await connection.read_message("endpoint");
-    const Endpoint endpoint = read_endpoint(theirs, connection.peer());
+    connector.endpoint = read_endpoint(theirs, connection.peer());
+    co_return connector;
+}
+
+// Listener side after authentication: ready itself, answer with its endpoint, and wait for the
+// connector's confirmation. Every failure here ends the exchange (the connector proved the
+// token: it is the peer, not a stranger to refuse).
+Task<void> answer(FramedConnection& connection, const PairwiseSettings& settings, const Endpoint& mine,
+                  const Connector& connector, const PairwiseReady& make_ready, std::string& waiting_for) {
+    const std::string failure = try_make_ready(make_ready, connector.endpoint);
+    if (!failure.empty()) {
+        // Named, not a temporary in the co_await: GCC 12 cannot initialise one there.
+        const nlohmann::json refusal = {{"type", "error"}, {"message", "the listener cannot connect: " + failure}};
+        co_await connection.write_message(refusal);
+        throw Error("exchange_pairwise: cannot connect to " + connection.peer() + ": " + failure);
+    }
+    flight::record(flight::Event::handshake_state, flight::text("pairwise: ready"), mine.rank);
     const std::string my_proof =
-        make_proof(settings.token, listener_label, {connector_nonce, listener_nonce});
+        make_proof(settings.token, listener_label, {connector.connector_nonce, connector.listener_nonce});
     const nlohmann::json answer_message = {
         {"type", "endpoint"}, {"proof", my_proof}, {"endpoint", mine}};
     co_await connection.write_message(answer_message);
-    co_return endpoint;
+    if (connector.confirms_ready) {
+        waiting_for = "the connector " + connection.peer() + " did not confirm it was ready";
+        (void)co_await connection.read_message("ready");
+        flight::record(flight::Event::handshake_state, flight::text("pairwise: peer ready"), mine.rank);
+    }
 }
 
 Task<void> listen(asio::io_context& io, const PairwiseSettings& settings, const Endpoint& mine,
-                  std::optional<Endpoint>& result) {
+                  const PairwiseReady& make_ready, std::optional<Endpoint>& result, std::string& waiting_for) {
     tcp::acceptor acceptor(io);
     try {
         const tcp::endpoint address(asio::ip::make_address(settings.address), settings.port);
@@ -83,22 +133,28 @@ Task<void> listen(asio::io_context& io, const PairwiseSettings& settings, const 
         const std::string peer = describe(socket.remote_endpoint(ignored));
         FramedConnection connection(std::move(socket), peer, unauthenticated_frame_size_cap);
         flight::record(flight::Event::handshake_state, flight::text("pairwise: connection accepted"), mine.rank);
+        std::optional<Connector> connector;
         std::string failure;
         try {
-            result = co_await answer(connection, settings, mine);
+            connector = co_await authenticate(connection, settings);
         } catch (const Error& error) {
             failure = error.what();
         }
         flight::record(flight::Event::handshake_state,
-                       flight::text(failure.empty() ? "pairwise: endpoints exchanged" : "pairwise: connector refused"), mine.rank);
-        if (!failure.empty())
+                       flight::text(failure.empty() ? "pairwise: connector's endpoint received" : "pairwise: connector refused"), mine.rank);
+        if (!failure.empty()) {
             detail::logger().warn("exchange_pairwise on {}: rejected {}",
                                   describe(acceptor.local_endpoint()), failure);
+            connection.close();
+            continue;
+        }
+        co_await answer(connection, settings, mine, *connector, make_ready, waiting_for);
+        result = std::move(connector->endpoint);
         connection.close();
     }
 }
 
-Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine,
+Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine, const PairwiseReady& make_ready,
                    std::optional<Endpoint>& result) {
     const std::string listener =
         "listener " + settings.address + ":" + std::to_string(settings.port);
@@ -106,7 +162,7 @@ Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine,
     FramedConnection connection(std::move(socket), listener, unauthenticated_frame_size_cap);
     flight::record(flight::Event::handshake_state, flight::text("pairwise: connected to the listener"), mine.rank, settings.port);
     const std::string connector_nonce = make_nonce();
-    const std::string hello = encode_hello(nlohmann::json{{"nonce", connector_nonce}}.dump());
+    const std::string hello = encode_hello(hello_body(connector_nonce).dump());
     co_await connection.write_frame(hello);
     const Hello reply = decode_hello(co_await connection.read_frame(), listener);
     const nlohmann::json body = parse_json_object(reply.body, listener, "hello");
@@ -120,31 +176,48 @@ Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine,
     const nlohmann::json endpoint_message = {{"type", "endpoint"}, {"endpoint", mine}};
     co_await connection.write_message(endpoint_message);
     connection.set_size_cap(authenticated_frame_size_cap);
+    // A listener that confirms readiness is ready for our requests once its endpoint arrives.
     const nlohmann::json theirs = co_await connection.read_message("endpoint");
     const std::string expected =
         make_proof(settings.token, listener_label, {connector_nonce, listener_nonce});
     if (!theirs.contains("proof") || !theirs["proof"].is_string() ||
         !proofs_match(expected, theirs["proof"].get<std::string>()))
         throw Error(listener + " failed to prove the job token");
-    result = read_endpoint(theirs, listener);
+    Endpoint endpoint = read_endpoint(theirs, listener);
     flight::record(flight::Event::handshake_state, flight::text("pairwise: endpoints exchanged"), mine.rank, settings.port);
+    const std::string failure = try_make_ready(make_ready, endpoint);
+    if (!failure.empty()) {
+        const nlohmann::json refusal = {{"type", "error"}, {"message", "the connector cannot connect: " + failure}};
+        if (confirms_ready(body)) co_await connection.write_message(refusal);
+        throw Error("exchange_pairwise: cannot connect to " + listener + ": " + failure);
+    }
+    const nlohmann::json ready = {{"type", "ready"}};
+    if (confirms_ready(body)) co_await connection.write_message(ready);
+    flight::record(flight::Event::handshake_state, flight::text("pairwise: ready"), mine.rank, settings.port);
+    result = std::move(endpoint);
     connection.close();
 }
 
 }  // namespace
 
 Endpoint exchange_pairwise(const PairwiseSettings& settings, const Endpoint& mine) {
+    return exchange_pairwise(settings, mine, [](const Endpoint&) {});
+}
+
+Endpoint exchange_pairwise(const PairwiseSettings& settings, const Endpoint& mine, const PairwiseReady& make_ready) {
     validate(mine);
     const auto deadline = std::chrono::steady_clock::now() + settings.timeout;
     const bool listening = settings.role == PairwiseSettings::Role::listen;
     asio::io_context io;
     std::optional<Endpoint> result;
-    const bool finished = listening ? run_until(io, listen(io, settings, mine, result), deadline)
-                                    : run_until(io, connect(settings, mine, result), deadline);
+    std::string waiting_for;  // what the listener waits for once a connector proved the token
+    const bool finished = listening ? run_until(io, listen(io, settings, mine, make_ready, result, waiting_for), deadline)
+                                    : run_until(io, connect(settings, mine, make_ready, result), deadline);
     if (!finished || !result)
         throw Error(std::string("exchange_pairwise: ") +
-                    (listening ? "no peer proved the job token on " : "no answer from listener ") +
-                    settings.address + ":" + std::to_string(settings.port) +
+                    (!waiting_for.empty() ? waiting_for
+                     : listening          ? "no peer proved the job token on " + settings.address + ":" + std::to_string(settings.port)
+                                          : "no answer from listener " + settings.address + ":" + std::to_string(settings.port)) +
                     " within the deadline of " + std::to_string(settings.timeout.count()) + " ms");
     return *result;
 }

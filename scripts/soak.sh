@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Repeats the multi-process and multi-threaded suites under CPU load until a failure, to find
-# the rare ones (issue 20): the Channel, MultiChannel RC and DC, software-device, fault-injection
-# and demo suites, as CTest runs them (two at a time), with busy loops competing for the cores.
+# the rare ones (issue 20): the Channel, MultiChannel RC and DC, software-device, fault-injection,
+# partition, backpressure, demo, pairwise and rendezvous suites (the list in `suites` below), as
+# CTest runs them (two at a time), with busy loops competing for the cores.
 # Stops at the first failing round and keeps its output in build/soak/failures/ROUND/: ctest's
 # log, LastTest.log, and in flight-records/ the flight records the round's failed tests and error
 # completions wrote (tests/flight_record_listener.cpp; passed runs remove their own). Exit status
 # 0 only if every round passed.
 #
 # At the end it prints the figure as the block "soak" of docs/RELIABILITY.md, stamped with the
-# commit it ran on, and writes it there; scripts/check_figures.sh fails when the code it ran
-# changed after that commit.
+# commit it ran on, and writes it there. scripts/check_figures.sh treats that block as the record
+# of a run, not a figure of the current code: it fails if the stamped commit is not in the
+# repository or was printed from uncommitted code (-dirty), and when the code the soak runs has
+# changed since that commit it says so without failing (the figure is of that commit).
 #   scripts/soak.sh [runs] [minutes]     (defaults: 200 rounds, at most 60 minutes)
 #   SOAK_LOAD=N busy loops (default: one per core)
 set -euo pipefail

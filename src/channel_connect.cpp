@@ -36,24 +36,41 @@ Endpoint PreparedChannel::versioned_endpoint(std::uint32_t rank) const {
 Channel PreparedChannel::connect(const PairwiseSettings& settings) && {
     if (core_ == nullptr) throw Error("PreparedChannel::connect: this prepared channel was already used");
     const std::uint32_t rank = settings.role == PairwiseSettings::Role::listen ? 0 : 1;
-    const Endpoint theirs = exchange_pairwise(settings, versioned_endpoint(rank));
     const std::string peer = "the peer at " + settings.address;
-    if (theirs.rank != 1 - rank) {
-        throw Error("PreparedChannel::connect: " + peer + " says it is rank " + std::to_string(theirs.rank) +
-                    "; both sides chose the same role");
+    // The queue pair is connected (RTR, then RTS) inside the exchange, which returns on neither
+    // side before both are: a channel returned here can be used at once. Connected only after
+    // the exchange, the connector's first request could reach the listener's queue pair before
+    // the listener's thread had moved it to RTR, be dropped, and cost the connector its retries
+    // (8 tries of 537 ms by default) if that thread was not scheduled for as long.
+    bool connected = false;
+    const PairwiseReady make_ready = [&](const Endpoint& theirs) {
+        if (theirs.rank != 1 - rank) {
+            throw Error("PreparedChannel::connect: " + peer + " says it is rank " + std::to_string(theirs.rank) +
+                        "; both sides chose the same role");
+        }
+        if (theirs.rc.size() != 1 || theirs.rc[0].peer != rank) {
+            throw Error("PreparedChannel::connect: " + peer + " published " + std::to_string(theirs.rc.size()) +
+                        " RC entries, none for rank " + std::to_string(rank));
+        }
+        ChannelEndpoint remote;
+        remote.gid = theirs.port.gid;
+        remote.lid = theirs.port.lid;
+        remote.qpn = theirs.rc[0].qpn;
+        remote.psn = theirs.rc[0].psn;
+        remote.mtu = theirs.port.mtu;
+        remote.device = std::string(to_string(theirs.device)) + " device of " + settings.address;
+        core_->connect(0, remote);
+        connected = true;
+    };
+    Endpoint theirs;
+    try {
+        theirs = exchange_pairwise(settings, versioned_endpoint(rank), make_ready);
+    } catch (...) {
+        // A queue pair connected to a peer that then failed cannot be connected again.
+        if (connected) core_.reset();
+        throw;
     }
-    if (theirs.rc.size() != 1 || theirs.rc[0].peer != rank) {
-        throw Error("PreparedChannel::connect: " + peer + " published " + std::to_string(theirs.rc.size()) +
-                    " RC entries, none for rank " + std::to_string(rank));
-    }
-    ChannelEndpoint remote;
-    remote.gid = theirs.port.gid;
-    remote.lid = theirs.port.lid;
-    remote.qpn = theirs.rc[0].qpn;
-    remote.psn = theirs.rc[0].psn;
-    remote.mtu = theirs.port.mtu;
-    remote.device = std::string(to_string(theirs.device)) + " device of " + settings.address;
-    Channel channel = std::move(*this).handshake(remote);
+    Channel channel(std::move(core_));
     channel.remote_regions_ = theirs.regions;
     return channel;
 }

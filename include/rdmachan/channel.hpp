@@ -257,7 +257,10 @@ public:
     // The out-of-band exchange shipped with the library: one side listens, the other connects
     // (PairwiseSettings), both prove the job token, and the versioned endpoints cross over TCP.
     // Regions published with publish_region travel along; read them with
-    // Channel::remote_region. The listener is rank 0, the connector rank 1.
+    // Channel::remote_region. The listener is rank 0, the connector rank 1. connect() returns
+    // on neither side before both queue pairs are in RTR (the exchange waits for it), so the
+    // channel can be used at once. Unlike handshake(), which connects this side only: over
+    // an exchange of its own, the application must not send before the peer has connected.
     void publish_region(const std::string& name, const MemoryRegion& region);
     Endpoint versioned_endpoint(std::uint32_t rank) const;
     Channel connect(const PairwiseSettings& settings) &&;

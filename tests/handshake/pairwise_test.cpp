@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <future>
+#include <thread>
 
 #include "rdmachan/error.hpp"
 #include "rdmachan/handshake.hpp"
@@ -100,6 +101,68 @@ TEST_CASE("a peer that never comes ends in a deadline error on either side") {
         rdmachan::exchange_pairwise(connector_settings(port, 300ms), predictable_endpoint(1, 2)),
         doctest::Contains("no answer from listener 127.0.0.1:"), rdmachan::Error);
     CHECK(std::chrono::steady_clock::now() - start < 2s);
+}
+
+TEST_CASE("with make_ready, neither side returns before both sides are ready") {
+    // Each side's make_ready is slow; the other side must not return before it has finished.
+    // (Without the ordering a connector returned, and sent, while the listener's queue pair was
+    // still on its way to RTR.) The sleeps only make a wrong order visible: in the right order
+    // no scheduling can make this case fail.
+    std::atomic<bool> listener_ready{false}, connector_ready{false};
+    std::atomic<bool> connector_saw_listener_ready{false}, listener_saw_connector_ready{false};
+    std::promise<std::uint16_t> chosen;
+    auto port_ready = chosen.get_future();
+    auto listened = std::async(std::launch::async, [&] {
+        const rdmachan::Endpoint theirs = rdmachan::exchange_pairwise(
+            listener_settings(chosen, 10s), predictable_endpoint(0, 2), [&](const rdmachan::Endpoint& endpoint) {
+                CHECK(endpoint == predictable_endpoint(1, 2));
+                std::this_thread::sleep_for(200ms);
+                listener_ready = true;
+            });
+        listener_saw_connector_ready = connector_ready.load();
+        return theirs;
+    });
+    const rdmachan::Endpoint from_listener = rdmachan::exchange_pairwise(
+        connector_settings(port_ready.get(), 10s), predictable_endpoint(1, 2), [&](const rdmachan::Endpoint& endpoint) {
+            CHECK(endpoint == predictable_endpoint(0, 2));
+            connector_saw_listener_ready = listener_ready.load();
+            std::this_thread::sleep_for(200ms);
+            connector_ready = true;
+        });
+    CHECK(from_listener == predictable_endpoint(0, 2));
+    CHECK(listened.get() == predictable_endpoint(1, 2));
+    CHECK(connector_saw_listener_ready.load());  // the listener was ready before its endpoint left
+    CHECK(listener_saw_connector_ready.load());  // the listener returned only after the connector was ready
+}
+
+TEST_CASE("a side that cannot get ready ends the exchange on both sides, and the other is told why") {
+    for (const bool listener_fails : {true, false}) {
+        CAPTURE(listener_fails);
+        std::promise<std::uint16_t> chosen;
+        auto port_ready = chosen.get_future();
+        const auto fail_if = [](bool fail) {
+            return [fail](const rdmachan::Endpoint&) {
+                if (fail) throw rdmachan::Error("MTU 1500 is not one of 256, 512, 1024, 2048, 4096");
+            };
+        };
+        auto listened = std::async(std::launch::async, [&] {
+            return rdmachan::test::error_of([&] {
+                rdmachan::exchange_pairwise(listener_settings(chosen, 10s), predictable_endpoint(0, 2), fail_if(listener_fails));
+            });
+        });
+        const std::string connector_error = rdmachan::test::error_of([&] {
+            rdmachan::exchange_pairwise(connector_settings(port_ready.get(), 10s), predictable_endpoint(1, 2), fail_if(!listener_fails));
+        });
+        const std::string listener_error = listened.get();
+        CAPTURE(connector_error);
+        CAPTURE(listener_error);
+        const std::string& told = listener_fails ? connector_error : listener_error;
+        CHECK(told.find(listener_fails ? "the listener cannot connect: MTU 1500" : "the connector cannot connect: MTU 1500") !=
+              std::string::npos);
+        const std::string& failed = listener_fails ? listener_error : connector_error;
+        CHECK(failed.find("cannot connect to") != std::string::npos);
+        CHECK(failed.find("MTU 1500") != std::string::npos);
+    }
 }
 
 TEST_CASE("negotiation: lowest MTU, random PSNs, keys and sessions") {

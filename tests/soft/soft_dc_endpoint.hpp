@@ -132,12 +132,13 @@ class DcInitiatorEndpoint {
     }
 
     // INIT → RTR (no remote) → RTS, and a send queue starting at producer index 0: what a DCI
-    // goes through when created and again after RESET.
-    void connect() {
+    // goes through when created and again after RESET. sq_psn: where its packet sequence starts
+    // (a new one after RESET tells a late answer to the old sequence from one to the new).
+    void connect(std::uint32_t sq_psn = 0x2000) {
         initiator_->modify_to_init(1, 0);
         initiator_->modify_to_ready_to_receive(1024);
         soft::ReadyToSendAttributes attributes;
-        attributes.sq_psn = 0x2000;
+        attributes.sq_psn = sq_psn;
         attributes.timeout = timeout_;
         attributes.retry_cnt = 3;
         attributes.rnr_retry = 7;

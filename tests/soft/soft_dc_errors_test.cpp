@@ -140,19 +140,25 @@ TEST_CASE("a bad rkey through DC: remote access error, the target untouched and 
 TEST_CASE(
     "a DCI in ERR is flushed, then RESET -> INIT -> RTR -> RTS and used again from producer index "
     "0") {
-    // The longest RNR timer (491.52 ms): after the first RNR NAK nothing is retransmitted before
-    // the DCI goes to ERR at ~100 ms, so no stale copy of the first send is still on its way
-    // when the receive for the new send is posted (it could rightly take that receive).
-    DcTargetEndpoint target(soft::Device::open(), kDcKey, 1 << 20, 31);
+    // The sends the DCI holds when it goes to ERR are addressed to a DCT that never gets a
+    // receive: they wait on RNR (retried forever) until the application moves the DCI to ERR,
+    // whenever its thread runs. Copies of them resent before the ERR may still be on their way
+    // afterwards, and a DCT rightly serves such a copy; going to another DCT than the send after
+    // the reset, none can take the receive posted for that send. (With one DCT and the longest
+    // RNR timer, 491.52 ms, this case depended on the move to ERR coming before the first resend:
+    // under the soak its thread ran 1 s late, and a stale copy took the new send's receive.)
+    DcTargetEndpoint refusing(soft::Device::open(), kDcKey, 1 << 20, 31);  // resends 491 ms apart
+    DcTargetEndpoint target(soft::Device::open());
     DcInitiatorEndpoint initiator(soft::Device::open());
+    const DcTargetAddress nowhere_to_land = refusing.address();
     const DcTargetAddress to = target.address();
     const mlx5::ScatterGatherElement element = initiator.local(0, 64);
-    // No receive posted: the send waits on RNR (retried forever) until the DCI is moved to ERR.
-    REQUIRE(initiator.post(dc_request(mlx5::SendOpcode::send, 1, &element), to) ==
+    std::memset(initiator.buffer(), 0x55, 64);
+    REQUIRE(initiator.post(dc_request(mlx5::SendOpcode::send, 1, &element), nowhere_to_land) ==
             mlx5::PostResult::ok);
-    REQUIRE(initiator.post(
-                dc_request(mlx5::SendOpcode::rdma_write, 2, &element, to.buffer_addr, to.rkey),
-                to) == mlx5::PostResult::ok);
+    REQUIRE(initiator.post(dc_request(mlx5::SendOpcode::rdma_write, 2, &element,
+                                      nowhere_to_land.buffer_addr, nowhere_to_land.rkey),
+                           nowhere_to_land) == mlx5::PostResult::ok);
     CHECK_FALSE(initiator.wait_send(std::chrono::milliseconds(100)).has_value());
     CHECK(initiator.send_queue().tracking().producer_index > 0);
     initiator.initiator().modify_to_error();
@@ -167,7 +173,9 @@ TEST_CASE(
 
     initiator.initiator().modify_to_reset();
     CHECK(initiator.initiator().state() == soft::QueuePairState::reset);
-    initiator.connect();
+    // A new packet sequence: an RNR NAK the refusing DCT sends late, to a copy resent before the
+    // ERR, then names a PSN the DCI no longer has in flight, and is ignored.
+    initiator.connect(0x3000);
     CHECK(initiator.initiator().state() == soft::QueuePairState::ready_to_send);
     CHECK(initiator.send_queue().tracking().producer_index == 0);
 
@@ -181,8 +189,9 @@ TEST_CASE(
     REQUIRE(received.has_value());
     CHECK(received->status == mlx5::CompletionStatus::success);
     CHECK(target.buffer()[8192] == 0x77);
-    // Only one receive was ever consumed: the refused send before the reset took none.
     CHECK(received->wr_id == 3);
+    // The write behind the refused send never landed (requests after an RNR NAK wait for it).
+    CHECK(refusing.buffer()[0] == 0);
 }
 
 TEST_CASE(
