@@ -6,11 +6,12 @@
 #      except the VM tests;
 #   3. a ThreadSanitizer build with GCC at -O2 (RelWithDebInfo): every suite except the VM tests;
 #   4. the handshake's libFuzzer targets, 30 s each (with the sanitizer builds).
-# What each build compiles: the main and ASan+UBSan builds compile every file of the project
-# (GCC and Clang: a new warning from either compiler fails here); the TSan build leaves out the
-# two programs no test of its run uses (RDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF: the VM's
-# verbs_rxe_test and the CUDA device object, both compiled by GCC in the main build); the fuzzers'
-# build compiles only the fuzz targets and the parsers they call.
+# What each build compiles: the main build (GCC) and the ASan+UBSan build (Clang) compile every
+# file of the project but the fuzz targets, so a new warning from either compiler fails here; the
+# TSan build (GCC) leaves out the two programs no test of its run uses
+# (RDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF: the VM's verbs_rxe_test and the CUDA device object,
+# which the main build compiles); the fuzzers' build (Clang) compiles the fuzz targets and the
+# parsers they call.
 # Warnings are errors in all of them (RDMACHAN_WARNINGS_AS_ERRORS). At the end it prints where the
 # time went: setup, each build's configure, compile and tests (with the slowest steps of each).
 # It also writes build/test-summary.txt (the commit, each suite's counts, the fuzzers' figures and
