@@ -4,6 +4,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "src/fmt_extern.hpp"  // after spdlog: its formatting loop is libfmt's, not compiled here
+
 namespace rdmachan::detail {
 
 spdlog::logger& logger();
