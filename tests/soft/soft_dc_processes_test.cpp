@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "tests/soft/child_process.hpp"
 #include "tests/soft/soft_dc_endpoint.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -20,6 +21,9 @@ using rdmachan::test::DcTargetEndpoint;
 
 namespace {
 
+using rdmachan::test::read_all;
+using rdmachan::test::write_all;
+
 struct InitiatorIdentity {
     std::uint16_t lid;
     std::uint32_t qpn;
@@ -27,25 +31,6 @@ struct InitiatorIdentity {
 
 std::uint8_t pattern(std::uint32_t i) {
     return static_cast<std::uint8_t>(i * 13 + 5);
-}
-
-bool write_all(int descriptor, const void* data, std::size_t length) {
-    return ::write(descriptor, data, length) == static_cast<ssize_t>(length);
-}
-
-// Reads exactly `length` bytes or fails after `seconds` (never blocks forever).
-bool read_all(int descriptor, void* data, std::size_t length, int seconds = 20) {
-    auto* out = static_cast<std::uint8_t*>(data);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (length != 0 && std::chrono::steady_clock::now() < until) {
-        pollfd waiting{descriptor, POLLIN, 0};
-        if (::poll(&waiting, 1, 100) != 1) continue;
-        const ssize_t got = ::read(descriptor, out, length);
-        if (got <= 0) return false;
-        out += got;
-        length -= static_cast<std::size_t>(got);
-    }
-    return length == 0;
 }
 
 // The child: a DCT with one receive posted and a counter word. It expects a write, then a send

@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "tests/soft/child_process.hpp"
 #include "tests/soft/soft_endpoint.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -19,27 +20,11 @@ using rdmachan::test::write_request;
 
 namespace {
 
+using rdmachan::test::read_all;
+using rdmachan::test::write_all;
+
 // The byte at position i of message `sequence`: both processes compute it independently.
 std::uint8_t pattern(std::uint32_t sequence, std::uint32_t i) { return static_cast<std::uint8_t>(sequence * 131 + i * 7 + 3); }
-
-bool write_all(int descriptor, const void* data, std::size_t length) {
-    return ::write(descriptor, data, length) == static_cast<ssize_t>(length);
-}
-
-// Reads exactly `length` bytes or fails after `seconds` (never blocks forever).
-bool read_all(int descriptor, void* data, std::size_t length, int seconds = 10) {
-    auto* out = static_cast<std::uint8_t*>(data);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (length != 0 && std::chrono::steady_clock::now() < until) {
-        pollfd waiting{descriptor, POLLIN, 0};
-        if (::poll(&waiting, 1, 100) != 1) continue;
-        const ssize_t got = ::read(descriptor, out, length);
-        if (got <= 0) return false;
-        out += got;
-        length -= static_cast<std::size_t>(got);
-    }
-    return length == 0;
-}
 
 struct Child {
     pid_t pid = -1;

@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "tests/soft/child_process.hpp"
+#include "tests/soft/scoped_environment.hpp"
 #include "tests/soft/soft_endpoint.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -26,6 +28,10 @@ using rdmachan::test::write_request;
 
 namespace {
 
+using rdmachan::test::read_all;
+using rdmachan::test::write_all;
+using rdmachan::test::Environment;
+
 std::uint8_t pattern(std::uint32_t sequence, std::uint32_t i) { return static_cast<std::uint8_t>(sequence * 131 + i * 7 + 3); }
 
 // Where the parent's operations land in the target child's 1 MiB buffer.
@@ -35,24 +41,6 @@ constexpr std::uint32_t kReceiveOffset = 262144;      // one 64 KiB receive for 
 constexpr std::uint32_t kReadOffset = 524288;         // 64 KiB the parent reads, pattern 9
 constexpr std::uint32_t kCounterOffset = 786432;      // the atomics' word, 40 at the start
 constexpr std::uint32_t kSpareOffset = 917504;        // the first, small write (not checked)
-
-bool write_all(int descriptor, const void* data, std::size_t length) {
-    return ::write(descriptor, data, length) == static_cast<ssize_t>(length);
-}
-
-bool read_all(int descriptor, void* data, std::size_t length, int seconds = 10) {
-    auto* out = static_cast<std::uint8_t*>(data);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (length != 0 && std::chrono::steady_clock::now() < until) {
-        pollfd waiting{descriptor, POLLIN, 0};
-        if (::poll(&waiting, 1, 100) != 1) continue;
-        const ssize_t got = ::read(descriptor, out, length);
-        if (got <= 0) return false;
-        out += got;
-        length -= static_cast<std::size_t>(got);
-    }
-    return length == 0;
-}
 
 // A process restricted as a container's seccomp profile may restrict it: process_vm_readv and
 // process_vm_writev fail with EPERM.
@@ -150,20 +138,6 @@ int wait_child(pid_t pid, int seconds) {
     ::waitpid(pid, &status, 0);
     return -1;
 }
-
-// Scoped environment variable (the device reads it when it opens).
-struct Environment {
-    Environment(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name); old != nullptr) old_ = old;
-        ::setenv(name, value, 1);
-    }
-    ~Environment() {
-        if (old_.empty()) ::unsetenv(name_);
-        else ::setenv(name_, old_.c_str(), 1);
-    }
-    const char* name_;
-    std::string old_;
-};
 
 struct Moved {
     std::uint64_t by_reference = 0;  // requests the child's device moved by cross-memory attach

@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "tests/soft/child_process.hpp"
+#include "tests/soft/scoped_environment.hpp"
 #include "tests/soft/soft_endpoint.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -27,19 +29,9 @@ using rdmachan::test::write_request;
 
 namespace {
 
-// Scoped environment variable (the device reads it when it opens).
-struct Environment {
-    Environment(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name); old != nullptr) old_ = old;
-        ::setenv(name, value, 1);
-    }
-    ~Environment() {
-        if (old_.empty()) ::unsetenv(name_);
-        else ::setenv(name_, old_.c_str(), 1);
-    }
-    const char* name_;
-    std::string old_;
-};
+using rdmachan::test::read_all;
+using rdmachan::test::write_all;
+using rdmachan::test::Environment;
 
 mlx5::Completion run(SoftEndpoint& endpoint, mlx5::SendWorkRequest request) {
     request.flags |= mlx5::kSendSignaled;
@@ -362,24 +354,6 @@ TEST_CASE("zero-hop writes and deregistration: no byte lands after dereg returns
     CHECK(initiator_device->zero_hop_writes() > 0);
     MESSAGE(succeeded.load() << " writes before the deregistration, " << initiator_device->zero_hop_writes() << " of all zero-hop");
 }
-
-namespace {
-
-bool read_all(int descriptor, void* data, std::size_t length, int seconds = 10) {
-    auto* out = static_cast<std::uint8_t*>(data);
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (length != 0 && std::chrono::steady_clock::now() < until) {
-        pollfd waiting{descriptor, POLLIN, 0};
-        if (::poll(&waiting, 1, 100) != 1) continue;
-        const ssize_t got = ::read(descriptor, out, length);
-        if (got <= 0) return false;
-        out += got;
-        length -= static_cast<std::size_t>(got);
-    }
-    return length == 0;
-}
-
-}  // namespace
 
 TEST_CASE("zero-hop writes to a target killed mid-stream: error completions within the deadline, no hang") {
     Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
