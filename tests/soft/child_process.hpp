@@ -1,5 +1,6 @@
 // Test fixture: a forked child process and the two pipes between it and the parent, with reads
-// and waits that each have a deadline (a dead or stuck child fails the test, never hangs it).
+// and waits that each have a deadline (a dead or stuck child fails the test, never hangs it),
+// and failures that name the child.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -11,7 +12,9 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
+#include <utility>
 
 namespace rdmachan::test {
 
@@ -43,11 +46,17 @@ inline bool read_all(int descriptor, void* data, std::size_t length, int seconds
 
 class ChildProcess {
 public:
+    // What wait() returns for a child ended by `signal` (SIGKILL from kill(), a crash).
+    static constexpr int ended_by(int signal) { return 200 + signal; }
+    static constexpr int kNotExited = -1;
+
     pid_t pid = -1;
     int to_child = -1;
     int from_child = -1;
+    std::string name;  // in every failure message: "the target", "the passive peer", ...
 
-    ChildProcess(pid_t child, int to, int from) : pid(child), to_child(to), from_child(from) {}
+    ChildProcess(pid_t child, int to, int from, std::string child_name)
+        : pid(child), to_child(to), from_child(from), name(std::move(child_name)) {}
     ChildProcess(const ChildProcess&) = delete;
     ChildProcess& operator=(const ChildProcess&) = delete;
     // A test that failed half-way: the child sees its pipe close and exits; reap it.
@@ -57,7 +66,7 @@ public:
 
     // Forks; the child runs body(from_parent, to_parent), which must not return (it _exits).
     template <typename Body>
-    static std::unique_ptr<ChildProcess> start(Body body) {
+    static std::unique_ptr<ChildProcess> start(std::string name, Body body) {
         ::signal(SIGPIPE, SIG_IGN);  // a dead child must fail the test, not kill it
         int down[2];
         int up[2];
@@ -73,26 +82,62 @@ public:
         }
         ::close(down[0]);
         ::close(up[1]);
-        return std::make_unique<ChildProcess>(pid, down[1], up[0]);
+        return std::make_unique<ChildProcess>(pid, down[1], up[0], std::move(name));
+    }
+    template <typename Body>
+    static std::unique_ptr<ChildProcess> start(Body body) {
+        return start("the child", std::move(body));
     }
 
-    // The child's exit code, or -1 if it had not exited by the deadline (it is then killed).
+    // Sends `value` down the pipe; a child that is gone fails the test, named.
+    template <typename Value>
+    void send(const Value& value, const char* what) {
+        REQUIRE_MESSAGE(write_all(to_child, &value, sizeof value), name << " (pid " << pid << ") did not take " << what);
+    }
+    // Reads a `Value` the child sends, or fails the test after `seconds`, naming the child.
+    template <typename Value>
+    Value receive(const char* what, int seconds = 20) {
+        Value value{};
+        REQUIRE_MESSAGE(read_all(from_child, &value, sizeof value, seconds),
+                        name << " (pid " << pid << ") sent no " << what << " within " << seconds << " s");
+        return value;
+    }
+
+    // Ends the child at once (a peer that dies mid-transfer); wait() then reaps it.
+    void kill() { ::kill(pid, SIGKILL); }
+
+    // The child's exit code, ended_by(signal), or kNotExited if it had not exited by the
+    // deadline (it is then killed and the test fails, naming it).
     int wait(int seconds) {
         close_pipes();  // the child reads its commands until the pipe closes
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
         int status = 0;
         while (std::chrono::steady_clock::now() < until) {
             if (::waitpid(pid, &status, WNOHANG) == pid) {
-                close_pipes();
                 pid = -1;
-                return WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
+                return WIFEXITED(status) ? WEXITSTATUS(status) : ended_by(WTERMSIG(status));
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
+        FAIL_CHECK(name << " (pid " << pid << ") did not exit within " << seconds << " s; killed");
         ::kill(pid, SIGKILL);
         ::waitpid(pid, &status, 0);
         pid = -1;
-        return -1;
+        return kNotExited;
+    }
+
+    // Waits (at most `seconds`) and checks the child's exit code; a failure names the child and
+    // how it ended.
+    void expect_exit(int expected, int seconds) {
+        const std::string child = name + " (pid " + std::to_string(pid) + ")";
+        const int code = wait(seconds);
+        CHECK_MESSAGE(code == expected, child << " " << describe(code) << ", expected: " << describe(expected));
+    }
+
+    static std::string describe(int code) {
+        if (code == kNotExited) return "did not exit";
+        if (code >= ended_by(1)) return "was ended by signal " + std::to_string(code - ended_by(0));
+        return "exited with " + std::to_string(code);
     }
 
     void close_pipes() {

@@ -2,9 +2,6 @@
 // and checks what arrives; the parent's DCI reaches it by the number, key and address the
 // child sent through a pipe, exactly what a real peer would publish.
 #include <doctest/doctest.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -14,6 +11,7 @@
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
+using rdmachan::test::ChildProcess;
 using rdmachan::test::dc_request;
 using rdmachan::test::DcInitiatorEndpoint;
 using rdmachan::test::DcTargetAddress;
@@ -75,26 +73,10 @@ std::uint8_t pattern(std::uint32_t i) {
 
 TEST_CASE(
     "a DCI in one process reaches a DCT in another: write, send with immediate, read, atomic") {
-    ::signal(SIGPIPE, SIG_IGN);  // a dead child must fail the test, not kill it
-    int down[2];
-    int up[2];
-    REQUIRE(::pipe(down) == 0);
-    REQUIRE(::pipe(up) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        ::close(down[1]);
-        ::close(up[0]);
-        run_target(down[0], up[1]);
-    }
-    ::close(down[0]);
-    ::close(up[1]);
-
-    DcTargetAddress to{};
-    REQUIRE(read_all(up[0], &to, sizeof to));
+    auto child = ChildProcess::start("the DCT process", run_target);
+    const auto to = child->receive<DcTargetAddress>("its DCT's address");
     DcInitiatorEndpoint initiator(soft::Device::open());
-    const InitiatorIdentity me{initiator.lid(), initiator.initiator().qpn()};
-    REQUIRE(write_all(down[1], &me, sizeof me));
+    child->send(InitiatorIdentity{initiator.lid(), initiator.initiator().qpn()}, "this DCI's identity");
 
     for (std::uint32_t i = 0; i < 1000; ++i) initiator.buffer()[i] = pattern(i);
     mlx5::ScatterGatherElement element = initiator.local(0, 1000);
@@ -125,24 +107,6 @@ TEST_CASE(
     std::uint64_t before = 0;
     std::memcpy(&before, initiator.buffer() + 200000, 8);
     CHECK(before == 7);
-    const char done = 'd';
-    CHECK(write_all(down[1], &done, 1));
-
-    // Wait for the child with a deadline; kill it if it hangs.
-    int status = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    pid_t finished = 0;
-    while ((finished = ::waitpid(pid, &status, WNOHANG)) == 0 &&
-           std::chrono::steady_clock::now() < until) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (finished == 0) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, &status, 0);
-        FAIL("the DCT process did not finish within 30 s");
-    }
-    REQUIRE(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
-    ::close(down[1]);
-    ::close(up[0]);
+    child->send('d', "'done'");
+    child->expect_exit(0, 30);  // the DCT process checked every byte and the counter
 }

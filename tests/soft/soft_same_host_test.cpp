@@ -5,30 +5,30 @@
 #include <doctest/doctest.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
-#include <poll.h>
-#include <signal.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
+#include <memory>
 
-#include "tests/soft/child_process.hpp"
+#include "tests/soft/child_endpoint.hpp"
 #include "tests/soft/scoped_environment.hpp"
-#include "tests/soft/soft_endpoint.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::Address;
+using rdmachan::test::ChildProcess;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
 
 namespace {
 
+using rdmachan::test::connect_to_child;
+using rdmachan::test::connect_to_parent;
 using rdmachan::test::read_all;
+using rdmachan::test::tell_parent_ready;
 using rdmachan::test::write_all;
 using rdmachan::test::Environment;
 
@@ -58,12 +58,6 @@ bool refuse_cross_memory_attach_by_seccomp() {
 
 enum class ChildRestriction { none, seccomp, other_user };
 
-struct Child {
-    pid_t pid = -1;
-    int to_child = -1;
-    int from_child = -1;
-};
-
 // The target: serves the parent's operations, then checks every byte they left and reports how
 // many requests its device moved by cross-memory attach. Exit code = mismatches (0 = all good),
 // 100+ for set-up failures.
@@ -74,17 +68,13 @@ struct Child {
     {
         auto device = soft::Device::open();
         SoftEndpoint endpoint(device);
-        const Address mine = endpoint.address();
-        Address parent{};
-        if (!write_all(to_parent, &mine, sizeof mine) || !read_all(from_parent, &parent, sizeof parent)) ::_exit(100);
-        endpoint.connect(parent);
+        if (!connect_to_parent(endpoint, from_parent, to_parent)) ::_exit(100);
         for (std::uint32_t b = 0; b < 65536; ++b) endpoint.buffer()[kReadOffset + b] = pattern(9, b);
         const std::uint64_t counter = 40;
         std::memcpy(endpoint.buffer() + kCounterOffset, &counter, 8);
         if (endpoint.post_receive(0, kWriteImmediateOffset + 65536, 64) != mlx5::PostResult::ok) ::_exit(101);
         if (endpoint.post_receive(1, kReceiveOffset, 65536) != mlx5::PostResult::ok) ::_exit(101);
-        const char ready = 'r';
-        if (!write_all(to_parent, &ready, 1)) ::_exit(102);
+        if (!tell_parent_ready(to_parent)) ::_exit(102);
         const auto with_immediate = endpoint.wait_receive(std::chrono::seconds(20));
         if (!with_immediate.has_value() || with_immediate->status != mlx5::CompletionStatus::success) ::_exit(103);
         bad += with_immediate->opcode != mlx5::CompletionOpcode::receive_rdma_with_immediate;
@@ -108,35 +98,8 @@ struct Child {
     ::_exit(bad > 99 ? 99 : bad);
 }
 
-Child start_target(ChildRestriction restriction) {
-    ::signal(SIGPIPE, SIG_IGN);
-    int down[2];
-    int up[2];
-    REQUIRE(::pipe(down) == 0);
-    REQUIRE(::pipe(up) == 0);
-    const pid_t pid = ::fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        ::close(down[1]);
-        ::close(up[0]);
-        run_target(down[0], up[1], restriction);
-    }
-    ::close(down[0]);
-    ::close(up[1]);
-    return {pid, down[1], up[0]};
-}
-
-int wait_child(pid_t pid, int seconds) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    int status = 0;
-    while (std::chrono::steady_clock::now() < until) {
-        const pid_t done = ::waitpid(pid, &status, WNOHANG);
-        if (done == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status);
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, &status, 0);
-    return -1;
+std::unique_ptr<ChildProcess> start_target(ChildRestriction restriction) {
+    return ChildProcess::start("the target", [restriction](int from_parent, int to_parent) { run_target(from_parent, to_parent, restriction); });
 }
 
 struct Moved {
@@ -147,16 +110,10 @@ struct Moved {
 // Runs write, write with immediate, send, read, fetch-and-add and compare-and-swap against a
 // target child; returns how the payloads moved.
 Moved every_operation_against(ChildRestriction restriction) {
-    Child child = start_target(restriction);
+    auto child = start_target(restriction);
     auto device = soft::Device::open();
     SoftEndpoint endpoint(device);
-    const Address mine = endpoint.address();
-    Address remote{};
-    REQUIRE(read_all(child.from_child, &remote, sizeof remote));
-    REQUIRE(write_all(child.to_child, &mine, sizeof mine));
-    endpoint.connect(remote);
-    char ready = 0;
-    REQUIRE(read_all(child.from_child, &ready, 1));
+    const Address remote = connect_to_child(*child, endpoint);
 
     for (std::uint32_t b = 0; b < 65536; ++b) endpoint.buffer()[b] = pattern(1, b);
     for (std::uint32_t b = 0; b < 16384; ++b) endpoint.buffer()[65536 + b] = pattern(2, b);
@@ -214,14 +171,10 @@ Moved every_operation_against(ChildRestriction restriction) {
     std::memcpy(&value, endpoint.buffer() + 393216, 8);
     CHECK(value == 42);
 
-    const char done = 'd';
-    REQUIRE(write_all(child.to_child, &done, 1));
-    std::uint64_t moved = ~0ull;
-    REQUIRE(read_all(child.from_child, &moved, sizeof moved, 30));
-    REQUIRE(write_all(child.to_child, &done, 1));
-    CHECK(wait_child(child.pid, 30) == 0);  // the child verified every byte
-    ::close(child.to_child);
-    ::close(child.from_child);
+    child->send('d', "'done'");
+    const auto moved = child->receive<std::uint64_t>("the count of requests moved by reference", 30);
+    child->send('d', "the second 'done'");
+    child->expect_exit(0, 30);  // the child verified every byte
     return {moved, device->zero_hop_writes()};
 }
 
@@ -272,16 +225,10 @@ TEST_CASE("a peer that runs as another user is not same-host: TCP under auto, an
     }
     SUBCASE("shm: the first request fails with transport retry exceeded, no hang") {
         Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
-        Child child = start_target(ChildRestriction::other_user);
+        auto child = start_target(ChildRestriction::other_user);
         auto device = soft::Device::open();
         SoftEndpoint endpoint(device);
-        const Address mine = endpoint.address();
-        Address remote{};
-        REQUIRE(read_all(child.from_child, &remote, sizeof remote));
-        REQUIRE(write_all(child.to_child, &mine, sizeof mine));
-        endpoint.connect(remote);
-        char ready = 0;
-        REQUIRE(read_all(child.from_child, &ready, 1));
+        const Address remote = connect_to_child(*child, endpoint);
         std::memset(endpoint.buffer(), 0x77, 4096);
         const mlx5::ScatterGatherElement source = endpoint.local(0, 4096);
         const mlx5::SendWorkRequest write = write_request(1, &source, remote.buffer_addr + kWriteOffset, remote.rkey);
@@ -289,10 +236,8 @@ TEST_CASE("a peer that runs as another user is not same-host: TCP under auto, an
         const auto completion = endpoint.wait_send(std::chrono::seconds(10));
         REQUIRE(completion.has_value());
         CHECK(completion->status == mlx5::CompletionStatus::transport_retry_exceeded);
-        ::kill(child.pid, SIGKILL);
-        wait_child(child.pid, 10);
-        ::close(child.to_child);
-        ::close(child.from_child);
+        child->kill();
+        child->wait(10);
     }
 }
 
@@ -390,19 +335,13 @@ TEST_CASE("same host: a send longer than the receive is refused before a byte mo
 
 TEST_CASE("same host: a target killed while reads by reference are in flight gives error completions within the deadline") {
     Environment transport("RDMACHAN_SOFT_TRANSPORT", "shm");
-    Child child = start_target(ChildRestriction::none);
+    auto child = start_target(ChildRestriction::none);
     auto device = soft::Device::open();
     rdmachan::test::EndpointOptions options;
     options.timeout = 18;  // 1.07 s per try: the closed connection must be what ends it, not the retries
     options.retry_cnt = 3;
     SoftEndpoint endpoint(device, options);
-    const Address mine = endpoint.address();
-    Address remote{};
-    REQUIRE(read_all(child.from_child, &remote, sizeof remote));
-    REQUIRE(write_all(child.to_child, &mine, sizeof mine));
-    endpoint.connect(remote);
-    char ready = 0;
-    REQUIRE(read_all(child.from_child, &ready, 1));
+    const Address remote = connect_to_child(*child, endpoint);
 
     const mlx5::ScatterGatherElement into = endpoint.local(0, 65536);
     std::uint32_t posted = 0;
@@ -415,7 +354,7 @@ TEST_CASE("same host: a target killed while reads by reference are in flight giv
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < until) {
         if (!killed && completed - failed >= 100) {
-            ::kill(child.pid, SIGKILL);
+            child->kill();
             killed = true;
             killed_at = std::chrono::steady_clock::now();
         }
@@ -443,10 +382,7 @@ TEST_CASE("same host: a target killed while reads by reference are in flight giv
     for (std::uint32_t b = 0; b < 65536; ++b) mismatches += endpoint.buffer()[b] != pattern(9, b);
     CHECK(mismatches == 0);
     MESSAGE("posted " << posted << ", succeeded " << completed - failed << ", failed " << failed << " after the kill");
-    int status = 0;
-    ::waitpid(child.pid, &status, 0);
-    ::close(child.to_child);
-    ::close(child.from_child);
+    child->expect_exit(ChildProcess::ended_by(SIGKILL), 10);  // by the kill above, not before it
 }
 
 TEST_CASE("a connection opened during a partition settles its path, and requests resent after the partition get through") {

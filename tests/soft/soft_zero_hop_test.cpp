@@ -5,33 +5,27 @@
 // in flight keeps its order; a deregistered key is never written after dereg returned; a killed
 // target gives error completions, not a hang.
 #include <doctest/doctest.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
 
-#include "tests/soft/child_process.hpp"
-#include "tests/soft/scoped_environment.hpp"
-#include "tests/soft/soft_endpoint.hpp"
+#include "tests/soft/child_endpoint.hpp"
+#include "tests/soft/device_pair.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::Address;
+using rdmachan::test::ChildProcess;
+using rdmachan::test::DevicePair;
+using rdmachan::test::DevicePairSettings;
 using rdmachan::test::EndpointOptions;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
 
 namespace {
-
-using rdmachan::test::read_all;
-using rdmachan::test::write_all;
-using rdmachan::test::Environment;
 
 mlx5::Completion run(SoftEndpoint& endpoint, mlx5::SendWorkRequest request) {
     request.flags |= mlx5::kSendSignaled;
@@ -56,18 +50,16 @@ std::size_t bytes_differing(const std::uint8_t* memory, std::size_t length, std:
     return differing;
 }
 
+// Two devices in this process, an endpoint on each, connected on the same-host path and settled
+// (RDMACHAN_SOFT_TRANSPORT=auto): what every in-process case starts from.
+class ZeroHopPair : public DevicePair {
+public:
+    explicit ZeroHopPair(const DevicePairSettings& settings = {}) : DevicePair(settings) { settle_path(initiator, remote); }
+};
+
 }  // namespace
 
-TEST_CASE("zero-hop write: inline and gathered writes land, the target's device moves none of them") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    auto target_device = soft::Device::open();
-    auto initiator_device = soft::Device::open();
-    SoftEndpoint target(target_device);
-    SoftEndpoint initiator(initiator_device);
-    initiator.connect(target.address());
-    target.connect(initiator.address());
-    const Address remote = target.address();
-    settle_path(initiator, remote);
+TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write: inline and gathered writes land, the target's device moves none of them") {
     std::memset(target.buffer(), 0xee, 1 << 20);
     for (std::uint32_t b = 0; b < 524288; ++b) initiator.buffer()[b] = static_cast<std::uint8_t>(b * 7 + 1);
 
@@ -108,16 +100,7 @@ TEST_CASE("zero-hop write: inline and gathered writes land, the target's device 
     CHECK(initiator_device->zero_hop_writes() == 5);
 }
 
-TEST_CASE("zero-hop write: executed on the doorbell thread, its CQE there when post returns") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    auto target_device = soft::Device::open();
-    auto initiator_device = soft::Device::open();
-    SoftEndpoint target(target_device);
-    SoftEndpoint initiator(initiator_device);
-    initiator.connect(target.address());
-    target.connect(initiator.address());
-    const Address remote = target.address();
-    settle_path(initiator, remote);
+TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write: executed on the doorbell thread, its CQE there when post returns") {
     // The first write teaches the QP that its remote is zero-hop (found by the progress thread).
     const mlx5::ScatterGatherElement small = initiator.local(0, 8);
     REQUIRE(run(initiator, write_request(0, &small, remote.buffer_addr, remote.rkey, mlx5::kSendInline)).status ==
@@ -158,23 +141,18 @@ struct Outcome {
 
 // One refused 4 KiB write, with zero-hop writes on or off at the initiator.
 Outcome refused_write(Refusal refusal, bool zero_hop) {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    Environment zero_hop_setting("RDMACHAN_SOFT_ZERO_HOP", zero_hop ? "1" : "0");
-    auto target_device = soft::Device::open();
-    auto initiator_device = soft::Device::open();
     // The fixture's ACK timeout (0.54 s per try, 3 retries): a dropped request ends in about 2 s.
     // Shorter ones made the settling read fail under ASan on this loaded machine, where a device
     // thread went unscheduled for 260 ms (flight record: the request sat unread until the retries
     // had given up).
-    EndpointOptions options;
-    EndpointOptions target_options = options;
-    if (refusal == Refusal::queue_pair_without_remote_write) target_options.access = soft::kLocalWrite | soft::kRemoteRead;
-    SoftEndpoint target(target_device, target_options);
-    SoftEndpoint initiator(initiator_device, options);
-    initiator.connect(target.address());
-    target.connect(initiator.address());
-    const Address remote = target.address();
-    settle_path(initiator, remote);
+    DevicePairSettings settings;
+    settings.zero_hop = zero_hop ? "1" : "0";
+    if (refusal == Refusal::queue_pair_without_remote_write) settings.target.access = soft::kLocalWrite | soft::kRemoteRead;
+    ZeroHopPair pair(settings);
+    SoftEndpoint& target = pair.target;
+    SoftEndpoint& initiator = pair.initiator;
+    const Address& remote = pair.remote;
+    const std::shared_ptr<soft::Device>& target_device = pair.target_device;
 
     std::uint64_t address = remote.buffer_addr + 8192;
     std::uint32_t rkey = remote.rkey;
@@ -206,7 +184,7 @@ Outcome refused_write(Refusal refusal, bool zero_hop) {
     outcome.status = completion.status;
     outcome.wr_id = completion.wr_id;
     outcome.target_bytes_touched = bytes_differing(target.buffer(), 1 << 20, 0xee);
-    outcome.zero_hop_writes = initiator_device->zero_hop_writes();
+    outcome.zero_hop_writes = pair.initiator_device->zero_hop_writes();
     outcome.initiator_state = initiator.queue_pair().state();
     return outcome;
 }
@@ -243,16 +221,7 @@ TEST_CASE("zero-hop write refused: the same CQE as on the request path, and targ
     }
 }
 
-TEST_CASE("zero-hop write behind a read in flight: the read sees the bytes from before the write") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    auto target_device = soft::Device::open();
-    auto initiator_device = soft::Device::open();
-    SoftEndpoint target(target_device);
-    SoftEndpoint initiator(initiator_device);
-    initiator.connect(target.address());
-    target.connect(initiator.address());
-    const Address remote = target.address();
-    settle_path(initiator, remote);
+TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write behind a read in flight: the read sees the bytes from before the write") {
     const mlx5::ScatterGatherElement small = initiator.local(0, 8);
     REQUIRE(run(initiator, write_request(0, &small, remote.buffer_addr + 900000, remote.rkey, mlx5::kSendInline)).status ==
             mlx5::CompletionStatus::success);
@@ -294,15 +263,7 @@ TEST_CASE("zero-hop write behind a read in flight: the read sees the bytes from 
     }
 }
 
-TEST_CASE("zero-hop writes and deregistration: no byte lands after dereg returns; later writes are refused") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    auto target_device = soft::Device::open();
-    auto initiator_device = soft::Device::open();
-    SoftEndpoint target(target_device);
-    SoftEndpoint initiator(initiator_device);
-    initiator.connect(target.address());
-    target.connect(initiator.address());
-    settle_path(initiator, target.address());
+TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes and deregistration: no byte lands after dereg returns; later writes are refused") {
     std::uint8_t* window = target.buffer() + 524288;
     std::memset(window, 0, 65536);
     auto region = target_device->register_memory(target.domain_pointer(), window, 65536, soft::kLocalWrite | soft::kRemoteWrite);
@@ -356,44 +317,23 @@ TEST_CASE("zero-hop writes and deregistration: no byte lands after dereg returns
 }
 
 TEST_CASE("zero-hop writes to a target killed mid-stream: error completions within the deadline, no hang") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    ::signal(SIGPIPE, SIG_IGN);
-    int down[2];
-    int up[2];
-    REQUIRE(::pipe(down) == 0);
-    REQUIRE(::pipe(up) == 0);
-    const pid_t child = ::fork();
-    REQUIRE(child >= 0);
-    if (child == 0) {
-        // The target: connects, says so, and serves until it is killed.
-        ::close(down[1]);
-        ::close(up[0]);
+    rdmachan::test::Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    // The target: connects, says so, and serves until it is killed.
+    auto child = ChildProcess::start("the target", [](int from_parent, int to_parent) {
         auto device = soft::Device::open();
         SoftEndpoint endpoint(device);
-        const Address mine = endpoint.address();
-        Address parent{};
-        if (::write(up[1], &mine, sizeof mine) != sizeof mine || !read_all(down[0], &parent, sizeof parent)) ::_exit(100);
-        endpoint.connect(parent);
-        const char ready = 'r';
-        if (::write(up[1], &ready, 1) != 1) ::_exit(101);
+        if (!rdmachan::test::connect_to_parent(endpoint, from_parent, to_parent)) ::_exit(100);
+        if (!rdmachan::test::tell_parent_ready(to_parent)) ::_exit(101);
         char never = 0;
-        read_all(down[0], &never, 1, 120);
+        rdmachan::test::read_all(from_parent, &never, 1, 120);
         ::_exit(0);
-    }
-    ::close(down[0]);
-    ::close(up[1]);
+    });
     auto device = soft::Device::open();
     EndpointOptions options;
     options.timeout = 18;  // 1.07 s per try: the lost connection must be what ends it, not the retries
     options.retry_cnt = 3;
     SoftEndpoint endpoint(device, options);
-    const Address mine = endpoint.address();
-    Address remote{};
-    REQUIRE(read_all(up[0], &remote, sizeof remote));
-    REQUIRE(::write(down[1], &mine, sizeof mine) == sizeof mine);
-    endpoint.connect(remote);
-    char ready = 0;
-    REQUIRE(read_all(up[0], &ready, 1));
+    const Address remote = rdmachan::test::connect_to_child(*child, endpoint);
     settle_path(endpoint, remote);
 
     const mlx5::ScatterGatherElement source = endpoint.local(0, 4096);
@@ -407,7 +347,7 @@ TEST_CASE("zero-hop writes to a target killed mid-stream: error completions with
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (std::chrono::steady_clock::now() < until) {
         if (!killed && completed - failed >= 200) {
-            ::kill(child, SIGKILL);
+            child->kill();
             killed = true;
             killed_at = std::chrono::steady_clock::now();
         }
@@ -434,22 +374,10 @@ TEST_CASE("zero-hop writes to a target killed mid-stream: error completions with
     CHECK(endpoint.queue_pair().state() == soft::QueuePairState::error);
     CHECK(device->zero_hop_writes() >= 100);
     MESSAGE("posted " << posted << ", zero-hop " << device->zero_hop_writes() << ", failed " << failed << " after the kill");
-    int status = 0;
-    ::waitpid(child, &status, 0);
-    ::close(down[1]);
-    ::close(up[0]);
+    child->expect_exit(ChildProcess::ended_by(SIGKILL), 10);  // by the kill above, not before it
 }
 
-TEST_CASE("zero-hop writes during a simulated partition are lost like frames: transport retry exceeded, memory untouched") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
-    auto target_device = soft::Device::open();
-    auto initiator_device = soft::Device::open();
-    SoftEndpoint target(target_device);
-    SoftEndpoint initiator(initiator_device);
-    initiator.connect(target.address());
-    target.connect(initiator.address());
-    const Address remote = target.address();
-    settle_path(initiator, remote);
+TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes during a simulated partition are lost like frames: transport retry exceeded, memory untouched") {
     const mlx5::ScatterGatherElement source = initiator.local(0, 4096);
     REQUIRE(run(initiator, write_request(1, &source, remote.buffer_addr, remote.rkey)).status == mlx5::CompletionStatus::success);
     REQUIRE(initiator_device->zero_hop_writes() == 1);
