@@ -44,6 +44,14 @@ inline bool read_all(int descriptor, void* data, std::size_t length, int seconds
     return length == 0;
 }
 
+// Where a test called a ChildProcess member: as a default argument, here() is the caller's line
+// (what std::source_location gives; the project's Clang 14 cannot build libstdc++'s).
+struct CallSite {
+    const char* file;
+    unsigned line;
+    static constexpr CallSite here(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) { return {file, line}; }
+};
+
 class ChildProcess {
 public:
     // What wait() returns for a child ended by `signal` (SIGKILL from kill(), a crash).
@@ -89,17 +97,19 @@ public:
         return start("the child", std::move(body));
     }
 
-    // Sends `value` down the pipe; a child that is gone fails the test, named.
+    // Sends `value` down the pipe; a child that is gone fails the test, named. Failures here
+    // say where the test called (`caller`), since doctest reports this header's line.
     template <typename Value>
-    void send(const Value& value, const char* what) {
-        REQUIRE_MESSAGE(write_all(to_child, &value, sizeof value), name << " (pid " << pid << ") did not take " << what);
+    void send(const Value& value, const char* what, CallSite caller = CallSite::here()) {
+        REQUIRE_MESSAGE(write_all(to_child, &value, sizeof value),
+                        describe_child() << " did not take " << what << " (" << where(caller) << ")");
     }
     // Reads a `Value` the child sends, or fails the test after `seconds`, naming the child.
     template <typename Value>
-    Value receive(const char* what, int seconds = 20) {
+    Value receive(const char* what, int seconds = 20, CallSite caller = CallSite::here()) {
         Value value{};
         REQUIRE_MESSAGE(read_all(from_child, &value, sizeof value, seconds),
-                        name << " (pid " << pid << ") sent no " << what << " within " << seconds << " s");
+                        describe_child() << " sent no " << what << " within " << seconds << " s (" << where(caller) << ")");
         return value;
     }
 
@@ -108,7 +118,8 @@ public:
 
     // The child's exit code, ended_by(signal), or kNotExited if it had not exited by the
     // deadline (it is then killed and the test fails, naming it).
-    int wait(int seconds) {
+    int wait(int seconds, CallSite caller = CallSite::here()) {
+        const std::string child = describe_child();
         close_pipes();  // the child reads its commands until the pipe closes
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
         int status = 0;
@@ -119,7 +130,7 @@ public:
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(5));
         }
-        FAIL_CHECK(name << " (pid " << pid << ") did not exit within " << seconds << " s; killed");
+        FAIL_CHECK(child << " did not exit within " << seconds << " s; killed (" << where(caller) << ")");
         ::kill(pid, SIGKILL);
         ::waitpid(pid, &status, 0);
         pid = -1;
@@ -128,10 +139,11 @@ public:
 
     // Waits (at most `seconds`) and checks the child's exit code; a failure names the child and
     // how it ended.
-    void expect_exit(int expected, int seconds) {
-        const std::string child = name + " (pid " + std::to_string(pid) + ")";
-        const int code = wait(seconds);
-        CHECK_MESSAGE(code == expected, child << " " << describe(code) << ", expected: " << describe(expected));
+    void expect_exit(int expected, int seconds, CallSite caller = CallSite::here()) {
+        const std::string child = describe_child();
+        const int code = wait(seconds, caller);
+        CHECK_MESSAGE(code == expected,
+                      child << " " << describe(code) << ", expected: " << describe(expected) << " (" << where(caller) << ")");
     }
 
     static std::string describe(int code) {
@@ -139,6 +151,9 @@ public:
         if (code >= ended_by(1)) return "was ended by signal " + std::to_string(code - ended_by(0));
         return "exited with " + std::to_string(code);
     }
+
+    std::string describe_child() const { return name + " (pid " + std::to_string(pid) + ")"; }
+    static std::string where(const CallSite& caller) { return std::string(caller.file) + ":" + std::to_string(caller.line); }
 
     void close_pipes() {
         if (to_child >= 0) ::close(to_child);
