@@ -26,6 +26,7 @@ declare -A measured_paths=(
     [instruction-counts]="scripts/instruction_counts.sh tests/mlx5/data_path_benchmark.cpp tests/mlx5/data_path_fixture.hpp tests/mlx5/send_reference.hpp tests/channel/channel_instruction_benchmark.cpp transport/mlx5 transport/provider transport/soft transport/device_interface.hpp src include/rdmachan"
     [sweep]="scripts/bench_sweep.sh tools/bench transport src include/rdmachan handshake"
     [ucx]="scripts/compare_ucx.sh tools/bench transport src include/rdmachan handshake"
+    [demo]="scripts/demo_throughput.sh examples transport src include/rdmachan handshake"
     [scale]="scripts/scale.sh scripts/build_release.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/multi_channel/peer_cost_benchmark.cpp tests/pmix/pmix_exchange_benchmark.cpp handshake src include/rdmachan transport"
     # What CI's command runs: all the code, its tests and the scripts that build and run them.
     [reliability]="src include transport handshake tests tools examples scripts cmake CMakeLists.txt .ci"
@@ -37,9 +38,10 @@ declare -A measured_paths=(
 # name a known commit and clean code like any other; when its code has changed since, that is
 # said, not failed, and the document says the figure is of that commit.
 declare -A record_of_a_run=([soak]=1)
-documents="docs/PERFORMANCE.md docs/SCALE.md docs/RELIABILITY.md"
+documents="README.md docs/PERFORMANCE.md docs/SCALE.md docs/RELIABILITY.md"
 declare -A regenerated_by=(
     [instruction-counts]=scripts/performance.sh [sweep]=scripts/performance.sh [ucx]=scripts/performance.sh
+    [demo]=scripts/performance.sh
     [scale]=scripts/scale.sh [reliability]=scripts/reliability.sh [soak]=scripts/soak.sh
 )
 
@@ -52,6 +54,7 @@ shallow=$(git rev-parse --is-shallow-repository)
 failed=0
 checked=0
 for document in $documents; do
+    if [ ! -f "$document" ]; then echo "check_figures: $document is missing"; failed=1; continue; fi
     while IFS=$'\t' read -r name stamp; do
         checked=$((checked + 1))
         paths=${measured_paths[$name]:-}

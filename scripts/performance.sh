@@ -5,6 +5,7 @@
 #   instruction-counts   scripts/instruction_counts.sh   (callgrind, Release -O3)
 #   sweep                scripts/bench_sweep.sh          (also docs/performance/sweep.png, .csv)
 #   ucx                  scripts/compare_ucx.sh          (rdmachan-bench against ucx_perftest)
+#   demo                 scripts/demo_throughput.sh      (README.md: the demo's aggregate throughput)
 #   scripts/performance.sh [build-dir]                   (default: build-perf)
 set -euo pipefail
 
@@ -25,13 +26,21 @@ echo "performance: rdmachan-bench size sweep" >&2
 "$source_dir/scripts/bench_sweep.sh" "$build_dir" "$source_dir/docs/performance" >"$blocks/sweep"
 echo "performance: rdmachan against ucx_perftest" >&2
 "$source_dir/scripts/compare_ucx.sh" "$build_dir" >"$blocks/ucx"
+echo "performance: rdmachan-demo's aggregate throughput" >&2
+mkdir "$blocks/readme"
+"$source_dir/scripts/demo_throughput.sh" "$build_dir" >"$blocks/readme/demo"
 
-python3 - "$document" "$blocks" "$commit" <<'PY'
+# Each folder of blocks goes into its document.
+replace_blocks() {
+    python3 - "$1" "$2" "$commit" <<'PY'
 import os, re, sys
 document, blocks, commit = sys.argv[1], sys.argv[2], sys.argv[3]
 text = open(document).read()
 for name in sorted(os.listdir(blocks)):
-    body = open(os.path.join(blocks, name)).read().rstrip("\n")
+    path = os.path.join(blocks, name)
+    if os.path.isdir(path):
+        continue
+    body = open(path).read().rstrip("\n")
     pattern = re.compile(r"(<!-- generated: %s -->\n).*?(<!-- end: %s -->)" % (re.escape(name), re.escape(name)), re.S)
     if not pattern.search(text):
         sys.exit("performance: %s has no block named %s" % (document, name))
@@ -39,4 +48,7 @@ for name in sorted(os.listdir(blocks)):
     text = pattern.sub(lambda m: m.group(1) + stamp + body + "\n" + m.group(2), text)
 open(document, "w").write(text)
 PY
-echo "performance: $document regenerated" >&2
+    echo "performance: $1 regenerated" >&2
+}
+replace_blocks "$document" "$blocks"
+replace_blocks "$source_dir/README.md" "$blocks/readme"

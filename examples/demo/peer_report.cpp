@@ -60,6 +60,16 @@ std::string megabytes(std::uint64_t bytes) { return format("%.2f MB", static_cas
 
 }  // namespace
 
+double aggregate_throughput_mb_s(const std::vector<PeerReport>& reports) {
+    std::uint64_t bytes = 0;
+    double longest = 0;
+    for (const PeerReport& report : reports) {
+        bytes += report.bytes;
+        longest = std::max(longest, report.seconds);
+    }
+    return longest > 0 ? static_cast<double>(bytes) / longest / 1e6 : 0;
+}
+
 std::string summary_table(const JobDescription& job, const std::vector<PeerReport>& reports, double wall_seconds) {
     std::string text;
     const std::string device = reports.empty() ? "?" : reports.front().device;
@@ -76,8 +86,8 @@ std::string summary_table(const JobDescription& job, const std::vector<PeerRepor
         total_bytes += report.bytes;
         total_operations += report.operations;
     }
-    text += format("%6s %14s %12llu\n", "all", megabytes(total_bytes).c_str(),
-                   static_cast<unsigned long long>(total_operations));
+    text += format("%6s %14s %12llu %12s %12s %18.1f\n", "all", megabytes(total_bytes).c_str(),
+                   static_cast<unsigned long long>(total_operations), "", "", aggregate_throughput_mb_s(reports));
     text += "\nper-peer counters (MultiChannel::counters): operations / bytes / errors, by rank (row) and peer\n";
     for (const PeerReport& report : reports) {
         text += format("  rank %2u:", report.rank);
@@ -93,6 +103,7 @@ std::string summary_table(const JobDescription& job, const std::vector<PeerRepor
 nlohmann::json summary_json(const JobDescription& job, const std::vector<PeerReport>& reports, double wall_seconds) {
     return {{"ok", true},          {"peers", job.peers},           {"mode", job.mode},
             {"size", job.size},    {"iterations", job.iterations}, {"wall_seconds", wall_seconds},
+            {"aggregate_throughput_mb_s", aggregate_throughput_mb_s(reports)},
             {"ranks", reports}};
 }
 

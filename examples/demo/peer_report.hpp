@@ -41,6 +41,10 @@ struct JobDescription {
     std::uint32_t iterations = 0;
 };
 
+// Every rank's bytes over the longest rank's workload time: what the job moved per second while
+// all of it ran.
+double aggregate_throughput_mb_s(const std::vector<PeerReport>& reports);
+
 // The human-readable summary: one row per rank, then the per-peer counters.
 std::string summary_table(const JobDescription& job, const std::vector<PeerReport>& reports, double wall_seconds);
 nlohmann::json summary_json(const JobDescription& job, const std::vector<PeerReport>& reports, double wall_seconds);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -61,6 +62,15 @@ TEST_CASE("--json: one object with every rank, its counters per peer and no erro
     CHECK(result.at("ok") == true);
     CHECK(result.at("peers") == 3);
     REQUIRE(result.at("ranks").size() == 3);
+    std::uint64_t job_bytes = 0;
+    double longest = 0;
+    for (const nlohmann::json& entry : result["ranks"]) {
+        job_bytes += entry.at("bytes").get<std::uint64_t>();
+        longest = std::max(longest, entry.at("seconds").get<double>());
+    }
+    REQUIRE(longest > 0);
+    CHECK(result.at("aggregate_throughput_mb_s").get<double>() ==
+          doctest::Approx(static_cast<double>(job_bytes) / longest / 1e6));
     for (std::size_t rank = 0; rank < 3; ++rank) {
         const nlohmann::json& entry = result["ranks"][rank];
         CHECK(entry.at("rank") == rank);

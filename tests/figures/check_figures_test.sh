@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# scripts/check_figures.sh can fail: in a scratch repository with its layout (the three
-# documents, both stamp forms), a block printed (still current after a README beside the code changed)
+# scripts/check_figures.sh can fail: in a scratch repository with its layout (README.md and the
+# three documents, both stamp forms), a block printed (still current after a README beside the code changed)
 # at a commit passes; a later change to the code it measures makes it fail naming the block; a
 # block printed from uncommitted code fails; reprinting at the new commit passes again; a
 # shallow clone is reported as not checkable (77), not as passed.
@@ -17,6 +17,7 @@ block() {  # block COMMIT [SOAK-COMMIT]: the three documents, every block printe
     for name in instruction-counts sweep ucx; do
         printf '<!-- generated: %s -->\n_Printed by the command at commit %s._\n\n| figure |\n<!-- end: %s -->\n\n' "$name" "$1" "$name"
     done >docs/PERFORMANCE.md
+    printf '# project\n\n<!-- generated: demo -->\n_Printed by the command at commit %s._\n\n| figure |\n<!-- end: demo -->\n' "$1" >README.md
     printf '<!-- generated: scale -->\n_Printed by `scripts/scale.sh` at commit %s._\n<!-- end: scale -->\n' "$1" >docs/SCALE.md
     printf '<!-- generated: reliability -->\n_Printed by `scripts/reliability.sh` at commit %s._\n<!-- end: reliability -->\n' "$1" >docs/RELIABILITY.md
     printf '<!-- generated: soak -->\n_Printed by `scripts/soak.sh` at commit %s._\n<!-- end: soak -->\n' "${2:-$1}" >>docs/RELIABILITY.md
@@ -37,6 +38,7 @@ echo "v2" >transport/mlx5/send_queue.hpp; git commit -qam "change the measured c
 expect 1 "block 'instruction-counts' is STALE"
 expect 1 "block 'scale' is STALE"
 expect 1 "block 'reliability' is STALE"
+expect 1 "README.md: block 'demo' is STALE"
 block "$(git rev-parse --short=7 HEAD)-dirty"; expect 1 "printed from uncommitted code"
 block "$(git rev-parse --short=7 HEAD)" "$(git rev-parse --short=7 HEAD~1)"; git commit -qam "figures reprinted"
 expect 0 "block 'ucx' printed at"
