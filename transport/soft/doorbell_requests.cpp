@@ -80,6 +80,10 @@ void DeviceCore::arm_ack_timer(Clock::time_point deadline) {
 
 bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
     if (!doorbell_requests_enabled_ || queue_pair.transport != Transport::reliable_connected) return false;
+    // An awake progress thread takes the doorbell at the top of its loop, for the price of a
+    // flag; executing here instead would make it block on the mutex there (a futex wait and wake
+    // per request: 26,023 futex calls in 11,000 ping-pong writes, against 47 without this test).
+    if (!sleeping_.load()) return false;
     // Never wait for the progress thread: if it holds the mutex, it executes the WQEs.
     std::unique_lock lock(mutex, std::try_to_lock);
     if (!lock.owns_lock()) return false;
