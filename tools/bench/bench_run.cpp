@@ -15,6 +15,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kPollDeadline = std::chrono::seconds(20);
+// How long a wait yields the core between polls before it sleeps between them (await_marker,
+// and the channels' completion waits through ChannelBuilder::backoff).
+constexpr auto kYieldFor = std::chrono::milliseconds(1);
+// The channels count polls, not time: a yield with another thread to run costs about 1-5 us here,
+// so this many last about as long.
+constexpr std::uint32_t kYieldPolls = 1000;
 
 struct Context {
     const Options& options;
@@ -42,10 +48,18 @@ void await_marker(const Context& context, std::uint32_t bytes, std::uint8_t mark
     const std::uint8_t* last = context.memory + context.max_size + bytes - 1;
     const Clock::time_point until = Clock::now() + kPollDeadline;
     std::uint32_t spins = 0;
+    Clock::time_point yield_until{};
+    bool sleeping = false;
     while (__atomic_load_n(last, __ATOMIC_ACQUIRE) != marker) {
-        // Spin briefly, then yield: on a software device the bytes are moved by a thread that
-        // needs a core too (hardware would not), and this machine may have only two.
-        if (++spins > 128) {
+        // Spin briefly, then yield for up to kYieldFor, then sleep: on a software device the
+        // bytes are moved by a thread that needs a core too (hardware would not), and this
+        // machine may have only two. A yield gives the core to that thread the moment it is
+        // runnable; a sleep costs a timer wake-up (50 us of timer slack by default) per wait.
+        ++spins;
+        if (spins == 64) yield_until = Clock::now() + kYieldFor;
+        // The clock is read every 64 polls only.
+        if (spins > 64 && !sleeping && (spins & 0x3f) == 0) sleeping = Clock::now() >= yield_until;
+        if (sleeping) {
             std::this_thread::sleep_for(std::chrono::microseconds(5));
         } else if (spins > 64) {
             std::this_thread::yield();
@@ -216,6 +230,7 @@ RankOutcome run_rank(const Options& options, const RankIdentity& identity) {
                                            .max_send_wr(depth)
                                            .max_recv_wr(depth)
                                            .min_rnr_timer(1)
+                                           .backoff(64, kYieldPolls, std::chrono::microseconds(50))
                                            .deadline(std::chrono::seconds(30));
     rdmachan::PreparedMultiChannel prepared =
         rdmachan::MultiChannelBuilder(channel)

@@ -363,6 +363,8 @@ void QueuePair::ring_send_doorbell() {
     flight::record(flight::Event::soft_doorbell, send_ring_.qpn);
     // Zero-hop writes run right here (zero_hop.cpp); whatever is left wakes the progress thread.
     if (core_->execute_from_doorbell(*context_)) return;
+    // Then requests go to the peer's socket from here (doorbell_requests.cpp).
+    if (core_->send_from_doorbell(*context_)) return;
     core_->notify_doorbell(*doorbell_pending_);
 }
 

@@ -342,6 +342,9 @@ public:
     // RDMA writes this device, as initiator, executed zero-hop from the doorbell thread or its
     // progress thread (same host; transport/soft/README.md, "Zero-hop writes").
     std::uint64_t zero_hop_writes() const;
+    // WQEs this device executed on the thread that rang the doorbell, their requests written to
+    // the peer's socket from there (transport/soft/README.md, "Requests from the doorbell thread").
+    std::uint64_t requests_from_doorbell() const;
 
     DeviceCore& core() { return *core_; }
 

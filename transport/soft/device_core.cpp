@@ -142,6 +142,7 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(own
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_socket_, &event);
     event.data.u64 = kEventTag;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &event);
+    open_ack_timer();
     thread_ = std::thread([this] { run(); });
 }
 
@@ -152,6 +153,7 @@ DeviceCore::~DeviceCore() {
     close_connections_gracefully();
     ::close(listen_socket_);
     ::close(event_fd_);
+    close_ack_timer();
     ::close(epoll_fd_);
 }
 
@@ -244,6 +246,8 @@ void DeviceCore::run() {
                 std::uint64_t value;
                 while (::read(event_fd_, &value, sizeof value) > 0) {
                 }
+            } else if (tag == kAckTimerTag) {
+                ack_timer_fired();
             } else {
                 Connection* connection = reinterpret_cast<Connection*>(tag);
                 if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) read_connection(*connection);
@@ -347,8 +351,35 @@ void DeviceCore::queue_output(Connection& connection, const std::vector<std::uin
     const bool hello = bytes.size() > sizeof(wire::FrameHeader) &&
                        bytes[offsetof(wire::FrameHeader, type)] == static_cast<std::uint8_t>(wire::FrameType::hello);
     if (partitioned_from_everyone.load(std::memory_order_relaxed) && !hello) return;
-    connection.output.insert(connection.output.end(), bytes.begin(), bytes.end());
+    // Nothing queued before it: straight from the frame to the socket, with no copy into the
+    // output; only what the kernel does not take waits there (in order: it is all that is queued).
+    std::size_t sent = 0;
+    if (connection.output_offset == connection.output.size()) {
+        while (sent < bytes.size()) {
+            const ssize_t written = ::send(connection.socket, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+            if (written > 0) {
+                sent += static_cast<std::size_t>(written);
+            } else if (written < 0 && errno == EINTR) {
+                continue;
+            } else {
+                break;  // EAGAIN, or an error write_connection meets again and reports
+            }
+        }
+        if (sent == bytes.size()) return;
+        connection.output.clear();
+        connection.output_offset = 0;
+    }
+    connection.output.insert(connection.output.end(), bytes.begin() + static_cast<std::ptrdiff_t>(sent), bytes.end());
     write_connection(connection);
+}
+
+void DeviceCore::watch_output(Connection& connection, bool waiting) {
+    if (connection.write_interest == waiting) return;  // one epoll_ctl per change, not per frame
+    epoll_event event{};
+    event.events = waiting ? EPOLLIN | EPOLLOUT : EPOLLIN;
+    event.data.u64 = reinterpret_cast<std::uint64_t>(&connection);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.socket, &event);
+    connection.write_interest = waiting;
 }
 
 void DeviceCore::write_connection(Connection& connection) {
@@ -361,10 +392,7 @@ void DeviceCore::write_connection(Connection& connection) {
         }
         if (written < 0 && errno == EINTR) continue;
         if (written < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            epoll_event event{};
-            event.events = EPOLLIN | EPOLLOUT;
-            event.data.u64 = reinterpret_cast<std::uint64_t>(&connection);
-            ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.socket, &event);
+            watch_output(connection, true);
             return;
         }
         close_connection(connection, "send failed");
@@ -372,10 +400,7 @@ void DeviceCore::write_connection(Connection& connection) {
     }
     connection.output.clear();
     connection.output_offset = 0;
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.u64 = reinterpret_cast<std::uint64_t>(&connection);
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.socket, &event);
+    watch_output(connection, false);
 }
 
 void DeviceCore::read_connection(Connection& connection) {
@@ -387,6 +412,9 @@ void DeviceCore::read_connection(Connection& connection) {
         const ssize_t received = ::recv(connection.socket, chunk, sizeof chunk, 0);
         if (received > 0) {
             connection.input.insert(connection.input.end(), chunk, chunk + received);
+            // Less than asked for: the socket is empty now, so the recv that would say EAGAIN is
+            // saved (epoll is level-triggered: bytes arriving later wake the thread again).
+            if (static_cast<std::size_t>(received) < sizeof chunk) break;
             continue;
         }
         if (received < 0 && errno == EINTR) continue;

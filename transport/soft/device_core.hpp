@@ -17,6 +17,7 @@
 #include "transport/soft/device.hpp"
 #include "transport/soft/indirect_keys.hpp"
 #include "transport/soft/published_table.hpp"
+#include "transport/soft/reusing_ring.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/wire.hpp"
 
@@ -106,7 +107,7 @@ struct QueuePairContext {
     std::uint32_t receive_consumed = 0;  // receive WQEs consumed
     std::uint32_t next_psn = 0;        // initiator
     std::uint32_t expected_psn = 0;    // responder
-    std::deque<InFlight> in_flight;
+    ReusingRing<InFlight> in_flight;  // keeps its slots' frames: the doorbell thread allocates nothing
     Clock::time_point retry_at{};      // RNR: when to resend from in_flight.front()
     bool waiting_rnr = false;
     std::uint32_t rnr_retries_left = 0;
@@ -150,6 +151,7 @@ struct Connection {
     std::vector<std::uint8_t> input;
     std::vector<std::uint8_t> output;
     std::size_t output_offset = 0;
+    bool write_interest = false;  // EPOLLOUT asked for: output is waiting for the socket
 };
 
 class DeviceCore {
@@ -164,6 +166,10 @@ public:
     // something is left for the progress thread (the caller then notifies it), including when
     // the device mutex is busy: the doorbell thread never waits for it.
     bool execute_from_doorbell(QueuePairContext& queue_pair);
+    // Then: executes the QP's new WQEs on the calling thread and writes their request frames to
+    // the peer's socket (doorbell_requests.cpp). False when something is left for the progress
+    // thread, as above.
+    bool send_from_doorbell(QueuePairContext& queue_pair);
 
     std::mutex mutex;
     std::array<std::uint8_t, 16> gid{};
@@ -188,6 +194,8 @@ public:
     std::atomic<std::uint64_t> transfers_by_reference{0};
     // RDMA writes this device, as initiator, executed zero-hop (zero_hop.cpp).
     std::atomic<std::uint64_t> zero_hop_writes{0};
+    // WQEs this device executed on the doorbell thread by send_from_doorbell (doorbell_requests.cpp).
+    std::atomic<std::uint64_t> doorbell_requests{0};
     // What this device publishes, as a target, for its same-host peers' zero-hop writes: its
     // memory regions and RC queue pairs (written under `mutex`).
     PublishedTable published_table;
@@ -199,6 +207,8 @@ private:
     // Executes the WQE at `index`; true to go on with the next. On the doorbell thread
     // (`left_for_progress` given) only a zero-hop write executes: any other WQE is left as it is,
     // with no side effect, and *left_for_progress set.
+    // With doorbell_sends_requests_ set (send_from_doorbell), every WQE that decodes without a
+    // local error executes there and sends its request.
     bool execute_one(QueuePairContext& queue_pair, std::uint32_t index, bool* left_for_progress = nullptr);
     // The zero-hop write (zero_hop.cpp): the responder's checks against the target's published
     // table, the bytes moved with process_vm_writev. False, with nothing moved, whenever it
@@ -244,6 +254,8 @@ private:
     void accept_connections();
     void read_connection(Connection& connection);
     void write_connection(Connection& connection);
+    // Asks epoll for EPOLLOUT on the connection while output waits for the socket, and stops.
+    void watch_output(Connection& connection, bool waiting);
     void close_connection(Connection& connection, const char* why);
     void queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes);
 
@@ -300,6 +312,19 @@ private:
     // A random word peers read with process_vm_readv to prove cross-memory attach reaches us.
     alignas(8) std::uint64_t probe_word_ = 0;
     std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself
+    // Requests sent from the doorbell thread (doorbell_requests.cpp): RDMACHAN_SOFT_DOORBELL_REQUESTS=0
+    // turns them off (the progress thread sends every request), for measuring one against the other.
+    bool doorbell_requests_enabled_ = true;
+    bool doorbell_sends_requests_ = false;  // send_from_doorbell is executing WQEs (mutex held)
+    // Wakes the progress thread at the ACK deadline of a request the doorbell thread sent while
+    // it slept; armed for that time point (none: the zero time point). Both under `mutex`.
+    static constexpr std::uint64_t kAckTimerTag = ~0ull - 2;
+    int ack_timer_fd_ = -1;
+    Clock::time_point ack_timer_armed_for_{};
+    void open_ack_timer();
+    void close_ack_timer();
+    void arm_ack_timer(Clock::time_point deadline);
+    void ack_timer_fired();
     std::thread thread_;
 };
 

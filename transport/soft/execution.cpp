@@ -33,8 +33,35 @@ Clock::duration ack_timeout(const ReadyToSendAttributes& attributes) {
 // The PSN a zero-hop write shows in the flight record: it uses none (nothing is sent).
 constexpr std::uint64_t kZeroHopPsn = ~0ull;
 
+// The opcodes whose WQE becomes a request to the responder (or, NOP, nothing): what the doorbell
+// thread may execute (doorbell_requests.cpp). UMR and unknown opcodes stay for the progress thread.
+bool is_request_opcode(std::uint8_t opcode) {
+    switch (opcode) {
+        case kOpcodeRdmaWrite:
+        case kOpcodeRdmaWriteImmediate:
+        case kOpcodeRdmaRead:
+        case kOpcodeAtomicCompareAndSwap:
+        case kOpcodeAtomicFetchAndAdd:
+        case kOpcodeSend:
+        case kOpcodeSendImmediate:
+        case kOpcodeSendInvalidate:
+        case kOpcodeNop: return true;
+        default: return false;
+    }
+}
+
 bool is_read_or_atomic(std::uint8_t opcode) {
     return opcode == kOpcodeRdmaRead || opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd;
+}
+
+// wire::frame into a request's own buffer: no allocation once it has held a frame this large.
+void build_frame(std::vector<std::uint8_t>& bytes, const wire::Request& request, const void* payload,
+                 std::uint32_t payload_length) {
+    const wire::FrameHeader header{wire::kMagic, payload_length, wire::FrameType::request};
+    bytes.resize(sizeof header + sizeof request + payload_length);
+    std::memcpy(bytes.data(), &header, sizeof header);
+    std::memcpy(bytes.data() + sizeof header, &request, sizeof request);
+    if (payload_length != 0) std::memcpy(bytes.data() + sizeof header + sizeof request, payload, payload_length);
 }
 
 // Reads `length` bytes of the send ring starting at `offset` bytes from the ring start, wrapping.
@@ -95,14 +122,16 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     const bool signaled = (control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0;
     const std::uint32_t wqebbs = ds == 0 ? 1 : (ds * kSegmentUnit + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
 
-    // On the doorbell thread only a well-formed RC RDMA write may execute (zero_hop.cpp); every
-    // other WQE stays in the ring, untouched, for the progress thread.
+    // On the doorbell thread only a well-formed RC RDMA write may execute (zero_hop.cpp), or,
+    // from send_from_doorbell, a well-formed RC request (doorbell_requests.cpp); every other WQE
+    // stays in the ring, untouched, for the progress thread.
     const bool doorbell_thread = left_for_progress != nullptr;
     auto leave_for_progress = [&] {
         *left_for_progress = true;
         return false;
     };
-    if (doorbell_thread && (opcode != kOpcodeRdmaWrite || queue_pair.state != QueuePairState::ready_to_send ||
+    const bool doorbell_may_execute = opcode == kOpcodeRdmaWrite || (doorbell_sends_requests_ && is_request_opcode(opcode));
+    if (doorbell_thread && (!doorbell_may_execute || queue_pair.state != QueuePairState::ready_to_send ||
                             queue_pair.transport != Transport::reliable_connected || wqe_index != (index & 0xffff) ||
                             (qpn_ds >> 8) != queue_pair.qpn || ds < 1)) {
         return leave_for_progress();
@@ -219,7 +248,12 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         by_reference = false;
     };
 
-    InFlight in_flight;
+    // Built in place in the QP's next free slot, whose frame and targets keep their capacity
+    // (reusing_ring.hpp); it joins the requests in flight only when sent (commit_back).
+    InFlight& in_flight = queue_pair.in_flight.prepare_back();
+    in_flight.local_targets.clear();
+    in_flight.length = 0;
+    in_flight.by_reference = false;
     in_flight.wqe_counter = wqe_index;
     in_flight.opcode = opcode;
     in_flight.signaled = signaled;
@@ -286,7 +320,8 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
-    if (doorbell_thread) return leave_for_progress();
+    // A local error is the progress thread's to report (it logs and moves the QP to ERR).
+    if (doorbell_thread && (!doorbell_sends_requests_ || syndrome != 0)) return leave_for_progress();
     queue_pair.executed += wqebbs;
     if (syndrome != 0) {
         write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, syndrome);
@@ -316,10 +351,10 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     request.psn = queue_pair.next_psn;
     queue_pair.next_psn = (queue_pair.next_psn + 1) & 0xffffff;
     in_flight.psn = request.psn;
-    in_flight.frame = wire::frame(wire::FrameType::request, request, payload.data(), static_cast<std::uint32_t>(payload.size()));
+    build_frame(in_flight.frame, request, payload.data(), static_cast<std::uint32_t>(payload.size()));
     flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, request.psn, request.length);
     if (queue_pair.in_flight.empty()) restart_ack_timer(queue_pair);
-    queue_pair.in_flight.push_back(std::move(in_flight));
+    queue_pair.in_flight.commit_back();
     if (!queue_pair.waiting_rnr && !send_request(queue_pair, queue_pair.in_flight.back().frame)) {
         fail_queue_pair(queue_pair, kSyndromeTransportRetryExceeded, "the peer device cannot be reached");
         return false;
@@ -343,7 +378,8 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
                    response.syndrome, queue_pair.in_flight.size());
     switch (response.kind) {
         case wire::ResponseKind::ack: {
-            InFlight done = std::move(queue_pair.in_flight.front());
+            // Stays valid until the next request is built in this QP's ring, which nothing here does.
+            InFlight& done = queue_pair.in_flight.front();
             queue_pair.in_flight.pop_front();
             // A read or atomic answer carries its data, unless the responder moved it by reference;
             // a malformed answer fails the request it answers (already off in_flight, so completed
@@ -408,7 +444,7 @@ void DeviceCore::complete_requester(QueuePairContext& queue_pair, const InFlight
 
 void DeviceCore::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why) {
     if (!queue_pair.in_flight.empty()) {
-        InFlight failed = std::move(queue_pair.in_flight.front());
+        InFlight& failed = queue_pair.in_flight.front();  // valid until a request is built (not here)
         queue_pair.in_flight.pop_front();
         complete_requester(queue_pair, failed, syndrome);
     }

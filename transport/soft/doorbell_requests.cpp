@@ -1,0 +1,134 @@
+// Requests sent from the doorbell thread (issue 17, item 5): the thread that rings an RC QP's
+// doorbell executes the new WQEs itself (the device's decoder, execute_one, on the same WQE
+// bytes) and writes their request frames to the peer device's socket, instead of waking the
+// progress thread through the eventfd to do the same. The progress thread keeps everything
+// else: reading responses and requests, timers, retransmissions, RNR waits, errors, connecting.
+//
+// Why it keeps the device's behaviour:
+//   - It runs only while the progress thread sleeps, under the device mutex taken by try-lock
+//     (the doorbell thread never waits for the progress thread; when that thread is awake or
+//     holds the lock it executes the WQEs, as before).
+//     Both threads advance the same cursor (`executed`) and append to the same connection output,
+//     so requests leave in WQE order and a frame the progress thread queued is never overtaken.
+//   - The socket is non-blocking: what the kernel does not take stays in the connection's output
+//     and the progress thread writes it when the socket is writable (write_connection).
+//   - Only what needs nothing else executes here: an RC QP in RTS, not waiting out an RNR NAK or
+//     holding a UMR, whose peer device has an open connection (connecting may block; the
+//     progress thread opens it), a WQE that decodes without a local error. A malformed WQE, an
+//     error, a UMR or a loopback QP stays in the ring for the progress thread, untouched.
+//   - The ACK timer: a request sent here may be the first in flight while the progress thread
+//     sleeps with no deadline. A timerfd in its epoll set, armed here only when no earlier expiry
+//     is armed, wakes it at that deadline (one timerfd_settime per ACK timeout at most; no wake
+//     while answers come in time, which restart the timer).
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "transport/mlx5/barriers.hpp"
+#include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/device_core.hpp"
+
+namespace rdmachan::soft {
+
+using namespace rdmachan::mlx5;
+
+void DeviceCore::open_ack_timer() {
+    if (const char* setting = std::getenv("RDMACHAN_SOFT_DOORBELL_REQUESTS"); setting != nullptr && *setting != '\0') {
+        if (std::strcmp(setting, "0") != 0 && std::strcmp(setting, "1") != 0) {
+            throw SoftDeviceError(std::string("RDMACHAN_SOFT_DOORBELL_REQUESTS = '") + setting + "' is not 0 or 1");
+        }
+        doorbell_requests_enabled_ = setting[0] == '1';
+    }
+    ack_timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (ack_timer_fd_ < 0) throw SoftDeviceError(std::string("software device: timerfd_create failed: ") + std::strerror(errno));
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = kAckTimerTag;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, ack_timer_fd_, &event);
+}
+
+void DeviceCore::close_ack_timer() {
+    if (ack_timer_fd_ >= 0) ::close(ack_timer_fd_);
+}
+
+void DeviceCore::ack_timer_fired() {
+    std::uint64_t expirations;
+    [[maybe_unused]] const ssize_t got = ::read(ack_timer_fd_, &expirations, sizeof expirations);
+    ack_timer_armed_for_ = {};
+}
+
+void DeviceCore::arm_ack_timer(Clock::time_point deadline) {
+    // An expiry at or before this one is armed: the progress thread wakes then and computes its
+    // next deadline from every QP, this one included.
+    if (ack_timer_armed_for_ != Clock::time_point{} && ack_timer_armed_for_ <= deadline) return;
+    static_assert(std::is_same_v<Clock, std::chrono::steady_clock>, "the timerfd counts CLOCK_MONOTONIC, as steady_clock");
+    const auto since_boot = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    itimerspec expiry{};
+    expiry.it_value.tv_sec = static_cast<time_t>(since_boot / 1'000'000'000);
+    expiry.it_value.tv_nsec = static_cast<long>(since_boot % 1'000'000'000);
+    if (expiry.it_value.tv_sec == 0 && expiry.it_value.tv_nsec == 0) expiry.it_value.tv_nsec = 1;  // 0 would disarm
+    if (::timerfd_settime(ack_timer_fd_, TFD_TIMER_ABSTIME, &expiry, nullptr) == 0) {
+        ack_timer_armed_for_ = deadline;
+    } else {
+        wake();  // cannot arm it: let the progress thread see the deadline itself
+    }
+}
+
+bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
+    if (!doorbell_requests_enabled_ || queue_pair.transport != Transport::reliable_connected) return false;
+    // An awake progress thread takes the doorbell at the top of its loop, for the price of a
+    // flag; executing here instead would make it block on the mutex there (a futex wait and wake
+    // per request: 26,023 futex calls in 11,000 ping-pong writes, against 47 without this test).
+    if (!sleeping_.load()) return false;
+    // Never wait for the progress thread: if it holds the mutex, it executes the WQEs.
+    std::unique_lock lock(mutex, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    if (queue_pair.state != QueuePairState::ready_to_send || queue_pair.waiting_rnr || queue_pair.umr_waits_for_answers) {
+        return false;
+    }
+    const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
+    if (remote.gid == gid && remote.lid == lid) return false;  // loopback: the progress thread's queue
+    Connection* connection = nullptr;
+    for (auto& candidate : connections_) {
+        if (candidate->outgoing && candidate->socket >= 0 && candidate->gid == remote.gid && candidate->lid == remote.lid) {
+            connection = candidate.get();
+            break;
+        }
+    }
+    if (connection == nullptr) return false;  // not connected yet: connecting is the progress thread's
+
+    const bool had_in_flight = !queue_pair.in_flight.empty();
+    const std::uint32_t producer = big_to_host32(load_acquire32(queue_pair.send_ring.doorbell_record + kSendDoorbell)) & 0xffff;
+    // The same bound per turn as the progress thread: a long batch is left to it.
+    constexpr int kWqesPerTurn = 64;
+    bool all_executed = true;
+    doorbell_sends_requests_ = true;
+    for (int executed = 0; ((producer - queue_pair.executed) & 0xffff) != 0; ++executed) {
+        // A send that failed closed the connection and failed the QP: the progress thread takes it from there.
+        if (executed == kWqesPerTurn || connection->socket < 0) {
+            all_executed = false;
+            break;
+        }
+        bool left_for_progress = false;
+        if (!execute_one(queue_pair, queue_pair.executed, &left_for_progress)) {
+            all_executed = false;
+            break;
+        }
+        doorbell_requests.fetch_add(1, std::memory_order_relaxed);
+    }
+    doorbell_sends_requests_ = false;
+    if (!had_in_flight && !queue_pair.in_flight.empty() && queue_pair.state == QueuePairState::ready_to_send &&
+        queue_pair.send_attributes.timeout != 0) {
+        arm_ack_timer(queue_pair.progress_deadline);
+    }
+    return all_executed;
+}
+
+std::uint64_t Device::requests_from_doorbell() const { return core_->doorbell_requests.load(std::memory_order_relaxed); }
+
+}  // namespace rdmachan::soft
