@@ -178,9 +178,14 @@ int PeerProcess::open(std::uint32_t pid, std::uint64_t probe_address, std::uint6
 
 bool PeerProcess::exited() const {
     if (descriptor_ < 0) return true;
-    // A pidfd polls readable once its process exited.
+    // A pidfd polls readable once its process exited. Any other answer than "not yet" counts as
+    // exited: a move is then refused, never made to a pid that is not known to be the peer's.
     pollfd exit{descriptor_, POLLIN, 0};
-    return ::poll(&exit, 1, 0) != 0;
+    int ready;
+    do {
+        ready = ::poll(&exit, 1, 0);
+    } while (ready < 0 && errno == EINTR);
+    return ready != 0;
 }
 
 int read_from_peer(const PeerProcess& peer, const iovec* local, std::size_t local_count, const iovec* remote,
