@@ -353,6 +353,9 @@ public:
     // RDMA writes this device, as initiator, executed zero-hop from the doorbell thread or its
     // progress thread (same host; transport/soft/README.md, "Zero-hop writes").
     std::uint64_t zero_hop_writes() const;
+    // The pid of a peer whose zero-hop write holds this device's region `key` right now (between
+    // its checks and the end of its move), or 0: what a deregistration would wait for.
+    std::uint32_t zero_hop_holder(std::uint32_t key) const;
 
     DeviceCore& core() { return *core_; }
 

@@ -173,6 +173,14 @@ std::uint32_t PublishedTable::wait_unused(std::uint32_t key, int deadline_ms) {
     return 0;
 }
 
+std::uint32_t PublishedTable::holder_of(std::uint32_t key) const {
+    if (layout_ == nullptr || key == 0) return 0;
+    for (const PublishedHolder& holder : layout_->holders) {
+        if (holder.holding.load(std::memory_order_acquire) == key) return holder.pid.load(std::memory_order_acquire);
+    }
+    return 0;
+}
+
 void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
     if (layout_ == nullptr || queue_pair.transport != Transport::reliable_connected) return;
     PublishedQueuePair& slot = layout_->queue_pairs[queue_pair.qpn % kPublishedQueuePairSlots];

@@ -130,6 +130,8 @@ public:
     // `deadline_ms`; holders that exited are reclaimed. Returns 0, or the pid of a live process
     // still holding it at the deadline (the caller then publishes the region again).
     std::uint32_t wait_unused(std::uint32_t key, int deadline_ms);
+    // The pid of a peer whose slot holds `key` now, or 0 (tests and diagnostics).
+    std::uint32_t holder_of(std::uint32_t key) const;
 
     // RC queue pairs only: the state and attributes a responder checks (or removes the entry).
     void publish_queue_pair(const QueuePairContext& queue_pair);
