@@ -75,6 +75,7 @@ Device::~Device() = default;
 std::array<std::uint8_t, 16> Device::gid() const { return core_->gid; }
 std::uint64_t Device::transfers_by_reference() const { return core_->transfers_by_reference.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_writes() const { return core_->zero_hop_writes.load(std::memory_order_relaxed); }
+std::uint32_t Device::zero_hop_holder(std::uint32_t key) const { return core_->published_table.holder_of(key); }
 std::uint16_t Device::lid() const { return core_->lid; }
 
 std::string Device::name() const {
@@ -129,23 +130,56 @@ std::shared_ptr<MemoryRegion> Device::register_memory(const std::shared_ptr<Prot
     return std::shared_ptr<MemoryRegion>(new MemoryRegion(domain, reinterpret_cast<std::uint64_t>(addr), length, key));
 }
 
-MemoryRegion::~MemoryRegion() {
-    process_pinned_bytes.fetch_sub(transport::pinned_bytes(reinterpret_cast<const void*>(addr_), length_));
+namespace {
+// How long deregistration waits for a peer's zero-hop write that checked the key before it was
+// withdrawn. A write holds it for one process_vm_writev; only a peer stopped between its check and
+// the end of its write (SIGSTOP, a debugger) holds it longer, and one that exited is reclaimed.
+constexpr int kDeregistrationDeadlineMs = 2000;
+}  // namespace
+
+std::uint32_t MemoryRegion::withdraw(bool restore_when_busy) {
     DeviceCore& core = domain_->device()->core();
-    PublishedRegion* published = nullptr;
+    MemoryRegionState state{};
+    bool published = false;
     {
         std::lock_guard lock(core.mutex);
+        if (const auto found = core.memory_regions.find(key_); found != core.memory_regions.end()) state = found->second;
         core.memory_regions.erase(key_);
         published = core.published_table.unpublish_region(key_);
     }
-    // A peer's zero-hop write that checked the key before it was withdrawn may still be moving
-    // bytes: the region is gone only when it is done. Outside the mutex, so the device goes on.
-    // Only a peer that died between its check and its write's end can hold it this long.
-    constexpr int kDeregistrationDeadlineMs = 2000;
-    if (published != nullptr && !PublishedTable::wait_unused(*published, kDeregistrationDeadlineMs)) {
-        detail::logger().error("software device {}: memory region key {:#x}: a peer's zero-hop write still held it {} ms after "
-                               "deregistration (a peer that died mid-write?); deregistered anyway",
-                               domain_->device()->name(), key_, kDeregistrationDeadlineMs);
+    // Outside the mutex, so the device goes on while we wait.
+    const std::uint32_t holder = published ? core.published_table.wait_unused(key_, kDeregistrationDeadlineMs) : 0;
+    if (holder != 0 && restore_when_busy) {
+        std::lock_guard lock(core.mutex);
+        core.memory_regions[key_] = state;
+        core.published_table.publish_region(key_, state.protection_domain, state.addr, state.length, state.access);
+        return holder;
+    }
+    deregistered_ = true;
+    process_pinned_bytes.fetch_sub(transport::pinned_bytes(reinterpret_cast<const void*>(addr_), length_));
+    return holder;
+}
+
+void MemoryRegion::deregister() {
+    if (deregistered_) return;
+    if (const std::uint32_t holder = withdraw(true); holder != 0) {
+        throw SoftDeviceError("deregister_memory on " + domain_->device()->name() + ": memory region key " + hex_address(reinterpret_cast<const void*>(std::uintptr_t{key_})) +
+                              " is busy: process " + std::to_string(holder) + " (a peer stopped in a zero-hop write of it) still held it " +
+                              std::to_string(kDeregistrationDeadlineMs) +
+                              " ms after deregistration began; the region stays registered (as ibv_dereg_mr's EBUSY): "
+                              "try again once that process runs again or has exited");
+    }
+}
+
+MemoryRegion::~MemoryRegion() {
+    if (deregistered_) return;
+    // A destructor cannot fail: the key is withdrawn either way (no new access starts), and a
+    // peer still holding it is named. deregister() is the call that fails instead.
+    if (const std::uint32_t holder = withdraw(false); holder != 0) {
+        detail::logger().error("software device {}: memory region key {:#x}: process {} (a peer stopped in a zero-hop write of it) "
+                               "still held it {} ms after deregistration began; destroyed anyway, so that process may still "
+                               "complete one write into this memory when it runs again (MemoryRegion::deregister() fails instead)",
+                               domain_->device()->name(), key_, holder, kDeregistrationDeadlineMs);
     }
 }
 

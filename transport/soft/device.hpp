@@ -65,6 +65,13 @@ private:
 
 class MemoryRegion {
 public:
+    // Deregisters now. Throws SoftDeviceError naming the key and the process when a live peer
+    // still holds the region in a zero-hop write after the deadline (stopped between its check
+    // and its write); the region then stays registered and the call may be repeated (as
+    // ibv_dereg_mr's EBUSY). Never returns while a peer may still write the region.
+    void deregister();
+    // Deregisters if deregister() did not; it cannot fail, so a peer still holding the region
+    // after the deadline is logged as an error (published_table.hpp).
     ~MemoryRegion();
     MemoryRegion(const MemoryRegion&) = delete;
     MemoryRegion& operator=(const MemoryRegion&) = delete;
@@ -77,10 +84,14 @@ private:
     friend class Device;
     MemoryRegion(std::shared_ptr<ProtectionDomain> domain, std::uint64_t addr, std::size_t length, std::uint32_t key)
         : domain_(std::move(domain)), addr_(addr), length_(length), key_(key) {}
+    // Withdraws the key and waits for peers' zero-hop writes: 0, or the pid of a live holder at
+    // the deadline (then the region is published again when restore_when_busy).
+    std::uint32_t withdraw(bool restore_when_busy);
     std::shared_ptr<ProtectionDomain> domain_;
     std::uint64_t addr_;
     std::size_t length_;
     std::uint32_t key_;
+    bool deregistered_ = false;
 };
 
 // An indirect memory key (mlx5dv_create_mkey with MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT): free
@@ -345,6 +356,9 @@ public:
     // WQEs this device executed on the thread that rang the doorbell, their requests written to
     // the peer's socket from there (transport/soft/README.md, "Requests from the doorbell thread").
     std::uint64_t requests_from_doorbell() const;
+    // The pid of a peer whose zero-hop write holds this device's region `key` right now (between
+    // its checks and the end of its move), or 0: what a deregistration would wait for.
+    std::uint32_t zero_hop_holder(std::uint32_t key) const;
 
     DeviceCore& core() { return *core_; }
 

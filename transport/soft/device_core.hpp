@@ -141,9 +141,10 @@ struct Connection {
     // would add a round trip to every first request): until it comes they carry their payloads.
     bool awaiting_reply = false;
     // Same-host path agreed for this connection (outgoing: the peer moves our payloads with
-    // cross-memory attach; incoming: we may, into and out of process `peer_pid`).
+    // cross-memory attach; incoming: we may, into and out of process `peer_process`).
     bool by_reference = false;
-    std::uint32_t peer_pid = 0;
+    // Same host: the peer process, held by a pidfd (same_host.hpp); moves by pid go through it.
+    PeerProcess peer_process;
     bool move_failure_logged = false;  // a dying peer fails every queued move: said once
     // Outgoing, same host: the peer's published table, mapped (zero-hop writes); else null.
     std::unique_ptr<PeerTable> peer_table;

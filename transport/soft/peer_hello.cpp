@@ -23,11 +23,10 @@ wire::Hello DeviceCore::make_hello(std::uint8_t flags) const {
     hello.pid_namespace = identity.pid_namespace;
     hello.pid = identity.pid;
     hello.published_table = -1;
-    if ((flags & wire::kHelloReply) == 0) {
-        if (transport_mode_ != TransportMode::tcp) hello.same_host_flags |= wire::kOffersSameHost;
-        hello.probe_address = reinterpret_cast<std::uint64_t>(&probe_word_);
-        hello.probe_value = probe_word_;
-    }
+    if ((flags & wire::kHelloReply) == 0 && transport_mode_ != TransportMode::tcp) hello.same_host_flags |= wire::kOffersSameHost;
+    // Both ways: each side checks, by reading it, that the pid it holds a pidfd for is the peer's.
+    hello.probe_address = reinterpret_cast<std::uint64_t>(&probe_word_);
+    hello.probe_value = probe_word_;
     return hello;
 }
 
@@ -63,10 +62,11 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
                 refusal = -2;  // we were asked for TCP
             } else {
                 refusal = probe_cross_memory_attach(hello.pid, hello.probe_address, hello.probe_value);
+                // The pidfd every move into and out of the caller goes through (same_host.hpp).
+                if (refusal == 0) refusal = connection.peer_process.open(hello.pid, hello.probe_address, hello.probe_value);
                 if (refusal == 0) {
                     flags |= wire::kCrossMemoryAttach;
                     connection.by_reference = true;
-                    connection.peer_pid = hello.pid;
                 }
             }
         }
@@ -93,15 +93,18 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
     }
     connection.by_reference = (hello.same_host_flags & wire::kCrossMemoryAttach) != 0;
     if (connection.by_reference) {
-        connection.peer_pid = hello.pid;
         const char* no_zero_hop = "RDMACHAN_SOFT_ZERO_HOP=0";
         if (zero_hop_enabled_) {
-            // Copies: the hello is packed, and make_unique takes its arguments by reference.
-            const std::uint32_t pid = hello.pid;
-            const int descriptor = hello.published_table;
-            auto table = std::make_unique<PeerTable>(pid, descriptor);
-            if (table->valid()) connection.peer_table = std::move(table);
-            else no_zero_hop = table->why_not();
+            // Zero-hop writes go by pid: first the pidfd that makes sure the pid is the peer's.
+            if (connection.peer_process.open(hello.pid, hello.probe_address, hello.probe_value) != 0) {
+                no_zero_hop = "its pid could not be held by a pidfd and checked";
+            } else {
+                // Copies: the hello is packed, and make_unique takes its arguments by reference.
+                const int descriptor = hello.published_table;
+                auto table = std::make_unique<PeerTable>(connection.peer_process, descriptor);
+                if (table->valid()) connection.peer_table = std::move(table);
+                else no_zero_hop = table->why_not();
+            }
         }
         if (connection.peer_table != nullptr) {
             detail::logger().info("software device {}: peer {} is on this host: payloads move by cross-memory attach, "

@@ -3,10 +3,13 @@
 #include "transport/soft/published_table.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "transport/soft/device_core.hpp"
+#include "transport/soft/same_host.hpp"
 
 namespace rdmachan::soft {
 namespace {
@@ -43,6 +47,19 @@ bool read_entry(const Entry& entry, Copy copy) {
         if (entry.sequence.load(std::memory_order_relaxed) == before) return true;
     }
     return false;
+}
+
+// Whether process `pid` has exited (or was reaped): then none of its threads is in a write. A pid
+// that cannot be asked about (out of descriptors) counts as alive: a deregistration then fails
+// rather than returns too early. A pid reused by another process also counts as alive, with the
+// same safe outcome.
+bool process_exited(std::uint32_t pid) {
+    const int descriptor = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    if (descriptor < 0) return errno == ESRCH;
+    pollfd exited{descriptor, POLLIN, 0};
+    const bool readable = ::poll(&exited, 1, 0) == 1 && (exited.revents & POLLIN) != 0;  // readable: it exited
+    ::close(descriptor);
+    return readable;
 }
 
 constexpr std::size_t kLayoutBytes = (sizeof(PublishedLayout) + 4095) & ~std::size_t{4095};
@@ -85,6 +102,7 @@ PublishedTable::PublishedTable() {
     layout_->pid = static_cast<std::uint32_t>(::getpid());
     layout_->region_slots = kPublishedRegionSlots;
     layout_->queue_pair_slots = kPublishedQueuePairSlots;
+    layout_->holder_slots = kPublishedHolderSlots;
     layout_->version = kPublishedVersion;
     {
         std::lock_guard lock(tables_mutex);
@@ -118,26 +136,49 @@ void PublishedTable::publish_region(std::uint32_t key, std::uint32_t protection_
     });
 }
 
-PublishedRegion* PublishedTable::unpublish_region(std::uint32_t key) {
-    if (layout_ == nullptr) return nullptr;
+bool PublishedTable::unpublish_region(std::uint32_t key) {
+    if (layout_ == nullptr) return false;
     PublishedRegion& slot = layout_->regions[(key >> 8) % kPublishedRegionSlots];
-    if (slot.key.load(std::memory_order_relaxed) != key) return nullptr;
+    if (slot.key.load(std::memory_order_relaxed) != key) return false;
     write_entry(slot, [&] { slot.key.store(0, std::memory_order_relaxed); });
-    // Pairs with the reader's fence between raising the in-use counter and reading the entry:
-    // either that reader sees the key gone, or wait_unused sees its count.
+    // Pairs with the reader's fence between storing the key in its holder slot and reading the
+    // entry: either that reader sees the key gone, or wait_unused sees its slot holding it.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    return &slot;
+    return true;
 }
 
-bool PublishedTable::wait_unused(PublishedRegion& slot, int deadline_ms) {
+std::uint32_t PublishedTable::wait_unused(std::uint32_t key, int deadline_ms) {
+    if (layout_ == nullptr || key == 0) return 0;
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(deadline_ms);
-    for (std::uint32_t spins = 0; slot.users.load(std::memory_order_acquire) != 0; ++spins) {
-        if (std::chrono::steady_clock::now() > until) return false;
-        // A write holds the slot for one process_vm_writev: usually a few microseconds.
-        if (spins < 64) std::this_thread::yield();
-        else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    for (PublishedHolder& holder : layout_->holders) {
+        for (std::uint32_t spins = 0; holder.holding.load(std::memory_order_acquire) == key; ++spins) {
+            const std::uint32_t pid = holder.pid.load(std::memory_order_acquire);
+            // A write holds the key for one process_vm_writev: usually microseconds. Asking
+            // whether its process exited costs two system calls: only once it takes longer.
+            const bool late = std::chrono::steady_clock::now() > until;
+            if ((late || (spins >= 64 && spins % 64 == 0)) && process_exited(pid)) {
+                // Died between its check and the end of its write: reclaim the slot (key first,
+                // then the pid, so a process claiming it finds it empty).
+                std::uint32_t expected = key;
+                holder.holding.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+                std::uint32_t owner = pid;
+                holder.pid.compare_exchange_strong(owner, 0, std::memory_order_acq_rel);
+                break;
+            }
+            if (late) return pid;
+            if (spins < 64) std::this_thread::yield();
+            else std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
     }
-    return true;
+    return 0;
+}
+
+std::uint32_t PublishedTable::holder_of(std::uint32_t key) const {
+    if (layout_ == nullptr || key == 0) return 0;
+    for (const PublishedHolder& holder : layout_->holders) {
+        if (holder.holding.load(std::memory_order_acquire) == key) return holder.pid.load(std::memory_order_acquire);
+    }
+    return 0;
 }
 
 void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
@@ -168,15 +209,15 @@ void PublishedTable::unpublish_queue_pair(std::uint32_t qpn) {
     write_entry(slot, [&] { slot.qpn.store(0, std::memory_order_relaxed); });
 }
 
-PeerTable::PeerTable(std::uint32_t pid, int descriptor) {
+PeerTable::PeerTable(const PeerProcess& peer, int descriptor) {
     if (descriptor < 0) {
         why_not_ = "the peer publishes no table";
         return;
     }
-    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(descriptor);
-    const int opened = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    const std::uint32_t pid = peer.pid();
+    const int opened = static_cast<int>(::syscall(SYS_pidfd_getfd, peer.descriptor(), descriptor, 0));  // close-on-exec
     if (opened < 0) {
-        why_not_ = "its table cannot be opened through /proc (ptrace access refused?)";
+        why_not_ = "its table's descriptor cannot be taken with pidfd_getfd (ptrace access refused?)";
         return;
     }
     struct stat status{};
@@ -192,15 +233,39 @@ PeerTable::PeerTable(std::uint32_t pid, int descriptor) {
     auto* layout = static_cast<PublishedLayout*>(mapped);
     if (__atomic_load_n(&layout->magic, __ATOMIC_ACQUIRE) != kPublishedMagic || layout->version != kPublishedVersion ||
         layout->pid != pid || layout->region_slots != kPublishedRegionSlots ||
-        layout->queue_pair_slots != kPublishedQueuePairSlots) {
+        layout->queue_pair_slots != kPublishedQueuePairSlots || layout->holder_slots != kPublishedHolderSlots) {
         ::munmap(mapped, kLayoutBytes);
         why_not_ = "its table is of another version or another process";
+        return;
+    }
+    // A holder slot: a free one, else one whose process exited (its key, if any, with it: no
+    // thread of a process that exited is in a write).
+    const auto mine = static_cast<std::uint32_t>(::getpid());
+    for (int pass = 0; pass < 2 && holder_ == nullptr; ++pass) {
+        for (PublishedHolder& holder : layout->holders) {
+            std::uint32_t owner = holder.pid.load(std::memory_order_acquire);
+            if (owner != 0 && (pass == 0 || !process_exited(owner))) continue;
+            // Win the slot first, then clear the key: a slot's key is only ever stored by its owner.
+            if (holder.pid.compare_exchange_strong(owner, mine, std::memory_order_acq_rel)) {
+                holder.holding.store(0, std::memory_order_release);
+                holder_ = &holder;
+                break;
+            }
+        }
+    }
+    if (holder_ == nullptr) {
+        ::munmap(mapped, kLayoutBytes);
+        why_not_ = "every holder slot of its table is taken";
         return;
     }
     layout_ = layout;
 }
 
 PeerTable::~PeerTable() {
+    if (holder_ != nullptr) {
+        holder_->holding.store(0, std::memory_order_release);
+        holder_->pid.store(0, std::memory_order_release);
+    }
     if (layout_ != nullptr) ::munmap(layout_, kLayoutBytes);
 }
 
@@ -226,8 +291,8 @@ std::optional<PublishedQueuePairView> PeerTable::read_queue_pair(std::uint32_t q
 void PeerTable::use_region(std::uint32_t key, RegionUse& use) const {
     use.release();
     PublishedRegion& slot = layout_->regions[(key >> 8) % kPublishedRegionSlots];
-    slot.users.fetch_add(1, std::memory_order_seq_cst);
-    use.slot_ = &slot;
+    holder_->holding.store(key, std::memory_order_seq_cst);
+    use.holder_ = holder_;
     // Pairs with unpublish_region's fence (see there).
     std::atomic_thread_fence(std::memory_order_seq_cst);
     PublishedRegionView view;
@@ -242,8 +307,8 @@ void PeerTable::use_region(std::uint32_t key, RegionUse& use) const {
 }
 
 void PeerTable::RegionUse::release() {
-    if (slot_ != nullptr) slot_->users.fetch_sub(1, std::memory_order_release);
-    slot_ = nullptr;
+    if (holder_ != nullptr) holder_->holding.store(0, std::memory_order_release);
+    holder_ = nullptr;
     entry_.reset();
 }
 

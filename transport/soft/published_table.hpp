@@ -3,18 +3,27 @@
 // can run the responder's checks for an RDMA write itself and move the bytes with
 // process_vm_writev, with no thread of the target involved.
 //
-// The table lives in a memfd (one per device, made at open). A peer maps it by opening
-// /proc/<pid>/fd/<descriptor>, both numbers from the target's hello reply: the kernel allows that
-// open only to a process that may ptrace the target (the same permission cross-memory attach
-// needs), so the table is readable exactly by the processes that could write the target's memory
-// anyway.
+// The table lives in a memfd (one per device, made at open). A peer maps it by taking a copy of
+// the descriptor with pidfd_getfd, through the pidfd it holds for the target (same_host.hpp), the
+// number from the target's hello reply: the kernel allows that only to a process that may ptrace
+// the target (the same permission cross-memory attach needs), so the table is readable exactly by
+// the processes that could write the target's memory anyway, and a reused pid cannot hand over
+// another process's descriptor.
 //
 // Every entry is under a sequence counter (a seqlock): the target's device, the only writer
 // (under its device mutex), makes the counter odd, changes the fields, makes it even again;
 // readers copy the fields and retry if the counter was odd or moved, a bounded number of times,
-// and never wait. A region also carries an in-use counter: a reader increments it before it
-// reads the entry and decrements it once its write returned; deregistration clears the entry and
-// then waits (with a deadline) until the counter is 0, so a key is never used after dereg returns.
+// and never wait.
+//
+// Deregistration must never return while a peer may still write the region. Each peer that maps
+// the table claims a holder slot (its pid); a zero-hop write stores the key it is about to use in
+// its slot before it reads the region's entry and clears it once its write returned.
+// Deregistration clears the entry, then waits until no slot holds the key: a slot whose process
+// has exited is reclaimed at once (no thread of it can still be in a write); a live process that
+// holds the key past the deadline (stopped between its check and its write: SIGSTOP, a debugger)
+// makes the deregistration fail, naming it, and the region stays registered (ibv_dereg_mr's
+// EBUSY). One slot per mapping is enough: a device's zero-hop writes run under its device mutex,
+// one at a time.
 #pragma once
 
 #include <array>
@@ -26,9 +35,12 @@
 namespace rdmachan::soft {
 
 struct QueuePairContext;
+class PeerProcess;
 
 inline constexpr std::uint32_t kPublishedRegionSlots = 8192;
 inline constexpr std::uint32_t kPublishedQueuePairSlots = 4096;
+// Peer mappings that can write zero-hop at once; a peer finding none free uses the request path.
+inline constexpr std::uint32_t kPublishedHolderSlots = 256;
 
 // A region entry's fields as a reader copied them.
 struct PublishedRegionView {
@@ -57,7 +69,12 @@ struct alignas(64) PublishedRegion {
     std::atomic<std::uint32_t> access;
     std::atomic<std::uint64_t> addr;
     std::atomic<std::uint64_t> length;
-    std::atomic<std::uint32_t> users;  // zero-hop writes between their check and their end
+};
+
+// One peer mapping's holder slot (see the top of this file).
+struct alignas(64) PublishedHolder {
+    std::atomic<std::uint32_t> pid;      // 0: free; else the process that claimed it
+    std::atomic<std::uint32_t> holding;  // the key its zero-hop write is using, 0 when none
 };
 
 struct alignas(64) PublishedQueuePair {
@@ -77,15 +94,17 @@ struct PublishedLayout {
     std::uint32_t pid;  // the publishing process
     std::uint32_t region_slots;
     std::uint32_t queue_pair_slots;
+    std::uint32_t holder_slots;
     // simulate_partition() in the publishing process: its peers' zero-hop writes must be lost
     // like its frames, so they leave them to the request path.
     std::atomic<std::uint32_t> partitioned;
     alignas(64) PublishedRegion regions[kPublishedRegionSlots];
     PublishedQueuePair queue_pairs[kPublishedQueuePairSlots];
+    PublishedHolder holders[kPublishedHolderSlots];
 };
 
 inline constexpr std::uint64_t kPublishedMagic = 0x5244'4d43'5a48'4f50ull;  // "RDMCZHOP"
-inline constexpr std::uint32_t kPublishedVersion = 1;
+inline constexpr std::uint32_t kPublishedVersion = 2;
 
 // The target's side: owns the memfd and writes the entries (caller holds the device mutex).
 class PublishedTable {
@@ -105,11 +124,14 @@ public:
     // leaves the new one unpublished (its writes take the request path).
     void publish_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr, std::uint64_t length,
                         std::uint32_t access);
-    // Clears the entry; returns the slot whose users the caller waits for (outside the mutex),
-    // or nullptr when the key was not published.
-    PublishedRegion* unpublish_region(std::uint32_t key);
-    // Waits until no zero-hop write holds `slot`, at most `deadline_ms`; false on the deadline.
-    static bool wait_unused(PublishedRegion& slot, int deadline_ms);
+    // Clears the entry; false when the key was not published (nothing to wait for).
+    bool unpublish_region(std::uint32_t key);
+    // Waits, outside the device mutex, until no peer's zero-hop write holds `key`, at most
+    // `deadline_ms`; holders that exited are reclaimed. Returns 0, or the pid of a live process
+    // still holding it at the deadline (the caller then publishes the region again).
+    std::uint32_t wait_unused(std::uint32_t key, int deadline_ms);
+    // The pid of a peer whose slot holds `key` now, or 0 (tests and diagnostics).
+    std::uint32_t holder_of(std::uint32_t key) const;
 
     // RC queue pairs only: the state and attributes a responder checks (or removes the entry).
     void publish_queue_pair(const QueuePairContext& queue_pair);
@@ -127,9 +149,9 @@ private:
 // The initiator's side: a read-write mapping of a peer's table (reads, and the in-use counters).
 class PeerTable {
 public:
-    // Maps the table of process `pid` from its descriptor; nullopt-like: valid() false, with the
-    // reason in why_not().
-    PeerTable(std::uint32_t pid, int descriptor);
+    // Maps the table of process `pid` from its descriptor and claims a holder slot in it;
+    // nullopt-like: valid() false, with the reason in why_not().
+    PeerTable(const PeerProcess& peer, int descriptor);
     ~PeerTable();
     PeerTable(const PeerTable&) = delete;
     PeerTable& operator=(const PeerTable&) = delete;
@@ -141,8 +163,8 @@ public:
     // The target simulates a network partition (simulate_partition in its process).
     bool partitioned() const { return layout_->partitioned.load(std::memory_order_acquire) != 0; }
 
-    // Holds a region's slot for one write: the in-use counter is raised first, then the entry
-    // read, so a deregistration either is seen here or waits for release().
+    // Holds a region for one write: the key is stored in this mapping's holder slot first, then
+    // the entry read, so a deregistration either is seen here or waits for release().
     class RegionUse {
     public:
         RegionUse() = default;
@@ -154,7 +176,7 @@ public:
 
     private:
         friend class PeerTable;
-        PublishedRegion* slot_ = nullptr;
+        PublishedHolder* holder_ = nullptr;
         std::optional<PublishedRegionView> entry_;
     };
     // Fills `use` with the entry of `key` (empty when absent, changing too fast, or another key).
@@ -162,6 +184,7 @@ public:
 
 private:
     PublishedLayout* layout_ = nullptr;
+    PublishedHolder* holder_ = nullptr;  // this mapping's slot in the target's table
     const char* why_not_ = nullptr;
 };
 

@@ -180,12 +180,12 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     // passed): it completes as a local protection error, as its NIC would report it.
     auto move_by_reference = [&](const iovec* local, std::size_t local_count, bool into_initiator) {
         const int error = into_initiator
-                              ? write_to_process(connection.peer_pid, local, local_count, initiator_memory, initiator_segments, request.length)
-                              : read_from_process(connection.peer_pid, local, local_count, initiator_memory, initiator_segments, request.length);
+                              ? write_to_peer(connection.peer_process, local, local_count, initiator_memory, initiator_segments, request.length)
+                              : read_from_peer(connection.peer_process, local, local_count, initiator_memory, initiator_segments, request.length);
         if (error != 0) {
             if (!std::exchange(connection.move_failure_logged, true)) {
                 detail::logger().warn("software device {}: QP {}: cross-memory attach with process {} failed: {} (said once per connection)",
-                                      owner_.name(), queue_pair.qpn, connection.peer_pid, std::strerror(error));
+                                      owner_.name(), queue_pair.qpn, connection.peer_process.pid(), std::strerror(error));
             }
             refuse(kSyndromeLocalProtection);
             return false;

@@ -1,7 +1,9 @@
 // Same-host detection and cross-memory-attach copies for the software device.
 #include "transport/soft/same_host.hpp"
 
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -149,6 +151,55 @@ int write_to_process(std::uint32_t pid, const iovec* local, std::size_t local_co
             return ::process_vm_writev(static_cast<pid_t>(pid), from, from_count, to, to_count, 0);
         },
         local, local_count, remote, remote_count, length);
+}
+
+PeerProcess::~PeerProcess() {
+    if (descriptor_ >= 0) ::close(descriptor_);
+}
+
+int PeerProcess::open(std::uint32_t pid, std::uint64_t probe_address, std::uint64_t probe_value) {
+    if (descriptor_ >= 0) ::close(descriptor_);
+    pid_ = pid;
+    descriptor_ = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    if (descriptor_ < 0) return errno;
+    // The order is what makes the pidfd the peer's (same_host.hpp): pidfd first, then the probe.
+    std::uint64_t value = 0;
+    const iovec local{&value, sizeof value};
+    const iovec remote{reinterpret_cast<void*>(probe_address), sizeof value};
+    int error = read_from_process(pid, &local, 1, &remote, 1, sizeof value);
+    if (error == 0 && value != probe_value) error = EIO;
+    if (error == 0 && exited()) error = ESRCH;
+    if (error != 0) {
+        ::close(descriptor_);
+        descriptor_ = -1;
+    }
+    return error;
+}
+
+bool PeerProcess::exited() const {
+    if (descriptor_ < 0) return true;
+    // A pidfd polls readable once its process exited. Any other answer than "not yet" counts as
+    // exited: a move is then refused, never made to a pid that is not known to be the peer's.
+    pollfd exit{descriptor_, POLLIN, 0};
+    int ready;
+    do {
+        ready = ::poll(&exit, 1, 0);
+    } while (ready < 0 && errno == EINTR);
+    return ready != 0;
+}
+
+int read_from_peer(const PeerProcess& peer, const iovec* local, std::size_t local_count, const iovec* remote,
+                   std::size_t remote_count, std::size_t length) {
+    if (peer.exited()) return ESRCH;
+    const int error = read_from_process(peer.pid(), local, local_count, remote, remote_count, length);
+    return error == 0 && peer.exited() ? ESRCH : error;
+}
+
+int write_to_peer(const PeerProcess& peer, const iovec* local, std::size_t local_count, const iovec* remote,
+                  std::size_t remote_count, std::size_t length) {
+    if (peer.exited()) return ESRCH;
+    const int error = write_to_process(peer.pid(), local, local_count, remote, remote_count, length);
+    return error == 0 && peer.exited() ? ESRCH : error;
 }
 
 }  // namespace rdmachan::soft

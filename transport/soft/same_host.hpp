@@ -54,4 +54,52 @@ int read_from_process(std::uint32_t pid, const iovec* local, std::size_t local_c
 int write_to_process(std::uint32_t pid, const iovec* local, std::size_t local_count, const iovec* remote,
                      std::size_t remote_count, std::size_t length);
 
+// A same-host peer process held by a pidfd, so that its pid, once reused by another process, is
+// never taken for it. process_vm_readv/writev take a pid, not a pidfd (kernels up to 6.18 at
+// least), so every move by pid is bracketed (move_with_peer):
+//   - opened: the pidfd is opened after the peer's hello arrived and before its probe word is
+//     read back by cross-memory attach. The peer was alive with this pid when it sent the hello
+//     and alive with it when the probe read its random word; a process cannot come back, so it
+//     held the pid the whole time in between, and the pidfd (opened in between) is the peer.
+//   - before each move: the pidfd says the peer has not exited, so the pid is still the peer's
+//     (an exited peer's pid is not taken: the move fails with ESRCH);
+//   - after each move: the peer still has not exited, so it held the pid during the whole system
+//     call, and the bytes moved to or from the peer. If it exited meanwhile the move reports
+//     ESRCH, as a move into a dead peer does.
+// What the brackets cannot exclude: the peer exits, is reaped, and its pid is handed to another
+// process of the same user that maps the destination writable, all between the check before and
+// the system call's own lookup of the pid (a few instructions, unless this thread is stopped
+// right there). The check after then reports it, but the bytes have moved. Only a move by pidfd
+// closes that window (proposed for Linux as PROCESS_VM_PIDFD, not in this kernel), or writing
+// through a /proc/<pid>/mem descriptor, which is bound to the address space but measured at half
+// the bandwidth here (transport/soft/README.md, "Same host").
+class PeerProcess {
+public:
+    PeerProcess() = default;
+    ~PeerProcess();
+    PeerProcess(const PeerProcess&) = delete;
+    PeerProcess& operator=(const PeerProcess&) = delete;
+
+    // Opens the pidfd of `pid` and checks, by cross-memory attach, that `probe_address` holds
+    // `probe_value` there: 0, or the errno (EIO for another value). Call it once, after the
+    // peer's hello arrived.
+    int open(std::uint32_t pid, std::uint64_t probe_address, std::uint64_t probe_value);
+    bool is_open() const { return descriptor_ >= 0; }
+    std::uint32_t pid() const { return pid_; }
+    int descriptor() const { return descriptor_; }
+    // True once the peer exited (or when no pidfd is open).
+    bool exited() const;
+
+private:
+    int descriptor_ = -1;
+    std::uint32_t pid_ = 0;
+};
+
+// read_from_process / write_to_process on the peer, bracketed by PeerProcess::exited() (see
+// above): ESRCH when the peer exited before or during the move.
+int read_from_peer(const PeerProcess& peer, const iovec* local, std::size_t local_count, const iovec* remote,
+                   std::size_t remote_count, std::size_t length);
+int write_to_peer(const PeerProcess& peer, const iovec* local, std::size_t local_count, const iovec* remote,
+                  std::size_t remote_count, std::size_t length);
+
 }  // namespace rdmachan::soft

@@ -133,15 +133,16 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
         std::this_thread::sleep_for(std::chrono::microseconds(delay));
     }
     const iovec destination{reinterpret_cast<void*>(request.remote_addr), static_cast<std::size_t>(length)};
-    const int error = write_to_process(connection->peer_pid, local, local_count, &destination, 1, length);
+    const int error = write_to_peer(connection->peer_process, local, local_count, &destination, 1, length);
     use.release();
     if (error != 0) {
-        // The target died (ESRCH) or our own memory went away (EFAULT): the request path reports
-        // it as it always did (the lost connection, or the responder's local protection error).
+        // The target exited (ESRCH, also when its pidfd says so before or after the move) or our
+        // own memory went away (EFAULT): the request path reports it as it always did (the lost
+        // connection, or the responder's local protection error).
         if (!std::exchange(connection->zero_hop_failure_logged, true)) {
             detail::logger().warn("software device {}: QP {}: zero-hop write into process {} failed: {}; "
                                   "the request path takes over (said once per connection)",
-                                  owner_.name(), queue_pair.qpn, connection->peer_pid, std::strerror(error));
+                                  owner_.name(), queue_pair.qpn, connection->peer_process.pid(), std::strerror(error));
         }
         return false;
     }

@@ -1,0 +1,303 @@
+// The safety of the software device's zero-hop writes against processes that stop or go away
+// (issue 17): a deregistration never returns while a peer may still write the region (a peer
+// stopped in its write makes it fail, naming the peer and the key, and the region stays
+// registered; a peer that died in it is reclaimed), and a write whose target exited never lands in
+// the process that got its pid next.
+//
+// Each case holds a zero-hop write between its checks and its move (soft::delay_zero_hop_writes)
+// and does to the process in that window what the case is about.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "tests/soft/child_process.hpp"
+#include "tests/soft/scoped_environment.hpp"
+#include "tests/soft/soft_endpoint.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+using rdmachan::test::Address;
+using rdmachan::test::ChildProcess;
+using rdmachan::test::Environment;
+using rdmachan::test::EndpointOptions;
+using rdmachan::test::read_all;
+using rdmachan::test::SoftEndpoint;
+using rdmachan::test::write_all;
+using rdmachan::test::write_request;
+
+namespace {
+
+constexpr std::uint32_t kWriteBytes = 4096;
+constexpr std::uint8_t kPattern = 0xab;
+
+// What the parent (the target) tells the initiator child.
+struct TargetDetails {
+    Address endpoint;
+    std::uint64_t region_addr;
+    std::uint32_t region_rkey;
+};
+
+// What the initiator child reports once its write completed.
+struct WriteOutcome {
+    std::uint8_t status;  // mlx5::CompletionStatus, 0xff: no completion
+    std::uint64_t zero_hop_writes;
+};
+
+std::size_t bytes_equal_to(const std::uint8_t* memory, std::size_t length, std::uint8_t value) {
+    std::size_t equal = 0;
+    for (std::size_t b = 0; b < length; ++b) equal += memory[b] == value;
+    return equal;
+}
+
+// A small read: it opens the connection and, when it completes, the hello reply that settles the
+// same-host path (and maps the target's table) has arrived.
+bool settle_path(SoftEndpoint& initiator, const Address& remote) {
+    const mlx5::ScatterGatherElement into = initiator.local((1 << 20) - 64, 8);
+    mlx5::SendWorkRequest read = write_request(1000, &into, remote.buffer_addr, remote.rkey);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    if (initiator.post(&read, 1) != mlx5::PostResult::ok) return false;
+    const auto completion = initiator.wait_send();
+    return completion && completion->status == mlx5::CompletionStatus::success;
+}
+
+// The initiator child: connects to the parent's QP, then posts one zero-hop write of kWriteBytes
+// into the parent's region that waits `delay` between its checks and its move; says 'p' just before
+// posting, reports the outcome, and exits when the parent closes the pipe.
+void initiator_child(int from_parent, int to_parent, std::chrono::milliseconds delay) {
+    TargetDetails target{};
+    if (!read_all(from_parent, &target, sizeof target)) ::_exit(100);
+    auto device = soft::Device::open();
+    SoftEndpoint endpoint(device);
+    const Address mine = endpoint.address();
+    if (!write_all(to_parent, &mine, sizeof mine)) ::_exit(101);
+    endpoint.connect(target.endpoint);
+    char connected = 0;
+    if (!read_all(from_parent, &connected, 1)) ::_exit(102);
+    if (!settle_path(endpoint, target.endpoint)) ::_exit(103);
+    std::memset(endpoint.buffer(), kPattern, kWriteBytes);
+    soft::delay_zero_hop_writes(delay);
+    if (!write_all(to_parent, "p", 1)) ::_exit(104);
+    const mlx5::ScatterGatherElement source = endpoint.local(0, kWriteBytes);
+    const mlx5::SendWorkRequest write = write_request(1, &source, target.region_addr, target.region_rkey);
+    WriteOutcome outcome{0xff, 0};
+    if (endpoint.post(&write, 1) == mlx5::PostResult::ok) {
+        if (const auto completion = endpoint.wait_send(std::chrono::seconds(20))) outcome.status = static_cast<std::uint8_t>(completion->status);
+    }
+    outcome.zero_hop_writes = device->zero_hop_writes();
+    if (!write_all(to_parent, &outcome, sizeof outcome)) ::_exit(105);
+    char never = 0;
+    read_all(from_parent, &never, 1, 60);
+    ::_exit(0);
+}
+
+// The parent's side: a target device with a region of kWriteBytes, connected to the child's QP,
+// up to the moment the child's write holds the region (its slot in our table holds the key).
+struct Target {
+    std::shared_ptr<soft::Device> device;
+    std::optional<SoftEndpoint> endpoint;
+    std::shared_ptr<soft::MemoryRegion> region;
+    std::uint8_t* window = nullptr;
+
+    void start(ChildProcess& child) {
+        device = soft::Device::open();
+        endpoint.emplace(device);
+        window = endpoint->buffer() + 65536;
+        std::memset(window, 0, kWriteBytes);
+        region = device->register_memory(endpoint->domain_pointer(), window, kWriteBytes, soft::kLocalWrite | soft::kRemoteWrite);
+        const TargetDetails details{endpoint->address(), region->addr(), region->rkey()};
+        REQUIRE(write_all(child.to_child, &details, sizeof details));
+        Address initiator{};
+        REQUIRE(read_all(child.from_child, &initiator, sizeof initiator));
+        endpoint->connect(initiator);
+        REQUIRE(write_all(child.to_child, "g", 1));
+        char posting = 0;
+        REQUIRE(read_all(child.from_child, &posting, 1));
+        REQUIRE(posting == 'p');
+        // The child's doorbell thread is in its delay, holding the key, once its slot says so.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (device->zero_hop_holder(region->rkey()) != static_cast<std::uint32_t>(child.pid) &&
+               std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        REQUIRE(device->zero_hop_holder(region->rkey()) == static_cast<std::uint32_t>(child.pid));
+    }
+};
+
+std::string hex(std::uint32_t value) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%#x", value);
+    return text;
+}
+
+}  // namespace
+
+TEST_CASE("deregistration while a peer is stopped in a zero-hop write: fails naming the peer and the key; the region stays registered") {
+    Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "1");
+    auto child = ChildProcess::start([](int from_parent, int to_parent) {
+        initiator_child(from_parent, to_parent, std::chrono::milliseconds(3000));
+    });
+    Target target;
+    target.start(*child);
+    REQUIRE(::kill(child->pid, SIGSTOP) == 0);
+
+    const auto began = std::chrono::steady_clock::now();
+    std::string error;
+    try {
+        target.region->deregister();
+    } catch (const soft::SoftDeviceError& refused) {
+        error = refused.what();
+    }
+    const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+    MESSAGE("deregistration: " << (error.empty() ? "returned" : error) << " after " << waited_ms << " ms");
+    CHECK(error.find("process " + std::to_string(child->pid)) != std::string::npos);
+    CHECK(error.find("key " + hex(target.region->rkey())) != std::string::npos);
+    CHECK(error.find("stays registered") != std::string::npos);
+    CHECK(waited_ms >= 1900);
+    CHECK(bytes_equal_to(target.window, kWriteBytes, 0) == kWriteBytes);  // stopped before its move
+
+    // Still registered: the resumed write completes, and lands.
+    REQUIRE(::kill(child->pid, SIGCONT) == 0);
+    WriteOutcome outcome{};
+    REQUIRE(read_all(child->from_child, &outcome, sizeof outcome));
+    CHECK(outcome.status == static_cast<std::uint8_t>(mlx5::CompletionStatus::success));
+    CHECK(outcome.zero_hop_writes == 1);
+    CHECK(bytes_equal_to(target.window, kWriteBytes, kPattern) == kWriteBytes);
+    // Nothing holds it now: deregistration succeeds, and at once.
+    const auto again = std::chrono::steady_clock::now();
+    CHECK(target.device->zero_hop_holder(target.region->rkey()) == 0);
+    CHECK_NOTHROW(target.region->deregister());
+    CHECK(std::chrono::steady_clock::now() - again < std::chrono::milliseconds(1900));
+    CHECK(child->wait(10) == 0);
+}
+
+TEST_CASE("deregistration while a peer that died in a zero-hop write holds the region: its slot is reclaimed, no deadline") {
+    Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "1");
+    auto child = ChildProcess::start([](int from_parent, int to_parent) {
+        initiator_child(from_parent, to_parent, std::chrono::milliseconds(3000));
+    });
+    Target target;
+    target.start(*child);
+    REQUIRE(::kill(child->pid, SIGKILL) == 0);
+    // Not reaped: a zombie has exited too (no thread of it is in a write), though its pid is taken.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    siginfo_t state{};
+    while (::waitid(P_PID, static_cast<id_t>(child->pid), &state, WEXITED | WNOHANG | WNOWAIT) == 0 && state.si_pid == 0 &&
+           std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE(state.si_pid == child->pid);
+
+    const auto began = std::chrono::steady_clock::now();
+    CHECK_NOTHROW(target.region->deregister());
+    const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+    MESSAGE("deregistration returned after " << waited_ms << " ms");
+    CHECK(waited_ms < 1000);  // reclaimed, not the 2 s deadline
+    CHECK(bytes_equal_to(target.window, kWriteBytes, 0) == kWriteBytes);
+    CHECK(child->wait(10) == 200 + SIGKILL);
+}
+
+// Root only (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE): /proc/sys/kernel/ns_last_pid steers the
+// pid the next fork gets, as CRIU does; without it the case says so and checks nothing.
+TEST_CASE("a zero-hop write whose target exited never lands in the process that got the target's pid") {
+    Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "1");
+    const int last_pid = ::open("/proc/sys/kernel/ns_last_pid", O_RDWR | O_CLOEXEC);
+    if (last_pid < 0) {
+        MESSAGE("not run: /proc/sys/kernel/ns_last_pid is not writable here (needs root)");
+        return;
+    }
+    // The target: serves one region until it is killed.
+    auto target = ChildProcess::start([](int from_parent, int to_parent) {
+        auto device = soft::Device::open();
+        SoftEndpoint endpoint(device);
+        const Address mine = endpoint.address();
+        Address parent{};
+        if (!write_all(to_parent, &mine, sizeof mine) || !read_all(from_parent, &parent, sizeof parent)) ::_exit(100);
+        endpoint.connect(parent);
+        if (!write_all(to_parent, "r", 1)) ::_exit(101);
+        char never = 0;
+        read_all(from_parent, &never, 1, 60);
+        ::_exit(0);
+    });
+    auto device = soft::Device::open();
+    EndpointOptions options;
+    options.timeout = 18;  // 1.07 s per try: the lost connection is what ends the write, not the retries
+    options.retry_cnt = 3;
+    SoftEndpoint initiator(device, options);
+    Address remote{};
+    REQUIRE(read_all(target->from_child, &remote, sizeof remote));
+    const Address mine = initiator.address();
+    REQUIRE(write_all(target->to_child, &mine, sizeof mine));
+    initiator.connect(remote);
+    char ready = 0;
+    REQUIRE(read_all(target->from_child, &ready, 1));
+    REQUIRE(settle_path(initiator, remote));
+    const pid_t target_pid = target->pid;
+
+    // The write: checked against the live target's table, then held 3 s before its move.
+    std::memset(initiator.buffer(), kPattern, kWriteBytes);
+    constexpr auto kHold = std::chrono::milliseconds(3000);
+    soft::delay_zero_hop_writes(kHold);
+    const auto posted = std::chrono::steady_clock::now();
+    std::optional<mlx5::Completion> completion;
+    std::thread writer([&] {
+        const mlx5::ScatterGatherElement source = initiator.local(0, kWriteBytes);
+        const mlx5::SendWorkRequest write = write_request(7, &source, remote.buffer_addr, remote.rkey);
+        if (initiator.post(&write, 1) == mlx5::PostResult::ok) completion = initiator.wait_send(std::chrono::seconds(20));
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // Meanwhile the target dies and is reaped, and its pid goes to a process that maps the very
+    // pages the write is aimed at, writable and zeroed.
+    REQUIRE(::kill(target_pid, SIGKILL) == 0);
+    CHECK(target->wait(10) == 200 + SIGKILL);
+    const std::uintptr_t page = remote.buffer_addr & ~std::uintptr_t{4095};
+    const std::size_t span = ((remote.buffer_addr + kWriteBytes + 4095) & ~std::uint64_t{4095}) - page;
+    std::unique_ptr<ChildProcess> successor;
+    for (int attempt = 0; attempt < 50 && successor == nullptr; ++attempt) {
+        const std::string previous = std::to_string(target_pid - 1);
+        REQUIRE(::pwrite(last_pid, previous.data(), previous.size(), 0) == static_cast<ssize_t>(previous.size()));
+        auto candidate = ChildProcess::start([page, span](int from_parent, int to_parent) {
+            void* mapped = ::mmap(reinterpret_cast<void*>(page), span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            if (mapped == MAP_FAILED) ::_exit(110);
+            if (!write_all(to_parent, "m", 1)) ::_exit(111);
+            char check = 0;
+            if (!read_all(from_parent, &check, 1)) ::_exit(112);
+            // Reports how many bytes of the target's range are no longer zero.
+            std::uint64_t written = 0;
+            for (std::size_t b = 0; b < span; ++b) written += static_cast<const std::uint8_t*>(mapped)[b] != 0;
+            if (!write_all(to_parent, &written, sizeof written)) ::_exit(113);
+            ::_exit(0);
+        });
+        if (candidate->pid == target_pid) successor = std::move(candidate);
+        // Another process took the pid first: that child exits when its pipes close.
+    }
+    ::close(last_pid);
+    REQUIRE(successor != nullptr);
+    char mapped = 0;
+    REQUIRE(read_all(successor->from_child, &mapped, 1));
+    // The case means something only if the successor was in place before the write moved.
+    const auto ready_after = std::chrono::steady_clock::now() - posted;
+    MESSAGE("process " << successor->pid << " has had the target's pid and its pages since "
+                       << std::chrono::duration<double, std::milli>(ready_after).count() << " ms after the post");
+    REQUIRE(ready_after < kHold - std::chrono::milliseconds(500));
+
+    writer.join();
+    soft::delay_zero_hop_writes(std::chrono::microseconds(0));
+    REQUIRE(write_all(successor->to_child, "c", 1));
+    std::uint64_t written = ~0ull;
+    REQUIRE(read_all(successor->from_child, &written, sizeof written));
+    CHECK(written == 0);
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::transport_retry_exceeded);
+    CHECK(device->zero_hop_writes() == 0);
+    CHECK(successor->wait(10) == 0);
+}
