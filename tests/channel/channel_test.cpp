@@ -381,31 +381,30 @@ TEST_CASE("a batch posted again reuses its conversion only while it is unchanged
     auto a_zone = [&](std::uint32_t offset, std::uint32_t length) {
         return std::vector<std::uint8_t>(a_memory.begin() + offset, a_memory.begin() + offset + length);
     };
-    std::optional<rdmachan::WorkBatch> batch(std::in_place);
-    for (std::uint32_t i = 0; i < 4; ++i) batch->write(a_region.slice(i * 256, 256), b_region.remote(i * 256, 256));
-    REQUIRE(pair.a.execute(*batch).ok());
-    REQUIRE(pair.a.execute(*batch).ok());  // unchanged: the conversion is reused
+    rdmachan::WorkBatch batch;
+    for (std::uint32_t i = 0; i < 4; ++i) batch.write(a_region.slice(i * 256, 256), b_region.remote(i * 256, 256));
+    REQUIRE(pair.a.execute(batch).ok());
+    REQUIRE(pair.a.execute(batch).ok());  // unchanged: the conversion is reused
     CHECK(b_zone(0, 1024) == a_zone(0, 1024));
     // Changed (same count after a clear): the new targets, not the old ones.
-    batch->clear();
-    for (std::uint32_t i = 0; i < 4; ++i) batch->write(a_region.slice(1024 + i * 256, 256), b_region.remote(2048 + i * 256, 256));
-    const WorkResult changed = pair.a.execute(*batch);
+    batch.clear();
+    for (std::uint32_t i = 0; i < 4; ++i) batch.write(a_region.slice(1024 + i * 256, 256), b_region.remote(2048 + i * 256, 256));
+    const WorkResult changed = pair.a.execute(batch);
     REQUIRE(changed.ok());
     CHECK(changed.completion().bytes == 4 * 256);
     CHECK(b_zone(2048, 1024) == a_zone(1024, 1024));
     // Grown by one: five writes go.
-    batch->write(a_region.slice(3072, 512), b_region.remote(4096, 512));
-    REQUIRE(pair.a.execute(*batch).ok());
+    batch.write(a_region.slice(3072, 512), b_region.remote(4096, 512));
+    REQUIRE(pair.a.execute(batch).ok());
     CHECK(b_zone(4096, 512) == a_zone(3072, 512));
     // Moved from: the moved-to batch posts the same writes; the moved-from one is empty.
-    rdmachan::WorkBatch moved = std::move(*batch);
-    CHECK(batch->empty());
+    rdmachan::WorkBatch moved = std::move(batch);
+    CHECK(batch.empty());
     REQUIRE(pair.a.execute(moved).ok());
     // A new batch in the old one's place, as many entries as the first had, other targets.
-    batch.reset();
-    batch.emplace();
-    for (std::uint32_t i = 0; i < 4; ++i) batch->write(a_region.slice(4096 + i * 256, 256), b_region.remote(6144 + i * 256, 256));
-    REQUIRE(pair.a.execute(*batch).ok());
+    batch = rdmachan::WorkBatch();
+    for (std::uint32_t i = 0; i < 4; ++i) batch.write(a_region.slice(4096 + i * 256, 256), b_region.remote(6144 + i * 256, 256));
+    REQUIRE(pair.a.execute(batch).ok());
     CHECK(b_zone(6144, 1024) == a_zone(4096, 1024));
     CHECK(pair.a.counters().operations == 4 + 4 + 4 + 5 + 5 + 4);
 }
