@@ -3,6 +3,7 @@
 #include "rdmachan/channel.hpp"
 
 #include <exception>
+#include <utility>
 
 #include "src/engine.hpp"
 #include "src/operations.hpp"
@@ -154,7 +155,7 @@ ChannelBuilder& ChannelBuilder::backoff(std::uint32_t spin_polls, std::uint32_t 
 
 PreparedChannel ChannelBuilder::build() const {
     try {
-        return PreparedChannel(std::make_shared<detail::Engine>(settings_, 1));
+        return PreparedChannel(detail::make_engine(settings_, 1));
     } catch (const Error& error) {
         throw Error(std::string("ChannelBuilder::build: ") + error.what());
     }
@@ -182,13 +183,23 @@ Channel PreparedChannel::handshake(const ChannelEndpoint& remote) && {
 
 // ---- pending work ---------------------------------------------------------------------------
 
+namespace {
+
+// Drops a handle's reference on the engine when the handle is done with it (maybe deleting it).
+struct HandleReference {
+    detail::Engine* engine;
+    ~HandleReference() { engine->drop_handle(); }
+};
+
+}  // namespace
+
 PendingWork::PendingWork(PendingWork&& other) noexcept
-    : core_(std::move(other.core_)), ticket_(other.ticket_), operation_(other.operation_) {}
+    : engine_(std::exchange(other.engine_, nullptr)), ticket_(other.ticket_), operation_(other.operation_) {}
 
 PendingWork& PendingWork::operator=(PendingWork&& other) noexcept {
     if (this != &other) {
-        if (core_ != nullptr) (void)wait();
-        core_ = std::move(other.core_);
+        if (engine_ != nullptr) (void)wait();
+        engine_ = std::exchange(other.engine_, nullptr);
         ticket_ = other.ticket_;
         operation_ = other.operation_;
     }
@@ -196,7 +207,7 @@ PendingWork& PendingWork::operator=(PendingWork&& other) noexcept {
 }
 
 PendingWork::~PendingWork() {
-    if (core_ == nullptr) return;
+    if (engine_ == nullptr) return;
     const WorkResult result = wait();
     if (!result.ok() && result.error().deadline_expired) {
         // wait() already moved the QP to ERR; say which handle it was.
@@ -204,27 +215,32 @@ PendingWork::~PendingWork() {
     }
 }
 
-WorkResult PendingWork::wait() { return wait(core_ != nullptr ? core_->settings().deadline : std::chrono::milliseconds(0)); }
+WorkResult PendingWork::wait() { return wait(engine_ != nullptr ? engine_->settings().deadline : std::chrono::milliseconds(0)); }
 
 WorkResult PendingWork::wait(std::chrono::milliseconds deadline) {
-    if (core_ == nullptr) throw Error("PendingWork::wait: this handle holds no pending work (already waited for, or moved)");
-    std::shared_ptr<detail::Engine> core = std::move(core_);
-    WorkResult result = core->wait(ticket_, deadline);
+    if (engine_ == nullptr) throw Error("PendingWork::wait: this handle holds no pending work (already waited for, or moved)");
+    const HandleReference reference{std::exchange(engine_, nullptr)};
+    detail::Engine& engine = *reference.engine;
+    WorkResult result = engine.wait(ticket_, deadline);
     if (!result.ok() && result.error().deadline_expired) {
         // The NIC may still use the buffers: take them back by failing the QP and flushing.
-        if (std::optional<std::uint32_t> peer = core->peer_of(ticket_)) {
-            core->fail_and_flush(*peer, "a completion did not arrive before the deadline");
+        if (std::optional<std::uint32_t> peer = engine.peer_of(ticket_)) {
+            engine.fail_and_flush(*peer, "a completion did not arrive before the deadline");
         }
-        if (std::optional<WorkResult> flushed = core->try_take(ticket_)) (void)flushed;
+        if (std::optional<WorkResult> flushed = engine.try_take(ticket_)) (void)flushed;
     }
     return result;
 }
 
+// The completion's delivery that issue 22 counts: Engine::ready and take_ready are inlined, the
+// result is built in the return value, and the handle lets go of the engine with a plain
+// decrement once it is built.
 std::optional<WorkResult> PendingWork::poll() {
-    if (core_ == nullptr) return std::nullopt;
-    std::optional<WorkResult> result = core_->try_take(ticket_);
-    if (result.has_value()) core_.reset();
-    return result;
+    if (engine_ == nullptr) return std::nullopt;
+    auto* const slot = engine_->ready(ticket_);
+    if (slot == nullptr) return std::nullopt;
+    const HandleReference reference{std::exchange(engine_, nullptr)};
+    return reference.engine->take_ready(*slot, ticket_);
 }
 
 // ---- channel --------------------------------------------------------------------------------
@@ -248,37 +264,37 @@ std::string Channel::peer() const { return core_->peer_name(0); }
 bool Channel::healthy() const { return core_->healthy(0); }
 
 PendingWork Channel::post_send(const LocalSlice& local, std::optional<std::uint32_t> immediate) {
-    return PendingWork(core_, detail::post_send_operation(*core_, 0, local, immediate), detail::send_operation(immediate));
+    return PendingWork(core_.get(), detail::post_send_operation(*core_, 0, local, immediate), detail::send_operation(immediate));
 }
 
 PendingWork Channel::post_receive(const LocalSlice& local) {
-    return PendingWork(core_, core_->post_receive(0, local), Operation::receive);
+    return PendingWork(core_.get(), core_->post_receive(0, local), Operation::receive);
 }
 
 PendingWork Channel::post_write(const LocalSlice& local, const RemoteMemoryRegion& remote, std::optional<std::uint32_t> immediate) {
-    return PendingWork(core_, detail::post_write_operation(*core_, 0, "Channel::post_write", local, remote, immediate),
+    return PendingWork(core_.get(), detail::post_write_operation(*core_, 0, "Channel::post_write", local, remote, immediate),
                        detail::write_operation(immediate));
 }
 
 PendingWork Channel::post_read(const LocalSlice& local, const RemoteMemoryRegion& remote) {
-    return PendingWork(core_, detail::post_read_operation(*core_, 0, "Channel::post_read", local, remote), Operation::rdma_read);
+    return PendingWork(core_.get(), detail::post_read_operation(*core_, 0, "Channel::post_read", local, remote), Operation::rdma_read);
 }
 
 PendingWork Channel::post_fetch_and_add(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t add) {
-    return PendingWork(core_, detail::post_fetch_and_add_operation(*core_, 0, "Channel::post_fetch_and_add", result, remote, add),
+    return PendingWork(core_.get(), detail::post_fetch_and_add_operation(*core_, 0, "Channel::post_fetch_and_add", result, remote, add),
                        Operation::atomic_fetch_and_add);
 }
 
 PendingWork Channel::post_compare_and_swap(const LocalSlice& result, const RemoteMemoryRegion& remote, std::uint64_t compare,
                                            std::uint64_t swap) {
-    return PendingWork(core_,
+    return PendingWork(core_.get(),
                        detail::post_compare_and_swap_operation(*core_, 0, "Channel::post_compare_and_swap", result, remote,
                                                                compare, swap),
                        Operation::atomic_compare_and_swap);
 }
 
 PendingWork Channel::post_batch(const WorkBatch& batch) {
-    return PendingWork(core_, detail::post_batch_operation(*core_, 0, "Channel::post_batch", batch), Operation::batch);
+    return PendingWork(core_.get(), detail::post_batch_operation(*core_, 0, "Channel::post_batch", batch), Operation::batch);
 }
 
 WorkResult Channel::execute(const WorkBatch& batch) { return post_batch(batch).wait(); }
@@ -302,7 +318,7 @@ WorkResult Channel::compare_and_swap(const LocalSlice& result, const RemoteMemor
 // ---- scopes ---------------------------------------------------------------------------------
 
 std::uint64_t PendingWork::release_ticket() {
-    core_.reset();
+    std::exchange(engine_, nullptr)->drop_handle();  // the scope's channel still owns the engine
     return ticket_;
 }
 
@@ -325,10 +341,9 @@ std::optional<WorkResult> ScopedWork::poll() {
 }
 
 ScopedWork Scope::adopt(PendingWork work) {
-    std::shared_ptr<detail::Engine> core = work.core_;
     const std::uint64_t ticket = work.release_ticket();
-    core->adopt(ticket, id_);
-    return ScopedWork(std::move(core), ticket);
+    channel_.core_->adopt(ticket, id_);
+    return ScopedWork(channel_.core_, ticket);
 }
 
 ScopedWork Scope::post_send(const LocalSlice& local, std::optional<std::uint32_t> immediate) { return adopt(channel_.post_send(local, immediate)); }

@@ -41,10 +41,6 @@ private:
     bool started_ = false;
 };
 
-// The last request of a batch carries its ticket with this bit set: only its completion ends the
-// operation. Slots are numbered far below it.
-constexpr std::uint64_t kFinalRequest = 1ull << 31;
-
 mlx5::CompletionStatus status_of_refusal(mlx5::PostResult result) {
     switch (result) {
         case mlx5::PostResult::too_many_sge:
@@ -113,6 +109,12 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
 
     scratch_requests_.resize(settings.max_send_wr);
     scratch_elements_.resize(settings.max_send_wr);
+    // Each scratch request has its own element for good (post_batch writes the element, not
+    // these): two stores less per request posted.
+    for (std::uint32_t i = 0; i < settings.max_send_wr; ++i) {
+        scratch_requests_[i].sg_list = &scratch_elements_[i];
+        scratch_requests_[i].num_sge = 1;
+    }
 
     // One slot per request the budgets admit: a slot is free whenever a post can proceed. RC:
     // every queue pair's send and receive depth. DC: the initiators' send depth, plus one
@@ -123,11 +125,22 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
         dc_.enabled ? static_cast<std::uint64_t>(initiators_.size()) * settings.max_send_wr + peer_count +
                           settings.max_recv_wr
                     : static_cast<std::uint64_t>(peer_count) * (settings.max_send_wr + settings.max_recv_wr);
-    if (capacity >= kFinalRequest) throw Error("Engine: too many outstanding operations to track");
+    // Below kFinalRequest - 1, so that kNoTicket's slot bits name no slot.
+    if (capacity >= kFinalRequest - 1) throw Error("Engine: too many outstanding operations to track");
     slots_.resize(capacity);
+    slot_count_ = static_cast<std::uint32_t>(capacity);
     if (dc_.enabled) waiting_links_.assign(capacity, LinkedIndexQueue::kNone);
-    free_slots_.reserve(capacity);
-    for (std::uint64_t slot = capacity; slot-- > 0;) free_slots_.push_back(static_cast<std::uint32_t>(slot));
+    free_slots_.resize(capacity);
+    // Slot 0 on top, as before.
+    for (std::uint64_t slot = capacity; slot-- > 0;) free_slots_[free_count_++] = static_cast<std::uint32_t>(slot);
+}
+
+void Engine::release_owner(Engine* engine) noexcept {
+    if (engine->handles_ == 0) {
+        delete engine;
+    } else {
+        engine->orphaned_ = true;  // the last PendingWork deletes it (drop_handle)
+    }
 }
 
 transport::QueuePairSettings Engine::rc_queue_pair_settings() const {
@@ -218,32 +231,11 @@ void Engine::mark_replacement_connected(std::uint32_t index) {
     peer.connected = true;
 }
 
-std::uint64_t Engine::claim_slot(std::uint32_t peer, Operation operation) {
-    if (free_slots_.empty() && !wait_for_free_slot()) [[unlikely]] return kNoTicket;
-    const std::uint32_t slot = free_slots_.back();
-    free_slots_.pop_back();
-    Slot& entry = slots_[slot];
-    entry.state = SlotState::pending;
-    entry.error_seen = false;
-    entry.operation = operation;
-    entry.peer = peer;
-    entry.send_requests = 0;
-    entry.scope = 0;
-    entry.bytes = 0;
-    entry.not_posted = nullptr;
-    entry.initiator = -1;
-    // completion is not reset: finish() or a batch's first error writes it before anyone reads
-    // it; receive_addr and receive_length are written by the DC receive that uses them.
-    ++outstanding_;
-    ++peers_[peer].outstanding;
-    return static_cast<std::uint64_t>(entry.generation) << 32 | slot;
-}
-
 // Kept out of line: the post path reads no clock and builds no deadline unless it must wait.
 bool Engine::wait_for_free_slot() {
     std::uint32_t round = 0;
     LazyDeadline deadline(settings_.deadline);
-    while (free_slots_.empty()) {
+    while (free_count_ == 0) {
         poll_once();
         if (deadline.passed()) return false;
         backoff(round);
@@ -251,40 +243,9 @@ bool Engine::wait_for_free_slot() {
     return true;
 }
 
-void Engine::release(std::uint32_t slot) {
-    Slot& entry = slots_[slot];
-    entry.state = SlotState::free;
-    ++entry.generation;  // a stale ticket can never take the next operation's completion
-    free_slots_.push_back(slot);
-}
-
-Engine::Slot* Engine::slot_for(std::uint64_t ticket) {
-    const auto slot = static_cast<std::uint32_t>(ticket & (kFinalRequest - 1));
-    if (ticket == kNoTicket || slot >= slots_.size()) return nullptr;
-    Slot& entry = slots_[slot];
-    if (entry.generation != static_cast<std::uint32_t>(ticket >> 32) || entry.state == SlotState::free) return nullptr;
-    return &entry;
-}
-
 std::optional<std::uint32_t> Engine::peer_of(std::uint64_t ticket) {
     if (Slot* entry = slot_for(ticket)) return entry->peer;
     return std::nullopt;
-}
-
-void Engine::finish(Slot& slot, const mlx5::Completion& completion) {
-    Peer& peer = peers_[slot.peer];
-    if (!slot.error_seen) slot.completion = completion;
-    slot.state = SlotState::done;
-    peer.send_in_flight -= slot.send_requests;
-    if (slot.initiator >= 0) initiators_[slot.initiator].send_in_flight -= slot.send_requests;
-    --peer.outstanding;
-    --outstanding_;
-    if (slot.completion.status == mlx5::CompletionStatus::success) {
-        peer.counters.operations += slot.send_requests == 0 ? 1 : slot.send_requests;
-        peer.counters.bytes += slot.completion.is_receive ? slot.completion.byte_len : slot.bytes;
-    } else {
-        ++peer.counters.errors;
-    }
 }
 
 std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why) {
@@ -416,16 +377,34 @@ std::uint64_t Engine::finish_post(std::uint32_t index, std::uint64_t ticket, tra
     }
 }
 
-std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count,
-                                 Operation operation) {
+std::uint64_t Engine::post_batch(std::uint32_t index, const WorkBatch::Entry* entries, std::uint32_t count,
+                                 Operation operation, std::uint64_t version) {
+    Peer& peer = peers_[index];
+    // The common case, an RC batch that can go at once (a free slot, send budget, a connected
+    // peer), takes its ticket first, so that each request gets its wr_id as it is converted: one
+    // pass over the batch. Anything else is converted with no ticket and takes post_send, which
+    // waits, handles DC and fails the operation naming why.
+    const bool at_once =
+        free_count_ != 0 && !dc_.enabled && peer.connected && peer.send_in_flight + count <= settings_.max_send_wr;
+    const std::uint64_t ticket = at_once ? claim_free_slot(index, operation) : 0;
+    mlx5::SendWorkRequest* const requests = scratch_requests_.data();
+    if (at_once && version != 0 && version == scratch_version_ && count == scratch_count_) {
+        // The same batch as last time, converted then: only the ticket is new.
+        for (std::uint32_t i = 0; i + 1 < count; ++i) requests[i].wr_id = ticket;
+        return post_converted(index, ticket, count, scratch_bytes_);
+    }
+    mlx5::ScatterGatherElement* const elements = scratch_elements_.data();
+    const std::uint32_t max_inline = settings_.max_inline_data;
+    std::uint64_t bytes = 0;
     for (std::uint32_t i = 0; i < count; ++i) {
         const WorkBatch::Entry& entry = entries[i];
-        mlx5::ScatterGatherElement& element = scratch_elements_[i];
+        mlx5::ScatterGatherElement& element = elements[i];
         element = {entry.local_addr, entry.local_length, entry.lkey};
-        mlx5::SendWorkRequest& request = scratch_requests_[i];
-        request = {};
-        request.sg_list = &element;
-        request.num_sge = 1;
+        // Every field these opcodes use is written, but sg_list and num_sge, which the constructor
+        // set for good; the others (atomics, DC stream, layout) keep the zeros the scratch space
+        // was made with (post_send sets the DC address vector itself).
+        mlx5::SendWorkRequest& request = requests[i];
+        request.wr_id = ticket;
         request.remote_addr = entry.remote_addr;
         request.rkey = entry.rkey;
         request.immediate = entry.immediate.value_or(0);
@@ -442,11 +421,39 @@ std::uint64_t Engine::post_batch(std::uint32_t peer, const WorkBatch::Entry* ent
                 break;
         }
         // Small payloads travel inside the WQE: no DMA read of the buffer, which is free at once.
-        if (entry.kind != WorkBatch::Kind::read && entry.local_length <= settings_.max_inline_data && !entry.zero_based) {
-            request.flags |= mlx5::kSendInline;
-        }
+        // A layout's bytes are not contiguous here: they never go inline.
+        request.flags = entry.kind != WorkBatch::Kind::read && entry.local_length <= max_inline && !entry.zero_based
+                            ? mlx5::kSendInline
+                            : 0;
+        bytes += entry.local_length;
     }
-    return post_send(peer, scratch_requests_.data(), count, operation);
+    if (!at_once) [[unlikely]] {
+        scratch_version_ = 0;  // post_send sets flags and DC address vectors of its own
+        return post_send(index, requests, count, operation);
+    }
+    requests[count - 1].flags |= mlx5::kSendSignaled;
+    scratch_version_ = version;
+    scratch_count_ = count;
+    scratch_bytes_ = bytes;
+    return post_converted(index, ticket, count, bytes);
+}
+
+// The RC batch in the scratch space, each request but the last carrying `ticket` and the last
+// signaled: its final wr_id, the budgets, the record, the post.
+std::uint64_t Engine::post_converted(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes) {
+    mlx5::SendWorkRequest* const requests = scratch_requests_.data();
+    requests[count - 1].wr_id = ticket | kFinalRequest;
+    Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
+    slot.bytes = bytes;
+    slot.send_requests = count;
+    peers_[index].send_in_flight += count;
+    transport::QueuePair& queue_pair = *rc_queues_[index].queue_pair;
+    flight::record(flight::Event::channel_post_send, index, rc_queues_[index].local.qpn, ticket, count,
+                   static_cast<std::uint64_t>(requests[0].opcode));
+    std::uint32_t posted = 0;
+    const mlx5::PostResult result = queue_pair.post_send(requests, count, &posted);
+    if (result == mlx5::PostResult::ok) [[likely]] return ticket;
+    return finish_post(index, ticket, queue_pair, requests, count, posted, result);
 }
 
 std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local) {
@@ -472,9 +479,8 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
     }
 }
 
-void Engine::deliver(const mlx5::Completion& completion) {
-    flight::record(flight::Event::channel_completion, completion.qp_num, completion.wr_id,
-                   static_cast<std::uint64_t>(completion.status), completion.syndrome, completion.byte_len);
+// Out of line: error and flush completions, and DC arrivals (deliver recorded the event).
+void Engine::deliver_general(const mlx5::Completion& completion) {
     if (completion.status != mlx5::CompletionStatus::success &&
         completion.status != mlx5::CompletionStatus::work_request_flushed) [[unlikely]] {
         report_error_completion(completion);
@@ -510,13 +516,6 @@ void Engine::report_error_completion(const mlx5::Completion& completion) const {
     flight::dump_automatically(reason);
 }
 
-bool Engine::poll_queue(transport::CompletionQueue& queue) {
-    // The engine's own buffer: a local array of 16 completions was initialised on every call.
-    const std::uint32_t count = queue.poll(poll_buffer_.data(), static_cast<std::uint32_t>(poll_buffer_.size()));
-    for (std::uint32_t i = 0; i < count; ++i) deliver(poll_buffer_[i]);
-    return count != 0;
-}
-
 bool Engine::poll_once() {
     const bool sends = poll_queue(*send_completions_);
     const bool receives = poll_queue(*receive_completions_);
@@ -535,18 +534,6 @@ void Engine::backoff(std::uint32_t& round) const {
     std::this_thread::sleep_for(settings_.sleep);
 }
 
-WorkResult Engine::result_of(const Slot& slot) const {
-    const mlx5::Completion& completion = slot.completion;
-    if (completion.status == mlx5::CompletionStatus::success) [[likely]] {
-        WorkCompletion work;
-        work.bytes = slot.completion.is_receive ? completion.byte_len : static_cast<std::uint32_t>(slot.bytes);
-        if ((completion.flags & mlx5::kCompletionWithImmediate) != 0) work.immediate = completion.immediate;
-        return WorkResult::success(work);
-    }
-    return failure_of(slot);
-}
-
-// Out of line: the error names the peer (a string copy), which the success path never needs.
 WorkResult Engine::failure_of(const Slot& slot) const {
     const mlx5::Completion& completion = slot.completion;
     WorkError error;
@@ -560,20 +547,14 @@ WorkResult Engine::failure_of(const Slot& slot) const {
 }
 
 std::optional<WorkResult> Engine::try_take(std::uint64_t ticket) {
-    Slot* entry = slot_for(ticket);
-    if (entry == nullptr) return std::nullopt;
-    if (entry->state != SlotState::done) {
-        // RC: an operation's completion can only be in the queue of its kind, so only that one
-        // is polled (the other keeps its completions: both hold all their queue pairs can have
-        // in flight). DC polls both: a receive completes from the shared receive queue's arrivals.
-        if (dc_.enabled) {
-            poll_once();
-        } else {
-            poll_queue(entry->operation == Operation::receive ? *receive_completions_ : *send_completions_);
-        }
-    }
-    if (entry->state != SlotState::done) return std::nullopt;
-    std::optional<WorkResult> result(result_of(*entry));
+    Slot* slot = ready(ticket);
+    if (slot == nullptr) return std::nullopt;
+    return take_ready(*slot, ticket);
+}
+
+// Out of line: a failed operation's result names the peer (a string copy).
+std::optional<WorkResult> Engine::take_failure(Slot& slot, std::uint64_t ticket) {
+    std::optional<WorkResult> result(failure_of(slot));
     release(static_cast<std::uint32_t>(ticket));
     return result;
 }

@@ -20,12 +20,17 @@
 #include "rdmachan/channel.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "rdmachan/peer_counters.hpp"
+#include "src/flight_recorder.hpp"
 #include "transport/device_interface.hpp"
 
 namespace rdmachan::detail {
 
 // The ticket of an operation that could not even get a slot.
 inline constexpr std::uint64_t kNoTicket = ~0ull;
+
+// The last request of a batch carries its ticket with this bit set: only its completion ends the
+// operation. Slots are numbered below kFinalRequest - 1, so kNoTicket names no slot.
+inline constexpr std::uint64_t kFinalRequest = 1ull << 31;
 
 // Why a replaced peer's operations fail until its replacement has connected its side.
 inline constexpr const char* kReplacementNotConnected =
@@ -74,7 +79,10 @@ private:
 };
 
 class Engine {
+    struct Slot;
+
 public:
+    // Use make_engine (below): its shared_ptr's deleter is release_owner.
     Engine(const ChannelSettings& settings, std::uint32_t peer_count, const DcSettings& dc = {});
     ~Engine();
     Engine(const Engine&) = delete;
@@ -137,13 +145,81 @@ public:
     // completion; an error in an earlier one is what the batch reports.
     std::uint64_t post_send(std::uint32_t peer, mlx5::SendWorkRequest* requests, std::uint32_t count,
                             Operation operation);
+    // One request of one SGE (the single operations, src/operations.hpp), inlined into the API
+    // call: an RC post that needs no wait goes straight to the queue pair's post_one. Anything
+    // else (no free slot, no send budget, DC, a peer not connected) takes post_send, which
+    // waits or fails the operation naming why.
+    [[gnu::always_inline]] std::uint64_t post_one(std::uint32_t index, mlx5::SendWorkRequest& request,
+                                                  Operation operation) {
+        Peer& peer = peers_[index];
+        if (free_count_ == 0 || dc_.enabled || !peer.connected || peer.send_in_flight >= settings_.max_send_wr)
+            [[unlikely]] {
+            return post_send(index, &request, 1, operation);
+        }
+        const std::uint64_t ticket = claim_free_slot(index, operation);
+        Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
+        request.wr_id = ticket | kFinalRequest;
+        request.flags |= mlx5::kSendSignaled;
+        slot.bytes = request.sg_list[0].length;
+        slot.send_requests = 1;
+        ++peer.send_in_flight;
+        const RcQueue& queue = rc_queues_[index];
+        flight::record(flight::Event::channel_post_send, index, queue.local.qpn, ticket, 1,
+                       static_cast<std::uint64_t>(request.opcode));
+        const mlx5::PostResult result = queue.queue_pair->post_one(request);
+        if (result == mlx5::PostResult::ok) [[likely]] return ticket;
+        return finish_post(index, ticket, *queue.queue_pair, &request, 1, 0, result);
+    }
     // The entries become requests in the engine's own scratch space (no allocation); at most
-    // max_send_wr of them (callers check).
+    // max_send_wr of them (callers check). `version`: WorkBatch::version() of the entries, or 0
+    // when they are not a WorkBatch's; an RC post of the version the scratch space already
+    // holds only writes the new ticket into it (a batch built once and posted many times).
     std::uint64_t post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count,
-                             Operation operation);
+                             Operation operation, std::uint64_t version = 0);
     std::uint64_t post_receive(std::uint32_t peer, const LocalSlice& local);
     WorkResult wait(std::uint64_t ticket, std::chrono::milliseconds deadline);
     std::optional<WorkResult> try_take(std::uint64_t ticket);
+    // The handles' poll, in two steps inlined into PendingWork::poll. ready(): the operation's
+    // slot once it is done, after one poll of the queue it completes on if it was not; nullptr
+    // before that, and for no operation. take_ready(): its result, built straight into the
+    // caller's return value (a success constructs no error object and copies nothing), and the
+    // slot freed.
+    [[gnu::always_inline]] Slot* ready(std::uint64_t ticket) {
+        Slot* entry = slot_for(ticket);
+        if (entry == nullptr || entry->state == SlotState::done) return entry;
+        // RC: an operation's completion can only be in the queue of its kind, so only that one
+        // is polled (the other keeps its completions: both hold all their queue pairs can have
+        // in flight). DC polls both: a receive completes from the shared receive queue's arrivals.
+        if (dc_.enabled) {
+            poll_once();
+            return entry->state == SlotState::done ? entry : nullptr;
+        }
+        transport::CompletionQueue& queue =
+            entry->operation == Operation::receive ? *receive_completions_ : *send_completions_;
+        const std::uint32_t count = queue.poll(poll_buffer_.data(), static_cast<std::uint32_t>(poll_buffer_.size()));
+        // The operation's own successful final completion, the one waited for, is known without
+        // looking its slot up again; every other goes through deliver.
+        const std::uint64_t own_final = ticket | kFinalRequest;
+        for (std::uint32_t i = 0; i < count; ++i) {
+            const mlx5::Completion& completion = poll_buffer_[i];
+            if (completion.wr_id == own_final && completion.status == mlx5::CompletionStatus::success &&
+                entry->state == SlotState::pending) [[likely]] {
+                record_completion(completion);
+                finish(*entry, completion);
+            } else {
+                deliver(completion);
+            }
+        }
+        return entry->state == SlotState::done ? entry : nullptr;
+    }
+    [[gnu::always_inline]] std::optional<WorkResult> take_ready(Slot& slot, std::uint64_t ticket) {
+        if (slot.completion.status == mlx5::CompletionStatus::success) [[likely]] {
+            const WorkCompletion work = completion_of(slot);
+            release(static_cast<std::uint32_t>(ticket));
+            return std::optional<WorkResult>(std::in_place, work);
+        }
+        return take_failure(slot, ticket);
+    }
     bool outstanding(std::uint64_t ticket) { return slot_for(ticket) != nullptr; }
     std::optional<std::uint32_t> peer_of(std::uint64_t ticket);
     // Moves the peer's QP to ERR and polls until each of its outstanding operations has its
@@ -162,6 +238,18 @@ public:
 
     // Polls both completion queues once; true if anything arrived.
     bool poll_once();
+
+    // Ownership. Channel, MultiChannel, their prepared forms and ScopedWork share the engine
+    // through shared_ptr; a PendingWork, made and dropped once per operation, holds a plain
+    // pointer counted here without an atomic instruction: a channel and its handles are used by
+    // one thread at a time (channel.hpp), destroying them included. The engine is deleted when
+    // both its last shared owner (release_owner is the shared_ptr's deleter) and its last
+    // handle are gone, whichever goes last; a handle that outlives its channel still waits.
+    void add_handle() noexcept { ++handles_; }
+    void drop_handle() noexcept {
+        if (--handles_ == 0 && orphaned_) [[unlikely]] delete this;
+    }
+    static void release_owner(Engine* engine) noexcept;
 
 private:
     enum class SlotState : std::uint8_t { free, pending, done };
@@ -208,20 +296,105 @@ private:
     };
 
     transport::QueuePairSettings rc_queue_pair_settings() const;
-    std::uint64_t claim_slot(std::uint32_t peer, Operation operation);
+    std::uint64_t claim_slot(std::uint32_t peer, Operation operation) {
+        if (free_count_ == 0 && !wait_for_free_slot()) [[unlikely]] return kNoTicket;
+        return claim_free_slot(peer, operation);
+    }
+    // The caller saw free_count_ != 0.
+    std::uint64_t claim_free_slot(std::uint32_t peer, Operation operation) {
+        const std::uint32_t slot = free_slots_[--free_count_];
+        Slot& entry = slots_[slot];
+        entry.state = SlotState::pending;
+        entry.error_seen = false;
+        entry.operation = operation;
+        entry.peer = peer;
+        entry.send_requests = 0;
+        entry.scope = 0;
+        entry.bytes = 0;
+        entry.not_posted = nullptr;
+        entry.initiator = -1;
+        // completion is not reset: finish() or a batch's first error writes it before anyone
+        // reads it; receive_addr and receive_length are written by the DC receive that uses them.
+        ++outstanding_;
+        ++peers_[peer].outstanding;
+        return static_cast<std::uint64_t>(entry.generation) << 32 | slot;
+    }
     bool wait_for_free_slot();
     bool wait_for_send_budget(Peer& peer, std::uint32_t count);
+    std::uint64_t post_converted(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes);
     std::uint64_t finish_post(std::uint32_t index, std::uint64_t ticket, transport::QueuePair& queue_pair,
                               mlx5::SendWorkRequest* requests, std::uint32_t count, std::uint32_t done,
                               mlx5::PostResult result);
-    bool poll_queue(transport::CompletionQueue& queue);
+    bool poll_queue(transport::CompletionQueue& queue) {
+        // The engine's own buffer: a local array of 16 completions was initialised on every call.
+        const std::uint32_t count = queue.poll(poll_buffer_.data(), static_cast<std::uint32_t>(poll_buffer_.size()));
+        for (std::uint32_t i = 0; i < count; ++i) deliver(poll_buffer_[i]);
+        return count != 0;
+    }
     void report_error_completion(const mlx5::Completion& completion) const;
     void report_deadline(const Slot& slot, std::uint64_t ticket, std::chrono::milliseconds deadline) const;
-    void release(std::uint32_t slot);
-    Slot* slot_for(std::uint64_t ticket);
-    void finish(Slot& slot, const mlx5::Completion& completion);
-    void deliver(const mlx5::Completion& completion);
-    WorkResult result_of(const Slot& slot) const;
+    void release(std::uint32_t slot) {
+        Slot& entry = slots_[slot];
+        entry.state = SlotState::free;
+        ++entry.generation;  // a stale ticket can never take the next operation's completion
+        free_slots_[free_count_++] = slot;
+    }
+    Slot* slot_for(std::uint64_t ticket) {
+        // kNoTicket's slot bits are kFinalRequest - 1, above every slot.
+        const auto slot = static_cast<std::uint32_t>(ticket & (kFinalRequest - 1));
+        if (slot >= slot_count_) return nullptr;
+        Slot& entry = slots_[slot];
+        if (entry.generation != static_cast<std::uint32_t>(ticket >> 32) || entry.state == SlotState::free) return nullptr;
+        return &entry;
+    }
+    void finish(Slot& slot, const mlx5::Completion& completion) {
+        Peer& peer = peers_[slot.peer];
+        if (!slot.error_seen) slot.completion = completion;
+        slot.state = SlotState::done;
+        peer.send_in_flight -= slot.send_requests;
+        if (slot.initiator >= 0) initiators_[slot.initiator].send_in_flight -= slot.send_requests;
+        --peer.outstanding;
+        --outstanding_;
+        if (slot.completion.status == mlx5::CompletionStatus::success) {
+            peer.counters.operations += slot.send_requests == 0 ? 1 : slot.send_requests;
+            peer.counters.bytes += slot.completion.is_receive ? slot.completion.byte_len : slot.bytes;
+        } else {
+            ++peer.counters.errors;
+        }
+    }
+    // Every completion polled: recorded, then a success (the common case) ends its operation
+    // here; errors, flushes and DC arrivals go to deliver_general.
+    static void record_completion(const mlx5::Completion& completion) {
+        flight::record(flight::Event::channel_completion, completion.qp_num, completion.wr_id,
+                       static_cast<std::uint64_t>(completion.status), completion.syndrome, completion.byte_len);
+    }
+    void deliver(const mlx5::Completion& completion) {
+        record_completion(completion);
+        if (completion.status != mlx5::CompletionStatus::success || (dc_.enabled && completion.is_receive)) [[unlikely]] {
+            deliver_general(completion);
+            return;
+        }
+        Slot* entry = slot_for(completion.wr_id);
+        // A taken or failed operation's stragglers end nothing; nor does a batch's earlier request.
+        if (entry != nullptr && entry->state == SlotState::pending && (completion.wr_id & kFinalRequest) != 0) {
+            finish(*entry, completion);
+        }
+    }
+    void deliver_general(const mlx5::Completion& completion);
+    WorkResult result_of(const Slot& slot) const {
+        if (slot.completion.status == mlx5::CompletionStatus::success) [[likely]] return success_of(slot);
+        return failure_of(slot);
+    }
+    static WorkResult success_of(const Slot& slot) { return WorkResult(completion_of(slot)); }
+    static WorkCompletion completion_of(const Slot& slot) {
+        const mlx5::Completion& completion = slot.completion;
+        WorkCompletion work;
+        work.bytes = completion.is_receive ? completion.byte_len : static_cast<std::uint32_t>(slot.bytes);
+        if ((completion.flags & mlx5::kCompletionWithImmediate) != 0) work.immediate = completion.immediate;
+        return work;
+    }
+    std::optional<WorkResult> take_failure(Slot& slot, std::uint64_t ticket);
+    // Out of line: the error names the peer (a string copy), which the success path never needs.
     [[gnu::noinline]] WorkResult failure_of(const Slot& slot) const;
     std::uint64_t fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why);
     bool reserve_send_budget(Peer& peer, std::uint32_t count);
@@ -251,10 +424,20 @@ private:
     std::vector<RcQueue> rc_queues_;  // RC: by peer; DC: one, the process's own endpoint
     std::vector<mlx5::SendWorkRequest> scratch_requests_;
     std::vector<mlx5::ScatterGatherElement> scratch_elements_;
+    // What the scratch space holds: the WorkBatch version it was converted from by an RC post
+    // at once (0: nothing reusable, e.g. after post_send changed it), its count and bytes.
+    std::uint64_t scratch_version_ = 0;
+    std::uint32_t scratch_count_ = 0;
+    std::uint64_t scratch_bytes_ = 0;
     std::array<mlx5::Completion, 16> poll_buffer_;  // what one poll of a queue returns
     std::vector<Slot> slots_;
+    std::uint32_t slot_count_ = 0;  // slots_.size(), without a division by sizeof(Slot)
+    // A stack of the free slots' indices: free_slots_[0, free_count_) (sized once, no push_back).
     std::vector<std::uint32_t> free_slots_;
+    std::uint32_t free_count_ = 0;
     std::uint32_t outstanding_ = 0;
+    std::uint32_t handles_ = 0;  // PendingWork handles holding this engine
+    bool orphaned_ = false;      // the last shared owner is gone: the last handle deletes it
     std::uint32_t next_scope_ = 1;
 
     DcSettings dc_;
@@ -276,4 +459,20 @@ private:
     std::shared_ptr<transport::QueuePair> umr_queue_pair_;
 };
 
+// An engine whose shared owners and PendingWork handles keep it alive together (add_handle).
+inline std::shared_ptr<Engine> make_engine(const ChannelSettings& settings, std::uint32_t peer_count,
+                                           const DcSettings& dc = {}) {
+    return std::shared_ptr<Engine>(new Engine(settings, peer_count, dc), &Engine::release_owner);
+}
+
 }  // namespace rdmachan::detail
+
+namespace rdmachan {
+
+// Takes a handle reference on the engine (no atomic: see Engine::add_handle).
+inline PendingWork::PendingWork(detail::Engine* engine, std::uint64_t ticket, Operation operation) noexcept
+    : engine_(engine), ticket_(ticket), operation_(operation) {
+    engine->add_handle();
+}
+
+}  // namespace rdmachan

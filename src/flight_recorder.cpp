@@ -48,7 +48,7 @@ struct Settings {
         if (const char* value = std::getenv("RDMACHAN_FLIGHT_RECORD_DUMPS"); value != nullptr) {
             automatic_dump_limit = static_cast<std::uint32_t>(std::strtoul(value, nullptr, 10));
         }
-        ring_detail::recording_off = off;
+        ring_detail::ring.recording_off = off;
     }
 };
 const Settings settings;
@@ -137,14 +137,12 @@ bool make_directory(char* directory, std::size_t size) {
 
 namespace ring_detail {
 
-Slot ring[kCapacity];
-std::atomic<std::uint64_t> next_sequence{0};
-bool recording_off = false;
-constinit thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec"))) = 0;
+constinit Ring ring;
+constinit thread_local std::uint64_t thread_word __attribute__((tls_model("initial-exec"))) = 0;
 
-std::uint32_t learn_thread_id() noexcept {
-    thread_id = static_cast<std::uint32_t>(::syscall(SYS_gettid));
-    return thread_id;
+std::uint64_t learn_thread_word() noexcept {
+    thread_word = static_cast<std::uint64_t>(static_cast<std::uint32_t>(::syscall(SYS_gettid))) << 32;
+    return thread_word;
 }
 
 // Time: the TSC where there is one (one instruction, no system call), converted to
@@ -161,15 +159,14 @@ std::uint64_t now_ticks() noexcept {
 
 }  // namespace ring_detail
 
-using ring_detail::next_sequence;
 using ring_detail::ring;
 using ring_detail::Slot;
 
-std::uint64_t recorded() noexcept { return next_sequence.load(std::memory_order_relaxed); }
+std::uint64_t recorded() noexcept { return ring.next_sequence.load(std::memory_order_relaxed); }
 
 void dump_to_descriptor(int descriptor, const char* reason) noexcept {
     Writer out(descriptor);
-    const std::uint64_t end = next_sequence.load(std::memory_order_acquire);
+    const std::uint64_t end = ring.next_sequence.load(std::memory_order_acquire);
     const std::uint64_t begin = end > kCapacity ? end - kCapacity : 0;
     // The second calibration point: ticks to CLOCK_MONOTONIC nanoseconds.
     const std::uint64_t ticks_now = now_ticks();
@@ -185,7 +182,7 @@ void dump_to_descriptor(int descriptor, const char* reason) noexcept {
               settings.off ? " (recording is off: RDMACHAN_FLIGHT_RECORDER=off)" : "");
     std::uint64_t printed = 0;
     for (std::uint64_t sequence = begin; sequence < end; ++sequence) {
-        const Slot& slot = ring[sequence & (kCapacity - 1)];
+        const Slot& slot = ring.slots[sequence & (kCapacity - 1)];
         const std::uint64_t stamp = slot.words[0].load(std::memory_order_acquire);
         std::uint64_t words[8];
         for (int i = 1; i < 8; ++i) words[i] = slot.words[i].load(std::memory_order_relaxed);

@@ -56,13 +56,21 @@ struct alignas(64) Slot {
     // 0: stamp (sequence + 1; 0 while written), 1: time, 2: thread << 32 | event, 3-7: fields.
     std::atomic<std::uint64_t> words[8];
 };
-extern Slot ring[kCapacity];
-extern std::atomic<std::uint64_t> next_sequence;
-extern bool recording_off;  // RDMACHAN_FLIGHT_RECORDER=off, read when the library is loaded
+// Everything record() reads or claims but the thread's id, in one object: code in a shared
+// library reaches each of its global variables through one GOT load, so one object costs one
+// load per event where three variables cost three.
+struct Ring {
+    bool recording_off = false;  // RDMACHAN_FLIGHT_RECORDER=off, read when the library is loaded
+    std::atomic<std::uint64_t> next_sequence{0};
+    Slot slots[kCapacity];
+};
+extern Ring ring;
+// The thread's Linux id where record() stores it, shifted into the upper half of word 2 (so an
+// event costs an OR, not a shift as well); 0 until the thread's first event learns it.
 // initial-exec: a load from the thread pointer, not a call to __tls_get_addr.
 // constinit: no dynamic initialisation, so no TLS wrapper call where it is read.
-extern constinit thread_local std::uint32_t thread_id __attribute__((tls_model("initial-exec")));
-std::uint32_t learn_thread_id() noexcept;  // the first event of a thread: one system call
+extern constinit thread_local std::uint64_t thread_word __attribute__((tls_model("initial-exec")));
+std::uint64_t learn_thread_word() noexcept;  // the first event of a thread: one system call
 std::uint64_t now_ticks() noexcept;
 }  // namespace ring_detail
 
@@ -72,13 +80,14 @@ std::uint64_t now_ticks() noexcept;
 [[gnu::always_inline]] inline void record(Event event, std::uint64_t a = 0, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0,
                    std::uint64_t e = 0) noexcept {
     using namespace ring_detail;
-    if (recording_off) [[unlikely]]
+    Ring& state = ring;
+    if (state.recording_off) [[unlikely]]
         return;
-    std::uint32_t thread = thread_id;
+    std::uint64_t thread = thread_word;
     if (thread == 0) [[unlikely]]
-        thread = learn_thread_id();
-    const std::uint64_t sequence = next_sequence.fetch_add(1, std::memory_order_relaxed);
-    Slot& slot = ring[sequence & (kCapacity - 1)];
+        thread = learn_thread_word();
+    const std::uint64_t sequence = state.next_sequence.fetch_add(1, std::memory_order_relaxed);
+    Slot& slot = state.slots[sequence & (kCapacity - 1)];
     slot.words[0].store(0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
 #if defined(__x86_64__)
@@ -86,7 +95,7 @@ std::uint64_t now_ticks() noexcept;
 #else
     slot.words[1].store(now_ticks(), std::memory_order_relaxed);
 #endif
-    slot.words[2].store(static_cast<std::uint64_t>(thread) << 32 | static_cast<std::uint16_t>(event), std::memory_order_relaxed);
+    slot.words[2].store(thread | static_cast<std::uint16_t>(event), std::memory_order_relaxed);
     slot.words[3].store(a, std::memory_order_relaxed);
     slot.words[4].store(b, std::memory_order_relaxed);
     slot.words[5].store(c, std::memory_order_relaxed);

@@ -111,7 +111,7 @@ PreparedMultiChannel MultiChannelBuilder::build() const {
         dc.enabled = mode_ == MultiChannelMode::dynamically_connected;
         dc.initiators = dc_initiators_;
         dc.key = dc_key_;
-        PreparedMultiChannel prepared(std::make_shared<detail::Engine>(settings_, *identity.world_size, dc), rank);
+        PreparedMultiChannel prepared(detail::make_engine(settings_, *identity.world_size, dc), rank);
         prepared.bootstrap_ = std::move(identity.choice);
         prepared.pmix_ = std::move(identity.pmix);
         return prepared;
@@ -222,31 +222,31 @@ std::string MultiChannel::device_name() const { return engine_->device_name(); }
 
 PendingWork MultiChannel::post_send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate) {
     check_peer("MultiChannel::post_send", peer);
-    return PendingWork(engine_, detail::post_send_operation(*engine_, peer, local, immediate), detail::send_operation(immediate));
+    return PendingWork(engine_.get(), detail::post_send_operation(*engine_, peer, local, immediate), detail::send_operation(immediate));
 }
 
 PendingWork MultiChannel::post_receive(std::uint32_t peer, const LocalSlice& local) {
     check_peer("MultiChannel::post_receive", peer);
-    return PendingWork(engine_, engine_->post_receive(peer, local), Operation::receive);
+    return PendingWork(engine_.get(), engine_->post_receive(peer, local), Operation::receive);
 }
 
 PendingWork MultiChannel::post_write(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote,
                                      std::optional<std::uint32_t> immediate) {
     check_peer("MultiChannel::post_write", peer);
-    return PendingWork(engine_, detail::post_write_operation(*engine_, peer, "MultiChannel::post_write", local, remote, immediate),
+    return PendingWork(engine_.get(), detail::post_write_operation(*engine_, peer, "MultiChannel::post_write", local, remote, immediate),
                        detail::write_operation(immediate));
 }
 
 PendingWork MultiChannel::post_read(std::uint32_t peer, const LocalSlice& local, const RemoteMemoryRegion& remote) {
     check_peer("MultiChannel::post_read", peer);
-    return PendingWork(engine_, detail::post_read_operation(*engine_, peer, "MultiChannel::post_read", local, remote),
+    return PendingWork(engine_.get(), detail::post_read_operation(*engine_, peer, "MultiChannel::post_read", local, remote),
                        Operation::rdma_read);
 }
 
 PendingWork MultiChannel::post_fetch_and_add(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
                                              std::uint64_t add) {
     check_peer("MultiChannel::post_fetch_and_add", peer);
-    return PendingWork(engine_,
+    return PendingWork(engine_.get(),
                        detail::post_fetch_and_add_operation(*engine_, peer, "MultiChannel::post_fetch_and_add", result, remote, add),
                        Operation::atomic_fetch_and_add);
 }
@@ -254,7 +254,7 @@ PendingWork MultiChannel::post_fetch_and_add(std::uint32_t peer, const LocalSlic
 PendingWork MultiChannel::post_compare_and_swap(std::uint32_t peer, const LocalSlice& result, const RemoteMemoryRegion& remote,
                                                 std::uint64_t compare, std::uint64_t swap) {
     check_peer("MultiChannel::post_compare_and_swap", peer);
-    return PendingWork(engine_,
+    return PendingWork(engine_.get(),
                        detail::post_compare_and_swap_operation(*engine_, peer, "MultiChannel::post_compare_and_swap", result,
                                                                remote, compare, swap),
                        Operation::atomic_compare_and_swap);
@@ -262,7 +262,7 @@ PendingWork MultiChannel::post_compare_and_swap(std::uint32_t peer, const LocalS
 
 PendingWork MultiChannel::post_batch(std::uint32_t peer, const WorkBatch& batch) {
     check_peer("MultiChannel::post_batch", peer);
-    return PendingWork(engine_, detail::post_batch_operation(*engine_, peer, "MultiChannel::post_batch", batch),
+    return PendingWork(engine_.get(), detail::post_batch_operation(*engine_, peer, "MultiChannel::post_batch", batch),
                        Operation::batch);
 }
 

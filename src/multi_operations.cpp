@@ -56,14 +56,14 @@ PendingMultiWork MultiChannel::post_shares(const char* call, std::span<const Pee
             if (shares[index].peer != peer) continue;
             scratch_.push_back(entry_of(shares[index], kind, immediate));
             if (scratch_.size() == budget) {
-                work.emplace_back(peer, PendingWork(engine_, engine_->post_batch(peer, scratch_.data(), budget, operation_of(kind, immediate)),
+                work.emplace_back(peer, PendingWork(engine_.get(), engine_->post_batch(peer, scratch_.data(), budget, operation_of(kind, immediate)),
                                                     operation_of(kind, immediate)));
                 scratch_.clear();
             }
         }
         if (!scratch_.empty()) {
             const auto count = static_cast<std::uint32_t>(scratch_.size());
-            work.emplace_back(peer, PendingWork(engine_, engine_->post_batch(peer, scratch_.data(), count, operation_of(kind, immediate)),
+            work.emplace_back(peer, PendingWork(engine_.get(), engine_->post_batch(peer, scratch_.data(), count, operation_of(kind, immediate)),
                                                 operation_of(kind, immediate)));
         }
     }
@@ -87,7 +87,7 @@ PendingMultiWork MultiChannel::post_gather_receive(std::span<const PeerTransfer>
     std::vector<std::pair<std::uint32_t, PendingWork>> work;
     work.reserve(shares.size());
     for (const PeerTransfer& share : shares) {
-        work.emplace_back(share.peer, PendingWork(engine_, engine_->post_receive(share.peer, share.local), Operation::receive));
+        work.emplace_back(share.peer, PendingWork(engine_.get(), engine_->post_receive(share.peer, share.local), Operation::receive));
     }
     return PendingMultiWork(std::move(work));
 }
@@ -98,7 +98,7 @@ PendingMultiWork MultiChannel::post_multicast_send(std::span<const std::uint32_t
     std::vector<std::pair<std::uint32_t, PendingWork>> work;
     work.reserve(peers.size());
     for (std::uint32_t peer : peers) {
-        work.emplace_back(peer, PendingWork(engine_, detail::post_send_operation(*engine_, peer, local, immediate),
+        work.emplace_back(peer, PendingWork(engine_.get(), detail::post_send_operation(*engine_, peer, local, immediate),
                                             detail::send_operation(immediate)));
     }
     return PendingMultiWork(std::move(work));
@@ -120,10 +120,9 @@ MultiResult MultiChannel::multicast_send(std::span<const std::uint32_t> peers, c
 // ---- scopes ---------------------------------------------------------------------------------
 
 ScopedWork MultiScope::adopt(PendingWork work) {
-    std::shared_ptr<detail::Engine> engine = work.core_;
     const std::uint64_t ticket = work.release_ticket();
-    engine->adopt(ticket, id_);
-    return ScopedWork(std::move(engine), ticket);
+    channel_.engine_->adopt(ticket, id_);
+    return ScopedWork(channel_.engine_, ticket);
 }
 
 ScopedMultiWork MultiScope::adopt(PendingMultiWork work) {

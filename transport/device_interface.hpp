@@ -102,6 +102,10 @@ public:
     // says how many were accepted (they will complete even if a later one was refused).
     virtual mlx5::PostResult post_send(const mlx5::SendWorkRequest* requests, std::uint32_t count,
                                        std::uint32_t* posted) noexcept = 0;
+    // One request: post_send of one (ok exactly when it was posted). The channel core's single
+    // operations call this; a provider may specialise it (the ring family compiles its post for
+    // a count of one).
+    virtual mlx5::PostResult post_one(const mlx5::SendWorkRequest& request) noexcept;  // post_defaults.cpp
     virtual mlx5::PostResult post_receive(const mlx5::ReceiveWorkRequest* requests, std::uint32_t count,
                                           std::uint32_t* posted) noexcept = 0;
     // The send queue's capacity in work requests as the device granted it.

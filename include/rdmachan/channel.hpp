@@ -10,8 +10,9 @@
 // (`channel.scope([&](rdmachan::Scope& s) { auto w = s.post_write(...); ... })`) and unpolled
 // handles (`channel.post_write(...)` returning PendingWork).
 //
-// Threading: a Channel (and its scopes and handles) is used by one thread at a time; different
-// channels may be used from different threads. Memory handed to an operation must stay valid and
+// Threading: a Channel (and its scopes and handles) is used by one thread at a time, destroying
+// them included (a PendingWork keeps the channel's engine alive without an atomic count);
+// different channels may be used from different threads. Memory handed to an operation must stay valid and
 // unchanged until the operation's completion has been seen (or the handle is destroyed).
 #pragma once
 
@@ -89,6 +90,9 @@ struct WorkCompletion {
 // The outcome of one operation: a completion, or the error that names what failed.
 class WorkResult {
 public:
+    // A success, as success(completion) makes it; public so that it can be built in place
+    // (std::optional<WorkResult>(std::in_place, completion): PendingWork::poll's result).
+    explicit WorkResult(WorkCompletion completion) : completion_(completion) {}
     static WorkResult success(WorkCompletion completion) { return WorkResult(completion); }
     static WorkResult failure(WorkError error) { return WorkResult(std::move(error)); }
     bool ok() const { return !error_.has_value(); }
@@ -97,7 +101,6 @@ public:
     const WorkError& error() const { return *error_; }
 
 private:
-    explicit WorkResult(WorkCompletion completion) : completion_(completion) {}
     explicit WorkResult(WorkError error) : error_(std::move(error)) {}
     WorkCompletion completion_;
     std::optional<WorkError> error_;
@@ -118,7 +121,7 @@ public:
     WorkResult wait(std::chrono::milliseconds deadline);
     // The completion if it is there already (polls once); nothing otherwise.
     std::optional<WorkResult> poll();
-    bool pending() const { return core_ != nullptr; }
+    bool pending() const { return engine_ != nullptr; }
 
 private:
     friend class Channel;
@@ -126,9 +129,10 @@ private:
     friend class MultiChannel;
     friend class MultiScope;
     std::uint64_t release_ticket();  // the scope takes over the completion
-    PendingWork(std::shared_ptr<detail::Engine> core, std::uint64_t ticket, Operation operation)
-        : core_(std::move(core)), ticket_(ticket), operation_(operation) {}
-    std::shared_ptr<detail::Engine> core_;
+    // Holds the engine by a counted plain pointer (src/engine.hpp, Engine::add_handle): a
+    // shared_ptr cost an atomic increment and decrement per operation. Defined in the library.
+    inline PendingWork(detail::Engine* engine, std::uint64_t ticket, Operation operation) noexcept;
+    detail::Engine* engine_ = nullptr;
     std::uint64_t ticket_ = 0;
     Operation operation_ = Operation::send;
 };
@@ -237,6 +241,7 @@ public:
 
 private:
     friend class PreparedChannel;
+    friend class Scope;
     explicit Channel(std::shared_ptr<detail::Engine> core);
     void run_scope(const std::function<void(Scope&)>& body, bool strict);
     std::shared_ptr<detail::Engine> core_;

@@ -34,6 +34,11 @@ public:
 
     WorkBatch() = default;
     explicit WorkBatch(std::size_t capacity) { entries_.reserve(capacity); }
+    // A copy has the same entries and so the same version; a moved-from batch gets a new one.
+    WorkBatch(const WorkBatch&) = default;
+    WorkBatch& operator=(const WorkBatch&) = default;
+    WorkBatch(WorkBatch&& other) noexcept;
+    WorkBatch& operator=(WorkBatch&& other) noexcept;
 
     // Each checks its arguments like the single operation does (rdmachan::Error otherwise).
     WorkBatch& send(const LocalSlice& local, std::optional<std::uint32_t> immediate = std::nullopt);
@@ -43,11 +48,16 @@ public:
 
     std::size_t size() const { return entries_.size(); }
     bool empty() const { return entries_.empty(); }
-    void clear() { entries_.clear(); }
+    void clear();
     const std::vector<Entry>& entries() const { return entries_; }
+    // Names the entries as they are now: every change gives the batch a number no batch of the
+    // process had before (0: none yet). A channel that posts the same version again reuses the
+    // work requests it converted the batch into last time instead of converting it again.
+    std::uint64_t version() const { return version_; }
 
 private:
     std::vector<Entry> entries_;
+    std::uint64_t version_ = 0;
 };
 
 }  // namespace rdmachan

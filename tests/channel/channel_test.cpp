@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <future>
 #include <thread>
@@ -114,6 +115,35 @@ TEST_CASE("unpolled handles complete in any order") {
     for (std::size_t i = writes.size(); i-- > 0;) REQUIRE(writes[i].wait().ok());
     CHECK(std::memcmp(a_memory.data(), b_memory.data(), 16 * 1024) == 0);
     CHECK_THROWS_WITH_AS(writes[0].wait(), doctest::Contains("no pending work"), rdmachan::Error);
+}
+
+TEST_CASE("handles outlive their channel: they still complete, and the engine goes with the last of them") {
+    ConnectedPair pair = connect_pair();
+    std::vector<std::uint8_t> a_memory(3 * 4096), b_memory(3 * 4096);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    fill(a_memory, 11);
+    rdmachan::PendingWork waited;
+    rdmachan::PendingWork polled;
+    rdmachan::PendingWork dropped;
+    {
+        // The channel goes first; the handles hold its engine (a plain count, no shared_ptr).
+        Channel channel = std::move(pair.a);
+        waited = channel.post_write(a_region.slice(0, 4096), b_region.remote(0, 4096));
+        polled = channel.post_write(a_region.slice(4096, 4096), b_region.remote(4096, 4096));
+        dropped = channel.post_write(a_region.slice(8192, 4096), b_region.remote(8192, 4096));
+    }
+    std::optional<WorkResult> result;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!result.has_value() && std::chrono::steady_clock::now() < until) result = polled.poll();
+    REQUIRE(result.has_value());
+    CHECK(result->ok());
+    CHECK_FALSE(polled.pending());
+    const WorkResult waited_result = waited.wait();
+    CHECK(waited_result.ok());
+    CHECK(waited_result.completion().bytes == 4096);
+    dropped = rdmachan::PendingWork();  // the last handle waits, then the engine is deleted
+    CHECK(std::memcmp(a_memory.data(), b_memory.data(), a_memory.size()) == 0);
 }
 
 TEST_CASE("scoped polling: handles in any order, the rest drained at the end") {
@@ -334,6 +364,49 @@ TEST_CASE("a batch posts under one doorbell, completes once, and its bytes arriv
     CHECK(counters.bytes == 64 * 1024 + 16 * 32 + 64 * 1024);
     CHECK(counters.errors == 0);
     CHECK(counters.outstanding == 0);
+}
+
+TEST_CASE("a batch posted again reuses its conversion only while it is unchanged") {
+    // The engine keeps the work requests of the last batch it converted, by WorkBatch::version():
+    // every change, a clear, a move and a new batch (even at the same address) must be posted
+    // as it is now.
+    ConnectedPair pair = connect_pair(ChannelBuilder().max_send_wr(64).deadline(std::chrono::seconds(5)));
+    std::vector<std::uint8_t> a_memory(8 * 1024), b_memory(8 * 1024);
+    fill(a_memory, 5);
+    MemoryRegion a_region = pair.a.register_memory(a_memory.data(), a_memory.size());
+    MemoryRegion b_region = pair.b.register_memory(b_memory.data(), b_memory.size());
+    auto b_zone = [&](std::uint32_t offset, std::uint32_t length) {
+        return std::vector<std::uint8_t>(b_memory.begin() + offset, b_memory.begin() + offset + length);
+    };
+    auto a_zone = [&](std::uint32_t offset, std::uint32_t length) {
+        return std::vector<std::uint8_t>(a_memory.begin() + offset, a_memory.begin() + offset + length);
+    };
+    rdmachan::WorkBatch batch;
+    for (std::uint32_t i = 0; i < 4; ++i) batch.write(a_region.slice(i * 256, 256), b_region.remote(i * 256, 256));
+    REQUIRE(pair.a.execute(batch).ok());
+    REQUIRE(pair.a.execute(batch).ok());  // unchanged: the conversion is reused
+    CHECK(b_zone(0, 1024) == a_zone(0, 1024));
+    // Changed (same count after a clear): the new targets, not the old ones.
+    batch.clear();
+    for (std::uint32_t i = 0; i < 4; ++i) batch.write(a_region.slice(1024 + i * 256, 256), b_region.remote(2048 + i * 256, 256));
+    const WorkResult changed = pair.a.execute(batch);
+    REQUIRE(changed.ok());
+    CHECK(changed.completion().bytes == 4 * 256);
+    CHECK(b_zone(2048, 1024) == a_zone(1024, 1024));
+    // Grown by one: five writes go.
+    batch.write(a_region.slice(3072, 512), b_region.remote(4096, 512));
+    REQUIRE(pair.a.execute(batch).ok());
+    CHECK(b_zone(4096, 512) == a_zone(3072, 512));
+    // Moved from: the moved-to batch posts the same writes; the moved-from one is empty.
+    rdmachan::WorkBatch moved = std::move(batch);
+    CHECK(batch.empty());
+    REQUIRE(pair.a.execute(moved).ok());
+    // A new batch in the old one's place, as many entries as the first had, other targets.
+    batch = rdmachan::WorkBatch();
+    for (std::uint32_t i = 0; i < 4; ++i) batch.write(a_region.slice(4096 + i * 256, 256), b_region.remote(6144 + i * 256, 256));
+    REQUIRE(pair.a.execute(batch).ok());
+    CHECK(b_zone(6144, 1024) == a_zone(4096, 1024));
+    CHECK(pair.a.counters().operations == 4 + 4 + 4 + 5 + 5 + 4);
 }
 
 TEST_CASE("a batch with a bad rkey in the middle reports that failure, and nothing hangs") {

@@ -73,6 +73,14 @@ mlx5::PostResult RingQueuePair::post_send(const mlx5::SendWorkRequest* requests,
     return result;
 }
 
+// The same post with a count of one known to the compiler: no loop over requests, no count.
+mlx5::PostResult RingQueuePair::post_one(const mlx5::SendWorkRequest& request) noexcept {
+    const mlx5::PostResult result = send_.post(&request, 1, nullptr);
+    // One request is accepted exactly when the post is ok.
+    if (result == mlx5::PostResult::ok && notify_ != nullptr) notify_(notify_context_);
+    return result;
+}
+
 mlx5::PostResult RingQueuePair::post_receive(const mlx5::ReceiveWorkRequest* requests, std::uint32_t count,
                                              std::uint32_t* posted) noexcept {
     return receive_.post(requests, count, posted);

@@ -68,6 +68,7 @@ public:
     std::uint32_t qpn() const noexcept override { return init_.send_ring.qpn; }
     mlx5::PostResult post_send(const mlx5::SendWorkRequest* requests, std::uint32_t count,
                                std::uint32_t* posted) noexcept override;
+    mlx5::PostResult post_one(const mlx5::SendWorkRequest& request) noexcept override;
     mlx5::PostResult post_receive(const mlx5::ReceiveWorkRequest* requests, std::uint32_t count,
                                   std::uint32_t* posted) noexcept override;
     std::uint32_t max_send_wr() const noexcept override { return init_.max_send_wr; }
