@@ -9,6 +9,7 @@
 #include "src/flight_recorder.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -49,6 +50,9 @@ struct Settings {
             automatic_dump_limit = static_cast<std::uint32_t>(std::strtoul(value, nullptr, 10));
         }
         ring_detail::ring.recording_off = off;
+        // A forked child is a new thread with its parent's thread-local id: forget it, so the
+        // child's first event learns its own (multi-process tests fork their ranks).
+        ::pthread_atfork(nullptr, nullptr, [] { ring_detail::thread_word = 0; });
     }
 };
 const Settings settings;

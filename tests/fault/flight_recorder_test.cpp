@@ -8,6 +8,7 @@
 //   flight_recorder_test --no-skip --test-case='demonstration*'
 #include <doctest/doctest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -120,6 +121,32 @@ TEST_CASE("the ring keeps the last 4096 events, oldest first, and wraps without 
         CHECK(std::stoull(fields[2]) == expected_index++);
     }
     CHECK(expected_index == count);
+}
+
+TEST_CASE("a forked child's events carry its own thread id, not its parent's") {
+    flight::record(flight::Event::test_marker, 1, 0, flight::text("before fork"));  // the parent learns its id
+    int pipe_ends[2];
+    REQUIRE(::pipe(pipe_ends) == 0);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::close(pipe_ends[0]);
+        flight::record(flight::Event::test_marker, 2, 0, flight::text("in the child"));
+        rdmachan::flight_recorder::dump_to(pipe_ends[1], "fork check");
+        ::_exit(0);
+    }
+    ::close(pipe_ends[1]);
+    std::string text;
+    char buffer[65536];
+    for (ssize_t got; (got = ::read(pipe_ends[0], buffer, sizeof buffer)) > 0;) text.append(buffer, static_cast<std::size_t>(got));
+    ::close(pipe_ends[0]);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    std::smatch fields;
+    const std::regex marker(R"(tid (\d+) test\.marker a=2 b=0 what="in the child")");
+    REQUIRE_MESSAGE(std::regex_search(text, fields, marker), text.substr(text.size() > 2000 ? text.size() - 2000 : 0));
+    CHECK(std::stol(fields[1]) == child);  // a single-threaded child: its thread id is its pid
 }
 
 TEST_CASE("every line of a dump reads as sequence, monotonic time, thread, event and named fields") {
