@@ -15,7 +15,7 @@ document="$source_dir/docs/PERFORMANCE.md"
 # Taken before anything is written: the code the figures belong to ("-dirty": uncommitted changes
 # outside docs/, which this command rewrites).
 commit="$(git -C "$source_dir" rev-parse --short=7 HEAD)"
-git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
+git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' ':(exclude,glob)**/*.md' || commit="$commit-dirty"
 
 # Each script installs what it measures with (setup.sh and its extra packages).
 blocks="$(mktemp -d)"

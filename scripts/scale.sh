@@ -15,7 +15,7 @@ build_dir="${1:-build-scale}"
 case "$build_dir" in /*) ;; *) build_dir="$source_dir/$build_dir" ;; esac
 document="$source_dir/docs/SCALE.md"
 commit="$(git -C "$source_dir" rev-parse --short=7 HEAD)"
-git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
+git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' ':(exclude,glob)**/*.md' || commit="$commit-dirty"
 
 "$source_dir/scripts/build_release.sh" "$build_dir" rendezvous_benchmark
 "$source_dir/scripts/build_release.sh" "$build_dir" peer_cost_benchmark

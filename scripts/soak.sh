@@ -41,7 +41,7 @@ done
 records="$build/flight-records"
 export RDMACHAN_FLIGHT_RECORD_DIR="$records"
 commit=$(git -C "$root" rev-parse --short=7 HEAD)
-git -C "$root" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
+git -C "$root" diff --quiet HEAD -- . ':(exclude)docs' ':(exclude,glob)**/*.md' || commit="$commit-dirty"
 
 deadline=$(($(date +%s) + minutes * 60))
 started=$(date +%s)

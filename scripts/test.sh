@@ -36,7 +36,7 @@ done
 
 # The code these results belong to ("-dirty": uncommitted changes outside docs/).
 commit="$(git -C "$root" rev-parse --short=7 HEAD 2>/dev/null || echo unknown)"
-[ "$commit" = unknown ] || git -C "$root" diff --quiet HEAD -- . ':(exclude)docs' || commit="$commit-dirty"
+[ "$commit" = unknown ] || git -C "$root" diff --quiet HEAD -- . ':(exclude)docs' ':(exclude,glob)**/*.md' || commit="$commit-dirty"
 summary_lines=()
 
 setup_started=$(date +%s.%N)
