@@ -10,62 +10,34 @@
 #include <cstring>
 
 #include "tests/mlx5/allocation_counter.hpp"
-#include "tests/soft/scoped_environment.hpp"
-#include "tests/soft/soft_endpoint.hpp"
+#include "tests/soft/device_pair.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::Address;
+using rdmachan::test::bytes_differing;
+using rdmachan::test::DevicePair;
 using rdmachan::test::EndpointOptions;
-using rdmachan::test::Environment;
+using rdmachan::test::run_signaled;
+using rdmachan::test::ScopedPartition;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
 
 namespace {
 
-mlx5::Completion run(SoftEndpoint& endpoint, mlx5::SendWorkRequest request) {
-    request.flags |= mlx5::kSendSignaled;
-    REQUIRE(endpoint.post(&request, 1) == mlx5::PostResult::ok);
-    const auto completion = endpoint.wait_send();
-    REQUIRE(completion.has_value());
-    return *completion;
-}
-
-// Two devices in this process, RC QPs connected over TCP (the same-host path forced off).
-struct Pair {
-    explicit Pair(const EndpointOptions& options = {})
-        : target_device(soft::Device::open()),
-          initiator_device(soft::Device::open()),
-          target(target_device, options),
-          initiator(initiator_device, options) {
-        initiator.connect(target.address());
-        target.connect(initiator.address());
-        remote = target.address();
-        // The first request opens the connection (the progress thread's job); later ones may
-        // go from the doorbell thread.
-        const mlx5::ScatterGatherElement into = initiator.local(0, 8);
-        mlx5::SendWorkRequest read = write_request(1000, &into, remote.buffer_addr, remote.rkey);
-        read.opcode = mlx5::SendOpcode::rdma_read;
-        REQUIRE(run(initiator, read).status == mlx5::CompletionStatus::success);
+// Two devices in this process, RC QPs connected over TCP (the same-host path forced off). The
+// first request opens the connection (the progress thread's job); later ones may go from the
+// doorbell thread.
+struct Pair : DevicePair {
+    explicit Pair(const EndpointOptions& options = {}) : DevicePair({"tcp", nullptr, options, options}) {
+        REQUIRE(rdmachan::test::settle_path(initiator, remote));
     }
-    std::shared_ptr<soft::Device> target_device;
-    std::shared_ptr<soft::Device> initiator_device;
-    SoftEndpoint target;
-    SoftEndpoint initiator;
-    Address remote{};
-};
-
-// Lifts a simulated partition however the test ends.
-struct Partition {
-    Partition() { soft::simulate_partition(true); }
-    ~Partition() { soft::simulate_partition(false); }
 };
 
 }  // namespace
 
 TEST_CASE("doorbell-thread requests: write, read, send, atomics complete with the right bytes and allocate nothing") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "tcp");
     Pair pair;
     SoftEndpoint& initiator = pair.initiator;
     const Address& remote = pair.remote;
@@ -80,23 +52,23 @@ TEST_CASE("doorbell-thread requests: write, read, send, atomics complete with th
         std::uint8_t* local = initiator.buffer();
         std::memcpy(local, &round_number, 8);
         const mlx5::ScatterGatherElement eight = initiator.local(0, 8);
-        ok &= run(initiator, write_request(1, &eight, remote.buffer_addr, remote.rkey)).status == mlx5::CompletionStatus::success;
+        ok &= run_signaled(initiator, write_request(1, &eight, remote.buffer_addr, remote.rkey)).status == mlx5::CompletionStatus::success;
         const mlx5::ScatterGatherElement into = initiator.local(64, 64);
         mlx5::SendWorkRequest read = write_request(2, &into, remote.buffer_addr + 4096, remote.rkey);
         read.opcode = mlx5::SendOpcode::rdma_read;
-        ok &= run(initiator, read).status == mlx5::CompletionStatus::success;
+        ok &= run_signaled(initiator, read).status == mlx5::CompletionStatus::success;
         ok &= local[64] == 1 && local[127] == 64;
         ok &= pair.target.post_receive(3, 8192, 64) == mlx5::PostResult::ok;
         mlx5::SendWorkRequest send = write_request(3, &eight, 0, 0);
         send.opcode = mlx5::SendOpcode::send;
-        ok &= run(initiator, send).status == mlx5::CompletionStatus::success;
+        ok &= run_signaled(initiator, send).status == mlx5::CompletionStatus::success;
         const auto received = pair.target.wait_receive();
         ok &= received.has_value() && received->status == mlx5::CompletionStatus::success && received->byte_len == 8;
         const mlx5::ScatterGatherElement old_value = initiator.local(256, 8);
         mlx5::SendWorkRequest add = write_request(4, &old_value, remote.buffer_addr + 512, remote.rkey);
         add.opcode = mlx5::SendOpcode::atomic_fetch_and_add;
         add.compare_add = 1;
-        ok &= run(initiator, add).status == mlx5::CompletionStatus::success;
+        ok &= run_signaled(initiator, add).status == mlx5::CompletionStatus::success;
         std::uint64_t before = 0;
         std::memcpy(&before, local + 256, 8);
         ok &= before == round_number - 1;  // the adds before this one
@@ -127,7 +99,6 @@ TEST_CASE("doorbell-thread requests: write, read, send, atomics complete with th
 }
 
 TEST_CASE("doorbell-thread requests: a request no one answers meets its ACK timeout though the progress thread slept") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "tcp");
     EndpointOptions options;
     options.timeout = 12;  // 16.8 ms per try
     options.retry_cnt = 1;
@@ -136,7 +107,7 @@ TEST_CASE("doorbell-thread requests: a request no one answers meets its ACK time
     // Let both progress threads go to sleep with nothing in flight (no deadline).
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const std::uint64_t from_doorbell_before = pair.initiator_device->requests_from_doorbell();
-    Partition partition;  // the request's frame is lost: only the ACK timer can end it
+    ScopedPartition partition;  // the request's frame is lost: only the ACK timer can end it
     const mlx5::ScatterGatherElement eight = initiator.local(0, 8);
     mlx5::SendWorkRequest write = write_request(1, &eight, pair.remote.buffer_addr, pair.remote.rkey);
     REQUIRE(initiator.post(&write, 1) == mlx5::PostResult::ok);
@@ -149,7 +120,6 @@ TEST_CASE("doorbell-thread requests: a request no one answers meets its ACK time
 }
 
 TEST_CASE("doorbell-thread requests: large writes that fill the socket stay whole and in order") {
-    Environment transport("RDMACHAN_SOFT_TRANSPORT", "tcp");
     EndpointOptions options;
     options.buffer_size = 48 << 20;
     Pair pair(options);
@@ -173,9 +143,7 @@ TEST_CASE("doorbell-thread requests: large writes that fill the socket stay whol
         CHECK(completion->wr_id == w);
     }
     soft::acquire_remote_writes();
-    std::uint32_t differing = 0;
-    for (std::uint32_t b = 0; b < kBytes; ++b) differing += pair.target.buffer()[b] != kWrites;
-    CHECK(differing == 0);
+    CHECK(bytes_differing(pair.target.buffer(), kBytes, kWrites) == 0);
     MESSAGE("requests sent from the doorbell thread: " << pair.initiator_device->requests_from_doorbell() - from_doorbell_before
                                                        << " of " << kWrites);
 }

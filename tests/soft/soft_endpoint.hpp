@@ -197,4 +197,46 @@ inline mlx5::SendWorkRequest write_request(std::uint64_t wr_id, const mlx5::Scat
     return request;
 }
 
+// Posts `request` signaled and waits for its completion (the endpoint's default deadline).
+inline mlx5::Completion run_signaled(SoftEndpoint& endpoint, mlx5::SendWorkRequest request) {
+    request.flags |= mlx5::kSendSignaled;
+    REQUIRE(endpoint.post(&request, 1) == mlx5::PostResult::ok);
+    const auto completion = endpoint.wait_send();
+    REQUIRE(completion.has_value());
+    return *completion;
+}
+
+// A small read into the last 64 bytes of the initiator's buffer. It opens the connection, and
+// when it completes the hello reply that settles the path (same host or TCP, and on the same
+// host maps the target's published table) has arrived: it was sent before the answer, on the
+// same connection. A result rather than a REQUIRE, so a forked child can call it.
+inline bool settle_path(SoftEndpoint& initiator, const Address& remote) {
+    const mlx5::ScatterGatherElement into = initiator.local((1 << 20) - 64, 8);
+    mlx5::SendWorkRequest read = write_request(1000, &into, remote.buffer_addr, remote.rkey);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    if (initiator.post(&read, 1) != mlx5::PostResult::ok) return false;
+    const auto completion = initiator.wait_send();
+    return completion && completion->status == mlx5::CompletionStatus::success;
+}
+
+// Bytes of [memory, memory + length) other than `expected`. Not instrumented by ASan: a forked
+// child may map fresh pages where its parent's heap was, and the shadow memory it inherited
+// still calls them a heap block's redzone.
+__attribute__((no_sanitize("address"))) inline std::size_t bytes_differing(const std::uint8_t* memory, std::size_t length,
+                                                                           std::uint8_t expected) {
+    std::size_t differing = 0;
+    for (std::size_t b = 0; b < length; ++b) differing += memory[b] != expected;
+    return differing;
+}
+
+// A simulated partition (soft::simulate_partition) for the guard's lifetime, lifted however the
+// test ends, so a failed check cannot leave it on for the cases after it.
+class ScopedPartition {
+public:
+    ScopedPartition() { soft::simulate_partition(true); }
+    ~ScopedPartition() { soft::simulate_partition(false); }
+    ScopedPartition(const ScopedPartition&) = delete;
+    ScopedPartition& operator=(const ScopedPartition&) = delete;
+};
+
 }  // namespace rdmachan::test

@@ -27,24 +27,17 @@
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::Address;
+using rdmachan::test::bytes_differing;
 using rdmachan::test::ChildProcess;
 using rdmachan::test::Environment;
 using rdmachan::test::EndpointOptions;
 using rdmachan::test::read_all;
+using rdmachan::test::settle_path;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_all;
 using rdmachan::test::write_request;
 
 namespace {
-
-// Bytes of [bytes, bytes + size) that are not zero. Not instrumented by ASan: the child maps
-// fresh pages where its parent's heap was, and the shadow memory it inherited still calls
-// them a heap block's redzone.
-__attribute__((no_sanitize("address"))) std::uint64_t nonzero_bytes(const std::uint8_t* bytes, std::size_t size) {
-    std::uint64_t count = 0;
-    for (std::size_t b = 0; b < size; ++b) count += bytes[b] != 0;
-    return count;
-}
 
 constexpr std::uint32_t kWriteBytes = 4096;
 constexpr std::uint8_t kPattern = 0xab;
@@ -61,23 +54,6 @@ struct WriteOutcome {
     std::uint8_t status;  // mlx5::CompletionStatus, 0xff: no completion
     std::uint64_t zero_hop_writes;
 };
-
-std::size_t bytes_equal_to(const std::uint8_t* memory, std::size_t length, std::uint8_t value) {
-    std::size_t equal = 0;
-    for (std::size_t b = 0; b < length; ++b) equal += memory[b] == value;
-    return equal;
-}
-
-// A small read: it opens the connection and, when it completes, the hello reply that settles the
-// same-host path (and maps the target's table) has arrived.
-bool settle_path(SoftEndpoint& initiator, const Address& remote) {
-    const mlx5::ScatterGatherElement into = initiator.local((1 << 20) - 64, 8);
-    mlx5::SendWorkRequest read = write_request(1000, &into, remote.buffer_addr, remote.rkey);
-    read.opcode = mlx5::SendOpcode::rdma_read;
-    if (initiator.post(&read, 1) != mlx5::PostResult::ok) return false;
-    const auto completion = initiator.wait_send();
-    return completion && completion->status == mlx5::CompletionStatus::success;
-}
 
 // The initiator child: connects to the parent's QP, then posts one zero-hop write of kWriteBytes
 // into the parent's region that waits `delay` between its checks and its move; says 'p' just before
@@ -172,7 +148,7 @@ TEST_CASE("deregistration while a peer is stopped in a zero-hop write: fails nam
     CHECK(error.find("key " + hex(target.region->rkey())) != std::string::npos);
     CHECK(error.find("stays registered") != std::string::npos);
     CHECK(waited_ms >= 1900);
-    CHECK(bytes_equal_to(target.window, kWriteBytes, 0) == kWriteBytes);  // stopped before its move
+    CHECK(bytes_differing(target.window, kWriteBytes, 0) == 0);  // stopped before its move
 
     // Still registered: the resumed write completes, and lands.
     REQUIRE(::kill(child->pid, SIGCONT) == 0);
@@ -180,7 +156,7 @@ TEST_CASE("deregistration while a peer is stopped in a zero-hop write: fails nam
     REQUIRE(read_all(child->from_child, &outcome, sizeof outcome));
     CHECK(outcome.status == static_cast<std::uint8_t>(mlx5::CompletionStatus::success));
     CHECK(outcome.zero_hop_writes == 1);
-    CHECK(bytes_equal_to(target.window, kWriteBytes, kPattern) == kWriteBytes);
+    CHECK(bytes_differing(target.window, kWriteBytes, kPattern) == 0);
     // Nothing holds it now: deregistration succeeds, and at once.
     const auto again = std::chrono::steady_clock::now();
     CHECK(target.device->zero_hop_holder(target.region->rkey()) == 0);
@@ -211,7 +187,7 @@ TEST_CASE("deregistration while a peer that died in a zero-hop write holds the r
     const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
     MESSAGE("deregistration returned after " << waited_ms << " ms");
     CHECK(waited_ms < 1000);  // reclaimed, not the 2 s deadline
-    CHECK(bytes_equal_to(target.window, kWriteBytes, 0) == kWriteBytes);
+    CHECK(bytes_differing(target.window, kWriteBytes, 0) == 0);
     CHECK(child->wait(10) == 200 + SIGKILL);
 }
 
@@ -281,7 +257,7 @@ TEST_CASE("a zero-hop write whose target exited never lands in the process that 
             char check = 0;
             if (!read_all(from_parent, &check, 1)) ::_exit(112);
             // Reports how many bytes of the target's range are no longer zero.
-            const std::uint64_t written = nonzero_bytes(static_cast<const std::uint8_t*>(mapped), span);
+            const std::uint64_t written = bytes_differing(static_cast<const std::uint8_t*>(mapped), span, 0);
             if (!write_all(to_parent, &written, sizeof written)) ::_exit(113);
             ::_exit(0);
         });

@@ -18,43 +18,26 @@
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::Address;
+using rdmachan::test::bytes_differing;
 using rdmachan::test::ChildProcess;
 using rdmachan::test::DevicePair;
 using rdmachan::test::DevicePairSettings;
 using rdmachan::test::EndpointOptions;
+using rdmachan::test::run_signaled;
+using rdmachan::test::ScopedPartition;
+using rdmachan::test::settle_path;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
 
 namespace {
 
-mlx5::Completion run(SoftEndpoint& endpoint, mlx5::SendWorkRequest request) {
-    request.flags |= mlx5::kSendSignaled;
-    REQUIRE(endpoint.post(&request, 1) == mlx5::PostResult::ok);
-    const auto completion = endpoint.wait_send();
-    REQUIRE(completion.has_value());
-    return *completion;
-}
-
-// A small read: it opens the connection and, when it completes, the hello reply that settles the
-// same-host path has arrived (it was sent before the answer, on the same connection).
-void settle_path(SoftEndpoint& initiator, const Address& remote) {
-    const mlx5::ScatterGatherElement into = initiator.local((1 << 20) - 64, 8);
-    mlx5::SendWorkRequest read = write_request(1000, &into, remote.buffer_addr, remote.rkey);
-    read.opcode = mlx5::SendOpcode::rdma_read;
-    REQUIRE(run(initiator, read).status == mlx5::CompletionStatus::success);
-}
-
-std::size_t bytes_differing(const std::uint8_t* memory, std::size_t length, std::uint8_t expected) {
-    std::size_t differing = 0;
-    for (std::size_t b = 0; b < length; ++b) differing += memory[b] != expected;
-    return differing;
-}
-
 // Two devices in this process, an endpoint on each, connected on the same-host path and settled
 // (RDMACHAN_SOFT_TRANSPORT=auto): what every in-process case starts from.
 class ZeroHopPair : public DevicePair {
 public:
-    explicit ZeroHopPair(const DevicePairSettings& settings = {}) : DevicePair(settings) { settle_path(initiator, remote); }
+    explicit ZeroHopPair(const DevicePairSettings& settings = {}) : DevicePair(settings) {
+        REQUIRE(settle_path(initiator, remote));
+    }
 };
 
 }  // namespace
@@ -64,14 +47,14 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write: inline and gathered writes land,
     for (std::uint32_t b = 0; b < 524288; ++b) initiator.buffer()[b] = static_cast<std::uint8_t>(b * 7 + 1);
 
     const mlx5::ScatterGatherElement small = initiator.local(0, 8);
-    CHECK(run(initiator, write_request(1, &small, remote.buffer_addr, remote.rkey, mlx5::kSendInline)).status ==
+    CHECK(run_signaled(initiator, write_request(1, &small, remote.buffer_addr, remote.rkey, mlx5::kSendInline)).status ==
           mlx5::CompletionStatus::success);
     const mlx5::ScatterGatherElement halves[2] = {initiator.local(0, 32768), initiator.local(32768, 32768)};
     mlx5::SendWorkRequest gathered = write_request(2, halves, remote.buffer_addr + 65536, remote.rkey);
     gathered.num_sge = 2;
-    CHECK(run(initiator, gathered).status == mlx5::CompletionStatus::success);
+    CHECK(run_signaled(initiator, gathered).status == mlx5::CompletionStatus::success);
     const mlx5::ScatterGatherElement largest = initiator.local(0, 262144);  // the largest that goes zero-hop
-    CHECK(run(initiator, write_request(3, &largest, remote.buffer_addr + 524288, remote.rkey)).status ==
+    CHECK(run_signaled(initiator, write_request(3, &largest, remote.buffer_addr + 524288, remote.rkey)).status ==
           mlx5::CompletionStatus::success);
 
     CHECK(std::memcmp(target.buffer(), initiator.buffer(), 8) == 0);
@@ -85,7 +68,7 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write: inline and gathered writes land,
 
     // Larger writes take the request path: the target's device moves them by reference.
     const mlx5::ScatterGatherElement large = initiator.local(0, 524288);
-    CHECK(run(initiator, write_request(4, &large, remote.buffer_addr + 524288, remote.rkey)).status ==
+    CHECK(run_signaled(initiator, write_request(4, &large, remote.buffer_addr + 524288, remote.rkey)).status ==
           mlx5::CompletionStatus::success);
     soft::acquire_remote_writes();
     CHECK(std::memcmp(target.buffer() + 524288, initiator.buffer(), 524288) == 0);
@@ -95,7 +78,7 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write: inline and gathered writes land,
     // An unsignaled write completes nothing; the signaled one after it completes in order.
     const mlx5::SendWorkRequest quiet = write_request(6, &small, remote.buffer_addr + 16, remote.rkey, mlx5::kSendInline);
     REQUIRE(initiator.post(&quiet, 1) == mlx5::PostResult::ok);
-    const mlx5::Completion loud = run(initiator, write_request(7, &small, remote.buffer_addr + 24, remote.rkey, mlx5::kSendInline));
+    const mlx5::Completion loud = run_signaled(initiator, write_request(7, &small, remote.buffer_addr + 24, remote.rkey, mlx5::kSendInline));
     CHECK(loud.wr_id == 7);
     CHECK(initiator_device->zero_hop_writes() == 5);
 }
@@ -103,7 +86,7 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write: inline and gathered writes land,
 TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write: executed on the doorbell thread, its CQE there when post returns") {
     // The first write teaches the QP that its remote is zero-hop (found by the progress thread).
     const mlx5::ScatterGatherElement small = initiator.local(0, 8);
-    REQUIRE(run(initiator, write_request(0, &small, remote.buffer_addr, remote.rkey, mlx5::kSendInline)).status ==
+    REQUIRE(run_signaled(initiator, write_request(0, &small, remote.buffer_addr, remote.rkey, mlx5::kSendInline)).status ==
             mlx5::CompletionStatus::success);
     int completed_in_post = 0;
     for (std::uint64_t i = 1; i <= 100; ++i) {
@@ -179,7 +162,7 @@ Outcome refused_write(Refusal refusal, bool zero_hop) {
     std::memset(target.buffer(), 0xee, 1 << 20);
     std::memset(initiator.buffer(), 0x11, 4096);
     const mlx5::ScatterGatherElement source = initiator.local(0, 4096);
-    const mlx5::Completion completion = run(initiator, write_request(7, &source, address, rkey));
+    const mlx5::Completion completion = run_signaled(initiator, write_request(7, &source, address, rkey));
     Outcome outcome;
     outcome.status = completion.status;
     outcome.wr_id = completion.wr_id;
@@ -223,7 +206,7 @@ TEST_CASE("zero-hop write refused: the same CQE as on the request path, and targ
 
 TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop write behind a read in flight: the read sees the bytes from before the write") {
     const mlx5::ScatterGatherElement small = initiator.local(0, 8);
-    REQUIRE(run(initiator, write_request(0, &small, remote.buffer_addr + 900000, remote.rkey, mlx5::kSendInline)).status ==
+    REQUIRE(run_signaled(initiator, write_request(0, &small, remote.buffer_addr + 900000, remote.rkey, mlx5::kSendInline)).status ==
             mlx5::CompletionStatus::success);
     REQUIRE(initiator_device->zero_hop_writes() == 1);  // the QP goes zero-hop from here
 
@@ -334,7 +317,7 @@ TEST_CASE("zero-hop writes to a target killed mid-stream: error completions with
     options.retry_cnt = 3;
     SoftEndpoint endpoint(device, options);
     const Address remote = rdmachan::test::connect_to_child(*child, endpoint);
-    settle_path(endpoint, remote);
+    REQUIRE(settle_path(endpoint, remote));
 
     const mlx5::ScatterGatherElement source = endpoint.local(0, 4096);
     std::uint32_t posted = 0;
@@ -379,13 +362,14 @@ TEST_CASE("zero-hop writes to a target killed mid-stream: error completions with
 
 TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes during a simulated partition are lost like frames: transport retry exceeded, memory untouched") {
     const mlx5::ScatterGatherElement source = initiator.local(0, 4096);
-    REQUIRE(run(initiator, write_request(1, &source, remote.buffer_addr, remote.rkey)).status == mlx5::CompletionStatus::success);
+    REQUIRE(run_signaled(initiator, write_request(1, &source, remote.buffer_addr, remote.rkey)).status == mlx5::CompletionStatus::success);
     REQUIRE(initiator_device->zero_hop_writes() == 1);
     std::memset(target.buffer(), 0xee, 1 << 20);
     std::memset(initiator.buffer(), 0x11, 4096);
-    soft::simulate_partition(true);
-    const mlx5::Completion lost = run(initiator, write_request(2, &source, remote.buffer_addr, remote.rkey));
-    soft::simulate_partition(false);
+    const mlx5::Completion lost = [&] {
+        const ScopedPartition partition;
+        return run_signaled(initiator, write_request(2, &source, remote.buffer_addr, remote.rkey));
+    }();
     CHECK(lost.status == mlx5::CompletionStatus::transport_retry_exceeded);
     CHECK(initiator_device->zero_hop_writes() == 1);
     CHECK(bytes_differing(target.buffer(), 1 << 20, 0xee) == 0);
