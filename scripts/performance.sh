@@ -18,29 +18,27 @@ commit="$(git -C "$source_dir" rev-parse --short=7 HEAD)"
 git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' ':(exclude,glob)**/*.md' || commit="$commit-dirty"
 
 # Each script installs what it measures with (setup.sh and its extra packages).
+# One folder of blocks per document they go into.
 blocks="$(mktemp -d)"
 trap 'rm -rf "$blocks"' EXIT
+mkdir "$blocks/performance" "$blocks/readme"
 echo "performance: instruction counts (callgrind)" >&2
-"$source_dir/scripts/instruction_counts.sh" "$build_dir" >"$blocks/instruction-counts"
+"$source_dir/scripts/instruction_counts.sh" "$build_dir" >"$blocks/performance/instruction-counts"
 echo "performance: rdmachan-bench size sweep" >&2
-"$source_dir/scripts/bench_sweep.sh" "$build_dir" "$source_dir/docs/performance" >"$blocks/sweep"
+"$source_dir/scripts/bench_sweep.sh" "$build_dir" "$source_dir/docs/performance" >"$blocks/performance/sweep"
 echo "performance: rdmachan against ucx_perftest" >&2
-"$source_dir/scripts/compare_ucx.sh" "$build_dir" >"$blocks/ucx"
+"$source_dir/scripts/compare_ucx.sh" "$build_dir" >"$blocks/performance/ucx"
 echo "performance: rdmachan-demo's aggregate throughput" >&2
-mkdir "$blocks/readme"
 "$source_dir/scripts/demo_throughput.sh" "$build_dir" >"$blocks/readme/demo"
 
-# Each folder of blocks goes into its document.
+# replace_blocks DOCUMENT FOLDER: each file of FOLDER replaces the block of its name.
 replace_blocks() {
     python3 - "$1" "$2" "$commit" <<'PY'
 import os, re, sys
 document, blocks, commit = sys.argv[1], sys.argv[2], sys.argv[3]
 text = open(document).read()
 for name in sorted(os.listdir(blocks)):
-    path = os.path.join(blocks, name)
-    if os.path.isdir(path):
-        continue
-    body = open(path).read().rstrip("\n")
+    body = open(os.path.join(blocks, name)).read().rstrip("\n")
     pattern = re.compile(r"(<!-- generated: %s -->\n).*?(<!-- end: %s -->)" % (re.escape(name), re.escape(name)), re.S)
     if not pattern.search(text):
         sys.exit("performance: %s has no block named %s" % (document, name))
@@ -50,5 +48,5 @@ open(document, "w").write(text)
 PY
     echo "performance: $1 regenerated" >&2
 }
-replace_blocks "$document" "$blocks"
+replace_blocks "$document" "$blocks/performance"
 replace_blocks "$source_dir/README.md" "$blocks/readme"
