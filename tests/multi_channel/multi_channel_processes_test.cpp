@@ -277,12 +277,11 @@ int run_ranks(std::uint32_t world, Body body) {
 int killed_mid_scatter(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world) try {
     // In DC mode the victim shares the survivors' single initiator: its failure puts that
     // initiator in error, which must be recovered under the survivors' feet.
-    // Under test: the killed rank's operations, and only its, fail, named, within the 10 s below,
-    // failed by the transport (its closed connection on the software device; on a kernel RDMA
-    // stack, where nothing closes a connection, its retries, 4.3 s at the default), not by the
-    // wait's deadline. Not under test: how long the survivors may take, which the transport
-    // timeout and the deadline bound for the survivors too, since they hold for every peer of
-    // the channel. Both are the defaults (see join).
+    // Under test: the killed rank's operations, and only its, fail, named, within the 10 s below;
+    // on the software device failed by the transport (its closed connection), not by the wait's
+    // deadline. Not under test: how long the survivors may take, which the transport timeout and
+    // the deadline bound for the survivors too, since they hold for every peer of the channel.
+    // Both are the defaults there (see join).
     // On a kernel RDMA stack (the soft-RoCE VM) nothing closes the dead peer's connection, and
     // rxe did not fail the QP by its retries within 10 s at the default timeout (the VM run of
     // cba15bd: no completion for 10 s): there the victim's shares are failed by a 4 s deadline,
