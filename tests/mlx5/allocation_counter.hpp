@@ -7,13 +7,9 @@
 // nothing is replaced: the sanitizer's allocation hook counts instead.
 #pragma once
 
-// GCC says so with __SANITIZE_*__; Clang 14 only through __has_feature.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define RDMACHAN_SANITIZER_RUNTIME 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(RDMACHAN_SANITIZER_RUNTIME)
+#include "tests/sanitizer_build.hpp"
+
+#if defined(RDMACHAN_SANITIZER_RUNTIME)
 #define RDMACHAN_ALLOCATION_HOOK 1
 // From the sanitizer runtime (sanitizer/allocator_interface.h, not installed with GCC here).
 extern "C" int __sanitizer_install_malloc_and_free_hooks(void (*malloc_hook)(const volatile void*, __SIZE_TYPE__),

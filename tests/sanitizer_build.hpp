@@ -1,0 +1,22 @@
+// Whether this test is compiled with AddressSanitizer or ThreadSanitizer, whose runtimes own the
+// allocator and make every memory access several times slower.
+#pragma once
+
+// GCC says so with __SANITIZE_*__; Clang 14 only through __has_feature.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RDMACHAN_SANITIZER_RUNTIME 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RDMACHAN_SANITIZER_RUNTIME 1
+#endif
+#endif
+
+namespace rdmachan::test {
+
+#if defined(RDMACHAN_SANITIZER_RUNTIME)
+inline constexpr bool kSanitizerBuild = true;
+#else
+inline constexpr bool kSanitizerBuild = false;
+#endif
+
+}  // namespace rdmachan::test
