@@ -3,20 +3,21 @@
 #   1. a Release build (-O3) with GCC: every suite, the golden-vector checks, the install test and the
 #      soft-RoCE VM tests (label "vm");
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build with Clang (Debug): every suite
-#      except the VM tests;
-#   3. a ThreadSanitizer build with GCC at -O1: every suite except the VM tests and the
-#      single-threaded data-path checks (RDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF: the mlx5
-#      suites, the golden vectors, the CUDA host cases; code that runs on one thread has no race
-#      to find);
+#      except the VM, install, figures-check and "scale" tests (see sanitizer_exclude);
+#   3. a ThreadSanitizer build with GCC at -O1: the same suites but the single-threaded
+#      data-path checks (RDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF: the mlx5 suites, the golden
+#      vectors, the CUDA host cases; code that runs on one thread has no race to find);
 #   4. the handshake's libFuzzer targets, 30 s each (with the sanitizer builds).
-# What each build compiles: the main build (GCC) and the ASan+UBSan build (Clang) compile every
-# file of the project but the fuzz targets, so a new warning from either compiler fails here; the
-# TSan build (GCC) leaves out the two programs no test of its run uses
-# (RDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF: the VM's verbs_rxe_test and the CUDA device object,
-# which the main build compiles) and the single-threaded checks; the fuzzers' build (Clang)
-# compiles the fuzz targets and the parsers they call. In the optimised builds the suites' own
-# code is compiled at -O1 (RDMACHAN_TEST_OPTIMIZATION; the library, tools and benchmarks at the
-# build's level): three quarters of a suite's compile time at -O3 went to optimising test bodies.
+# What each build compiles: the main build (GCC) compiles every file of the project but the fuzz
+# targets, each file alone as a user's build does; the sanitizer builds leave out the two
+# programs no test of their runs uses (RDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF: the VM's
+# verbs_rxe_test and the CUDA device object) and compile in unity batches of eight files
+# (CMAKE_UNITY_BUILD: the library's ASan build took half the CPU time); the TSan build also
+# leaves out the single-threaded checks; the fuzzers' build (Clang) compiles the fuzz targets
+# and the parsers they call. In the optimised builds the suites' own code is compiled at -O1
+# (RDMACHAN_TEST_OPTIMIZATION; the library, tools and benchmarks at the build's level): three
+# quarters of a suite's compile time at -O3 went to optimising test bodies. CI's whole run must
+# stay under 20 minutes on two cores; it took 25.5 before these cuts (eaca8f3).
 # Each sanitizer build compiles at idle priority while the tests before it run (the tests mostly
 # wait; see start_background_build), so its build time overlaps them.
 # Warnings are errors in all of them (RDMACHAN_WARNINGS_AS_ERRORS). At the end it prints where the
@@ -183,6 +184,13 @@ main_name="main build (GCC, Release)"
 asan_name="ASan+UBSan build (Clang, Debug)"
 tsan_name="TSan build (GCC, -O1)"
 main_exclude=""
+# What the sanitizer runs leave out: the VM (a kernel's code, not ours, runs there), the install
+# test (packaging), the figures' check (shell and git only) and the "scale" variants (16 mpirun
+# ranks, 256 rendezvous clients: the code of their smaller variants, in more processes).
+sanitizer_exclude="vm|install|figures|scale"
+# The sanitizer builds compile in unity batches (cmake/CompileSpeed.cmake): the main build, like
+# a user's, compiles each file alone.
+unity=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8)
 [ "$vm" -eq 0 ] && main_exclude="vm"
 # Line tables only (-g1) in every build: failures and sanitizer reports still name file and
 # line, and an optimised build takes a quarter less time than with full debug information
@@ -197,7 +205,8 @@ if [ "$sanitizers" -eq 1 ]; then
     # minutes on two cores, and at -O2 this build alone took 8.7 of them). Clang's warnings do
     # not depend on the optimisation level.
     configure_suite "$asan_name" "$root/build/test-asan" \
-        -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DRDMACHAN_SANITIZE_ADDRESS=ON
+        -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DRDMACHAN_SANITIZE_ADDRESS=ON \
+        -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF "${unity[@]}"
     start_background_build "$asan_name" "$root/build/test-asan"
 fi
 test_suite "$main_name" "$root/build/test-main" "$main_exclude"
@@ -205,13 +214,14 @@ if [ "$sanitizers" -eq 1 ]; then
     finish_background_build "$asan_name" "$root/build/test-asan"
     configure_suite "$tsan_name" "$root/build/test-tsan" \
         -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        -DRDMACHAN_SANITIZE_THREAD=ON -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF -DRDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF
+        -DRDMACHAN_SANITIZE_THREAD=ON -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF -DRDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF \
+        "${unity[@]}"
     start_background_build "$tsan_name" "$root/build/test-tsan"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-        test_suite "$asan_name" "$root/build/test-asan" "vm|install"
+        test_suite "$asan_name" "$root/build/test-asan" "$sanitizer_exclude"
     finish_background_build "$tsan_name" "$root/build/test-tsan"
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp \
-        test_suite "$tsan_name" "$root/build/test-tsan" "vm|install"
+        test_suite "$tsan_name" "$root/build/test-tsan" "$sanitizer_exclude"
 fi
 
 if [ "$sanitizers" -eq 1 ]; then
