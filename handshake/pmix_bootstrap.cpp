@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +21,8 @@ struct PmixSession::State {
     std::uint32_t world_size = 0;
     std::string job;
     std::uint64_t last_exchange_bytes = 0;
+    std::optional<PmixSession::Replaces> replaces;
+    std::uint64_t last_sequence = 0;
 };
 
 namespace {
@@ -137,6 +141,34 @@ std::string get_string(const PmixSession::State& state, const std::string& me, s
     return text;
 }
 
+// Launchers give a uint32 (Open MPI, PRRTE); accept the other unsigned widths too. 0 when the
+// value is not an unsigned number.
+std::uint64_t unsigned_value(const pmix_value_t& value) {
+    switch (value.type) {
+        case PMIX_UINT32: return value.data.uint32;
+        case PMIX_UINT64: return value.data.uint64;
+        case PMIX_UINT16: return value.data.uint16;
+        case PMIX_SIZE: return value.data.size;
+        default: return 0;
+    }
+}
+
+// The job size of namespace `job`; 0 with `status` set when PMIx gave none.
+std::uint64_t get_job_size(const std::string& job, pmix_status_t& status) {
+    pmix_proc_t everyone;
+    PMIX_LOAD_PROCID(&everyone, job.c_str(), PMIX_RANK_WILDCARD);
+    pmix_value_t* value = nullptr;
+    status = PMIx_Get(&everyone, PMIX_JOB_SIZE, nullptr, 0, &value);
+    if (status != PMIX_SUCCESS || value == nullptr) {
+        if (value != nullptr) PMIX_VALUE_RELEASE(value);
+        if (status == PMIX_SUCCESS) status = PMIX_ERR_NOT_FOUND;
+        return 0;
+    }
+    const std::uint64_t size = unsigned_value(*value);
+    PMIX_VALUE_RELEASE(value);
+    return size;
+}
+
 nlohmann::json parse_json(const std::string& me, std::uint32_t peer, const std::string& key, const std::string& text) {
     try {
         return nlohmann::json::parse(text);
@@ -158,25 +190,12 @@ std::shared_ptr<PmixSession> PmixSession::open() {
     state->job = state->self.nspace;
     std::shared_ptr<PmixSession> session(new PmixSession(std::move(state)));  // finalizes from here on
     const State& opened = *session->state_;
-    pmix_proc_t job;
-    PMIX_LOAD_PROCID(&job, opened.self.nspace, PMIX_RANK_WILDCARD);
-    pmix_value_t* value = nullptr;
-    const pmix_status_t got = PMIx_Get(&job, PMIX_JOB_SIZE, nullptr, 0, &value);
     const std::string me = "PMIx bootstrap (rank " + std::to_string(opened.self.rank) + ", namespace " + opened.job + ")";
-    if (got != PMIX_SUCCESS || value == nullptr) {
-        if (value != nullptr) PMIX_VALUE_RELEASE(value);
+    pmix_status_t got = PMIX_SUCCESS;
+    const std::uint64_t size = get_job_size(opened.job, got);
+    if (got != PMIX_SUCCESS) {
         throw Error(me + ": the launcher gave no job size (PMIx_Get of " PMIX_JOB_SIZE ": " + status_text(got) + ")");
     }
-    // Launchers give a uint32 (Open MPI, PRRTE); accept the other unsigned widths too.
-    std::uint64_t size = 0;
-    switch (value->type) {
-        case PMIX_UINT32: size = value->data.uint32; break;
-        case PMIX_UINT64: size = value->data.uint64; break;
-        case PMIX_UINT16: size = value->data.uint16; break;
-        case PMIX_SIZE: size = value->data.size; break;
-        default: break;
-    }
-    PMIX_VALUE_RELEASE(value);
     if (size == 0 || size > UINT32_MAX) {
         throw Error(me + ": the launcher's job size (" PMIX_JOB_SIZE ") is not a positive 32-bit number");
     }
@@ -204,7 +223,8 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     if (mine.rank != my_rank) {
         throw Error(me + ": the endpoint to publish is rank " + std::to_string(mine.rank) + "'s");
     }
-    const std::uint64_t sequence = ++exchanges_started;
+    const std::uint64_t sequence = take_exchange_sequence();
+    state.last_sequence = sequence;
 
     // Publish: the endpoint without its RC entries under one key, and each RC entry under the
     // key of the rank it is for, so each peer fetches one small value from this rank.
@@ -257,5 +277,140 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
 }
 
 void PmixSession::barrier(Clock::time_point deadline) { fence(*state_, false, deadline, "before first use (barrier)"); }
+
+std::uint64_t PmixSession::take_exchange_sequence() { return ++exchanges_started; }
+std::uint64_t PmixSession::last_exchange_sequence() const { return state_->last_sequence; }
+
+void PmixSession::set_replaces(Replaces replaces) { state_->replaces = std::move(replaces); }
+const std::optional<PmixSession::Replaces>& PmixSession::replaces() const { return state_->replaces; }
+
+void PmixSession::publish(const std::string& key, const std::string& value) {
+    pmix_info_t info;
+    PMIX_INFO_LOAD(&info, key.c_str(), value.c_str(), PMIX_STRING);  // copies both
+    const pmix_status_t status = PMIx_Publish(&info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (status != PMIX_SUCCESS) {
+        throw Error("PMIx (namespace " + state_->job + ", rank " + std::to_string(state_->self.rank) +
+                    "): PMIx_Publish of key '" + key + "' failed: " + status_text(status));
+    }
+}
+
+std::vector<std::optional<std::string>> PmixSession::lookup(const std::vector<std::string>& keys) {
+    // One key per PMIx_Lookup: given several keys that another job published, Open MPI 4.1.4's
+    // data server answers only the last one (measured here), so a key would look unpublished.
+    std::vector<std::optional<std::string>> values(keys.size());
+    for (std::size_t index = 0; index < keys.size(); ++index) {
+        pmix_pdata_t data;
+        PMIX_PDATA_CONSTRUCT(&data);
+        PMIX_LOAD_KEY(data.key, keys[index].c_str());
+        // Without PMIX_WAIT the data server answers at once with what it has.
+        const pmix_status_t status = PMIx_Lookup(&data, 1, nullptr, 0);
+        if (status == PMIX_SUCCESS && data.value.type == PMIX_STRING && data.value.data.string != nullptr) {
+            values[index] = std::string(data.value.data.string);
+        }
+        PMIX_PDATA_DESTRUCT(&data);
+        if (status != PMIX_SUCCESS && status != PMIX_ERR_NOT_FOUND) {
+            throw Error("PMIx (namespace " + state_->job + ", rank " + std::to_string(state_->self.rank) +
+                        "): PMIx_Lookup of '" + keys[index] + "' failed: " + status_text(status));
+        }
+    }
+    return values;
+}
+
+std::string PmixSession::get(const std::string& job, std::uint32_t rank, const std::string& key, Clock::time_point deadline) {
+    pmix_proc_t proc;
+    PMIX_LOAD_PROCID(&proc, job.c_str(), rank);
+    pmix_info_t info;
+    int seconds = timeout_seconds(time_left(deadline));
+    PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &seconds, PMIX_INT);
+    pmix_value_t* value = nullptr;
+    const pmix_status_t status = PMIx_Get(&proc, key.c_str(), &info, 1, &value);
+    PMIX_INFO_DESTRUCT(&info);
+    const std::string what = "PMIx: key '" + key + "' of rank " + std::to_string(rank) + " of namespace " + job;
+    if (status != PMIX_SUCCESS || value == nullptr) {
+        if (value != nullptr) PMIX_VALUE_RELEASE(value);
+        throw Error(what + ": PMIx_Get: " + status_text(status));
+    }
+    if (value->type != PMIX_STRING || value->data.string == nullptr) {
+        PMIX_VALUE_RELEASE(value);
+        throw Error(what + " is not a string");
+    }
+    std::string text = value->data.string;
+    PMIX_VALUE_RELEASE(value);
+    return text;
+}
+
+std::uint32_t PmixSession::job_size(const std::string& job) {
+    pmix_status_t status = PMIX_SUCCESS;
+    const std::uint64_t size = get_job_size(job, status);
+    if (status != PMIX_SUCCESS) throw Error("PMIx: no job size for namespace '" + job + "' (PMIx_Get of " PMIX_JOB_SIZE ": " + status_text(status) + ")");
+    if (size == 0 || size > UINT32_MAX) throw Error("PMIx: the job size of namespace '" + job + "' is not a positive 32-bit number");
+    return static_cast<std::uint32_t>(size);
+}
+
+PmixSession::ProcessState PmixSession::process_state(const std::string& job, std::uint32_t rank) {
+    const std::string what = "PMIx: the state of rank " + std::to_string(rank) + " of namespace " + job;
+    pmix_query_t query;
+    PMIX_QUERY_CONSTRUCT(&query);
+    query.keys = static_cast<char**>(calloc(2, sizeof(char*)));
+    query.keys[0] = strdup(PMIX_QUERY_PROC_TABLE);
+    PMIX_INFO_CREATE(query.qualifiers, 1);
+    query.nqual = 1;
+    PMIX_INFO_LOAD(&query.qualifiers[0], PMIX_NSPACE, job.c_str(), PMIX_STRING);
+    pmix_info_t* results = nullptr;
+    std::size_t result_count = 0;
+    const pmix_status_t status = PMIx_Query_info(&query, 1, &results, &result_count);
+    PMIX_QUERY_DESTRUCT(&query);
+    std::optional<ProcessState> found;
+    auto take = [&](const pmix_proc_info_t& info) {
+        if (info.proc.rank != rank) return;
+        // Every state above PMIX_PROC_STATE_UNTERMINATED is one of an ended process.
+        found = ProcessState{info.state > PMIX_PROC_STATE_UNTERMINATED, PMIx_Proc_state_string(info.state), info.pid};
+    };
+    if (status == PMIX_SUCCESS) {
+        for (std::size_t index = 0; index < result_count; ++index) {
+            if (results[index].value.type != PMIX_DATA_ARRAY || results[index].value.data.darray == nullptr) continue;
+            const pmix_data_array_t& table = *results[index].value.data.darray;
+            // Open MPI 4.1 answers an array of pmix_info_t each holding one pmix_proc_info_t; the
+            // standard's form is an array of pmix_proc_info_t. Both are read.
+            for (std::size_t entry = 0; entry < table.size; ++entry) {
+                if (table.type == PMIX_PROC_INFO) {
+                    take(static_cast<const pmix_proc_info_t*>(table.array)[entry]);
+                } else if (table.type == PMIX_INFO) {
+                    const pmix_info_t& info = static_cast<const pmix_info_t*>(table.array)[entry];
+                    if (info.value.type == PMIX_PROC_INFO && info.value.data.pinfo != nullptr) take(*info.value.data.pinfo);
+                }
+            }
+        }
+    }
+    if (results != nullptr) PMIX_INFO_FREE(results, result_count);
+    if (status != PMIX_SUCCESS) throw Error(what + ": PMIx_Query_info(" PMIX_QUERY_PROC_TABLE "): " + status_text(status));
+    if (!found) throw Error(what + ": the launcher's process table has no such rank");
+    return *found;
+}
+
+std::string PmixSession::spawn(const std::vector<std::string>& command, const std::vector<std::string>& environment) {
+    if (command.empty()) throw Error("PMIx_Spawn: no command given");
+    // PMIX_APP_DESTRUCT frees cmd, argv and env with free(): they are strdup'ed.
+    auto strings = [](const std::vector<std::string>& texts) {
+        auto** array = static_cast<char**>(calloc(texts.size() + 1, sizeof(char*)));
+        for (std::size_t index = 0; index < texts.size(); ++index) array[index] = strdup(texts[index].c_str());
+        return array;
+    };
+    pmix_app_t app;
+    PMIX_APP_CONSTRUCT(&app);
+    app.cmd = strdup(command.front().c_str());
+    app.argv = strings(command);
+    app.env = strings(environment);
+    app.maxprocs = 1;
+    char job[PMIX_MAX_NSLEN + 1] = {};
+    const pmix_status_t status = PMIx_Spawn(nullptr, 0, &app, 1, job);
+    PMIX_APP_DESTRUCT(&app);
+    if (status != PMIX_SUCCESS) {
+        throw Error("PMIx (namespace " + state_->job + ", rank " + std::to_string(state_->self.rank) + "): PMIx_Spawn of '" +
+                    command.front() + "' failed: " + status_text(status));
+    }
+    return job;
+}
 
 }  // namespace rdmachan::detail

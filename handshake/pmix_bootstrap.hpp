@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,46 @@ class PmixSession {
     // The value bytes the last exchange() read from PMIx (all peers' keys): grows linearly with
     // the world size (README.md here).
     std::uint64_t last_exchange_bytes() const;
+
+    // The sequence number of the next exchange in this process (what exchange() keys use): a
+    // replacement (pmix_replacement.hpp) takes the one its exchange would have had.
+    static std::uint64_t take_exchange_sequence();
+    // The sequence number the last exchange() used (0 before the first).
+    std::uint64_t last_exchange_sequence() const;
+
+    // Peer replacement's primitives (handshake/pmix_replacement.hpp builds the protocol on them).
+    // PMIx_Publish of one string in the launcher's data store; throws naming the key.
+    void publish(const std::string& key, const std::string& value);
+    // PMIx_Lookup of each key without waiting: the value, or nothing when no process published
+    // it yet. Throws naming the keys when the lookup itself fails.
+    std::vector<std::optional<std::string>> lookup(const std::vector<std::string>& keys);
+    // PMIx_Get of `key` published by `rank` of namespace `job` (another job of the same
+    // launcher, e.g. the one a replacement replaces); throws naming job, rank and key.
+    std::string get(const std::string& job, std::uint32_t rank, const std::string& key, Clock::time_point deadline);
+    // The number of processes of namespace `job` (PMIX_JOB_SIZE); throws naming the job.
+    std::uint32_t job_size(const std::string& job);
+    // PMIx_Spawn of one process running `command` (command[0] is the program) with `environment`
+    // ("NAME=value") added to what the launcher gives it; returns the new namespace.
+    std::string spawn(const std::vector<std::string>& command, const std::vector<std::string>& environment);
+
+    // What the launcher says of `rank` of namespace `job` (PMIX_QUERY_PROC_TABLE): whether its
+    // process has ended, its state's name and its pid. Throws naming the job and the rank when
+    // the launcher does not answer or does not know the rank.
+    struct ProcessState {
+        bool ended = false;
+        std::string state;
+        std::int64_t pid = 0;
+    };
+    ProcessState process_state(const std::string& job, std::uint32_t rank);
+
+    // Set by the bootstrap when this process was started to take `rank` of namespace `job`
+    // (RDMACHAN_PMIX_REPLACES); identity() then says that rank rather than PMIx's.
+    struct Replaces {
+        std::string job;
+        std::uint32_t rank = 0;
+    };
+    void set_replaces(Replaces replaces);
+    const std::optional<Replaces>& replaces() const;
 
     struct State;
 

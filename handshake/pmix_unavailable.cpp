@@ -22,5 +22,15 @@ const std::string& PmixSession::job() const { unavailable(); }
 std::vector<Endpoint> PmixSession::exchange(const Endpoint&, Clock::time_point) { unavailable(); }
 void PmixSession::barrier(Clock::time_point) { unavailable(); }
 std::uint64_t PmixSession::last_exchange_bytes() const { unavailable(); }
+std::uint64_t PmixSession::take_exchange_sequence() { unavailable(); }
+std::uint64_t PmixSession::last_exchange_sequence() const { unavailable(); }
+void PmixSession::publish(const std::string&, const std::string&) { unavailable(); }
+std::vector<std::optional<std::string>> PmixSession::lookup(const std::vector<std::string>&) { unavailable(); }
+std::string PmixSession::get(const std::string&, std::uint32_t, const std::string&, Clock::time_point) { unavailable(); }
+std::uint32_t PmixSession::job_size(const std::string&) { unavailable(); }
+std::string PmixSession::spawn(const std::vector<std::string>&, const std::vector<std::string>&) { unavailable(); }
+void PmixSession::set_replaces(Replaces) { unavailable(); }
+PmixSession::ProcessState PmixSession::process_state(const std::string&, std::uint32_t) { unavailable(); }
+const std::optional<PmixSession::Replaces>& PmixSession::replaces() const { unavailable(); }
 
 }  // namespace rdmachan::detail

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Repeats the multi-process and multi-threaded suites under CPU load until a failure, to find
 # the rare ones (issue 20): the Channel, MultiChannel RC and DC, software-device, fault-injection,
-# partition, backpressure, demo, pairwise and rendezvous suites (the list in `suites` below), as
-# CTest runs them (two at a time), with busy loops competing for the cores.
+# partition, backpressure, demo, pairwise, rendezvous and peer-replacement (TCP and PMIx) suites
+# (the list in `suites` below), as CTest runs them (two at a time), with busy loops competing for
+# the cores.
 # Stops at the first failing round and keeps its output in build/soak/failures/ROUND/: ctest's
 # log, LastTest.log, and in flight-records/ the flight records the round's failed tests and error
 # completions wrote (tests/flight_record_listener.cpp; passed runs remove their own). Exit status
@@ -23,7 +24,7 @@ minutes="${2:-60}"
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "soak: runs must be a positive number, got '$runs'" >&2; exit 2; }
 [[ "$minutes" =~ ^[1-9][0-9]*$ ]] || { echo "soak: minutes must be a positive number, got '$minutes'" >&2; exit 2; }
 build="$root/build/soak"
-suites='^(channel_test|channel_processes_test|multi_channel_test|multi_channel_test_dc|multi_channel_processes_test|multi_channel_processes_dc_test|multi_channel_dc_test|soft_.*|fault_injection_test|partition_processes_test|backpressure_test|demo_test|handshake_pairwise_test|handshake_rendezvous_test)$'
+suites='^(channel_test|channel_processes_test|multi_channel_test|multi_channel_test_dc|multi_channel_processes_test|multi_channel_processes_dc_test|multi_channel_dc_test|soft_.*|fault_injection_test|partition_processes_test|backpressure_test|demo_test|handshake_pairwise_test|handshake_rendezvous_test|peer_replacement_test|pmix_replacement_(rc|dc|twice_rc|twice_dc)_4|pmix_replacement_(disabled|stale|live))$'
 
 "$root/scripts/setup.sh" --build-only >&2
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

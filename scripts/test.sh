@@ -188,9 +188,9 @@ main_exclude=""
 # test (packaging), the figures' check (shell and git only) and the "scale" variants (16 mpirun
 # ranks, 256 rendezvous clients: the code of their smaller variants, in more processes).
 sanitizer_exclude="vm|install|figures|scale"
-# The sanitizer builds compile in unity batches (cmake/CompileSpeed.cmake): the main build, like
-# a user's, compiles each file alone.
-unity=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8)
+# Both sanitizer builds compile in unity batches (cmake/CompileSpeed.cmake; the main build, like
+# a user's, compiles each file alone) and leave out the compile-only programs.
+sanitizer_options=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF)
 [ "$vm" -eq 0 ] && main_exclude="vm"
 # Line tables only (-g1) in every build: failures and sanitizer reports still name file and
 # line, and an optimised build takes a quarter less time than with full debug information
@@ -206,7 +206,7 @@ if [ "$sanitizers" -eq 1 ]; then
     # not depend on the optimisation level.
     configure_suite "$asan_name" "$root/build/test-asan" \
         -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DRDMACHAN_SANITIZE_ADDRESS=ON \
-        -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF "${unity[@]}"
+        "${sanitizer_options[@]}"
     start_background_build "$asan_name" "$root/build/test-asan"
 fi
 test_suite "$main_name" "$root/build/test-main" "$main_exclude"
@@ -214,8 +214,7 @@ if [ "$sanitizers" -eq 1 ]; then
     finish_background_build "$asan_name" "$root/build/test-asan"
     configure_suite "$tsan_name" "$root/build/test-tsan" \
         -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        -DRDMACHAN_SANITIZE_THREAD=ON -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF -DRDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF \
-        "${unity[@]}"
+        -DRDMACHAN_SANITIZE_THREAD=ON -DRDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF "${sanitizer_options[@]}"
     start_background_build "$tsan_name" "$root/build/test-tsan"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         test_suite "$asan_name" "$root/build/test-asan" "$sanitizer_exclude"

@@ -2,6 +2,7 @@
 // peer's endpoint, and connect() through the rendezvous.
 #include <random>
 
+#include "handshake/peer_watch.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "src/engine.hpp"
 
@@ -141,7 +142,7 @@ MultiChannel PreparedMultiChannel::connect(RendezvousSettings settings) && {
     // Nobody posts to a peer whose queue pair may not be connected yet.
     rendezvous->barrier();
     // With replacement the connection stays: the server reports failures and replacements.
-    if (settings.replacement != PeerReplacement::disabled) channels.rendezvous_ = std::move(rendezvous);
+    if (settings.replacement != PeerReplacement::disabled) channels.watch_ = detail::watch_through_rendezvous(std::move(rendezvous));
     return channels;
 }
 

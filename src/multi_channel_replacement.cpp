@@ -2,6 +2,7 @@
 // events, and reconnect() of one peer while the others go on (handshake/README.md, "Peer
 // replacement", has the protocol; src/engine*.cpp the queue pairs).
 #include "rdmachan/multi_channel.hpp"
+#include "handshake/peer_watch.hpp"
 #include "src/engine.hpp"
 
 namespace rdmachan {
@@ -43,8 +44,8 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
     for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
         if (!engine_->healthy(peer) && !lives_[peer].connecting) report_failure(peer, "its operations failed");
     }
-    if (rendezvous_ == nullptr) return events;
-    for (RendezvousEvent& event : rendezvous_->poll_events()) {
+    if (watch_ == nullptr) return events;
+    for (RendezvousEvent& event : watch_->poll_events()) {
         PeerLife& life = lives_[event.rank];
         switch (event.kind) {
             case RendezvousEvent::Kind::failed:
@@ -89,9 +90,9 @@ void MultiChannel::reconnect(std::uint32_t peer) {
     check_peer("MultiChannel::reconnect", peer);
     const std::string me = "MultiChannel::reconnect (rank " + std::to_string(rank_) + ", peer rank " +
                            std::to_string(peer) + ")";
-    if (rendezvous_ == nullptr) {
+    if (watch_ == nullptr) {
         throw Error(me + ": peer replacement is not enabled for this multi-channel (connect it with "
-                         "RendezvousSettings::replacement)");
+                         "RendezvousSettings::replacement, or connect(PeerReplacement::enabled) under PMIx)");
     }
     if (peer == rank_) throw Error(me + ": a rank does not replace itself");
     PeerLife& life = lives_[peer];
@@ -144,7 +145,22 @@ void MultiChannel::reconnect(std::uint32_t peer) {
     }
     if (peer < remote_regions_.size()) remote_regions_[peer] = replacement.regions;
     life.connecting = replacement.session;
-    rendezvous_->acknowledge_replacement(peer, replacement.session, mine);
+    watch_->acknowledge_replacement(peer, replacement.session, mine);
+}
+
+std::string MultiChannel::spawn_replacement(std::uint32_t peer, const std::vector<std::string>& command) {
+    check_peer("MultiChannel::spawn_replacement", peer);
+    const std::string me = "MultiChannel::spawn_replacement (rank " + std::to_string(rank_) + ", peer rank " +
+                           std::to_string(peer) + ")";
+    if (watch_ == nullptr) {
+        throw Error(me + ": peer replacement is not enabled for this multi-channel (connect(PeerReplacement::enabled) "
+                         "under PMIx)");
+    }
+    try {
+        return watch_->spawn_replacement(peer, command);
+    } catch (const Error& error) {
+        throw Error(me + ": " + error.what());
+    }
 }
 
 }  // namespace rdmachan

@@ -3,10 +3,17 @@
 #pragma once
 
 // GCC says so with __SANITIZE_*__; Clang 14 only through __has_feature.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_ADDRESS__)
+#define RDMACHAN_ADDRESS_SANITIZER_RUNTIME 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RDMACHAN_ADDRESS_SANITIZER_RUNTIME 1
+#endif
+#endif
+#if defined(RDMACHAN_ADDRESS_SANITIZER_RUNTIME) || defined(__SANITIZE_THREAD__)
 #define RDMACHAN_SANITIZER_RUNTIME 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#if __has_feature(thread_sanitizer)
 #define RDMACHAN_SANITIZER_RUNTIME 1
 #endif
 #endif
@@ -17,6 +24,13 @@ namespace rdmachan::test {
 inline constexpr bool kSanitizerBuild = true;
 #else
 inline constexpr bool kSanitizerBuild = false;
+#endif
+
+// AddressSanitizer alone: its quarantine holds freed memory, so a process's resident size grows.
+#if defined(RDMACHAN_ADDRESS_SANITIZER_RUNTIME)
+inline constexpr bool kAddressSanitizerBuild = true;
+#else
+inline constexpr bool kAddressSanitizerBuild = false;
 #endif
 
 }  // namespace rdmachan::test

@@ -66,7 +66,7 @@ struct ChannelSettings {
     std::uint32_t max_inline_data = 64;
     std::uint32_t mtu = 4096;          // the lower of both sides' is used
     std::uint8_t ack_timeout = 17;     // 4.096 us * 2^ack_timeout per try
-    std::uint8_t retry_count = 7;
+    std::uint8_t retry_count = 7;      // 7 retries, then the QP fails (soft-RoCE: 6, as it never stops at 7)
     std::uint8_t rnr_retry = 7;        // 7 = retry forever
     std::uint8_t min_rnr_timer = 12;   // verbs encoding: 12 = 0.64 ms
     std::uint8_t max_rd_atomic = 1;

@@ -38,6 +38,7 @@ namespace rdmachan {
 
 namespace detail {
 class PmixSession;
+class PeerWatch;
 }
 
 // How a MultiChannel reaches its peers. Reliable connected: one RC queue pair per peer
@@ -240,6 +241,13 @@ public:
     // The session of the process this multi-channel talks to as `peer` (learned at connect or
     // from its replacement).
     std::uint64_t peer_session(std::uint32_t peer) const;
+    // Under the PMIx bootstrap with replacement: starts one process running `command`
+    // (command[0] is the program) through the launcher (PMIx_Spawn) to take `peer`'s rank; it
+    // connects with connect(PeerReplacement::replace_failed_rank). Returns its PMIx namespace.
+    // One rank calls it, when the application decides the peer is gone. Under the TCP
+    // rendezvous the application starts the replacement itself: rdmachan::Error saying so, as
+    // for replacement disabled, `peer` out of range or this rank.
+    std::string spawn_replacement(std::uint32_t peer, const std::vector<std::string>& command);
 
 private:
     friend class PreparedMultiChannel;
@@ -250,7 +258,7 @@ private:
         std::optional<Endpoint> pending;   // a replacement not yet reconnected
         std::optional<std::uint64_t> connecting;  // reconnected, waiting for `ready`
     };
-    std::shared_ptr<Rendezvous> rendezvous_;  // the watch, with replacement enabled
+    std::shared_ptr<detail::PeerWatch> watch_;  // with replacement enabled: the rendezvous's or PMIx's
     std::vector<PeerLife> lives_;  // by peer
     MultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
     void check_peer(const char* call, std::uint32_t peer) const;
@@ -299,6 +307,13 @@ public:
     // connect in the same order on every rank. Under the TCP bootstrap: an error saying to call
     // connect(RendezvousSettings).
     MultiChannel connect() &&;
+    // The same with peer replacement (handshake/README.md, "Peer replacement under PMIx"):
+    // `enabled` on the job's first processes, which then watch the launcher's data store for
+    // replacements; `replace_failed_rank` in a process MultiChannel::spawn_replacement started,
+    // which announces itself there and connects once every other rank reconnected it. Every rank
+    // of the job must enable it. rdmachan::Error when the choice does not match how this process
+    // was started (RDMACHAN_PMIX_REPLACES set or not).
+    MultiChannel connect(PeerReplacement replacement) &&;
     // The bootstrap build() chose (tcp or pmix) and why.
     const BootstrapChoice& bootstrap() const { return bootstrap_; }
 

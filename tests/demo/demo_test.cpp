@@ -12,6 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/sanitizer_build.hpp"
+
 namespace {
 
 struct Run {
@@ -140,16 +142,7 @@ TEST_CASE("failures: a bad option, an out-of-range value, a failing rank, an una
 // AddressSanitizer keeps freed memory in its quarantine (256 MiB by default) before reusing it,
 // so under it a peer's resident size grows with every free until the quarantine is full (17-26
 // MiB in this test): the memory bound is checked in the other builds, descriptors in all.
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RDMACHAN_DEMO_TEST_ADDRESS_SANITIZER 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(RDMACHAN_DEMO_TEST_ADDRESS_SANITIZER)
-constexpr bool kQuarantineHoldsFreedMemory = true;
-#else
-constexpr bool kQuarantineHoldsFreedMemory = false;
-#endif
+constexpr bool kQuarantineHoldsFreedMemory = rdmachan::test::kAddressSanitizerBuild;
 
 TEST_CASE("--duration: the peers run for that long, and their memory and descriptors do not grow") {
     const auto started = std::chrono::steady_clock::now();

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <mutex>
+
 #include "rdmachan/error.hpp"
+#include "src/logger.hpp"
 #include "transport/provider/mlx5_dc_provider.hpp"
 #include "transport/provider/ring_queues.hpp"
 #include "transport/verbs/completion_queue.hpp"
@@ -31,7 +34,30 @@ struct LocalPort {
     std::uint8_t port = 1;
     bool ethernet = true;
     unsigned access = 0;
+    // Soft-RoCE: its completer counts retry_cnt down only when it is not 7
+    // (drivers/infiniband/sw/rxe/rxe_comp.c), so 7 retries without end there.
+    bool endless_retries_at_seven = false;
+    std::string device;  // for the log line
 };
+
+// The kernel's soft-RoCE reports this vendor id (RXE_VENDOR_ID in drivers/infiniband/sw/rxe).
+constexpr std::uint32_t kSoftRoceVendorId = 0xffffff;
+
+bool is_soft_roce(const verbs::Context& context) { return context.device_attributes().vendor_id == kSoftRoceVendorId; }
+
+// The IB specification, and a ConnectX, give up after 7 retries; on soft-RoCE 7 would never
+// give up, and a dead peer would hang its operations until the wait's deadline. 6 retries
+// there (one try fewer) keep "a dead peer fails within the transport timeout". Said once.
+std::uint8_t retry_count_for(const LocalPort& port, std::uint8_t requested) {
+    if (requested != 7 || !port.endless_retries_at_seven) return requested;
+    static std::once_flag said;
+    std::call_once(said, [&] {
+        detail::logger().info("verbs device {} is soft-RoCE (vendor id 0xffffff), whose completer retries without end at "
+                              "retry_count 7: its queue pairs use 6 retries, so a dead peer fails within the transport timeout",
+                              port.device);
+    });
+    return 6;
+}
 
 verbs::ConnectionParameters connection_parameters(const LocalPort& port, const ConnectSettings& settings) {
     verbs::ConnectionParameters parameters;
@@ -44,7 +70,7 @@ verbs::ConnectionParameters connection_parameters(const LocalPort& port, const C
     parameters.source_gid_index = settings.source_gid_index;
     parameters.access_flags = port.access;
     parameters.timeout = settings.ack_timeout;
-    parameters.retry_count = settings.retry_count;
+    parameters.retry_count = retry_count_for(port, settings.retry_count);
     parameters.rnr_retry = settings.rnr_retry;
     parameters.min_rnr_timer = settings.min_rnr_timer;
     parameters.max_read_atomic = settings.max_rd_atomic;
@@ -209,6 +235,8 @@ public:
         LocalPort port;
         port.port = settings.port;
         port.access = verbs_access(settings.access);
+        port.device = domain_->context()->name();
+        port.endless_retries_at_seven = is_soft_roce(*domain_->context());
         try {
             port.ethernet = domain_->context()->query_port(settings.port).link_layer == verbs::LinkLayer::ethernet;
             if (direct_) return create_direct(capabilities, port, send_queue, receive_queue);

@@ -1,0 +1,526 @@
+// Peer replacement under the PMIx bootstrap, run by tests/pmix/run_replacement_mpirun.sh under
+// `mpirun --enable-recovery` (which keeps the job alive when a rank dies, and exits 0 whatever
+// its ranks return: so each process writes its verdict to a file in --results, and the script
+// counts them). Scenarios (the victim is rank 1; rank 0 starts the replacements):
+//   replace --mode rc|dc [--twice]  the victim is killed mid-run; rank 0 sees it fail and starts
+//       a new process for its rank (MultiChannel::spawn_replacement); every survivor reconnects
+//       it while its writes to the other survivors go on; then everyone writes, sends and
+//       receives with everyone, and every byte of every buffer is checked. --twice: the
+//       replacement is killed after its exchange and replaced again.
+//   disabled   connect() without replacement: the victim's failure is reported from the queue
+//              pairs, and reconnect and spawn_replacement say replacement is not enabled
+//   stale      after the victim died, an announcement of its rank with its old session is
+//              published (raw PMIx): every survivor's reconnect refuses it as stale
+//   live       a replacement is started for rank 1, which is alive: it is refused, naming why,
+//              and no survivor hears of it
+#include <pmix.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "handshake/hex.hpp"
+#include "handshake/pmix_bootstrap.hpp"
+#include "handshake/pmix_replacement.hpp"
+#include "rdmachan/multi_channel.hpp"
+
+namespace {
+
+using namespace rdmachan;
+using namespace std::chrono_literals;
+
+constexpr std::uint32_t kSlice = 4096;
+constexpr std::uint32_t kVictim = 1;
+constexpr auto kPhaseDeadline = 60s;
+
+struct Options {
+    std::string scenario;
+    std::string mode = "rc";
+    std::filesystem::path results;
+    std::string program;
+    bool twice = false;
+    std::uint32_t generation = 1;  // 1: the job's first processes; 2, 3: replacements
+};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// The verdict of this process, as a file the script counts.
+int verdict(const Options& options, const std::string& role, std::uint32_t rank, const std::string& failure) {
+    const std::string name = role + "-rank" + std::to_string(rank) + "-pid" + std::to_string(getpid()) +
+                             (failure.empty() ? ".ok" : ".failed");
+    std::ofstream(options.results / name) << (failure.empty() ? "ok" : failure) << "\n";
+    if (!failure.empty()) std::fprintf(stderr, "pmix_replacement_program: %s rank %u FAILED: %s\n", role.c_str(), rank, failure.c_str());
+    return failure.empty() ? 0 : 1;
+}
+
+struct Failure : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+void expect(bool condition, const std::string& what) {
+    if (!condition) throw Failure("expected " + what);
+}
+
+std::uint8_t pattern(std::uint32_t from, std::uint32_t generation, std::uint32_t round, std::size_t index) {
+    return static_cast<std::uint8_t>(from * 29 + generation * 101 + round * 53 + index * 7 + 1);
+}
+
+// [round 1 out][round 2 out][round 1 in: world slices][round 2 in: world slices]
+// [messages in: world x 8][message out 8][flag out 8][flags in: world x 8]
+struct Layout {
+    std::uint32_t world;
+    std::size_t out(std::uint32_t round) const { return static_cast<std::size_t>(round - 1) * kSlice; }
+    std::size_t in(std::uint32_t round, std::uint32_t peer) const {
+        return static_cast<std::size_t>(2 + (round - 1) * world + peer) * kSlice;
+    }
+    std::size_t message(std::uint32_t peer) const { return static_cast<std::size_t>(2 + 2 * world) * kSlice + peer * 8; }
+    std::size_t message_out() const { return message(world); }
+    std::size_t flag_out() const { return message(world + 1); }
+    std::size_t flag(std::uint32_t peer) const { return flag_out() + 8 + peer * 8; }
+    std::size_t size() const { return flag(world); }
+};
+
+MultiChannelBuilder builder(const std::string& mode) {
+    ChannelBuilder channel = ChannelBuilder().device("soft").max_send_wr(64).max_recv_wr(64).deadline(30s);
+    return MultiChannelBuilder(channel).bootstrap(Bootstrap::pmix).mode(
+        mode == "dc" ? MultiChannelMode::dynamically_connected : MultiChannelMode::reliable_connected);
+}
+
+struct Process {
+    MultiChannel channels;
+    std::vector<std::uint8_t> memory;
+    MemoryRegion region;
+    std::uint32_t rank = 0;
+    std::uint32_t world = 0;
+};
+
+Process start(const std::string& mode, PeerReplacement replacement) {
+    PreparedMultiChannel prepared = builder(mode).build();
+    const std::uint32_t rank = prepared.rank();
+    const std::uint32_t world = prepared.world_size();
+    std::vector<std::uint8_t> memory(Layout{world}.size(), 0);
+    MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    prepared.publish_region("buffer", region);
+    MultiChannel channels = replacement == PeerReplacement::disabled ? std::move(prepared).connect()
+                                                                      : std::move(prepared).connect(replacement);
+    return Process{std::move(channels), std::move(memory), std::move(region), rank, world};
+}
+
+std::vector<std::uint32_t> everyone_but(std::uint32_t world, std::uint32_t a, std::uint32_t b) {
+    std::vector<std::uint32_t> peers;
+    for (std::uint32_t peer = 0; peer < world; ++peer)
+        if (peer != a && peer != b) peers.push_back(peer);
+    return peers;
+}
+
+std::vector<PeerTransfer> write_shares(Process& self, std::uint32_t round, const std::vector<std::uint32_t>& peers) {
+    const Layout layout{self.world};
+    std::vector<PeerTransfer> shares;
+    for (std::uint32_t peer : peers) {
+        const PeerRemoteMemoryRegion remote = self.channels.remote_region(peer, "buffer");
+        shares.push_back({peer, self.region.slice(layout.out(round), kSlice), remote.region.slice(layout.in(round, self.rank), kSlice)});
+    }
+    return shares;
+}
+
+// A barrier of the survivors and the replacement (processes of two PMIx namespaces, so no PMIx
+// fence spans them): each writes `epoch` into its slot of every peer's flags, once its earlier
+// writes completed (so they landed), then waits until every peer's slot here holds it.
+void flag_barrier(Process& self, std::uint64_t epoch) {
+    const Layout layout{self.world};
+    std::memcpy(self.memory.data() + layout.flag_out(), &epoch, sizeof epoch);
+    std::vector<PeerTransfer> shares;
+    for (std::uint32_t peer : everyone_but(self.world, self.rank, self.rank)) {
+        const PeerRemoteMemoryRegion remote = self.channels.remote_region(peer, "buffer");
+        shares.push_back({peer, self.region.slice(layout.flag_out(), 8), remote.region.slice(layout.flag(self.rank), 8)});
+    }
+    const MultiResult written = self.channels.scatter_write(shares);
+    expect(written.ok(), "the barrier's flag writes succeed: " + written.message());
+    const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+    for (std::uint32_t peer : everyone_but(self.world, self.rank, self.rank)) {
+        auto* slot = reinterpret_cast<std::uint64_t*>(self.memory.data() + layout.flag(peer));
+        while (std::atomic_ref<std::uint64_t>(*slot).load(std::memory_order_acquire) < epoch) {
+            expect(std::chrono::steady_clock::now() < until, "rank " + std::to_string(peer) + " at barrier " + std::to_string(epoch));
+            std::this_thread::sleep_for(100us);
+        }
+    }
+}
+
+// After a replacement: a write to every peer, a message to and from every peer, then every byte
+// checked. `generation`: this process's; `victim_generation`: that of the victim's rank's holder.
+// `epoch`: the first barrier epoch of this exchange (two are used).
+void exchange_with_everyone(Process& self, std::uint32_t generation, std::uint32_t victim_generation, std::uint64_t epoch) {
+    const Layout layout{self.world};
+    const std::uint32_t rank = self.rank;
+    std::uint8_t* bytes = self.memory.data();
+    for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(2) + index] = pattern(rank, generation, 2, index);
+    const std::vector<std::uint32_t> peers = everyone_but(self.world, rank, rank);
+    std::vector<PendingWork> receives;
+    for (std::uint32_t peer : peers) receives.push_back(self.channels.post_receive(peer, self.region.slice(layout.message(peer), 8)));
+    flag_barrier(self, epoch);  // every receive is posted
+    const MultiResult written = self.channels.scatter_write(write_shares(self, 2, peers));
+    expect(written.ok(), "round 2's writes to every peer succeed: " + written.message());
+    std::memset(bytes + layout.message_out(), 0, 8);
+    bytes[layout.message_out()] = static_cast<std::uint8_t>(rank + 1);
+    bytes[layout.message_out() + 1] = static_cast<std::uint8_t>(generation);
+    for (std::uint32_t peer : peers) {
+        const WorkResult sent = self.channels.send(peer, self.region.slice(layout.message_out(), 8));
+        expect(sent.ok(), "a send to rank " + std::to_string(peer) + " succeeds" + (sent.ok() ? "" : ": " + sent.error().message()));
+    }
+    for (PendingWork& receive : receives) {
+        const WorkResult received = receive.wait();
+        expect(received.ok() && received.completion().bytes == 8, "a message from every peer");
+    }
+    flag_barrier(self, epoch + 1);  // every write has landed everywhere
+    for (std::size_t index = 0; index < layout.flag_out(); ++index) {
+        std::uint8_t expected = 0;
+        const std::size_t offset = index % kSlice;
+        if (index < layout.out(2)) {
+            expected = generation == 1 ? pattern(rank, 1, 1, offset) : 0;
+        } else if (index < layout.in(1, 0)) {
+            expected = pattern(rank, generation, 2, offset);
+        } else if (index < layout.in(2, 0)) {
+            const auto from = static_cast<std::uint32_t>((index - layout.in(1, 0)) / kSlice);
+            if (generation == 1 && from != rank) expected = pattern(from, 1, 1, offset);
+        } else if (index < layout.message(0)) {
+            const auto from = static_cast<std::uint32_t>((index - layout.in(2, 0)) / kSlice);
+            if (from != rank) expected = pattern(from, from == kVictim ? victim_generation : 1, 2, offset);
+        } else if (index < layout.message_out()) {
+            const auto from = static_cast<std::uint32_t>((index - layout.message(0)) / 8);
+            const std::size_t within = (index - layout.message(0)) % 8;
+            if (from != rank && within == 0) expected = static_cast<std::uint8_t>(from + 1);
+            if (from != rank && within == 1) expected = static_cast<std::uint8_t>(from == kVictim ? victim_generation : 1);
+        } else {
+            const std::size_t within = index - layout.message_out();
+            if (within == 0) expected = static_cast<std::uint8_t>(rank + 1);
+            if (within == 1) expected = static_cast<std::uint8_t>(generation);
+        }
+        expect(bytes[index] == expected, "byte " + std::to_string(index) + " to be " + std::to_string(expected) + ", it is " +
+                                             std::to_string(bytes[index]));
+    }
+    // Nobody moves on (a replacement killed, a survivor writing to the next one) before
+    // everyone has checked.
+    flag_barrier(self, epoch + 2);
+}
+
+std::vector<std::string> replacement_command(const Options& options, std::uint32_t generation) {
+    std::vector<std::string> command{options.program, "replace", "--mode", options.mode, "--results", options.results.string(),
+                                     "--generation", std::to_string(generation)};
+    if (options.twice) command.push_back("--twice");
+    return command;
+}
+
+// A survivor while the victim's rank is dead: its writes to the other survivors go on; rank 0
+// starts the replacement once it saw the failure; every survivor reconnects it when told, and
+// returns once it is connected.
+void await_replacement(Process& self, const Options& options, std::uint32_t next_generation) {
+    const std::vector<PeerTransfer> survivors = write_shares(self, 1, everyone_but(self.world, self.rank, kVictim));
+    const std::vector<PeerTransfer> to_victim = write_shares(self, 1, {kVictim});
+    bool failed = false, available = false, refused_while_connecting = false, connected = false, spawned = false;
+    const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+    while (!connected) {
+        expect(std::chrono::steady_clock::now() < until, "the replacement connected before the deadline");
+        const MultiResult others = self.channels.scatter_write(survivors);
+        expect(others.ok(), "writes to the other survivors succeed throughout: " + others.message());
+        if (!available) {
+            const MultiResult victim = self.channels.scatter_write(to_victim);
+            if (!victim.ok()) expect(contains(victim.message(), "rank " + std::to_string(kVictim)), "the error names the killed rank");
+        }
+        for (const PeerEvent& event : self.channels.poll_peer_events()) {
+            expect(event.peer == kVictim, "events name only the killed rank");
+            if (event.kind == PeerEvent::Kind::failed) {
+                failed = true;
+                std::fprintf(stderr, "rank %u: rank %u failed: %s\n", self.rank, event.peer, event.reason.c_str());
+            } else if (event.kind == PeerEvent::Kind::replacement_available) {
+                expect(failed, "the failure is reported before the replacement");
+                expect(event.session != self.channels.peer_session(kVictim), "the replacement has a new session");
+                available = true;
+                self.channels.reconnect(kVictim);
+                const MultiResult early = self.channels.scatter_write(to_victim);
+                expect(!early.ok() && contains(early.message(), "replacement is not connected yet"),
+                       "a write to the replacement before it is connected fails, naming why");
+                refused_while_connecting = true;
+            } else {
+                expect(available, "connected after available");
+                connected = true;
+            }
+        }
+        if (failed && !spawned && self.rank == 0) {
+            const std::string job = self.channels.spawn_replacement(kVictim, replacement_command(options, next_generation));
+            std::fprintf(stderr, "rank 0: started the replacement of rank %u as namespace %s\n", kVictim, job.c_str());
+            spawned = true;
+        }
+        std::this_thread::sleep_for(1ms);
+    }
+    expect(refused_while_connecting, "the replacement was refused until connected");
+    expect(self.channels.healthy_peers().size() == self.world, "every peer healthy again");
+}
+
+// Round 1 with everyone, then (all ranks) a PMIx fence, after which the victim dies.
+void first_round(Process& self, const pmix_proc_t& raw) {
+    const Layout layout{self.world};
+    for (std::size_t index = 0; index < kSlice; ++index) self.memory[layout.out(1) + index] = pattern(self.rank, 1, 1, index);
+    const MultiResult first = self.channels.scatter_write(write_shares(self, 1, everyone_but(self.world, self.rank, self.rank)));
+    expect(first.ok(), "round 1's writes succeed: " + first.message());
+    pmix_proc_t everyone;
+    PMIX_LOAD_PROCID(&everyone, raw.nspace, PMIX_RANK_WILDCARD);
+    expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the fence after round 1");
+}
+
+// A fence of the first processes without the victim (dead), so none leaves while another still
+// writes to it.
+void fence_survivors(const pmix_proc_t& raw, std::uint32_t world) {
+    std::vector<pmix_proc_t> survivors;
+    for (std::uint32_t rank : everyone_but(world, kVictim, kVictim)) {
+        pmix_proc_t proc;
+        PMIX_LOAD_PROCID(&proc, raw.nspace, rank);
+        survivors.push_back(proc);
+    }
+    expect(PMIx_Fence(survivors.data(), survivors.size(), nullptr, 0) == PMIX_SUCCESS, "the survivors' closing fence");
+}
+
+// The test's own PMIx handle (reference counted with the library's), fenced once every rank is
+// initialized (tests/pmix/pmix_bootstrap_program.cpp says why).
+struct RawPmix {
+    pmix_proc_t self{};
+    RawPmix() {
+        if (PMIx_Init(&self, nullptr, 0) != PMIX_SUCCESS) throw std::runtime_error("test's own PMIx_Init failed");
+        pmix_proc_t everyone;
+        PMIX_LOAD_PROCID(&everyone, self.nspace, PMIX_RANK_WILDCARD);
+        if (PMIx_Fence(&everyone, 1, nullptr, 0) != PMIX_SUCCESS) throw std::runtime_error("test's own PMIx_Fence failed");
+    }
+    ~RawPmix() { PMIx_Finalize(nullptr, 0); }
+};
+
+int first_generation(const Options& options) {
+    const RawPmix raw;
+    const std::uint32_t rank = raw.self.rank;
+    try {
+        Process self = start(options.mode, PeerReplacement::enabled);
+        first_round(self, raw.self);
+        if (rank == kVictim) raise(SIGKILL);
+        await_replacement(self, options, 2);
+        exchange_with_everyone(self, 1, 2, 1);
+        if (options.twice) {
+            await_replacement(self, options, 3);
+            exchange_with_everyone(self, 1, 3, 4);
+        }
+        return verdict(options, "survivor", rank, {});
+    } catch (const std::exception& error) {
+        return verdict(options, "survivor", rank, error.what());
+    }
+}
+
+int replacement(const Options& options) {
+    std::uint32_t rank = kVictim;
+    const std::string role = "replacement" + std::to_string(options.generation);
+    try {
+        Process self = start(options.mode, PeerReplacement::replace_failed_rank);
+        rank = self.rank;
+        expect(rank == kVictim, "the replacement takes rank " + std::to_string(kVictim));
+        expect(self.channels.healthy_peers().size() == self.world, "every peer healthy");
+        // Its first barrier epoch follows the survivors' (1 for the first replacement, 4 for the second).
+        exchange_with_everyone(self, options.generation, options.generation, options.generation == 2 ? 1 : 4);
+        if (options.generation == 2 && options.twice) {
+            verdict(options, role, rank, {});
+            raise(SIGKILL);  // gone too, after a completed exchange
+        }
+        return verdict(options, role, rank, {});
+    } catch (const std::exception& error) {
+        return verdict(options, role, rank, error.what());
+    }
+}
+
+// Replacement disabled: the failure comes from the queue pairs; reconnect and spawn_replacement
+// say replacement is not enabled.
+int disabled(const Options& options) {
+    const RawPmix raw;
+    const std::uint32_t rank = raw.self.rank;
+    try {
+        Process self = start(options.mode, PeerReplacement::disabled);
+        first_round(self, raw.self);
+        if (rank == kVictim) raise(SIGKILL);
+        const std::vector<PeerTransfer> to_victim = write_shares(self, 1, {kVictim});
+        bool failed = false;
+        const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+        while (!failed) {
+            expect(std::chrono::steady_clock::now() < until, "the victim's failure reported before the deadline");
+            (void)self.channels.scatter_write(to_victim);
+            for (const PeerEvent& event : self.channels.poll_peer_events()) {
+                expect(event.kind == PeerEvent::Kind::failed && event.peer == kVictim, "only the victim's failure is reported");
+                failed = true;
+            }
+            std::this_thread::sleep_for(1ms);
+        }
+        const auto error_of = [](auto&& call) -> std::string {
+            try {
+                call();
+            } catch (const Error& error) {
+                return error.what();
+            }
+            return "no error";
+        };
+        const std::string reconnect = error_of([&] { self.channels.reconnect(kVictim); });
+        expect(contains(reconnect, "peer replacement is not enabled"), "reconnect says replacement is not enabled: " + reconnect);
+        const std::string spawn = error_of([&] { (void)self.channels.spawn_replacement(kVictim, {options.program}); });
+        expect(contains(spawn, "peer replacement is not enabled"), "spawn_replacement says so: " + spawn);
+        const MultiResult others = self.channels.scatter_write(write_shares(self, 1, everyone_but(self.world, self.rank, kVictim)));
+        expect(others.ok(), "writes to the other survivors still succeed: " + others.message());
+        fence_survivors(raw.self, self.world);
+        return verdict(options, "survivor", rank, {});
+    } catch (const std::exception& error) {
+        return verdict(options, "survivor", rank, error.what());
+    }
+}
+
+// After the victim died, rank 0 publishes (raw PMIx) an announcement of its rank carrying the
+// endpoint it published at the job's start, old session included: a stale endpoint.
+int stale(const Options& options) {
+    const RawPmix raw;
+    const std::uint32_t rank = raw.self.rank;
+    try {
+        Process self = start(options.mode, PeerReplacement::enabled);
+        first_round(self, raw.self);
+        if (rank == kVictim) raise(SIGKILL);
+        const std::uint64_t old_session = self.channels.peer_session(kVictim);
+        if (rank == 0) {
+            pmix_proc_t victim;
+            PMIX_LOAD_PROCID(&victim, raw.self.nspace, kVictim);
+            pmix_value_t* value = nullptr;
+            const std::string endpoint_key = detail::pmix_endpoint_key(1);
+            expect(PMIx_Get(&victim, endpoint_key.c_str(), nullptr, 0, &value) == PMIX_SUCCESS && value != nullptr &&
+                       value->type == PMIX_STRING,
+                   "the victim's published endpoint");
+            const std::string endpoint = value->data.string;
+            PMIX_VALUE_RELEASE(value);
+            const auto expires = std::chrono::duration_cast<std::chrono::milliseconds>(
+                (std::chrono::system_clock::now() + 5s).time_since_epoch()).count();
+            const std::string announcement = "{\"rank\":" + std::to_string(kVictim) + ",\"session\":\"" +
+                                             handshake::to_hex_u64(old_session) + "\",\"namespace\":\"" + raw.self.nspace +
+                                             "\",\"expires_unix_ms\":" + std::to_string(expires) + ",\"endpoint\":" + endpoint + "}";
+            pmix_info_t info;
+            const std::string key = detail::pmix_announcement_key(raw.self.nspace, 1, 1);
+            PMIX_INFO_LOAD(&info, key.c_str(), announcement.c_str(), PMIX_STRING);
+            expect(PMIx_Publish(&info, 1) == PMIX_SUCCESS, "the stale announcement is published");
+            PMIX_INFO_DESTRUCT(&info);
+        }
+        bool refused = false;
+        const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+        while (!refused) {
+            expect(std::chrono::steady_clock::now() < until, "the stale announcement arrived before the deadline");
+            for (const PeerEvent& event : self.channels.poll_peer_events()) {
+                if (event.kind != PeerEvent::Kind::replacement_available) continue;
+                expect(event.session == old_session, "the announcement carries the old session");
+                try {
+                    self.channels.reconnect(kVictim);
+                    expect(false, "reconnect refuses a stale endpoint");
+                } catch (const Error& error) {
+                    expect(contains(error.what(), "refused as stale") && contains(error.what(), handshake::to_hex_u64(old_session)),
+                           std::string("the refusal names the stale session: ") + error.what());
+                }
+                refused = true;
+            }
+            std::this_thread::sleep_for(1ms);
+        }
+        // Nothing was connected: the victim's rank is still its dead process.
+        const MultiResult victim = self.channels.scatter_write(write_shares(self, 1, {kVictim}));
+        expect(!victim.ok() && contains(victim.message(), "rank " + std::to_string(kVictim)),
+               "a write to the victim still fails, naming it");
+        fence_survivors(raw.self, self.world);
+        return verdict(options, "survivor", rank, {});
+    } catch (const std::exception& error) {
+        return verdict(options, "survivor", rank, error.what());
+    }
+}
+
+// A replacement started for rank 1, which is alive: refused by the launcher's process table
+// before it announces itself; the survivors never hear of it.
+int live(const Options& options) {
+    const RawPmix raw;
+    const std::uint32_t rank = raw.self.rank;
+    try {
+        Process self = start(options.mode, PeerReplacement::enabled);
+        if (rank == 0) {
+            (void)self.channels.spawn_replacement(kVictim, {options.program, "live-replacement", "--results", options.results.string()});
+        }
+        // Every rank waits until the replacement gave its verdict, watching for events.
+        const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+        auto verdict_given = [&] {
+            for (const auto& entry : std::filesystem::directory_iterator(options.results)) {
+                if (entry.path().filename().string().starts_with("live-replacement")) return true;
+            }
+            return false;
+        };
+        while (!verdict_given()) {
+            expect(std::chrono::steady_clock::now() < until, "the replacement of a live rank gave its verdict before the deadline");
+            for (const PeerEvent& event : self.channels.poll_peer_events()) {
+                expect(false, "no event (got " + std::string(to_string(event.kind)) + " for rank " + std::to_string(event.peer) + ")");
+            }
+            std::this_thread::sleep_for(10ms);
+        }
+        std::this_thread::sleep_for(300ms);  // longer than a watch period: an announcement would have been seen
+        for (const PeerEvent& event : self.channels.poll_peer_events()) {
+            expect(false, "no event (got " + std::string(to_string(event.kind)) + " for rank " + std::to_string(event.peer) + ")");
+        }
+        expect(self.channels.healthy_peers().size() == self.world, "every rank healthy");
+        pmix_proc_t everyone;
+        PMIX_LOAD_PROCID(&everyone, raw.self.nspace, PMIX_RANK_WILDCARD);
+        expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the closing fence");
+        return verdict(options, "survivor", rank, {});
+    } catch (const std::exception& error) {
+        return verdict(options, "survivor", rank, error.what());
+    }
+}
+
+int live_replacement(const Options& options) {
+    try {
+        (void)start(options.mode, PeerReplacement::replace_failed_rank);
+        return verdict(options, "live-replacement", kVictim, "the replacement of a live rank was accepted");
+    } catch (const Error& error) {
+        const std::string text = error.what();
+        const bool named = contains(text, "rank 1 is alive") && contains(text, "only a rank whose process ended is replaced");
+        return verdict(options, "live-replacement", kVictim, named ? "" : "unexpected error: " + text);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options options;
+    options.program = std::filesystem::absolute(argv[0]).string();
+    if (argc < 2) {
+        std::fprintf(stderr, "usage: %s replace|disabled|stale|live [--mode rc|dc] --results DIR [--twice]\n", argv[0]);
+        return 2;
+    }
+    options.scenario = argv[1];
+    for (int index = 2; index < argc; ++index) {
+        const std::string argument = argv[index];
+        if (argument == "--mode" && index + 1 < argc) options.mode = argv[++index];
+        else if (argument == "--results" && index + 1 < argc) options.results = argv[++index];
+        else if (argument == "--generation" && index + 1 < argc) options.generation = static_cast<std::uint32_t>(std::stoul(argv[++index]));
+        else if (argument == "--twice") options.twice = true;
+        else {
+            std::fprintf(stderr, "pmix_replacement_program: unknown argument '%s'\n", argument.c_str());
+            return 2;
+        }
+    }
+    if (options.results.empty()) {
+        std::fprintf(stderr, "pmix_replacement_program: --results DIR is required\n");
+        return 2;
+    }
+    if (options.scenario == "replace") return options.generation == 1 ? first_generation(options) : replacement(options);
+    if (options.scenario == "disabled") return disabled(options);
+    if (options.scenario == "stale") return stale(options);
+    if (options.scenario == "live") return live(options);
+    if (options.scenario == "live-replacement") return live_replacement(options);
+    std::fprintf(stderr, "pmix_replacement_program: unknown scenario '%s'\n", options.scenario.c_str());
+    return 2;
+}
