@@ -146,10 +146,11 @@ Acknowledgement parse_acknowledgement(const std::string& key, std::uint32_t from
 class PmixWatch final : public PeerWatch {
   public:
     PmixWatch(std::shared_ptr<PmixSession> session, std::string job, std::uint64_t sequence, std::uint32_t rank,
-              std::uint32_t world_size, std::uint64_t first_index)
+              std::uint32_t world_size, std::uint64_t first_index, std::map<std::uint32_t, std::string> holders)
         : session_(std::move(session)), job_(std::move(job)), sequence_(sequence), rank_(rank), world_size_(world_size),
           next_index_(first_index),
-          period_(std::max<std::chrono::milliseconds>(std::chrono::milliseconds(50), std::chrono::milliseconds(world_size))) {
+          period_(std::max<std::chrono::milliseconds>(std::chrono::milliseconds(50), std::chrono::milliseconds(world_size))),
+          holders_(std::move(holders)) {
         thread_ = std::thread([this] { run(); });
     }
     ~PmixWatch() override {
@@ -196,6 +197,7 @@ class PmixWatch final : public PeerWatch {
     struct Seen {
         std::uint32_t rank = 0;
         std::uint64_t session = 0;
+        std::string job;  // the replacement's namespace
         std::int64_t expires_unix_ms = 0;
     };
 
@@ -246,10 +248,22 @@ class PmixWatch final : public PeerWatch {
                     session_->publish(pmix_acknowledgement_key(job_, sequence_, next_index_, rank_),
                                       acknowledgement_text(std::nullopt, "rank " + std::to_string(rank_) + " is alive"));
                 } else {
+                    // As the replacement itself checked: only a rank whose process ended is
+                    // replaced. An announcement for a live one (another process's mistake, or
+                    // a race with the check) is never offered to the application.
+                    const auto holder = holders_.find(announcement.rank);
+                    const std::string holder_job = holder != holders_.end() ? holder->second : job_;
+                    const std::uint32_t holder_rank = holder != holders_.end() ? 0 : announcement.rank;
+                    const PmixSession::ProcessState state = session_->process_state(holder_job, holder_rank);
+                    if (!state.ended) {
+                        throw Error("rank " + std::to_string(announcement.rank) + " is alive: its process (pid " +
+                                    std::to_string(state.pid) + ", namespace " + holder_job + ") is in state '" + state.state + "'");
+                    }
                     Endpoint endpoint = std::move(announcement.endpoint);
                     std::erase_if(endpoint.rc, [this](const RcEntry& entry) { return entry.peer != rank_; });
                     found.push_back({RendezvousEvent::Kind::replacement, announcement.rank, announcement.session, std::move(endpoint)});
-                    announced = {next_index_, Seen{announcement.rank, announcement.session, announcement.expires_unix_ms}};
+                    announced = {next_index_, Seen{announcement.rank, announcement.session, announcement.job,
+                                                   announcement.expires_unix_ms}};
                 }
             } catch (const Error& error) {
                 logger().warn("PMIx peer replacement (rank {}): announcement {} ignored: {}", rank_, next_index_, error.what());
@@ -262,6 +276,7 @@ class PmixWatch final : public PeerWatch {
             const auto seen = outstanding_.find(indices[position]);
             if (seen == outstanding_.end()) continue;
             if (values[position + 1]) {
+                holders_[seen->second.rank] = seen->second.job;
                 found.push_back({RendezvousEvent::Kind::ready, seen->second.rank, seen->second.session, {}});
                 outstanding_.erase(seen);
             } else if (now > seen->second.expires_unix_ms + kExpiryGraceMilliseconds) {
@@ -286,6 +301,8 @@ class PmixWatch final : public PeerWatch {
     std::uint64_t next_index_;  // the watch thread's alone
     const std::chrono::milliseconds period_;
     bool lookup_failure_logged_ = false;  // the watch thread's alone
+    // The namespace of each replaced rank's current process (rank 0 there); the watch thread's.
+    std::map<std::uint32_t, std::string> holders_;
     std::mutex mutex_;
     std::condition_variable wake_;
     bool stopping_ = false;
@@ -407,6 +424,8 @@ PmixReplacementTable pmix_announce_replacement(PmixSession& session, const Endpo
         result.table[peer].rc.clear();
     }
 
+    for (const auto& [rank, earlier] : replaced) result.holders[rank] = earlier.job;
+
     // Every other rank acknowledges: RC with the queue pair it made for this process.
     std::vector<std::uint32_t> waiting;
     for (std::uint32_t peer = 0; peer < world_size; ++peer)
@@ -448,8 +467,9 @@ void pmix_announce_connected(PmixSession& session, const PmixReplacementTable& r
 
 std::shared_ptr<PeerWatch> watch_through_pmix(std::shared_ptr<PmixSession> session, std::string job,
                                               std::uint64_t sequence, std::uint32_t rank, std::uint32_t world_size,
-                                              std::uint64_t first_index) {
-    return std::make_shared<PmixWatch>(std::move(session), std::move(job), sequence, rank, world_size, first_index);
+                                              std::uint64_t first_index, std::map<std::uint32_t, std::string> holders) {
+    return std::make_shared<PmixWatch>(std::move(session), std::move(job), sequence, rank, world_size, first_index,
+                                       std::move(holders));
 }
 
 }  // namespace rdmachan::detail

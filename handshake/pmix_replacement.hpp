@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,6 +40,7 @@ struct PmixReplacementTable {
     std::vector<Endpoint> table;
     std::uint64_t sequence = 0;
     std::uint64_t index = 0;  // this replacement's announcement
+    std::map<std::uint32_t, std::string> holders;  // ranks replaced before: their process's namespace
 };
 PmixReplacementTable pmix_announce_replacement(PmixSession& session, const Endpoint& mine, std::uint32_t world_size,
                                                PmixSession::Clock::time_point deadline);
@@ -47,10 +49,12 @@ void pmix_announce_connected(PmixSession& session, const PmixReplacementTable& r
 
 // A watch over the data store: a thread looks up the next announcement (and the `ready` of those
 // this rank saw) every max(50 ms, world_size ms), so the launcher's data server answers at
-// most about a thousand lookups a second whatever the job size. `first_index`: the first
-// announcement not yet seen (1 for the job's first processes).
+// most about a thousand lookups a second whatever the job size. An announcement is offered to
+// the application only when the launcher's process table says the rank's current process
+// ended. `first_index`: the first announcement not yet seen (1 for the job's first processes);
+// `holders`: the namespace of each rank replaced before it (the replacement's table gives them).
 std::shared_ptr<PeerWatch> watch_through_pmix(std::shared_ptr<PmixSession> session, std::string job,
                                               std::uint64_t sequence, std::uint32_t rank, std::uint32_t world_size,
-                                              std::uint64_t first_index);
+                                              std::uint64_t first_index, std::map<std::uint32_t, std::string> holders = {});
 
 }  // namespace rdmachan::detail

@@ -24,7 +24,7 @@ minutes="${2:-60}"
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "soak: runs must be a positive number, got '$runs'" >&2; exit 2; }
 [[ "$minutes" =~ ^[1-9][0-9]*$ ]] || { echo "soak: minutes must be a positive number, got '$minutes'" >&2; exit 2; }
 build="$root/build/soak"
-suites='^(channel_test|channel_processes_test|multi_channel_test|multi_channel_test_dc|multi_channel_processes_test|multi_channel_processes_dc_test|multi_channel_dc_test|soft_.*|fault_injection_test|partition_processes_test|backpressure_test|demo_test|handshake_pairwise_test|handshake_rendezvous_test|peer_replacement_test|pmix_replacement_(rc|dc|twice_rc|twice_dc)_4|pmix_replacement_(disabled|stale|live))$'
+suites='^(channel_test|channel_processes_test|multi_channel_test|multi_channel_test_dc|multi_channel_processes_test|multi_channel_processes_dc_test|multi_channel_dc_test|soft_.*|fault_injection_test|partition_processes_test|backpressure_test|demo_test|handshake_pairwise_test|handshake_rendezvous_test|peer_replacement_test|pmix_replacement_(rc|dc|twice_rc|twice_dc)_4|pmix_replacement_(disabled|stale|live|impostor))$'
 
 "$root/scripts/setup.sh" --build-only >&2
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -95,7 +95,8 @@ MultiChannel PreparedMultiChannel::connect(PeerReplacement replacement) && {
         const detail::PmixReplacementTable announced = detail::pmix_announce_replacement(*session, mine, world, deadline);
         MultiChannel channels = std::move(*this).handshake(announced.table);
         detail::pmix_announce_connected(*session, announced, mine.session);
-        channels.watch_ = detail::watch_through_pmix(session, replaces->job, announced.sequence, rank, world, announced.index + 1);
+        channels.watch_ = detail::watch_through_pmix(session, replaces->job, announced.sequence, rank, world,
+                                                     announced.index + 1, announced.holders);
         return channels;
     }
     const std::vector<Endpoint> table = session->exchange(endpoint(), deadline);

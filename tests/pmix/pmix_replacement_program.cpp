@@ -13,6 +13,8 @@
 //              published (raw PMIx): every survivor's reconnect refuses it as stale
 //   live       a replacement is started for rank 1, which is alive: it is refused, naming why,
 //              and no survivor hears of it
+//   impostor   an announcement of live rank 2 is published (raw PMIx): rank 2 refuses it, and no
+//              application hears of it
 #include <pmix.h>
 #include <signal.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -381,6 +384,32 @@ int disabled(const Options& options) {
     }
 }
 
+// Publishes (raw PMIx, as another process could) announcement 1 of `announced_rank` carrying
+// the endpoint that rank published at the job's start, with `session`.
+void publish_announcement(const pmix_proc_t& raw, std::uint32_t announced_rank, std::uint64_t session) {
+    pmix_proc_t owner;
+    PMIX_LOAD_PROCID(&owner, raw.nspace, announced_rank);
+    pmix_value_t* value = nullptr;
+    const std::string endpoint_key = detail::pmix_endpoint_key(1);
+    expect(PMIx_Get(&owner, endpoint_key.c_str(), nullptr, 0, &value) == PMIX_SUCCESS && value != nullptr &&
+               value->type == PMIX_STRING,
+           "rank " + std::to_string(announced_rank) + "'s published endpoint");
+    Endpoint endpoint = parse_endpoint(value->data.string);
+    PMIX_VALUE_RELEASE(value);
+    endpoint.session = session;
+    const auto expires = std::chrono::duration_cast<std::chrono::milliseconds>(
+        (std::chrono::system_clock::now() + 5s).time_since_epoch()).count();
+    nlohmann::json announcement = {{"rank", announced_rank}, {"session", handshake::to_hex_u64(session)},
+                                   {"namespace", raw.nspace}, {"expires_unix_ms", expires}};
+    to_json(announcement["endpoint"], endpoint);
+    const std::string text = announcement.dump();
+    pmix_info_t info;
+    const std::string key = detail::pmix_announcement_key(raw.nspace, 1, 1);
+    PMIX_INFO_LOAD(&info, key.c_str(), text.c_str(), PMIX_STRING);
+    expect(PMIx_Publish(&info, 1) == PMIX_SUCCESS, "the announcement is published");
+    PMIX_INFO_DESTRUCT(&info);
+}
+
 // After the victim died, rank 0 publishes (raw PMIx) an announcement of its rank carrying the
 // endpoint it published at the job's start, old session included: a stale endpoint.
 int stale(const Options& options) {
@@ -391,27 +420,7 @@ int stale(const Options& options) {
         first_round(self, raw.self);
         if (rank == kVictim) raise(SIGKILL);
         const std::uint64_t old_session = self.channels.peer_session(kVictim);
-        if (rank == 0) {
-            pmix_proc_t victim;
-            PMIX_LOAD_PROCID(&victim, raw.self.nspace, kVictim);
-            pmix_value_t* value = nullptr;
-            const std::string endpoint_key = detail::pmix_endpoint_key(1);
-            expect(PMIx_Get(&victim, endpoint_key.c_str(), nullptr, 0, &value) == PMIX_SUCCESS && value != nullptr &&
-                       value->type == PMIX_STRING,
-                   "the victim's published endpoint");
-            const std::string endpoint = value->data.string;
-            PMIX_VALUE_RELEASE(value);
-            const auto expires = std::chrono::duration_cast<std::chrono::milliseconds>(
-                (std::chrono::system_clock::now() + 5s).time_since_epoch()).count();
-            const std::string announcement = "{\"rank\":" + std::to_string(kVictim) + ",\"session\":\"" +
-                                             handshake::to_hex_u64(old_session) + "\",\"namespace\":\"" + raw.self.nspace +
-                                             "\",\"expires_unix_ms\":" + std::to_string(expires) + ",\"endpoint\":" + endpoint + "}";
-            pmix_info_t info;
-            const std::string key = detail::pmix_announcement_key(raw.self.nspace, 1, 1);
-            PMIX_INFO_LOAD(&info, key.c_str(), announcement.c_str(), PMIX_STRING);
-            expect(PMIx_Publish(&info, 1) == PMIX_SUCCESS, "the stale announcement is published");
-            PMIX_INFO_DESTRUCT(&info);
-        }
+        if (rank == 0) publish_announcement(raw.self, kVictim, old_session);
         bool refused = false;
         const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
         while (!refused) {
@@ -480,6 +489,58 @@ int live(const Options& options) {
     }
 }
 
+// Rank 0 publishes an announcement of rank 2, which is alive, with a new session (as a confused
+// or hostile process could): rank 2 refuses it in the data store, and nobody's application hears
+// of it, since the launcher says rank 2's process runs.
+int impostor(const Options& options) {
+    const RawPmix raw;
+    const std::uint32_t rank = raw.self.rank;
+    constexpr std::uint32_t kAlive = 2;
+    try {
+        Process self = start(options.mode, PeerReplacement::enabled);
+        const std::filesystem::path refused_marker = options.results / "refusal-seen";
+        auto expect_no_event = [&] {
+            for (const PeerEvent& event : self.channels.poll_peer_events()) {
+                expect(false, "no event (got " + std::string(to_string(event.kind)) + " for rank " + std::to_string(event.peer) + ")");
+            }
+        };
+        const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+        if (rank == 0) {
+            publish_announcement(raw.self, kAlive, 0x5eed000000000002ull);
+            const std::string key = detail::pmix_acknowledgement_key(raw.self.nspace, 1, 1, kAlive);
+            std::string refusal;
+            while (refusal.empty()) {
+                expect(std::chrono::steady_clock::now() < until, "rank 2's refusal before the deadline");
+                pmix_pdata_t data;
+                PMIX_PDATA_CONSTRUCT(&data);
+                PMIX_LOAD_KEY(data.key, key.c_str());
+                if (PMIx_Lookup(&data, 1, nullptr, 0) == PMIX_SUCCESS && data.value.type == PMIX_STRING) refusal = data.value.data.string;
+                PMIX_PDATA_DESTRUCT(&data);
+                expect_no_event();
+                std::this_thread::sleep_for(10ms);
+            }
+            expect(contains(refusal, "\"refused\"") && contains(refusal, "rank 2 is alive"), "rank 2 refused it: " + refusal);
+            std::this_thread::sleep_for(300ms);  // longer than a watch period: an offer would have come
+            expect_no_event();
+            std::ofstream(refused_marker) << refusal << "\n";
+        } else {
+            while (!std::filesystem::exists(refused_marker)) {
+                expect(std::chrono::steady_clock::now() < until, "rank 0 saw the refusal before the deadline");
+                expect_no_event();
+                std::this_thread::sleep_for(10ms);
+            }
+            expect_no_event();
+        }
+        expect(self.channels.healthy_peers().size() == self.world, "every rank healthy");
+        pmix_proc_t everyone;
+        PMIX_LOAD_PROCID(&everyone, raw.self.nspace, PMIX_RANK_WILDCARD);
+        expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the closing fence");
+        return verdict(options, "survivor", rank, {});
+    } catch (const std::exception& error) {
+        return verdict(options, "survivor", rank, error.what());
+    }
+}
+
 int live_replacement(const Options& options) {
     try {
         (void)start(options.mode, PeerReplacement::replace_failed_rank);
@@ -520,6 +581,7 @@ int main(int argc, char** argv) {
     if (options.scenario == "disabled") return disabled(options);
     if (options.scenario == "stale") return stale(options);
     if (options.scenario == "live") return live(options);
+    if (options.scenario == "impostor") return impostor(options);
     if (options.scenario == "live-replacement") return live_replacement(options);
     std::fprintf(stderr, "pmix_replacement_program: unknown scenario '%s'\n", options.scenario.c_str());
     return 2;
