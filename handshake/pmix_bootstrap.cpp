@@ -295,24 +295,64 @@ void PmixSession::publish(const std::string& key, const std::string& value) {
     }
 }
 
+namespace {
+
+// One non-blocking lookup, for the reason fence() is one: its state lives on the heap until both
+// libpmix's callback and this process are done with it.
+struct LookupWait {
+    std::mutex mutex;
+    std::condition_variable done_changed;
+    bool done = false;
+    pmix_status_t status = PMIX_SUCCESS;
+    std::optional<std::string> value;
+};
+
+void lookup_finished(pmix_status_t status, pmix_pdata_t data[], std::size_t count, void* context) {
+    auto* holder = static_cast<std::shared_ptr<LookupWait>*>(context);
+    {
+        const std::lock_guard<std::mutex> lock((*holder)->mutex);
+        (*holder)->status = status;
+        for (std::size_t index = 0; index < count; ++index) {
+            if (data[index].value.type == PMIX_STRING && data[index].value.data.string != nullptr) {
+                (*holder)->value = std::string(data[index].value.data.string);
+            }
+        }
+        (*holder)->done = true;
+    }
+    (*holder)->done_changed.notify_all();
+    delete holder;
+}
+
+}  // namespace
+
 std::vector<std::optional<std::string>> PmixSession::lookup(const std::vector<std::string>& keys) {
-    // One key per PMIx_Lookup: given several keys that another job published, Open MPI 4.1.4's
-    // data server answers only the last one (measured here), so a key would look unpublished.
+    // One key per lookup: given several keys that another job published, Open MPI 4.1.4's data
+    // server answers only the last one (measured here), so a key would look unpublished. And
+    // PMIx_Lookup_nb rather than PMIx_Lookup, which in libpmix 4.2.2 never frees the key array
+    // it builds (a few dozen bytes per call, and a watch looks up every few tens of ms for the
+    // life of the job); this array is ours, and PMIx_Lookup_nb has packed it when it returns.
     std::vector<std::optional<std::string>> values(keys.size());
+    const std::string me = "PMIx (namespace " + state_->job + ", rank " + std::to_string(state_->self.rank) + ")";
     for (std::size_t index = 0; index < keys.size(); ++index) {
-        pmix_pdata_t data;
-        PMIX_PDATA_CONSTRUCT(&data);
-        PMIX_LOAD_KEY(data.key, keys[index].c_str());
+        std::string key = keys[index];
+        char* key_array[] = {key.data(), nullptr};
+        auto wait = std::make_shared<LookupWait>();
+        auto* holder = new std::shared_ptr<LookupWait>(wait);
         // Without PMIX_WAIT the data server answers at once with what it has.
-        const pmix_status_t status = PMIx_Lookup(&data, 1, nullptr, 0);
-        if (status == PMIX_SUCCESS && data.value.type == PMIX_STRING && data.value.data.string != nullptr) {
-            values[index] = std::string(data.value.data.string);
+        const pmix_status_t started = PMIx_Lookup_nb(key_array, nullptr, 0, lookup_finished, holder);
+        if (started != PMIX_SUCCESS) {
+            delete holder;
+            throw Error(me + ": PMIx_Lookup_nb of '" + key + "' failed: " + status_text(started));
         }
-        PMIX_PDATA_DESTRUCT(&data);
-        if (status != PMIX_SUCCESS && status != PMIX_ERR_NOT_FOUND) {
-            throw Error("PMIx (namespace " + state_->job + ", rank " + std::to_string(state_->self.rank) +
-                        "): PMIx_Lookup of '" + keys[index] + "' failed: " + status_text(status));
+        std::unique_lock<std::mutex> lock(wait->mutex);
+        // The server answers a lookup at once; a minute without an answer is a lost server.
+        if (!wait->done_changed.wait_for(lock, std::chrono::seconds(60), [&] { return wait->done; })) {
+            throw Error(me + ": PMIx_Lookup_nb of '" + key + "': no answer from the launcher within 60 s");
         }
+        if (wait->status != PMIX_SUCCESS && wait->status != PMIX_ERR_NOT_FOUND) {
+            throw Error(me + ": PMIx_Lookup_nb of '" + key + "' failed: " + status_text(wait->status));
+        }
+        if (wait->status == PMIX_SUCCESS) values[index] = std::move(wait->value);
     }
     return values;
 }

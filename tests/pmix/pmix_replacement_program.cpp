@@ -19,7 +19,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -77,7 +76,7 @@ std::uint8_t pattern(std::uint32_t from, std::uint32_t generation, std::uint32_t
 }
 
 // [round 1 out][round 2 out][round 1 in: world slices][round 2 in: world slices]
-// [messages in: world x 8][message out 8][flag out 8][flags in: world x 8]
+// [messages in: world x 8][message out 8][tokens in: world x 8][token out 8]
 struct Layout {
     std::uint32_t world;
     std::size_t out(std::uint32_t round) const { return static_cast<std::size_t>(round - 1) * kSlice; }
@@ -86,9 +85,9 @@ struct Layout {
     }
     std::size_t message(std::uint32_t peer) const { return static_cast<std::size_t>(2 + 2 * world) * kSlice + peer * 8; }
     std::size_t message_out() const { return message(world); }
-    std::size_t flag_out() const { return message(world + 1); }
-    std::size_t flag(std::uint32_t peer) const { return flag_out() + 8 + peer * 8; }
-    std::size_t size() const { return flag(world); }
+    std::size_t token(std::uint32_t peer) const { return message(world + 1) + peer * 8; }
+    std::size_t token_out() const { return token(world); }
+    std::size_t size() const { return token(world + 1); }
 };
 
 MultiChannelBuilder builder(const std::string& mode) {
@@ -134,56 +133,44 @@ std::vector<PeerTransfer> write_shares(Process& self, std::uint32_t round, const
     return shares;
 }
 
-// A barrier of the survivors and the replacement (processes of two PMIx namespaces, so no PMIx
-// fence spans them): each writes `epoch` into its slot of every peer's flags, once its earlier
-// writes completed (so they landed), then waits until every peer's slot here holds it.
-void flag_barrier(Process& self, std::uint64_t epoch) {
-    const Layout layout{self.world};
-    std::memcpy(self.memory.data() + layout.flag_out(), &epoch, sizeof epoch);
-    std::vector<PeerTransfer> shares;
-    for (std::uint32_t peer : everyone_but(self.world, self.rank, self.rank)) {
-        const PeerRemoteMemoryRegion remote = self.channels.remote_region(peer, "buffer");
-        shares.push_back({peer, self.region.slice(layout.flag_out(), 8), remote.region.slice(layout.flag(self.rank), 8)});
-    }
-    const MultiResult written = self.channels.scatter_write(shares);
-    expect(written.ok(), "the barrier's flag writes succeed: " + written.message());
-    const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
-    for (std::uint32_t peer : everyone_but(self.world, self.rank, self.rank)) {
-        auto* slot = reinterpret_cast<std::uint64_t*>(self.memory.data() + layout.flag(peer));
-        while (std::atomic_ref<std::uint64_t>(*slot).load(std::memory_order_acquire) < epoch) {
-            expect(std::chrono::steady_clock::now() < until, "rank " + std::to_string(peer) + " at barrier " + std::to_string(epoch));
-            std::this_thread::sleep_for(100us);
-        }
-    }
-}
-
 // After a replacement: a write to every peer, a message to and from every peer, then every byte
 // checked. `generation`: this process's; `victim_generation`: that of the victim's rank's holder.
-// `epoch`: the first barrier epoch of this exchange (two are used).
-void exchange_with_everyone(Process& self, std::uint32_t generation, std::uint32_t victim_generation, std::uint64_t epoch) {
+// The survivors and the replacement belong to two PMIx namespaces, so no fence spans them: they
+// meet through their queue pairs. A peer's write, message and token go in that order on one
+// queue pair, so its token's arrival means its write and message landed; a send that finds no
+// receive posted yet waits (RNR retries, without end by default) until the peer posts it.
+void exchange_with_everyone(Process& self, std::uint32_t generation, std::uint32_t victim_generation) {
     const Layout layout{self.world};
     const std::uint32_t rank = self.rank;
     std::uint8_t* bytes = self.memory.data();
     for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(2) + index] = pattern(rank, generation, 2, index);
     const std::vector<std::uint32_t> peers = everyone_but(self.world, rank, rank);
-    std::vector<PendingWork> receives;
-    for (std::uint32_t peer : peers) receives.push_back(self.channels.post_receive(peer, self.region.slice(layout.message(peer), 8)));
-    flag_barrier(self, epoch);  // every receive is posted
+    std::vector<PendingWork> messages;
+    std::vector<PendingWork> tokens;
+    for (std::uint32_t peer : peers) {
+        messages.push_back(self.channels.post_receive(peer, self.region.slice(layout.message(peer), 8)));
+        tokens.push_back(self.channels.post_receive(peer, self.region.slice(layout.token(peer), 8)));
+    }
     const MultiResult written = self.channels.scatter_write(write_shares(self, 2, peers));
     expect(written.ok(), "round 2's writes to every peer succeed: " + written.message());
     std::memset(bytes + layout.message_out(), 0, 8);
     bytes[layout.message_out()] = static_cast<std::uint8_t>(rank + 1);
     bytes[layout.message_out() + 1] = static_cast<std::uint8_t>(generation);
-    for (std::uint32_t peer : peers) {
-        const WorkResult sent = self.channels.send(peer, self.region.slice(layout.message_out(), 8));
-        expect(sent.ok(), "a send to rank " + std::to_string(peer) + " succeeds" + (sent.ok() ? "" : ": " + sent.error().message()));
-    }
-    for (PendingWork& receive : receives) {
-        const WorkResult received = receive.wait();
+    auto send_to_everyone = [&](std::size_t offset, const char* what) {
+        for (std::uint32_t peer : peers) {
+            const WorkResult sent = self.channels.send(peer, self.region.slice(offset, 8));
+            expect(sent.ok(), std::string(what) + " to rank " + std::to_string(peer) + " is sent" +
+                                  (sent.ok() ? "" : ": " + sent.error().message()));
+        }
+    };
+    send_to_everyone(layout.message_out(), "a message");
+    send_to_everyone(layout.token_out(), "a token");
+    for (PendingWork& message : messages) {
+        const WorkResult received = message.wait();
         expect(received.ok() && received.completion().bytes == 8, "a message from every peer");
     }
-    flag_barrier(self, epoch + 1);  // every write has landed everywhere
-    for (std::size_t index = 0; index < layout.flag_out(); ++index) {
+    for (PendingWork& token : tokens) expect(token.wait().ok(), "a token from every peer: its write and message landed");
+    for (std::size_t index = 0; index < layout.token(0); ++index) {
         std::uint8_t expected = 0;
         const std::size_t offset = index % kSlice;
         if (index < layout.out(2)) {
@@ -209,9 +196,12 @@ void exchange_with_everyone(Process& self, std::uint32_t generation, std::uint32
         expect(bytes[index] == expected, "byte " + std::to_string(index) + " to be " + std::to_string(expected) + ", it is " +
                                              std::to_string(bytes[index]));
     }
-    // Nobody moves on (a replacement killed, a survivor writing to the next one) before
-    // everyone has checked.
-    flag_barrier(self, epoch + 2);
+    // Nobody moves on (a replacement killed, a survivor writing round 1 again) before everyone
+    // has checked: a second token round.
+    tokens.clear();
+    for (std::uint32_t peer : peers) tokens.push_back(self.channels.post_receive(peer, self.region.slice(layout.token(peer), 8)));
+    send_to_everyone(layout.token_out(), "a closing token");
+    for (PendingWork& token : tokens) expect(token.wait().ok(), "a closing token from every peer");
 }
 
 std::vector<std::string> replacement_command(const Options& options, std::uint32_t generation) {
@@ -311,10 +301,10 @@ int first_generation(const Options& options) {
         first_round(self, raw.self);
         if (rank == kVictim) raise(SIGKILL);
         await_replacement(self, options, 2);
-        exchange_with_everyone(self, 1, 2, 1);
+        exchange_with_everyone(self, 1, 2);
         if (options.twice) {
             await_replacement(self, options, 3);
-            exchange_with_everyone(self, 1, 3, 4);
+            exchange_with_everyone(self, 1, 3);
         }
         return verdict(options, "survivor", rank, {});
     } catch (const std::exception& error) {
@@ -330,8 +320,7 @@ int replacement(const Options& options) {
         rank = self.rank;
         expect(rank == kVictim, "the replacement takes rank " + std::to_string(kVictim));
         expect(self.channels.healthy_peers().size() == self.world, "every peer healthy");
-        // Its first barrier epoch follows the survivors' (1 for the first replacement, 4 for the second).
-        exchange_with_everyone(self, options.generation, options.generation, options.generation == 2 ? 1 : 4);
+        exchange_with_everyone(self, options.generation, options.generation);
         if (options.generation == 2 && options.twice) {
             verdict(options, role, rank, {});
             raise(SIGKILL);  // gone too, after a completed exchange
@@ -420,7 +409,17 @@ int stale(const Options& options) {
         first_round(self, raw.self);
         if (rank == kVictim) raise(SIGKILL);
         const std::uint64_t old_session = self.channels.peer_session(kVictim);
-        if (rank == 0) publish_announcement(raw.self, kVictim, old_session);
+        if (rank == 0) {
+            // Once the launcher knows the victim died: the survivors offer an announcement only
+            // for a rank whose process ended, and ignore one that came too early for good.
+            const std::shared_ptr<detail::PmixSession> session = detail::PmixSession::open();
+            const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+            while (!session->process_state(raw.self.nspace, kVictim).ended) {
+                expect(std::chrono::steady_clock::now() < until, "the launcher saw the victim end before the deadline");
+                std::this_thread::sleep_for(5ms);
+            }
+            publish_announcement(raw.self, kVictim, old_session);
+        }
         bool refused = false;
         const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
         while (!refused) {
@@ -508,14 +507,11 @@ int impostor(const Options& options) {
         if (rank == 0) {
             publish_announcement(raw.self, kAlive, 0x5eed000000000002ull);
             const std::string key = detail::pmix_acknowledgement_key(raw.self.nspace, 1, 1, kAlive);
+            const std::shared_ptr<detail::PmixSession> session = detail::PmixSession::open();
             std::string refusal;
             while (refusal.empty()) {
                 expect(std::chrono::steady_clock::now() < until, "rank 2's refusal before the deadline");
-                pmix_pdata_t data;
-                PMIX_PDATA_CONSTRUCT(&data);
-                PMIX_LOAD_KEY(data.key, key.c_str());
-                if (PMIx_Lookup(&data, 1, nullptr, 0) == PMIX_SUCCESS && data.value.type == PMIX_STRING) refusal = data.value.data.string;
-                PMIX_PDATA_DESTRUCT(&data);
+                if (const auto found = session->lookup({key}); found[0]) refusal = *found[0];
                 expect_no_event();
                 std::this_thread::sleep_for(10ms);
             }

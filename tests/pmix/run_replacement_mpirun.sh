@@ -20,6 +20,12 @@ for verdict in "$results"/*.failed; do
     echo "run_replacement_mpirun: $(basename "$verdict"): $(cat "$verdict")" >&2
     failed=1
 done
+# A sanitizer's report at a process's exit comes after its verdict, and mpirun does not pass on
+# the exit status it causes: the output is searched for one.
+if grep -E -q "WARNING: ThreadSanitizer|ERROR: AddressSanitizer|ERROR: LeakSanitizer|runtime error:" "$output"; then
+    echo "run_replacement_mpirun: a sanitizer reported an error (above)" >&2
+    failed=1
+fi
 ok=$(find "$results" -name '*.ok' | wc -l)
 echo "run_replacement_mpirun: mpirun exited with $status; $ok of $expected verdicts ok: $(cd "$results" && ls | tr '\n' ' ')"
 if [ "$failed" -ne 0 ] || [ "$ok" -ne "$expected" ]; then exit 1; fi
