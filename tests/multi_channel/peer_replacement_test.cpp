@@ -21,6 +21,7 @@
 
 #include "rdmachan/multi_channel.hpp"
 #include "tests/handshake/rendezvous_support.hpp"
+#include "tests/multi_channel/replacement_layout.hpp"
 #include "tests/multi_channel/shared_exchange.hpp"
 
 using namespace rdmachan;
@@ -28,31 +29,15 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::uint32_t kSlice = 4096;
 constexpr std::uint32_t kVictim = 1;
 constexpr auto kRendezvousTimeout = 60000ms;
 constexpr auto kPhaseDeadline = 60000ms;
 constexpr const char* kJob = "replacement";
 constexpr const char* kToken = "replacement-token";
 
-// Round 1 is written by the first processes, round 2 by the survivors and the replacement
-// (generation 1 for a survivor, 2 for the replacement), so a byte from the wrong process or
-// the wrong round is caught.
-std::uint8_t pattern(std::uint32_t from, std::uint32_t generation, std::uint32_t round, std::size_t index) {
-    return static_cast<std::uint8_t>(from * 29 + generation * 101 + round * 53 + index * 7 + 1);
-}
-
-// Every rank's buffer: [round 1 out][round 2 out][round 1 in: world slices][round 2 in: world slices][messages in: world x 8]
-struct Layout {
-    std::uint32_t world;
-    std::size_t out(std::uint32_t round) const { return static_cast<std::size_t>(round - 1) * kSlice; }
-    std::size_t in(std::uint32_t round, std::uint32_t peer) const {
-        return static_cast<std::size_t>(2 + (round - 1) * world + peer) * kSlice;
-    }
-    std::size_t message(std::uint32_t peer) const { return static_cast<std::size_t>(2 + 2 * world) * kSlice + peer * 8; }
-    std::size_t message_out() const { return message(world); }
-    std::size_t size() const { return message(world + 1); }
-};
+using replacement_test::kSlice;
+using replacement_test::Layout;
+using replacement_test::pattern;
 
 // Shared between the forked processes (mapped before fork).
 struct Shared {
@@ -77,7 +62,7 @@ Process start(std::uint16_t port, std::uint32_t rank, std::uint32_t world, bool 
     ChannelBuilder channel = ChannelBuilder().device("soft").max_send_wr(64).max_recv_wr(64).deadline(4000ms);
     PreparedMultiChannel prepared = MultiChannelBuilder(channel).rank(rank).world_size(world).mode(mode_of(dc)).build();
     const Layout layout{world};
-    std::vector<std::uint8_t> memory(layout.size(), 0);
+    std::vector<std::uint8_t> memory(layout.end(), 0);
     MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
     prepared.publish_region("buffer", region);
     RendezvousSettings settings;
@@ -152,31 +137,9 @@ int exchange_with_everyone(Process& self, multi_test::SharedTable& table, std::a
     }
     multi_test::barrier(table, world, kPhaseDeadline);  // every write has landed everywhere
 
-    // Every byte: what this rank wrote itself, round 1 from the first processes (none on the
-    // replacement, whose buffer is new), round 2 and the messages from the current ones.
-    for (std::size_t index = 0; index < layout.size(); ++index) {
-        std::uint8_t expected = 0;
-        const std::size_t offset = index % kSlice;
-        if (index < layout.out(2)) {
-            expected = generation == 1 ? pattern(rank, 1, 1, offset) : 0;
-        } else if (index < layout.in(1, 0)) {
-            expected = pattern(rank, generation, 2, offset);
-        } else if (index < layout.in(2, 0)) {
-            const auto from = static_cast<std::uint32_t>((index - layout.in(1, 0)) / kSlice);
-            if (generation == 1 && from != rank) expected = pattern(from, 1, 1, offset);
-        } else if (index < layout.message(0)) {
-            const auto from = static_cast<std::uint32_t>((index - layout.in(2, 0)) / kSlice);
-            if (from != rank) expected = pattern(from, from == kVictim ? victim_generation : 1, 2, offset);
-        } else if (index < layout.message_out()) {
-            const auto from = static_cast<std::uint32_t>((index - layout.message(0)) / 8);
-            const std::size_t within = (index - layout.message(0)) % 8;
-            if (from != rank && within == 0) expected = static_cast<std::uint8_t>(from + 1);
-            if (from != rank && within == 1) expected = static_cast<std::uint8_t>(from == kVictim ? victim_generation : 1);
-        } else {
-            const std::size_t within = index - layout.message_out();
-            if (within == 0) expected = static_cast<std::uint8_t>(rank + 1);
-            if (within == 1) expected = static_cast<std::uint8_t>(generation);
-        }
+    // Every byte (replacement_layout.hpp says what each must be).
+    for (std::size_t index = 0; index < layout.end(); ++index) {
+        const std::uint8_t expected = layout.expected(index, rank, generation, kVictim, victim_generation);
         if (bytes[index] != expected) {
             std::fprintf(stderr, "rank %u (%s): byte %zu is %u, expected %u\n", rank, role, index, bytes[index], expected);
             return 1;

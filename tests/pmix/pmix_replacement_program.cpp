@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -34,13 +35,13 @@
 #include "handshake/pmix_bootstrap.hpp"
 #include "handshake/pmix_replacement.hpp"
 #include "rdmachan/multi_channel.hpp"
+#include "tests/multi_channel/replacement_layout.hpp"
 
 namespace {
 
 using namespace rdmachan;
 using namespace std::chrono_literals;
 
-constexpr std::uint32_t kSlice = 4096;
 constexpr std::uint32_t kVictim = 1;
 constexpr auto kPhaseDeadline = 60s;
 
@@ -71,21 +72,12 @@ void expect(bool condition, const std::string& what) {
     if (!condition) throw Failure("expected " + what);
 }
 
-std::uint8_t pattern(std::uint32_t from, std::uint32_t generation, std::uint32_t round, std::size_t index) {
-    return static_cast<std::uint8_t>(from * 29 + generation * 101 + round * 53 + index * 7 + 1);
-}
+using replacement_test::kSlice;
+using replacement_test::pattern;
 
-// [round 1 out][round 2 out][round 1 in: world slices][round 2 in: world slices]
-// [messages in: world x 8][message out 8][tokens in: world x 8][token out 8]
-struct Layout {
-    std::uint32_t world;
-    std::size_t out(std::uint32_t round) const { return static_cast<std::size_t>(round - 1) * kSlice; }
-    std::size_t in(std::uint32_t round, std::uint32_t peer) const {
-        return static_cast<std::size_t>(2 + (round - 1) * world + peer) * kSlice;
-    }
-    std::size_t message(std::uint32_t peer) const { return static_cast<std::size_t>(2 + 2 * world) * kSlice + peer * 8; }
-    std::size_t message_out() const { return message(world); }
-    std::size_t token(std::uint32_t peer) const { return message(world + 1) + peer * 8; }
+// replacement_layout.hpp's buffer, then [tokens in: world x 8][token out 8].
+struct Layout : replacement_test::Layout {
+    std::size_t token(std::uint32_t peer) const { return end() + peer * 8; }
     std::size_t token_out() const { return token(world); }
     std::size_t size() const { return token(world + 1); }
 };
@@ -108,7 +100,7 @@ Process start(const std::string& mode, PeerReplacement replacement) {
     PreparedMultiChannel prepared = builder(mode).build();
     const std::uint32_t rank = prepared.rank();
     const std::uint32_t world = prepared.world_size();
-    std::vector<std::uint8_t> memory(Layout{world}.size(), 0);
+    std::vector<std::uint8_t> memory(Layout{{world}}.size(), 0);
     MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
     prepared.publish_region("buffer", region);
     MultiChannel channels = replacement == PeerReplacement::disabled ? std::move(prepared).connect()
@@ -124,7 +116,7 @@ std::vector<std::uint32_t> everyone_but(std::uint32_t world, std::uint32_t a, st
 }
 
 std::vector<PeerTransfer> write_shares(Process& self, std::uint32_t round, const std::vector<std::uint32_t>& peers) {
-    const Layout layout{self.world};
+    const Layout layout{{self.world}};
     std::vector<PeerTransfer> shares;
     for (std::uint32_t peer : peers) {
         const PeerRemoteMemoryRegion remote = self.channels.remote_region(peer, "buffer");
@@ -140,7 +132,7 @@ std::vector<PeerTransfer> write_shares(Process& self, std::uint32_t round, const
 // queue pair, so its token's arrival means its write and message landed; a send that finds no
 // receive posted yet waits (RNR retries, without end by default) until the peer posts it.
 void exchange_with_everyone(Process& self, std::uint32_t generation, std::uint32_t victim_generation) {
-    const Layout layout{self.world};
+    const Layout layout{{self.world}};
     const std::uint32_t rank = self.rank;
     std::uint8_t* bytes = self.memory.data();
     for (std::size_t index = 0; index < kSlice; ++index) bytes[layout.out(2) + index] = pattern(rank, generation, 2, index);
@@ -170,29 +162,8 @@ void exchange_with_everyone(Process& self, std::uint32_t generation, std::uint32
         expect(received.ok() && received.completion().bytes == 8, "a message from every peer");
     }
     for (PendingWork& token : tokens) expect(token.wait().ok(), "a token from every peer: its write and message landed");
-    for (std::size_t index = 0; index < layout.token(0); ++index) {
-        std::uint8_t expected = 0;
-        const std::size_t offset = index % kSlice;
-        if (index < layout.out(2)) {
-            expected = generation == 1 ? pattern(rank, 1, 1, offset) : 0;
-        } else if (index < layout.in(1, 0)) {
-            expected = pattern(rank, generation, 2, offset);
-        } else if (index < layout.in(2, 0)) {
-            const auto from = static_cast<std::uint32_t>((index - layout.in(1, 0)) / kSlice);
-            if (generation == 1 && from != rank) expected = pattern(from, 1, 1, offset);
-        } else if (index < layout.message(0)) {
-            const auto from = static_cast<std::uint32_t>((index - layout.in(2, 0)) / kSlice);
-            if (from != rank) expected = pattern(from, from == kVictim ? victim_generation : 1, 2, offset);
-        } else if (index < layout.message_out()) {
-            const auto from = static_cast<std::uint32_t>((index - layout.message(0)) / 8);
-            const std::size_t within = (index - layout.message(0)) % 8;
-            if (from != rank && within == 0) expected = static_cast<std::uint8_t>(from + 1);
-            if (from != rank && within == 1) expected = static_cast<std::uint8_t>(from == kVictim ? victim_generation : 1);
-        } else {
-            const std::size_t within = index - layout.message_out();
-            if (within == 0) expected = static_cast<std::uint8_t>(rank + 1);
-            if (within == 1) expected = static_cast<std::uint8_t>(generation);
-        }
+    for (std::size_t index = 0; index < layout.end(); ++index) {
+        const std::uint8_t expected = layout.expected(index, rank, generation, kVictim, victim_generation);
         expect(bytes[index] == expected, "byte " + std::to_string(index) + " to be " + std::to_string(expected) + ", it is " +
                                              std::to_string(bytes[index]));
     }
@@ -259,13 +230,38 @@ void await_replacement(Process& self, const Options& options, std::uint32_t next
 
 // Round 1 with everyone, then (all ranks) a PMIx fence, after which the victim dies.
 void first_round(Process& self, const pmix_proc_t& raw) {
-    const Layout layout{self.world};
+    const Layout layout{{self.world}};
     for (std::size_t index = 0; index < kSlice; ++index) self.memory[layout.out(1) + index] = pattern(self.rank, 1, 1, index);
     const MultiResult first = self.channels.scatter_write(write_shares(self, 1, everyone_but(self.world, self.rank, self.rank)));
     expect(first.ok(), "round 1's writes succeed: " + first.message());
     pmix_proc_t everyone;
     PMIX_LOAD_PROCID(&everyone, raw.nspace, PMIX_RANK_WILDCARD);
     expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the fence after round 1");
+}
+
+// Nothing may be reported about any peer.
+void expect_no_event(Process& self) {
+    for (const PeerEvent& event : self.channels.poll_peer_events()) {
+        expect(false, "no event (got " + std::string(to_string(event.kind)) + " for rank " + std::to_string(event.peer) + ")");
+    }
+}
+
+// Polls for events (there must be none) until `done`, within the phase's deadline.
+void quiet_until(Process& self, const std::function<bool()>& done, const std::string& what) {
+    const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+    while (!done()) {
+        expect(std::chrono::steady_clock::now() < until, what + " before the deadline");
+        expect_no_event(self);
+        std::this_thread::sleep_for(10ms);
+    }
+    expect_no_event(self);
+}
+
+// A fence of every first process, once none will write to another again.
+void fence_everyone(const pmix_proc_t& raw) {
+    pmix_proc_t everyone;
+    PMIX_LOAD_PROCID(&everyone, raw.nspace, PMIX_RANK_WILDCARD);
+    expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the closing fence");
 }
 
 // A fence of the first processes without the victim (dead), so none leaves while another still
@@ -460,28 +456,19 @@ int live(const Options& options) {
             (void)self.channels.spawn_replacement(kVictim, {options.program, "live-replacement", "--results", options.results.string()});
         }
         // Every rank waits until the replacement gave its verdict, watching for events.
-        const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
-        auto verdict_given = [&] {
-            for (const auto& entry : std::filesystem::directory_iterator(options.results)) {
-                if (entry.path().filename().string().starts_with("live-replacement")) return true;
-            }
-            return false;
-        };
-        while (!verdict_given()) {
-            expect(std::chrono::steady_clock::now() < until, "the replacement of a live rank gave its verdict before the deadline");
-            for (const PeerEvent& event : self.channels.poll_peer_events()) {
-                expect(false, "no event (got " + std::string(to_string(event.kind)) + " for rank " + std::to_string(event.peer) + ")");
-            }
-            std::this_thread::sleep_for(10ms);
-        }
+        quiet_until(
+            self,
+            [&] {
+                for (const auto& entry : std::filesystem::directory_iterator(options.results)) {
+                    if (entry.path().filename().string().starts_with("live-replacement")) return true;
+                }
+                return false;
+            },
+            "the replacement of a live rank gave its verdict");
         std::this_thread::sleep_for(300ms);  // longer than a watch period: an announcement would have been seen
-        for (const PeerEvent& event : self.channels.poll_peer_events()) {
-            expect(false, "no event (got " + std::string(to_string(event.kind)) + " for rank " + std::to_string(event.peer) + ")");
-        }
+        expect_no_event(self);
         expect(self.channels.healthy_peers().size() == self.world, "every rank healthy");
-        pmix_proc_t everyone;
-        PMIX_LOAD_PROCID(&everyone, raw.self.nspace, PMIX_RANK_WILDCARD);
-        expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the closing fence");
+        fence_everyone(raw.self);
         return verdict(options, "survivor", rank, {});
     } catch (const std::exception& error) {
         return verdict(options, "survivor", rank, error.what());
@@ -498,39 +485,27 @@ int impostor(const Options& options) {
     try {
         Process self = start(options.mode, PeerReplacement::enabled);
         const std::filesystem::path refused_marker = options.results / "refusal-seen";
-        auto expect_no_event = [&] {
-            for (const PeerEvent& event : self.channels.poll_peer_events()) {
-                expect(false, "no event (got " + std::string(to_string(event.kind)) + " for rank " + std::to_string(event.peer) + ")");
-            }
-        };
-        const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
         if (rank == 0) {
             publish_announcement(raw.self, kAlive, 0x5eed000000000002ull);
             const std::string key = detail::pmix_acknowledgement_key(raw.self.nspace, 1, 1, kAlive);
             const std::shared_ptr<detail::PmixSession> session = detail::PmixSession::open();
             std::string refusal;
-            while (refusal.empty()) {
-                expect(std::chrono::steady_clock::now() < until, "rank 2's refusal before the deadline");
-                if (const auto found = session->lookup({key}); found[0]) refusal = *found[0];
-                expect_no_event();
-                std::this_thread::sleep_for(10ms);
-            }
+            quiet_until(
+                self,
+                [&] {
+                    if (const auto found = session->lookup({key}); found[0]) refusal = *found[0];
+                    return !refusal.empty();
+                },
+                "rank 2's refusal");
             expect(contains(refusal, "\"refused\"") && contains(refusal, "rank 2 is alive"), "rank 2 refused it: " + refusal);
             std::this_thread::sleep_for(300ms);  // longer than a watch period: an offer would have come
-            expect_no_event();
+            expect_no_event(self);
             std::ofstream(refused_marker) << refusal << "\n";
         } else {
-            while (!std::filesystem::exists(refused_marker)) {
-                expect(std::chrono::steady_clock::now() < until, "rank 0 saw the refusal before the deadline");
-                expect_no_event();
-                std::this_thread::sleep_for(10ms);
-            }
-            expect_no_event();
+            quiet_until(self, [&] { return std::filesystem::exists(refused_marker); }, "rank 0 saw the refusal");
         }
         expect(self.channels.healthy_peers().size() == self.world, "every rank healthy");
-        pmix_proc_t everyone;
-        PMIX_LOAD_PROCID(&everyone, raw.self.nspace, PMIX_RANK_WILDCARD);
-        expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the closing fence");
+        fence_everyone(raw.self);
         return verdict(options, "survivor", rank, {});
     } catch (const std::exception& error) {
         return verdict(options, "survivor", rank, error.what());
