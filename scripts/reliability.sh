@@ -53,7 +53,7 @@ for suite in fields["suite"]:
     lines.append("| %s | %s | %s |" % (name, good, bad))
 lines.append("| **all** | **%d** | **%d** |" % (passed, failed))
 if fields["fuzzer"]:
-    lines += ["", "| fuzzer (30 s each, run at once) | figures |", "|---|---|"]
+    lines += ["", "| fuzzer (20 s each, run at once) | figures |", "|---|---|"]
     for fuzzer in fields["fuzzer"]:
         target, _, figures = fuzzer.partition(": ")
         lines.append("| %s | %s |" % (target, figures))

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
 # Builds the handshake's libFuzzer targets with clang in their own build directory and runs each
 # for a bounded time. Exits non-zero if a fuzzer finds a crash, leak or sanitizer report.
-# Usage: tests/handshake/run_fuzzers.sh [build-dir] [seconds-per-target]
+# Usage: tests/handshake/run_fuzzers.sh [build-dir] [seconds-per-target] [all|build|run]
+# (build: only build them, e.g. beside other work; run: only run what build built).
 set -euo pipefail
 source_dir="$(cd "$(dirname "$0")/../.." && pwd)"
 build_dir="${1:-$source_dir/../build-handshake-fuzz}"
 seconds="${2:-30}"
-# Line tables only (-g1): a finding's stack still names file and line.
-CC=clang CXX=clang++ cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
-    -DRDMACHAN_FUZZ=ON -DRDMACHAN_BUILD_TOOLS=OFF -DRDMACHAN_WARNINGS_AS_ERRORS=ON >/dev/null
-cmake --build "$build_dir" -j2 --target handshake_fuzz_endpoint handshake_fuzz_frame handshake_fuzz_table
+steps="${3:-all}"
+case "$steps" in all | build | run) ;; *) echo "run_fuzzers: the third argument is all, build or run, not '$steps'" >&2; exit 2 ;; esac
+if [ "$steps" != run ]; then
+    # Line tables only (-g1): a finding's stack still names file and line.
+    CC=clang CXX=clang++ cmake -S "$source_dir" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+        -DRDMACHAN_FUZZ=ON -DRDMACHAN_BUILD_TOOLS=OFF -DRDMACHAN_WARNINGS_AS_ERRORS=ON >/dev/null
+    cmake --build "$build_dir" -j2 --target handshake_fuzz_endpoint handshake_fuzz_frame handshake_fuzz_table
+fi
+[ "$steps" = build ] && exit 0
 # Each fuzzer uses one core: all run at once, so the run takes `seconds`, not three times that.
 pids=()
 for target in endpoint frame table; do
