@@ -185,9 +185,10 @@ asan_name="ASan+UBSan build (Clang, Debug)"
 tsan_name="TSan build (GCC, -O1)"
 main_exclude=""
 # What the sanitizer runs leave out: the VM (a kernel's code, not ours, runs there), the install
-# test (packaging), the figures' check (shell and git only) and the "scale" variants (16 mpirun
-# ranks, 256 rendezvous clients: the code of their smaller variants, in more processes).
-sanitizer_exclude="vm|install|figures|scale"
+# test (packaging), the figures' check (shell and git only), the "scale" variants (16 mpirun
+# ranks, 256 rendezvous clients: the code of their smaller variants, in more processes) and the
+# "repeat" ones (a PMIx rank replaced twice: the code of one replacement, run again).
+sanitizer_exclude="vm|install|figures|scale|repeat"
 # Both sanitizer builds compile in unity batches (cmake/CompileSpeed.cmake; the main build, like
 # a user's, compiles each file alone) and leave out the compile-only programs.
 sanitizer_options=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF)
