@@ -112,6 +112,19 @@ void put_string(const std::string& me, const std::string& key, const std::string
     if (status != PMIX_SUCCESS) throw Error(me + ": PMIx_Put of key '" + key + "' failed: " + status_text(status));
 }
 
+// The string PMIx_Get answered in `value`, which this releases. `what` names the key and its
+// owner for the error when the value is of another type (a rank that published something else).
+std::string take_string(pmix_value_t* value, const std::string& what) {
+    if (value->type != PMIX_STRING || value->data.string == nullptr) {
+        const std::string type = PMIx_Data_type_string(value->type);
+        PMIX_VALUE_RELEASE(value);
+        throw Error(what + " as " + type + ", not a string");
+    }
+    std::string text = value->data.string;
+    PMIX_VALUE_RELEASE(value);
+    return text;
+}
+
 // The string `key` that `peer` published, looking only at what the fence delivered
 // (PMIX_OPTIONAL), so a key nobody published fails at once instead of waiting.
 std::string get_string(const PmixSession::State& state, const std::string& me, std::uint32_t peer,
@@ -130,15 +143,7 @@ std::string get_string(const PmixSession::State& state, const std::string& me, s
         throw Error(me + ": rank " + std::to_string(peer) + " never published key '" + key +
                     "' (PMIx_Get: " + status_text(status) + ")");
     }
-    if (value->type != PMIX_STRING || value->data.string == nullptr) {
-        const std::string type = PMIx_Data_type_string(value->type);
-        PMIX_VALUE_RELEASE(value);
-        throw Error(me + ": rank " + std::to_string(peer) + " published key '" + key + "' as " + type +
-                    ", not a string");
-    }
-    std::string text = value->data.string;
-    PMIX_VALUE_RELEASE(value);
-    return text;
+    return take_string(value, me + ": rank " + std::to_string(peer) + " published key '" + key + "'");
 }
 
 // Launchers give a uint32 (Open MPI, PRRTE); accept the other unsigned widths too. 0 when the
@@ -151,22 +156,6 @@ std::uint64_t unsigned_value(const pmix_value_t& value) {
         case PMIX_SIZE: return value.data.size;
         default: return 0;
     }
-}
-
-// The job size of namespace `job`; 0 with `status` set when PMIx gave none.
-std::uint64_t get_job_size(const std::string& job, pmix_status_t& status) {
-    pmix_proc_t everyone;
-    PMIX_LOAD_PROCID(&everyone, job.c_str(), PMIX_RANK_WILDCARD);
-    pmix_value_t* value = nullptr;
-    status = PMIx_Get(&everyone, PMIX_JOB_SIZE, nullptr, 0, &value);
-    if (status != PMIX_SUCCESS || value == nullptr) {
-        if (value != nullptr) PMIX_VALUE_RELEASE(value);
-        if (status == PMIX_SUCCESS) status = PMIX_ERR_NOT_FOUND;
-        return 0;
-    }
-    const std::uint64_t size = unsigned_value(*value);
-    PMIX_VALUE_RELEASE(value);
-    return size;
 }
 
 nlohmann::json parse_json(const std::string& me, std::uint32_t peer, const std::string& key, const std::string& text) {
@@ -191,18 +180,11 @@ std::shared_ptr<PmixSession> PmixSession::open() {
     std::shared_ptr<PmixSession> session(new PmixSession(std::move(state)));  // finalizes from here on
     const State& opened = *session->state_;
     const std::string me = "PMIx bootstrap (rank " + std::to_string(opened.self.rank) + ", namespace " + opened.job + ")";
-    pmix_status_t got = PMIX_SUCCESS;
-    const std::uint64_t size = get_job_size(opened.job, got);
-    if (got != PMIX_SUCCESS) {
-        throw Error(me + ": the launcher gave no job size (PMIx_Get of " PMIX_JOB_SIZE ": " + status_text(got) + ")");
-    }
-    if (size == 0 || size > UINT32_MAX) {
-        throw Error(me + ": the launcher's job size (" PMIX_JOB_SIZE ") is not a positive 32-bit number");
-    }
+    const std::uint32_t size = session->job_size(opened.job);
     if (opened.self.rank >= size) {
         throw Error(me + ": PMIx says rank " + std::to_string(opened.self.rank) + " of " + std::to_string(size) + " ranks");
     }
-    session->state_->world_size = static_cast<std::uint32_t>(size);
+    session->state_->world_size = size;
     return session;
 }
 
@@ -371,20 +353,24 @@ std::string PmixSession::get(const std::string& job, std::uint32_t rank, const s
         if (value != nullptr) PMIX_VALUE_RELEASE(value);
         throw Error(what + ": PMIx_Get: " + status_text(status));
     }
-    if (value->type != PMIX_STRING || value->data.string == nullptr) {
-        PMIX_VALUE_RELEASE(value);
-        throw Error(what + " is not a string");
-    }
-    std::string text = value->data.string;
-    PMIX_VALUE_RELEASE(value);
-    return text;
+    return take_string(value, what + " was published");
 }
 
 std::uint32_t PmixSession::job_size(const std::string& job) {
-    pmix_status_t status = PMIX_SUCCESS;
-    const std::uint64_t size = get_job_size(job, status);
-    if (status != PMIX_SUCCESS) throw Error("PMIx: no job size for namespace '" + job + "' (PMIx_Get of " PMIX_JOB_SIZE ": " + status_text(status) + ")");
-    if (size == 0 || size > UINT32_MAX) throw Error("PMIx: the job size of namespace '" + job + "' is not a positive 32-bit number");
+    pmix_proc_t everyone;
+    PMIX_LOAD_PROCID(&everyone, job.c_str(), PMIX_RANK_WILDCARD);
+    pmix_value_t* value = nullptr;
+    const pmix_status_t status = PMIx_Get(&everyone, PMIX_JOB_SIZE, nullptr, 0, &value);
+    if (status != PMIX_SUCCESS || value == nullptr) {
+        if (value != nullptr) PMIX_VALUE_RELEASE(value);
+        throw Error("PMIx: the launcher gave no job size for namespace '" + job + "' (PMIx_Get of " PMIX_JOB_SIZE ": " +
+                    status_text(status == PMIX_SUCCESS ? PMIX_ERR_NOT_FOUND : status) + ")");
+    }
+    const std::uint64_t size = unsigned_value(*value);
+    PMIX_VALUE_RELEASE(value);
+    if (size == 0 || size > UINT32_MAX) {
+        throw Error("PMIx: the job size of namespace '" + job + "' (" PMIX_JOB_SIZE ") is not a positive 32-bit number");
+    }
     return static_cast<std::uint32_t>(size);
 }
 

@@ -15,6 +15,17 @@ std::string session_text(std::uint64_t session) {
     return text;
 }
 
+// How reconnect and spawn_replacement name themselves in their errors: "CALL (rank R, peer rank
+// P)". Throws so named when this multi-channel was connected without peer replacement.
+std::string replacement_call(const char* call, std::uint32_t rank, std::uint32_t peer, bool enabled) {
+    std::string me = std::string(call) + " (rank " + std::to_string(rank) + ", peer rank " + std::to_string(peer) + ")";
+    if (!enabled) {
+        throw Error(me + ": peer replacement is not enabled for this multi-channel (connect it with "
+                         "RendezvousSettings::replacement, or connect(PeerReplacement::enabled) under PMIx)");
+    }
+    return me;
+}
+
 }  // namespace
 
 std::string_view to_string(PeerEvent::Kind kind) {
@@ -88,12 +99,7 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
 
 void MultiChannel::reconnect(std::uint32_t peer) {
     check_peer("MultiChannel::reconnect", peer);
-    const std::string me = "MultiChannel::reconnect (rank " + std::to_string(rank_) + ", peer rank " +
-                           std::to_string(peer) + ")";
-    if (watch_ == nullptr) {
-        throw Error(me + ": peer replacement is not enabled for this multi-channel (connect it with "
-                         "RendezvousSettings::replacement, or connect(PeerReplacement::enabled) under PMIx)");
-    }
+    const std::string me = replacement_call("MultiChannel::reconnect", rank_, peer, watch_ != nullptr);
     if (peer == rank_) throw Error(me + ": a rank does not replace itself");
     PeerLife& life = lives_[peer];
     if (!life.pending) {
@@ -150,12 +156,7 @@ void MultiChannel::reconnect(std::uint32_t peer) {
 
 std::string MultiChannel::spawn_replacement(std::uint32_t peer, const std::vector<std::string>& command) {
     check_peer("MultiChannel::spawn_replacement", peer);
-    const std::string me = "MultiChannel::spawn_replacement (rank " + std::to_string(rank_) + ", peer rank " +
-                           std::to_string(peer) + ")";
-    if (watch_ == nullptr) {
-        throw Error(me + ": peer replacement is not enabled for this multi-channel (connect(PeerReplacement::enabled) "
-                         "under PMIx)");
-    }
+    const std::string me = replacement_call("MultiChannel::spawn_replacement", rank_, peer, watch_ != nullptr);
     try {
         return watch_->spawn_replacement(peer, command);
     } catch (const Error& error) {

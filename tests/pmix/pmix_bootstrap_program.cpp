@@ -6,6 +6,10 @@
 //   wrong-identity           a rank or world size that disagrees with PMIx is refused, naming both
 //   skip-put                 rank 1 fences but never publishes: the others name rank 1 and the key
 //   skip-fence               rank 1 never reaches the fence: the others name the deadline
+//   wrong-type               rank 1 publishes its endpoint as a number: the others name the
+//                            rank, the key and the type
+//   not-json                 rank 1 publishes a string that is not JSON: the others name the
+//                            rank and the key
 //   init-fails               (outside any launcher) PMIx_Init fails: the error names its code
 #include <pmix.h>
 
@@ -144,6 +148,44 @@ int skip_put() {
     return expect_connect_failure(("rank 1 never published key '" + key + "'").c_str(), 20s);
 }
 
+// Rank 1 publishes `value` as its endpoint, commits it and joins the exchange's fence; the
+// others must fail with `expected`.
+int publish_instead(const pmix_value_t& value, const std::string& expected) {
+    const RawPmix raw;
+    if (raw.self.rank == 1) {
+        const std::string key = rdmachan::detail::pmix_endpoint_key(1);
+        pmix_value_t copy = value;  // PMIx_Put copies it
+        if (const pmix_status_t status = PMIx_Put(PMIX_GLOBAL, key.c_str(), &copy); status != PMIX_SUCCESS) {
+            return failed(std::string("test's own PMIx_Put: ") + PMIx_Error_string(status));
+        }
+        if (const pmix_status_t status = PMIx_Commit(); status != PMIX_SUCCESS) {
+            return failed(std::string("test's own PMIx_Commit: ") + PMIx_Error_string(status));
+        }
+        raw.fence(true);
+        return 0;
+    }
+    return expect_connect_failure(expected.c_str(), 20s);
+}
+
+int wrong_type() {
+    pmix_value_t value;
+    PMIX_VALUE_CONSTRUCT(&value);
+    value.type = PMIX_UINT32;
+    value.data.uint32 = 4711;
+    const std::string key = rdmachan::detail::pmix_endpoint_key(1);
+    return publish_instead(value, "rank 1 published key '" + key + "' as PMIX_UINT32, not a string");
+}
+
+int not_json() {
+    pmix_value_t value;
+    PMIX_VALUE_CONSTRUCT(&value);
+    value.type = PMIX_STRING;
+    char text[] = "{\"version\": 1, \"rank\":";
+    value.data.string = text;
+    const std::string key = rdmachan::detail::pmix_endpoint_key(1);
+    return publish_instead(value, "the value of key '" + key + "' from rank 1 is not JSON");
+}
+
 // The ranks that expect the fence's deadline tell rank 1 they saw it through a file each (named
 // by the job's namespace, so concurrent jobs do not meet): rank 1 must stay out of the fence, and
 // in the job, until then, and a file is the one channel left that involves no fence.
@@ -215,6 +257,8 @@ int main(int argc, char** argv) {
         if (scenario == "wrong-identity") return wrong_identity();
         if (scenario == "skip-put") return skip_put();
         if (scenario == "skip-fence") return skip_fence();
+        if (scenario == "wrong-type") return wrong_type();
+        if (scenario == "not-json") return not_json();
         if (scenario == "init-fails") return init_fails();
     } catch (const std::exception& error) {
         return failed(error.what());
