@@ -33,10 +33,10 @@ declare -A measured_paths=(
     # The soak: the suites it repeats (tests), what they run (the library, the demo) and its script.
     [soak]="scripts/soak.sh src include transport handshake tests examples cmake CMakeLists.txt"
 )
-# Records of a run rather than figures of the current code: the soak runs for tens of minutes
-# (200 rounds take about 40 on this machine), more than a change can wait for. Its block must
-# name a known commit and clean code like any other; when its code has changed since, that is
-# said, not failed, and the document says the figure is of that commit.
+# Records of a run rather than figures of the current code: the soak runs for up to hours (200
+# rounds took about two hours on this machine at 5723286), more than a change can wait for. Its
+# block must name a known commit and clean code like any other; when its code has changed
+# since, that is said, not failed, and the document says the figure is of that commit.
 declare -A record_of_a_run=([soak]=1)
 documents="README.md docs/PERFORMANCE.md docs/SCALE.md docs/RELIABILITY.md"
 declare -A regenerated_by=(
