@@ -175,6 +175,10 @@ MemoryRegion PreparedChannel::register_memory(void* data, std::size_t length, Ac
     return core_->register_memory(data, length, access);
 }
 
+MemoryRegion PreparedChannel::allocate_memory(std::size_t length, Access access) {
+    return core_->allocate_memory(length, access);
+}
+
 Channel PreparedChannel::handshake(const ChannelEndpoint& remote) && {
     if (core_ == nullptr) throw Error("PreparedChannel::handshake: this prepared channel was already used");
     core_->connect(0, remote);
@@ -252,6 +256,10 @@ Channel::~Channel() = default;
 
 MemoryRegion Channel::register_memory(void* data, std::size_t length, Access access) {
     return core_->register_memory(data, length, access);
+}
+
+MemoryRegion Channel::allocate_memory(std::size_t length, Access access) {
+    return core_->allocate_memory(length, access);
 }
 
 MemoryRegion Channel::register_layout(const MemoryLayout& layout, Access access) {

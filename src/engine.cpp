@@ -173,6 +173,11 @@ MemoryRegion Engine::register_memory(void* data, std::size_t length, Access acce
     return EngineAccess::make(std::move(registration.owner), data, length, registration.lkey, registration.rkey);
 }
 
+MemoryRegion Engine::allocate_memory(std::size_t length, Access access) {
+    transport::Registration registration = domain_->allocate_memory(length, static_cast<std::uint32_t>(access));
+    return EngineAccess::make(std::move(registration.owner), registration.data, length, registration.lkey, registration.rkey);
+}
+
 void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
     Peer& peer = peers_[index];
     if (dc_.enabled) throw Error("connect " + peer.name + ": a DC multi-channel connects through connect_dc");

@@ -102,6 +102,7 @@ public:
     PeerCounters counters(std::uint32_t peer) const;
 
     MemoryRegion register_memory(void* data, std::size_t length, Access access);
+    MemoryRegion allocate_memory(std::size_t length, Access access);
     // A memory layout as a zero-based region: an indirect key configured by a UMR work request
     // on an RC queue pair of the engine's own, connected to itself (src/engine_layout.cpp): a
     // UMR cannot go through a DC initiator, and a refused one takes its queue pair to ERR,

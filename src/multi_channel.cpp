@@ -145,6 +145,10 @@ MemoryRegion PreparedMultiChannel::register_memory(void* data, std::size_t lengt
     return engine_->register_memory(data, length, access);
 }
 
+MemoryRegion PreparedMultiChannel::allocate_memory(std::size_t length, Access access) {
+    return engine_->allocate_memory(length, access);
+}
+
 MultiChannel PreparedMultiChannel::handshake(const std::vector<std::vector<ChannelEndpoint>>& table) && {
     if (engine_ == nullptr) throw Error("PreparedMultiChannel::handshake: this prepared multi-channel was already used");
     const std::uint32_t world = engine_->peer_count();
@@ -182,6 +186,10 @@ std::uint32_t MultiChannel::queue_pair_count() const { return engine_->queue_pai
 
 MemoryRegion MultiChannel::register_memory(void* data, std::size_t length, Access access) {
     return engine_->register_memory(data, length, access);
+}
+
+MemoryRegion MultiChannel::allocate_memory(std::size_t length, Access access) {
+    return engine_->allocate_memory(length, access);
 }
 
 MemoryRegion MultiChannel::register_layout(const MemoryLayout& layout, Access access) {

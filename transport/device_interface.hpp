@@ -75,6 +75,7 @@ struct Registration {
     std::shared_ptr<void> owner;
     std::uint32_t lkey = 0;
     std::uint32_t rkey = 0;
+    std::uint8_t* data = nullptr;  // allocate_memory: where the memory lies (owner owns it too)
 };
 
 // An indirect memory key (mlx5 UMR, issue 19): created free; a configure_memory_key request on
@@ -138,6 +139,10 @@ public:
     virtual ~ProtectionDomain() = default;
     // access: AccessBit values. Throws rdmachan::Error naming the address, length and access.
     virtual Registration register_memory(void* data, std::size_t length, std::uint32_t access) = 0;
+    // `length` zeroed bytes of memory the registration owns (freed after its deregistration).
+    // The default maps anonymous pages and registers them (memory_defaults.cpp); the software
+    // device hands out memory its same-host peers map (transport/soft/shared_arena.hpp).
+    virtual Registration allocate_memory(std::size_t length, std::uint32_t access);
     virtual std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) = 0;
     // The QP is in INIT when returned, so receives may be posted before it connects. The send
     // and receive queues may be one completion queue.

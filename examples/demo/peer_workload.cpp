@@ -64,9 +64,9 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
     const std::uint32_t rank = prepared.rank();
     const std::uint32_t world = prepared.world_size();
     const Layout layout{world, workload.size};
-    std::vector<std::uint8_t> memory(layout.total(), 0);
-
-    rdmachan::MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    // Memory from the library: on the software device, peers on this host map it, so their
+    // RDMA writes into it need no system call (transport/soft/README.md, "Allocated memory").
+    rdmachan::MemoryRegion region = prepared.allocate_memory(layout.total());
     prepared.publish_region("buffer", region);
     std::optional<rdmachan::MultiChannel> connected;
     // From here a failure is stamped inside this frame, while `connected` still exists: its
@@ -117,7 +117,7 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         constexpr std::uint64_t kStopFlag = 1ull << 40;
         bool stop = false;
         const Clock::time_point started = Clock::now();
-        std::uint8_t* bytes = memory.data();
+        auto* bytes = static_cast<std::uint8_t*>(region.data());
         std::vector<std::uint8_t> expected(workload.size);
         for (std::uint32_t iteration = 0; workload.duration ? !stop : iteration < workload.iterations; ++iteration) {
             for (std::uint32_t peer = 0; peer < world; ++peer)

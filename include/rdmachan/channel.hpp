@@ -187,6 +187,12 @@ public:
     ~Channel();
 
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+    // `length` zeroed bytes that the library allocates and registers: the region owns them, and
+    // they are freed when its last copy goes (data() is where they lie). Use it for buffers
+    // peers write: on the software device it is memory that peers on the same host map, so
+    // their RDMA writes into it are a memcpy with no system call (transport/soft/README.md,
+    // "Allocated memory"); on a NIC it is whole pages registered as register_memory does.
+    MemoryRegion allocate_memory(std::size_t length, Access access = Access::remote_all);
     // A memory layout as one zero-based region (memory.hpp MemoryLayout): the local side of any
     // operation through slice()/all(), the peer's through remote(). Needs mlx5 UMR (a ConnectX
     // or the software device); throws rdmachan::Error naming the device or the field, or the
@@ -256,6 +262,8 @@ public:
 
     const ChannelEndpoint& endpoint() const;
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+    // Memory the library allocates and registers (see Channel::allocate_memory).
+    MemoryRegion allocate_memory(std::size_t length, Access access = Access::remote_all);
     // Connects to the peer's endpoint (INIT → RTR → RTS). Loopback: pass endpoint() itself.
     Channel handshake(const ChannelEndpoint& remote) &&;
 

@@ -169,6 +169,8 @@ public:
     // registered, the queue pair that configures layouts (register_layout).
     std::uint32_t queue_pair_count() const;
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+    // Memory the library allocates and registers (see Channel::allocate_memory).
+    MemoryRegion allocate_memory(std::size_t length, Access access = Access::remote_all);
     // A memory layout as one zero-based region, usable with every peer (see
     // Channel::register_layout), in RC and DC mode. In DC mode a layout cannot be a receive's
     // target (receives are copied out of the engine's buffers by the CPU).
@@ -282,6 +284,8 @@ public:
     // endpoints()[peer]: this rank's queue pair for that peer. Publish all of them.
     std::vector<ChannelEndpoint> endpoints() const;
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
+    // Memory the library allocates and registers (see Channel::allocate_memory).
+    MemoryRegion allocate_memory(std::size_t length, Access access = Access::remote_all);
     // table[r] = endpoints() of rank r (table[rank()] is this rank's own). Connects the queue
     // pair for each peer p to table[p][rank()].
     MultiChannel handshake(const std::vector<std::vector<ChannelEndpoint>>& table) &&;

@@ -26,6 +26,13 @@ const char* const kToken = "channel-processes-test";
 
 std::uint8_t pattern(std::size_t index, std::uint8_t seed) { return static_cast<std::uint8_t>(index * 7 + seed); }
 
+// What allocate_memory promises: memory of the region's own, page aligned, zeroed, as long as asked.
+bool allocated_well(const MemoryRegion& region) {
+    const auto* bytes = static_cast<const std::uint8_t*>(region.data());
+    return bytes != nullptr && reinterpret_cast<std::uintptr_t>(bytes) % 4096 == 0 && region.length() == kMemory &&
+           std::all_of(bytes, bytes + kMemory, [](std::uint8_t b) { return b == 0; });
+}
+
 #define EXPECT(condition, what)                                                          \
     do {                                                                                 \
         if (!(condition)) {                                                              \
@@ -36,10 +43,12 @@ std::uint8_t pattern(std::size_t index, std::uint8_t seed) { return static_cast<
 
 // The child: listens, answers, and checks its own memory at the end. done_pipe: the initiator
 // writes a byte there once its last operation (the bad-rkey write) has failed.
-int target(int port_pipe, int done_pipe) try {
-    std::vector<std::uint8_t> memory(kMemory, 0);
+int target(int port_pipe, int done_pipe, bool allocated) try {
     PreparedChannel prepared = ChannelBuilder().deadline(std::chrono::seconds(10)).build();
-    MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    std::vector<std::uint8_t> heap(allocated ? 0 : kMemory, 0);
+    MemoryRegion region = allocated ? prepared.allocate_memory(kMemory) : prepared.register_memory(heap.data(), heap.size());
+    auto* memory = static_cast<std::uint8_t*>(region.data());
+    EXPECT(!allocated || allocated_well(region), "allocated memory: page aligned, zeroed, the length asked");
     prepared.publish_region("memory", region);
     PairwiseSettings settings;
     settings.role = PairwiseSettings::Role::listen;
@@ -81,10 +90,10 @@ int target(int port_pipe, int done_pipe) try {
     EXPECT(poll(&done, 1, 60000) == 1 && read(done_pipe, &signal, 1) == 1, "the initiator's signal after its last operation");
     // The pipe is causality ThreadSanitizer cannot see: the device thread wrote this memory.
     soft::acquire_remote_writes();
-    EXPECT(std::all_of(memory.begin() + kUntouched, memory.begin() + kUntouched + 256, [](std::uint8_t b) { return b == 0; }),
+    EXPECT(std::all_of(memory + kUntouched, memory + kUntouched + 256, [](std::uint8_t b) { return b == 0; }),
            "bad-rkey target untouched");
     std::uint64_t word = 0;
-    std::memcpy(&word, memory.data() + kWord, 8);
+    std::memcpy(&word, memory + kWord, 8);
     EXPECT(word == 1000, "atomics' final value");
     return 0;
 } catch (const std::exception& error) {
@@ -92,9 +101,9 @@ int target(int port_pipe, int done_pipe) try {
     return 2;
 }
 
-}  // namespace
-
-TEST_CASE("two processes: every operation at every level through the pairwise exchange") {
+// Both sides' memory from the library (allocate_memory: on the software device, memory the peer
+// maps, so writes into it are memcpys) or from the application (a vector, register_memory).
+void every_operation(bool allocated) {
     int ends[2];
     int done[2];
     REQUIRE(pipe(ends) == 0);
@@ -103,7 +112,7 @@ TEST_CASE("two processes: every operation at every level through the pairwise ex
     if (child == 0) {
         close(ends[0]);
         close(done[1]);
-        std::_Exit(target(ends[1], done[0]));
+        std::_Exit(target(ends[1], done[0], allocated));
     }
     close(ends[1]);
     close(done[0]);
@@ -111,9 +120,11 @@ TEST_CASE("two processes: every operation at every level through the pairwise ex
     REQUIRE(read(ends[0], &port, sizeof port) == static_cast<ssize_t>(sizeof port));
     close(ends[0]);
 
-    std::vector<std::uint8_t> memory(kMemory, 0);
     PreparedChannel prepared = ChannelBuilder().deadline(std::chrono::seconds(10)).build();
-    MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    std::vector<std::uint8_t> heap(allocated ? 0 : kMemory, 0);
+    MemoryRegion region = allocated ? prepared.allocate_memory(kMemory) : prepared.register_memory(heap.data(), heap.size());
+    auto* memory = static_cast<std::uint8_t*>(region.data());
+    CHECK((!allocated || allocated_well(region)));
     PairwiseSettings settings;
     settings.role = PairwiseSettings::Role::connect;
     settings.port = port;
@@ -130,7 +141,7 @@ TEST_CASE("two processes: every operation at every level through the pairwise ex
     WorkResult echoed = echo.wait();
     REQUIRE(echoed.ok());
     CHECK(echoed.completion().immediate == 2u);
-    CHECK(std::memcmp(memory.data(), memory.data() + 4096, 1000) == 0);
+    CHECK(std::memcmp(memory, memory + 4096, 1000) == 0);
 
     // 2. Scoped sends (small ones go inline), polled in any order.
     channel.scope([&](Scope& scope) {
@@ -146,17 +157,17 @@ TEST_CASE("two processes: every operation at every level through the pairwise ex
     PendingWork read_back = channel.post_read(region.slice(8192, 4096), remote.slice(0, 4096));
     CHECK(written.wait().ok());
     CHECK(read_back.wait().ok());
-    CHECK(std::memcmp(memory.data(), memory.data() + 8192, 4096) == 0);
+    CHECK(std::memcmp(memory, memory + 8192, 4096) == 0);
     REQUIRE(channel.write(region.slice(12288, 8), remote.slice(49152, 8), 20u).ok());
 
     // 4. Atomics on the target's word: 0 -> 500 -> 1000 (add), then a failed and a good CAS.
     const LocalSlice result = region.slice(16384, 8);
     std::uint64_t old = 0;
     REQUIRE(channel.fetch_and_add(result, remote.slice(kWord, 8), 500).ok());
-    std::memcpy(&old, memory.data() + 16384, 8);
+    std::memcpy(&old, memory + 16384, 8);
     CHECK(old == 0);
     REQUIRE(channel.compare_and_swap(result, remote.slice(kWord, 8), 7, 9).ok());
-    std::memcpy(&old, memory.data() + 16384, 8);
+    std::memcpy(&old, memory + 16384, 8);
     CHECK(old == 500);  // the compare failed: unchanged
     REQUIRE(channel.compare_and_swap(result, remote.slice(kWord, 8), 500, 1000).ok());
 
@@ -169,7 +180,7 @@ TEST_CASE("two processes: every operation at every level through the pairwise ex
     }
     REQUIRE(channel.execute(writes).ok());
     REQUIRE(channel.execute(reads).ok());
-    CHECK(std::memcmp(memory.data() + kBatchArea, memory.data() + 32768, 8 * 512) == 0);
+    CHECK(std::memcmp(memory + kBatchArea, memory + 32768, 8 * 512) == 0);
 
     // 6. A bad rkey: remote access error here, nothing written there (the target checks).
     RemoteMemoryRegion wrong = remote.slice(kUntouched, 256);
@@ -186,4 +197,11 @@ TEST_CASE("two processes: every operation at every level through the pairwise ex
     REQUIRE(waitpid(child, &status, 0) == child);
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+
+TEST_CASE("two processes: every operation at every level through the pairwise exchange") {
+    SUBCASE("memory registered by the application") { every_operation(false); }
+    SUBCASE("memory allocated by the library") { every_operation(true); }
 }

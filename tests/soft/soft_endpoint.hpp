@@ -40,6 +40,8 @@ struct EndpointOptions {
     std::uint8_t min_rnr_timer = 1;
     std::uint8_t timeout = 17;  // 0.54 s per try: tests run on 2 loaded cores, not on a NIC
     std::uint8_t retry_cnt = 3;
+    // The buffer comes from the device's arena (Device::allocate_memory), not from the heap.
+    bool allocated = false;
 };
 
 class SoftEndpoint {
@@ -55,10 +57,17 @@ public:
     // pair of the same domain: for UMR work requests, whose keys then serve the first one).
     explicit SoftEndpoint(std::shared_ptr<soft::Device> device, const EndpointOptions& options = {},
                           std::shared_ptr<soft::ProtectionDomain> domain = nullptr)
-        : device_(std::move(device)), options_(options), buffer_(options.buffer_size) {
+        : device_(std::move(device)), options_(options), buffer_(options.allocated ? 0 : options.buffer_size) {
         domain_ = domain != nullptr ? std::move(domain) : device_->allocate_protection_domain();
-        region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), soft::kLocalWrite | soft::kRemoteWrite |
-                                                                                      soft::kRemoteRead | soft::kRemoteAtomic);
+        constexpr std::uint32_t kAll = soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead | soft::kRemoteAtomic;
+        if (options.allocated) {
+            region_ = device_->allocate_memory(domain_, options.buffer_size, kAll);
+            if (region_ == nullptr) throw std::runtime_error("the device's arena refused " + std::to_string(options.buffer_size) + " bytes");
+            memory_ = reinterpret_cast<std::uint8_t*>(region_->addr());
+        } else {
+            region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), kAll);
+            memory_ = buffer_.data();
+        }
         send_cq_ = device_->create_completion_queue(options.cq_entries);
         recv_cq_ = device_->create_completion_queue(options.cq_entries);
         soft::QueuePairInit init;
@@ -91,7 +100,7 @@ public:
         std::memcpy(address.gid, gid.data(), 16);
         address.lid = device_->lid();
         address.qpn = queue_pair_->qpn();
-        address.buffer_addr = reinterpret_cast<std::uint64_t>(buffer_.data());
+        address.buffer_addr = reinterpret_cast<std::uint64_t>(memory_);
         address.rkey = region_->rkey();
         return address;
     }
@@ -119,7 +128,7 @@ public:
     }
 
     mlx5::PostResult post_receive(std::uint64_t wr_id, std::uint64_t offset, std::uint32_t length) {
-        mlx5::ScatterGatherElement element{reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
+        mlx5::ScatterGatherElement element{reinterpret_cast<std::uint64_t>(memory_) + offset, length, region_->lkey()};
         mlx5::ReceiveWorkRequest request{wr_id, &element, 1};
         return receive_.post(&request, 1, nullptr);
     }
@@ -131,7 +140,7 @@ public:
     }
 
     mlx5::ScatterGatherElement local(std::uint64_t offset, std::uint32_t length) const {
-        return {reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
+        return {reinterpret_cast<std::uint64_t>(memory_) + offset, length, region_->lkey()};
     }
 
     // Polls until one completion arrives on the send (or receive) CQ, or the deadline passes.
@@ -145,7 +154,7 @@ public:
         return send_completions_.poll(completions, capacity, resolver());
     }
 
-    std::uint8_t* buffer() { return buffer_.data(); }
+    std::uint8_t* buffer() { return memory_; }
     soft::QueuePair& queue_pair() { return *queue_pair_; }
     mlx5::SendQueue& send_queue() { return send_; }
     soft::Device& device() { return *device_; }
@@ -167,7 +176,8 @@ private:
 
     std::shared_ptr<soft::Device> device_;
     EndpointOptions options_;
-    std::vector<std::uint8_t> buffer_;
+    std::vector<std::uint8_t> buffer_;  // empty when the buffer is allocated by the device
+    std::uint8_t* memory_ = nullptr;
     std::shared_ptr<soft::ProtectionDomain> domain_;
     std::shared_ptr<soft::MemoryRegion> region_;
     std::shared_ptr<soft::CompletionQueue> send_cq_;

@@ -122,14 +122,17 @@ struct Outcome {
     soft::QueuePairState initiator_state = soft::QueuePairState::reset;
 };
 
-// One refused 4 KiB write, with zero-hop writes on or off at the initiator.
-Outcome refused_write(Refusal refusal, bool zero_hop) {
+// One refused 4 KiB write, with zero-hop writes on or off at the initiator; with `allocated`,
+// both buffers and the extra region come from the devices' arenas (the memcpy path).
+Outcome refused_write(Refusal refusal, bool zero_hop, bool allocated) {
     // The fixture's ACK timeout (0.54 s per try, 3 retries): a dropped request ends in about 2 s.
     // Shorter ones made the settling read fail under ASan on this loaded machine, where a device
     // thread went unscheduled for 260 ms (flight record: the request sat unread until the retries
     // had given up).
     DevicePairSettings settings;
     settings.zero_hop = zero_hop ? "1" : "0";
+    settings.target.allocated = allocated;
+    settings.initiator.allocated = allocated;
     if (refusal == Refusal::queue_pair_without_remote_write) settings.target.access = soft::kLocalWrite | soft::kRemoteRead;
     ZeroHopPair pair(settings);
     SoftEndpoint& target = pair.target;
@@ -144,15 +147,17 @@ Outcome refused_write(Refusal refusal, bool zero_hop) {
         case Refusal::bad_key: rkey ^= 0x55; break;
         case Refusal::out_of_bounds: address = remote.buffer_addr + (1 << 20) - 2048; break;
         case Refusal::region_without_remote_write:
-            extra = target_device->register_memory(target.domain_pointer(), target.buffer() + 524288, 65536,
-                                                   soft::kLocalWrite | soft::kRemoteRead);
+            extra = allocated ? target_device->allocate_memory(target.domain_pointer(), 65536, soft::kLocalWrite | soft::kRemoteRead)
+                              : target_device->register_memory(target.domain_pointer(), target.buffer() + 524288, 65536,
+                                                               soft::kLocalWrite | soft::kRemoteRead);
             address = extra->addr();
             rkey = extra->rkey();
             break;
         case Refusal::queue_pair_without_remote_write: break;
         case Refusal::deregistered_key:
-            extra = target_device->register_memory(target.domain_pointer(), target.buffer() + 524288, 65536,
-                                                   soft::kLocalWrite | soft::kRemoteWrite);
+            extra = allocated ? target_device->allocate_memory(target.domain_pointer(), 65536, soft::kLocalWrite | soft::kRemoteWrite)
+                              : target_device->register_memory(target.domain_pointer(), target.buffer() + 524288, 65536,
+                                                               soft::kLocalWrite | soft::kRemoteWrite);
             address = extra->addr();
             rkey = extra->rkey();
             extra.reset();
@@ -167,6 +172,9 @@ Outcome refused_write(Refusal refusal, bool zero_hop) {
     outcome.status = completion.status;
     outcome.wr_id = completion.wr_id;
     outcome.target_bytes_touched = bytes_differing(target.buffer(), 1 << 20, 0xee);
+    // An allocated extra region lies outside the buffer: it must be untouched too (still zeros;
+    // a deregistered one went back to the arena, where nothing may write either).
+    if (allocated && extra != nullptr) outcome.target_bytes_touched += bytes_differing(reinterpret_cast<std::uint8_t*>(extra->addr()), 65536, 0);
     outcome.zero_hop_writes = pair.initiator_device->zero_hop_writes();
     outcome.initiator_state = initiator.queue_pair().state();
     return outcome;
@@ -189,10 +197,14 @@ TEST_CASE("zero-hop write refused: the same CQE as on the request path, and targ
         {Refusal::target_not_ready, "target QP in ERR (dropped, the initiator times out)",
          mlx5::CompletionStatus::transport_retry_exceeded},
     };
+    for (const bool allocated : {false, true})
     for (const Case& refused : cases) {
+        // Refusals of the target QP do not depend on the memory: once is enough.
+        if (allocated && refused.refusal == Refusal::target_not_ready) continue;
         CAPTURE(refused.name);
-        const Outcome request_path = refused_write(refused.refusal, false);
-        const Outcome zero_hop = refused_write(refused.refusal, true);
+        CAPTURE(allocated);
+        const Outcome request_path = refused_write(refused.refusal, false, allocated);
+        const Outcome zero_hop = refused_write(refused.refusal, true, allocated);
         CHECK(request_path.status == refused.expected);
         CHECK(zero_hop.status == request_path.status);
         CHECK(zero_hop.wr_id == request_path.wr_id);
@@ -299,12 +311,19 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes and deregistration: no byte land
     MESSAGE(succeeded.load() << " writes before the deregistration, " << initiator_device->zero_hop_writes() << " of all zero-hop");
 }
 
-TEST_CASE("zero-hop writes to a target killed mid-stream: error completions within the deadline, no hang") {
+namespace {
+
+// With `allocated`, both buffers come from the devices' arenas: the writes are memcpys into a
+// mapping of the target's memory, which outlives the target, so only the lost connection can
+// end them.
+void write_until_the_target_is_killed(bool allocated) {
     rdmachan::test::Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    EndpointOptions options;
+    options.allocated = allocated;
     // The target: connects, says so, and serves until it is killed.
-    auto child = ChildProcess::start("the target", [](int from_parent, int to_parent) {
+    auto child = ChildProcess::start("the target", [options](int from_parent, int to_parent) {
         auto device = soft::Device::open();
-        SoftEndpoint endpoint(device);
+        SoftEndpoint endpoint(device, options);
         if (!rdmachan::test::connect_to_parent(endpoint, from_parent, to_parent)) ::_exit(100);
         if (!rdmachan::test::tell_parent_ready(to_parent)) ::_exit(101);
         char never = 0;
@@ -312,7 +331,6 @@ TEST_CASE("zero-hop writes to a target killed mid-stream: error completions with
         ::_exit(0);
     });
     auto device = soft::Device::open();
-    EndpointOptions options;
     options.timeout = 18;  // 1.07 s per try: the lost connection must be what ends it, not the retries
     options.retry_cnt = 3;
     SoftEndpoint endpoint(device, options);
@@ -356,8 +374,16 @@ TEST_CASE("zero-hop writes to a target killed mid-stream: error completions with
     CHECK(std::chrono::steady_clock::now() - killed_at < std::chrono::seconds(5));
     CHECK(endpoint.queue_pair().state() == soft::QueuePairState::error);
     CHECK(device->zero_hop_writes() >= 100);
+    if (allocated) CHECK(device->zero_hop_arena_writes() >= 100);
     MESSAGE("posted " << posted << ", zero-hop " << device->zero_hop_writes() << ", failed " << failed << " after the kill");
     child->expect_exit(ChildProcess::ended_by(SIGKILL), 10);  // by the kill above, not before it
+}
+
+}  // namespace
+
+TEST_CASE("zero-hop writes to a target killed mid-stream: error completions within the deadline, no hang") {
+    SUBCASE("memory registered from the heap (process_vm_writev)") { write_until_the_target_is_killed(false); }
+    SUBCASE("allocated memory (memcpy into the target's arena)") { write_until_the_target_is_killed(true); }
 }
 
 TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes during a simulated partition are lost like frames: transport retry exceeded, memory untouched") {

@@ -27,6 +27,9 @@ Parsed parse_options(int argc, char** argv) {
     app.add_option("--peers", options.peers, "processes, rank 0 included (latency uses rank 1 only)")
         ->check(CLI::Range(2u, 64u));
     app.add_option("--device", options.device, "auto | soft | a verbs device name");
+    app.add_option("--memory", options.memory,
+                   "allocated (allocate_memory, the default) | heap (a vector given to register_memory)")
+        ->check(CLI::IsMember({"allocated", "heap"}));
     app.add_option("--format", options.format, "table | json | csv")->check(CLI::IsMember({"table", "json", "csv"}));
     app.add_option("--cpus", options.cpus, "pin rank r to the r-th CPU of this list (comma separated)")->delimiter(',');
     try {

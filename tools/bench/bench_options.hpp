@@ -19,6 +19,10 @@ struct Options {
     std::string mode = "rc";
     std::uint32_t peers = 2;  // ranks including rank 0 (the measuring side)
     std::string device = "auto";
+    // allocated: buffers from allocate_memory (on the software device, memory same-host peers
+    // map, as ucx_perftest's come from ucp_mem_map); heap: a vector registered with
+    // register_memory, as an application registering memory of its own.
+    std::string memory = "allocated";
     std::string format = "table";  // table | json | csv
     std::vector<int> cpus;          // --cpus 0,1: rank r pinned to cpus[r % size]
 };

@@ -111,6 +111,9 @@ public:
     Registration register_memory(void* data, std::size_t length, std::uint32_t access) override {
         return inner_->register_memory(data, length, access);
     }
+    Registration allocate_memory(std::size_t length, std::uint32_t access) override {
+        return inner_->allocate_memory(length, access);
+    }
     std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) override {
         return std::make_shared<FaultCompletionQueue>(inner_->create_completion_queue(depth), plan_);
     }

@@ -71,6 +71,23 @@ public:
         }
     }
 
+    Registration allocate_memory(std::size_t length, std::uint32_t access) override {
+        std::shared_ptr<soft::MemoryRegion> region;
+        try {
+            region = device_->allocate_memory(domain_, length, soft_access(access));
+        } catch (const soft::SoftDeviceError& error) {
+            throw Error("allocate_memory on " + device_->name() + ": " + error.what());
+        }
+        // The arena could not serve it: ordinary memory, reached by cross-memory attach.
+        if (region == nullptr) return ProtectionDomain::allocate_memory(length, access);
+        Registration registration;
+        registration.lkey = region->lkey();
+        registration.rkey = region->rkey();
+        registration.data = reinterpret_cast<std::uint8_t*>(region->addr());
+        registration.owner = std::move(region);
+        return registration;
+    }
+
     IndirectKeyRegistration create_indirect_key(std::uint32_t max_entries) override {
         try {
             std::shared_ptr<soft::IndirectKey> key = device_->create_indirect_key(domain_, max_entries);

@@ -75,6 +75,7 @@ Device::~Device() = default;
 std::array<std::uint8_t, 16> Device::gid() const { return core_->gid; }
 std::uint64_t Device::transfers_by_reference() const { return core_->transfers_by_reference.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_writes() const { return core_->zero_hop_writes.load(std::memory_order_relaxed); }
+std::uint64_t Device::zero_hop_arena_writes() const { return core_->zero_hop_arena_writes.load(std::memory_order_relaxed); }
 std::uint32_t Device::zero_hop_holder(std::uint32_t key) const { return core_->published_table.holder_of(key); }
 std::uint16_t Device::lid() const { return core_->lid; }
 
@@ -93,6 +94,32 @@ ProtectionDomain::~ProtectionDomain() = default;
 
 std::shared_ptr<MemoryRegion> Device::register_memory(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
                                                       std::size_t length, std::uint32_t access_flags) {
+    return register_range(domain, addr, length, access_flags, 0);
+}
+
+std::shared_ptr<MemoryRegion> Device::allocate_memory(const std::shared_ptr<ProtectionDomain>& domain, std::size_t length,
+                                                      std::uint32_t access_flags) {
+    if (domain == nullptr || domain->device().get() != this) fail("allocate_memory: the protection domain belongs to another device");
+    if (length == 0) fail("allocate_memory: length is 0");
+    SharedArena& arena = core_->arena;
+    const std::optional<std::uint64_t> offset = arena.allocate(length);
+    if (!offset) return nullptr;
+    {
+        // Peers learn the arena (and its new size) before any region in it is published.
+        std::lock_guard lock(core_->mutex);
+        core_->published_table.publish_arena(arena.descriptor(), arena.file_size());
+    }
+    try {
+        return register_range(domain, arena.base() + *offset, length, access_flags, *offset + 1);
+    } catch (...) {
+        arena.release(*offset, length);
+        throw;
+    }
+}
+
+std::shared_ptr<MemoryRegion> Device::register_range(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
+                                                     std::size_t length, std::uint32_t access_flags,
+                                                     std::uint64_t arena_offset) {
     if (domain == nullptr || domain->device().get() != this) fail("register_memory: the protection domain belongs to another device");
     if (addr == nullptr) fail("register_memory: addr is null");
     if (length == 0) fail("register_memory: length is 0");
@@ -126,8 +153,9 @@ std::shared_ptr<MemoryRegion> Device::register_memory(const std::shared_ptr<Prot
     static thread_local std::mt19937 random(std::random_device{}());
     const std::uint32_t key = (core_->next_key_index++ << 8) | (random() & 0xff);
     core_->memory_regions[key] = MemoryRegionState{domain->handle(), reinterpret_cast<std::uint64_t>(addr), length, access_flags};
-    core_->published_table.publish_region(key, domain->handle(), reinterpret_cast<std::uint64_t>(addr), length, access_flags);
-    return std::shared_ptr<MemoryRegion>(new MemoryRegion(domain, reinterpret_cast<std::uint64_t>(addr), length, key));
+    core_->published_table.publish_region(key, domain->handle(), reinterpret_cast<std::uint64_t>(addr), length, access_flags,
+                                          arena_offset);
+    return std::shared_ptr<MemoryRegion>(new MemoryRegion(domain, reinterpret_cast<std::uint64_t>(addr), length, key, arena_offset));
 }
 
 namespace {
@@ -152,7 +180,8 @@ std::uint32_t MemoryRegion::withdraw(bool restore_when_busy) {
     if (holder != 0 && restore_when_busy) {
         std::lock_guard lock(core.mutex);
         core.memory_regions[key_] = state;
-        core.published_table.publish_region(key_, state.protection_domain, state.addr, state.length, state.access);
+        core.published_table.publish_region(key_, state.protection_domain, state.addr, state.length, state.access,
+                                            arena_offset_);
         return holder;
     }
     deregistered_ = true;
@@ -160,9 +189,16 @@ std::uint32_t MemoryRegion::withdraw(bool restore_when_busy) {
     return holder;
 }
 
+void MemoryRegion::release_memory() {
+    if (arena_offset_ != 0) domain_->device()->core().arena.release(arena_offset_ - 1, length_);
+    arena_offset_ = 0;
+}
+
 void MemoryRegion::deregister() {
     if (deregistered_) return;
-    if (const std::uint32_t holder = withdraw(true); holder != 0) {
+    if (const std::uint32_t holder = withdraw(true); holder == 0) {
+        release_memory();
+    } else {
         throw SoftDeviceError("deregister_memory on " + domain_->device()->name() + ": memory region key " + hex_address(reinterpret_cast<const void*>(std::uintptr_t{key_})) +
                               " is busy: process " + std::to_string(holder) + " (a peer stopped in a zero-hop write of it) still held it " +
                               std::to_string(kDeregistrationDeadlineMs) +
@@ -176,10 +212,14 @@ MemoryRegion::~MemoryRegion() {
     // A destructor cannot fail: the key is withdrawn either way (no new access starts), and a
     // peer still holding it is named. deregister() is the call that fails instead.
     if (const std::uint32_t holder = withdraw(false); holder != 0) {
+        // An arena region's memory is kept out of the arena then (leaked until the device
+        // closes), so that write cannot land in another region that reuses it.
         detail::logger().error("software device {}: memory region key {:#x}: process {} (a peer stopped in a zero-hop write of it) "
                                "still held it {} ms after deregistration began; destroyed anyway, so that process may still "
                                "complete one write into this memory when it runs again (MemoryRegion::deregister() fails instead)",
                                domain_->device()->name(), key_, holder, kDeregistrationDeadlineMs);
+    } else {
+        release_memory();
     }
 }
 

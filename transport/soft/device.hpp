@@ -82,8 +82,11 @@ public:
 
 private:
     friend class Device;
-    MemoryRegion(std::shared_ptr<ProtectionDomain> domain, std::uint64_t addr, std::size_t length, std::uint32_t key)
-        : domain_(std::move(domain)), addr_(addr), length_(length), key_(key) {}
+    MemoryRegion(std::shared_ptr<ProtectionDomain> domain, std::uint64_t addr, std::size_t length, std::uint32_t key,
+                 std::uint64_t arena_offset)
+        : domain_(std::move(domain)), addr_(addr), length_(length), key_(key), arena_offset_(arena_offset) {}
+    // Gives an arena region's memory back to the arena, once no peer can write it any more.
+    void release_memory();
     // Withdraws the key and waits for peers' zero-hop writes: 0, or the pid of a live holder at
     // the deadline (then the region is published again when restore_when_busy).
     std::uint32_t withdraw(bool restore_when_busy);
@@ -91,6 +94,7 @@ private:
     std::uint64_t addr_;
     std::size_t length_;
     std::uint32_t key_;
+    std::uint64_t arena_offset_;  // where the memory lies in the device's arena, plus 1; 0: the caller's memory
     bool deregistered_ = false;
 };
 
@@ -335,6 +339,13 @@ public:
     std::shared_ptr<ProtectionDomain> allocate_protection_domain();
     std::shared_ptr<MemoryRegion> register_memory(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
                                                   std::size_t length, std::uint32_t access_flags);
+    // `length` zeroed bytes of the device's arena (shared_arena.hpp), registered: memory its
+    // same-host peers map, so that their zero-hop writes into it are a memcpy. addr() is where
+    // it lies in this process. The memory is the region's: it goes back to the arena once the
+    // region is deregistered. nullptr when the arena cannot serve it (no memfd, the reservation
+    // is full): the caller then registers memory of its own.
+    std::shared_ptr<MemoryRegion> allocate_memory(const std::shared_ptr<ProtectionDomain>& domain, std::size_t length,
+                                                  std::uint32_t access_flags);
     std::shared_ptr<IndirectKey> create_indirect_key(const std::shared_ptr<ProtectionDomain>& domain,
                                                      std::uint32_t max_entries);
     std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size = 64);
@@ -353,6 +364,9 @@ public:
     // RDMA writes this device, as initiator, executed zero-hop from the doorbell thread or its
     // progress thread (same host; transport/soft/README.md, "Zero-hop writes").
     std::uint64_t zero_hop_writes() const;
+    // Of those, the ones that were a memcpy into the target's arena, with no system call (the
+    // target's region came from allocate_memory, and so did the source, or it was inline).
+    std::uint64_t zero_hop_arena_writes() const;
     // WQEs this device executed on the thread that rang the doorbell, their requests written to
     // the peer's socket from there (transport/soft/README.md, "Requests from the doorbell thread").
     std::uint64_t requests_from_doorbell() const;
@@ -364,6 +378,8 @@ public:
 
 private:
     Device() = default;
+    std::shared_ptr<MemoryRegion> register_range(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
+                                                 std::size_t length, std::uint32_t access_flags, std::uint64_t arena_offset);
     std::unique_ptr<DeviceCore> core_;
 };
 

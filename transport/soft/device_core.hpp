@@ -17,6 +17,7 @@
 #include "transport/soft/device.hpp"
 #include "transport/soft/indirect_keys.hpp"
 #include "transport/soft/published_table.hpp"
+#include "transport/soft/shared_arena.hpp"
 #include "transport/soft/reusing_ring.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/wire.hpp"
@@ -195,11 +196,15 @@ public:
     std::atomic<std::uint64_t> transfers_by_reference{0};
     // RDMA writes this device, as initiator, executed zero-hop (zero_hop.cpp).
     std::atomic<std::uint64_t> zero_hop_writes{0};
+    // Of those, the ones that were a memcpy into the target's arena (shared_arena.hpp).
+    std::atomic<std::uint64_t> zero_hop_arena_writes{0};
     // WQEs this device executed on the doorbell thread by send_from_doorbell (doorbell_requests.cpp).
     std::atomic<std::uint64_t> doorbell_requests{0};
     // What this device publishes, as a target, for its same-host peers' zero-hop writes: its
     // memory regions and RC queue pairs (written under `mutex`).
     PublishedTable published_table;
+    // Memory this device allocates for its users, which those peers map too (shared_arena.hpp).
+    SharedArena arena;
 
 private:
     void run();

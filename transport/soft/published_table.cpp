@@ -19,6 +19,7 @@
 
 #include "transport/soft/device_core.hpp"
 #include "transport/soft/same_host.hpp"
+#include "transport/soft/shared_arena.hpp"
 
 namespace rdmachan::soft {
 namespace {
@@ -122,7 +123,7 @@ PublishedTable::~PublishedTable() {
 }
 
 void PublishedTable::publish_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
-                                    std::uint64_t length, std::uint32_t access) {
+                                    std::uint64_t length, std::uint32_t access, std::uint64_t arena_offset) {
     if (layout_ == nullptr) return;
     PublishedRegion& slot = layout_->regions[(key >> 8) % kPublishedRegionSlots];
     const std::uint32_t held = slot.key.load(std::memory_order_relaxed);
@@ -132,8 +133,16 @@ void PublishedTable::publish_region(std::uint32_t key, std::uint32_t protection_
         slot.access.store(access, std::memory_order_relaxed);
         slot.addr.store(addr, std::memory_order_relaxed);
         slot.length.store(length, std::memory_order_relaxed);
+        slot.arena_offset.store(arena_offset, std::memory_order_relaxed);
         slot.key.store(key, std::memory_order_relaxed);
     });
+}
+
+void PublishedTable::publish_arena(int descriptor, std::uint64_t file_size) {
+    if (layout_ == nullptr || descriptor < 0) return;
+    // The size first: a peer that sees the descriptor (acquire) sees a size at least this one.
+    layout_->arena_size.store(file_size, std::memory_order_release);
+    layout_->arena_descriptor.store(static_cast<std::uint32_t>(descriptor) + 1, std::memory_order_release);
 }
 
 bool PublishedTable::unpublish_region(std::uint32_t key) {
@@ -259,6 +268,7 @@ PeerTable::PeerTable(const PeerProcess& peer, int descriptor) {
         return;
     }
     layout_ = layout;
+    peer_ = &peer;
 }
 
 PeerTable::~PeerTable() {
@@ -266,7 +276,37 @@ PeerTable::~PeerTable() {
         holder_->holding.store(0, std::memory_order_release);
         holder_->pid.store(0, std::memory_order_release);
     }
+    if (arena_ != nullptr) ::munmap(arena_, kArenaReserveBytes);
     if (layout_ != nullptr) ::munmap(layout_, kLayoutBytes);
+}
+
+std::uint8_t* PeerTable::arena_range(std::uint64_t arena_offset, std::uint64_t length) {
+    if (arena_offset == 0) return nullptr;
+    const std::uint64_t offset = arena_offset - 1;
+    // Below the size the target published after growing its file (and so below the file's real
+    // size, which never shrinks): the mapping never reaches past the file's end there.
+    const std::uint64_t size = layout_->arena_size.load(std::memory_order_acquire);
+    if (offset > size || length > size - offset) return nullptr;
+    if (arena_ == nullptr) {
+        if (arena_failed_) return nullptr;
+        const std::uint32_t descriptor = layout_->arena_descriptor.load(std::memory_order_acquire);
+        if (descriptor == 0) return nullptr;
+        arena_failed_ = true;  // until it is mapped: a failure is not retried on every write
+        const int opened = static_cast<int>(::syscall(SYS_pidfd_getfd, peer_->descriptor(), static_cast<int>(descriptor - 1), 0));
+        if (opened < 0) return nullptr;
+        struct stat status{};
+        void* mapped = MAP_FAILED;
+        // The arena's file: never larger than the reservation, at least as large as published.
+        if (::fstat(opened, &status) == 0 && static_cast<std::uint64_t>(status.st_size) <= kArenaReserveBytes &&
+            static_cast<std::uint64_t>(status.st_size) >= size) {
+            mapped = ::mmap(nullptr, kArenaReserveBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, opened, 0);
+        }
+        ::close(opened);
+        if (mapped == MAP_FAILED) return nullptr;
+        arena_ = static_cast<std::uint8_t*>(mapped);
+        arena_failed_ = false;
+    }
+    return arena_ + offset;
 }
 
 std::optional<PublishedQueuePairView> PeerTable::read_queue_pair(std::uint32_t qpn) const {
@@ -302,6 +342,7 @@ void PeerTable::use_region(std::uint32_t key, RegionUse& use) const {
         view.access = slot.access.load(std::memory_order_relaxed);
         view.addr = slot.addr.load(std::memory_order_relaxed);
         view.length = slot.length.load(std::memory_order_relaxed);
+        view.arena_offset = slot.arena_offset.load(std::memory_order_relaxed);
     });
     if (consistent && view.key == key && key != 0) use.entry_ = view;
 }

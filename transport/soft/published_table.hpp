@@ -49,6 +49,7 @@ struct PublishedRegionView {
     std::uint32_t access = 0;
     std::uint64_t addr = 0;
     std::uint64_t length = 0;
+    std::uint64_t arena_offset = 0;  // where the region starts in the target's arena, plus 1; 0: not in it
 };
 
 // An RC queue pair's fields a responder checks, as a reader copied them.
@@ -69,6 +70,7 @@ struct alignas(64) PublishedRegion {
     std::atomic<std::uint32_t> access;
     std::atomic<std::uint64_t> addr;
     std::atomic<std::uint64_t> length;
+    std::atomic<std::uint64_t> arena_offset;  // offset in the arena (shared_arena.hpp) plus 1; 0: not in it
 };
 
 // One peer mapping's holder slot (see the top of this file).
@@ -98,13 +100,18 @@ struct PublishedLayout {
     // simulate_partition() in the publishing process: its peers' zero-hop writes must be lost
     // like its frames, so they leave them to the request path.
     std::atomic<std::uint32_t> partitioned;
+    // The publishing device's arena (shared_arena.hpp), once it has one: its memfd's descriptor
+    // number plus 1 (0: none yet), and the file's size, which every arena region lies below
+    // (stored before the regions that need it).
+    std::atomic<std::uint32_t> arena_descriptor;
+    std::atomic<std::uint64_t> arena_size;
     alignas(64) PublishedRegion regions[kPublishedRegionSlots];
     PublishedQueuePair queue_pairs[kPublishedQueuePairSlots];
     PublishedHolder holders[kPublishedHolderSlots];
 };
 
 inline constexpr std::uint64_t kPublishedMagic = 0x5244'4d43'5a48'4f50ull;  // "RDMCZHOP"
-inline constexpr std::uint32_t kPublishedVersion = 2;
+inline constexpr std::uint32_t kPublishedVersion = 3;
 
 // The target's side: owns the memfd and writes the entries (caller holds the device mutex).
 class PublishedTable {
@@ -122,8 +129,11 @@ public:
 
     // A region's slot is its key index modulo the slots; a slot held by another live region
     // leaves the new one unpublished (its writes take the request path).
+    // arena_offset: the region's offset in the device's arena plus 1, or 0 when it is not there.
     void publish_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr, std::uint64_t length,
-                        std::uint32_t access);
+                        std::uint32_t access, std::uint64_t arena_offset = 0);
+    // The device's arena (shared_arena.hpp): its descriptor and current file size.
+    void publish_arena(int descriptor, std::uint64_t file_size);
     // Clears the entry; false when the key was not published (nothing to wait for).
     bool unpublish_region(std::uint32_t key);
     // Waits, outside the device mutex, until no peer's zero-hop write holds `key`, at most
@@ -160,6 +170,11 @@ public:
     const char* why_not() const { return why_not_; }
 
     std::optional<PublishedQueuePairView> read_queue_pair(std::uint32_t qpn) const;
+    // [arena_offset - 1, + length) of the target's arena in this process (the entry's
+    // arena_offset, as published), or nullptr: the target has no arena, it cannot be mapped, or
+    // the range does not lie below the file size the target published. The arena is mapped on
+    // first use (pidfd_getfd through the target's pidfd, as the table was) and stays mapped.
+    std::uint8_t* arena_range(std::uint64_t arena_offset, std::uint64_t length);
     // The target simulates a network partition (simulate_partition in its process).
     bool partitioned() const { return layout_->partitioned.load(std::memory_order_acquire) != 0; }
 
@@ -186,6 +201,9 @@ private:
     PublishedLayout* layout_ = nullptr;
     PublishedHolder* holder_ = nullptr;  // this mapping's slot in the target's table
     const char* why_not_ = nullptr;
+    const PeerProcess* peer_ = nullptr;  // the target, held by a pidfd (outlives this table)
+    std::uint8_t* arena_ = nullptr;      // its arena, once mapped
+    bool arena_failed_ = false;          // mapping it failed: not tried again
 };
 
 }  // namespace rdmachan::soft

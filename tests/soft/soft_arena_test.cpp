@@ -1,0 +1,260 @@
+// Allocated memory on the software device (issue 17, transport/soft/shared_arena.hpp): the arena
+// hands out zeroed pages and reuses freed ones; zero-hop writes into an arena region are a
+// memcpy into the peer's mapping (no system call, any size), from a source that cannot fault
+// (inline data or the initiator's own arena); a source from the heap takes the system call; a
+// deregistered arena region is never written after dereg returns, and its memory is reused
+// clean; the default allocate_memory of other devices registers whole pages of its own.
+#include <doctest/doctest.h>
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "rdmachan/error.hpp"
+#include "tests/soft/device_pair.hpp"
+#include "transport/device_interface.hpp"
+#include "transport/soft/shared_arena.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+using rdmachan::test::bytes_differing;
+using rdmachan::test::DevicePair;
+using rdmachan::test::DevicePairSettings;
+using rdmachan::test::run_signaled;
+using rdmachan::test::settle_path;
+using rdmachan::test::write_request;
+
+namespace {
+
+constexpr std::uint32_t kAll = soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead | soft::kRemoteAtomic;
+
+// Both endpoints' buffers from their devices' arenas, on the same-host path, settled.
+DevicePairSettings allocated_pair(const char* zero_hop = nullptr) {
+    DevicePairSettings settings;
+    settings.zero_hop = zero_hop;
+    settings.target.allocated = true;
+    settings.initiator.allocated = true;
+    return settings;
+}
+
+class ArenaPair : public DevicePair {
+public:
+    ArenaPair() : DevicePair(allocated_pair()) { REQUIRE(settle_path(initiator, remote)); }
+};
+
+}  // namespace
+
+TEST_CASE("the arena: zeroed pages, freed ranges reused clean and merged, a full reservation refused") {
+    soft::SharedArena arena;
+    const auto first = arena.allocate(100);
+    const auto second = arena.allocate(5000);
+    const auto third = arena.allocate(4096);
+    REQUIRE(first.has_value());
+    REQUIRE(second.has_value());
+    REQUIRE(third.has_value());
+    CHECK(*first == 0);
+    CHECK(*second == 4096);  // whole pages: 100 bytes take one
+    CHECK(*third == 3 * 4096);
+    CHECK(arena.file_size() == 4 * 4096);
+    CHECK(bytes_differing(arena.base(), 4 * 4096, 0) == 0);
+    std::memset(arena.base(), 0x5a, 4 * 4096);
+    CHECK(arena.holds(arena.base() + *second, 8192));
+    CHECK_FALSE(arena.holds(arena.base() + *third, 8192));  // past the file's end
+    CHECK_FALSE(arena.holds(&arena, 1));
+
+    arena.release(*second, 5000);
+    const auto again = arena.allocate(8192);
+    REQUIRE(again.has_value());
+    CHECK(*again == *second);
+    CHECK(bytes_differing(arena.base() + *again, 8192, 0) == 0);  // handed out again as zeros
+    CHECK(bytes_differing(arena.base() + *first, 4096, 0x5a) == 0);  // its neighbours untouched
+    CHECK(bytes_differing(arena.base() + *third, 4096, 0x5a) == 0);
+
+    // Freed neighbours merge, so a larger allocation fits where they were.
+    arena.release(*first, 100);
+    arena.release(*again, 8192);
+    arena.release(*third, 4096);
+    const auto merged = arena.allocate(4 * 4096);
+    REQUIRE(merged.has_value());
+    CHECK(*merged == 0);
+    CHECK(arena.file_size() == 4 * 4096);
+
+    CHECK_FALSE(arena.allocate(soft::kArenaReserveBytes).has_value());  // past the reservation
+    CHECK_FALSE(arena.allocate(0).has_value());
+}
+
+TEST_CASE_FIXTURE(ArenaPair, "allocated memory: zero-hop writes are a memcpy into the peer's mapping, of any size") {
+    CHECK(reinterpret_cast<std::uintptr_t>(target.buffer()) % 4096 == 0);
+    CHECK(bytes_differing(target.buffer(), 1 << 20, 0) == 0);  // the arena's memory comes zeroed
+    std::memset(target.buffer(), 0xee, 1 << 20);
+    for (std::uint32_t b = 0; b < (1 << 20); ++b) initiator.buffer()[b] = static_cast<std::uint8_t>(b * 7 + 1);
+    const std::uint64_t arena_before = initiator_device->zero_hop_arena_writes();
+    const std::uint64_t zero_hop_before = initiator_device->zero_hop_writes();
+
+    const mlx5::ScatterGatherElement small = initiator.local(0, 8);
+    CHECK(run_signaled(initiator, write_request(1, &small, remote.buffer_addr, remote.rkey, mlx5::kSendInline)).status ==
+          mlx5::CompletionStatus::success);
+    const mlx5::ScatterGatherElement halves[2] = {initiator.local(0, 32768), initiator.local(32768, 32768)};
+    mlx5::SendWorkRequest gathered = write_request(2, halves, remote.buffer_addr + 65536, remote.rkey);
+    gathered.num_sge = 2;
+    CHECK(run_signaled(initiator, gathered).status == mlx5::CompletionStatus::success);
+    // Past the 256 KiB that heap memory takes zero-hop: a memcpy has no reason to stop there.
+    const mlx5::ScatterGatherElement large = initiator.local(0, 524288);
+    CHECK(run_signaled(initiator, write_request(3, &large, remote.buffer_addr + 524288, remote.rkey)).status ==
+          mlx5::CompletionStatus::success);
+
+    CHECK(std::memcmp(target.buffer(), initiator.buffer(), 8) == 0);
+    CHECK(bytes_differing(target.buffer() + 8, 65536 - 8, 0xee) == 0);
+    CHECK(std::memcmp(target.buffer() + 65536, initiator.buffer(), 65536) == 0);
+    CHECK(bytes_differing(target.buffer() + 131072, 524288 - 131072, 0xee) == 0);
+    CHECK(std::memcmp(target.buffer() + 524288, initiator.buffer(), 524288) == 0);
+    CHECK(initiator_device->zero_hop_arena_writes() - arena_before == 3);
+    CHECK(initiator_device->zero_hop_writes() - zero_hop_before == 3);
+    CHECK(target_device->transfers_by_reference() == 0);
+
+    // A source the user registered from the heap could be unmapped under a plain load: that
+    // write takes process_vm_writev (zero-hop still, not a memcpy).
+    std::vector<std::uint8_t> heap(4096, 0x3c);
+    const auto heap_region = initiator_device->register_memory(initiator.domain_pointer(), heap.data(), heap.size(), kAll);
+    const mlx5::ScatterGatherElement from_heap{reinterpret_cast<std::uint64_t>(heap.data()), 4096, heap_region->lkey()};
+    CHECK(run_signaled(initiator, write_request(4, &from_heap, remote.buffer_addr + 8192, remote.rkey)).status ==
+          mlx5::CompletionStatus::success);
+    CHECK(bytes_differing(target.buffer() + 8192, 4096, 0x3c) == 0);
+    CHECK(initiator_device->zero_hop_arena_writes() - arena_before == 3);
+    CHECK(initiator_device->zero_hop_writes() - zero_hop_before == 4);
+}
+
+TEST_CASE("allocated memory with zero-hop writes off: the request path moves them, byte for byte") {
+    DevicePair pair(allocated_pair("0"));
+    REQUIRE(settle_path(pair.initiator, pair.remote));
+    for (std::uint32_t b = 0; b < 65536; ++b) pair.initiator.buffer()[b] = static_cast<std::uint8_t>(b * 3 + 2);
+    const mlx5::ScatterGatherElement source = pair.initiator.local(0, 65536);
+    CHECK(run_signaled(pair.initiator, write_request(1, &source, pair.remote.buffer_addr + 4096, pair.remote.rkey)).status ==
+          mlx5::CompletionStatus::success);
+    soft::acquire_remote_writes();
+    CHECK(std::memcmp(pair.target.buffer() + 4096, pair.initiator.buffer(), 65536) == 0);
+    CHECK(pair.initiator_device->zero_hop_writes() == 0);
+    CHECK(pair.target_device->transfers_by_reference() > 0);
+}
+
+TEST_CASE_FIXTURE(ArenaPair, "an allocated region deregistered under a stream of memcpy writes: none lands after, its memory comes back clean") {
+    auto region = target_device->allocate_memory(target.domain_pointer(), 65536, soft::kLocalWrite | soft::kRemoteWrite);
+    REQUIRE(region != nullptr);
+    auto* window = reinterpret_cast<std::uint8_t*>(region->addr());
+    const std::uint64_t address = region->addr();
+    const std::uint32_t rkey = region->rkey();
+
+    std::atomic<bool> started{false};
+    std::atomic<int> refused{0};
+    std::atomic<int> other{0};
+    std::thread writer([&] {
+        for (std::uint32_t i = 0; i < 1000000 && refused.load() == 0 && other.load() == 0; ++i) {
+            std::memset(initiator.buffer(), static_cast<int>(i % 250 + 1), 65536);
+            const mlx5::ScatterGatherElement source = initiator.local(0, 65536);
+            const mlx5::SendWorkRequest write = write_request(i, &source, address, rkey);
+            if (initiator.post(&write, 1) != mlx5::PostResult::ok) {
+                ++other;
+                break;
+            }
+            const auto completion = initiator.wait_send();
+            if (completion && completion->status == mlx5::CompletionStatus::success) {
+                started.store(true);
+            } else if (completion && completion->status == mlx5::CompletionStatus::remote_access_error) {
+                ++refused;
+            } else {
+                ++other;
+            }
+        }
+    });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!started.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    // Each write now waits 20 ms between its checks and its copy, so the deregistration comes
+    // while one holds the key.
+    soft::delay_zero_hop_writes(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    // The memory goes back to the arena with the region: keep a view of it to watch (the
+    // arena's pages stay mapped in this process, freed ranges read as zeros).
+    region.reset();
+    std::vector<std::uint8_t> snapshot(window, window + 65536);
+    writer.join();
+    soft::delay_zero_hop_writes(std::chrono::microseconds(0));
+    CHECK(started.load());
+    CHECK(refused.load() == 1);
+    CHECK(other.load() == 0);
+    CHECK(bytes_differing(snapshot.data(), 65536, 0) == 0);  // given back: zeros
+    CHECK(std::memcmp(snapshot.data(), window, 65536) == 0);   // and nothing landed after
+    CHECK(initiator_device->zero_hop_arena_writes() > 0);
+
+    // The next allocation of that size reuses the range, clean.
+    auto reused = target_device->allocate_memory(target.domain_pointer(), 65536, soft::kLocalWrite | soft::kRemoteWrite);
+    REQUIRE(reused != nullptr);
+    CHECK(reused->addr() == address);
+    CHECK(reused->rkey() != rkey);
+    CHECK(bytes_differing(window, 65536, 0) == 0);
+}
+
+namespace {
+
+// A protection domain that only registers: records what it was given and checks, when the
+// registration goes, that the memory is still mapped (deregistration comes before unmapping).
+class RecordingDomain final : public rdmachan::transport::ProtectionDomain {
+public:
+    struct Record {
+        void* data = nullptr;
+        std::size_t length = 0;
+        std::uint32_t access = 0;
+        bool mapped_at_deregistration = false;
+    };
+    std::shared_ptr<Record> last = std::make_shared<Record>();
+    bool refuse = false;
+
+    rdmachan::transport::Registration register_memory(void* data, std::size_t length, std::uint32_t access) override {
+        if (refuse) throw rdmachan::Error("refused on purpose");
+        *last = {data, length, access, false};
+        rdmachan::transport::Registration registration;
+        registration.lkey = 0x1200;
+        registration.rkey = 0x3400;
+        auto record = last;
+        registration.owner = std::shared_ptr<void>(data, [record](void* memory) {
+            unsigned char resident = 0;
+            record->mapped_at_deregistration = ::mincore(memory, 4096, &resident) == 0;
+        });
+        return registration;
+    }
+    std::shared_ptr<rdmachan::transport::CompletionQueue> create_completion_queue(std::uint32_t) override {
+        throw std::logic_error("not used");
+    }
+    std::shared_ptr<rdmachan::transport::QueuePair> create_queue_pair(const rdmachan::transport::QueuePairSettings&,
+                                                                      std::shared_ptr<rdmachan::transport::CompletionQueue>,
+                                                                      std::shared_ptr<rdmachan::transport::CompletionQueue>) override {
+        throw std::logic_error("not used");
+    }
+};
+
+}  // namespace
+
+TEST_CASE("the default allocate_memory: whole zeroed pages of its own, registered, deregistered before they are unmapped") {
+    RecordingDomain domain;
+    rdmachan::transport::Registration registration = domain.allocate_memory(10000, 7);
+    REQUIRE(registration.data != nullptr);
+    CHECK(reinterpret_cast<std::uintptr_t>(registration.data) % 4096 == 0);
+    CHECK(domain.last->data == registration.data);
+    CHECK(domain.last->length == 10000);
+    CHECK(domain.last->access == 7);
+    CHECK(registration.lkey == 0x1200);
+    CHECK(registration.rkey == 0x3400);
+    CHECK(bytes_differing(registration.data, 12288, 0) == 0);
+    std::memset(registration.data, 0x77, 12288);  // all three pages are ours
+    unsigned char resident = 0;
+    void* const memory = registration.data;
+    registration = {};
+    CHECK(domain.last->mapped_at_deregistration);
+    CHECK(::mincore(memory, 4096, &resident) != 0);  // unmapped after
+
+    CHECK_THROWS_WITH_AS(domain.allocate_memory(0, 7), "allocate_memory: length is 0", rdmachan::Error);
+    domain.refuse = true;
+    CHECK_THROWS_WITH_AS(domain.allocate_memory(4096, 7), "refused on purpose", rdmachan::Error);
+}
