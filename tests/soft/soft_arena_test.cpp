@@ -1,7 +1,8 @@
 // Allocated memory on the software device (issue 17, transport/soft/shared_arena.hpp): the arena
 // hands out zeroed pages and reuses freed ones; zero-hop writes into an arena region are a
 // memcpy into the peer's mapping (no system call, any size), from a source that cannot fault
-// (inline data or the initiator's own arena); a source from the heap takes the system call; a
+// (inline data or the initiator's own arena); a source from the heap takes the system call;
+// zero-hop reads the same way round; a
 // deregistered arena region is never written after dereg returns, and its memory is reused
 // clean; the default allocate_memory of other devices registers whole pages of its own.
 #include <doctest/doctest.h>
@@ -125,6 +126,96 @@ TEST_CASE_FIXTURE(ArenaPair, "allocated memory: zero-hop writes are a memcpy int
     CHECK(bytes_differing(target.buffer() + 8192, 4096, 0x3c) == 0);
     CHECK(initiator_device->zero_hop_arena_writes() - arena_before == 3);
     CHECK(initiator_device->zero_hop_writes() - zero_hop_before == 4);
+}
+
+TEST_CASE_FIXTURE(ArenaPair, "zero-hop reads: memcpys from the peer's arena into ours, process_vm_readv into the heap") {
+    for (std::uint32_t b = 0; b < (1 << 20); ++b) target.buffer()[b] = static_cast<std::uint8_t>(b * 5 + 3);
+    const std::uint64_t reads_before = initiator_device->zero_hop_reads();
+
+    const mlx5::ScatterGatherElement small = initiator.local(0, 8);
+    mlx5::SendWorkRequest read = write_request(1, &small, remote.buffer_addr + 100, remote.rkey, 0);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    mlx5::Completion done = run_signaled(initiator, read);
+    CHECK(done.status == mlx5::CompletionStatus::success);
+    CHECK(done.byte_len == 8);  // a read's CQE carries the bytes read
+    CHECK(std::memcmp(initiator.buffer(), target.buffer() + 100, 8) == 0);
+
+    // Scattered over two local pieces, and past the 256 KiB a read by system call may take.
+    const mlx5::ScatterGatherElement halves[2] = {initiator.local(65536, 262144), initiator.local(524288, 262144)};
+    read = write_request(2, halves, remote.buffer_addr + 4096, remote.rkey, 0);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    read.num_sge = 2;
+    done = run_signaled(initiator, read);
+    CHECK(done.status == mlx5::CompletionStatus::success);
+    CHECK(done.byte_len == 524288);
+    CHECK(std::memcmp(initiator.buffer() + 65536, target.buffer() + 4096, 262144) == 0);
+    CHECK(std::memcmp(initiator.buffer() + 524288, target.buffer() + 4096 + 262144, 262144) == 0);
+    CHECK(initiator_device->zero_hop_arena_reads() == 2);
+    CHECK(initiator_device->zero_hop_reads() - reads_before == 2);
+    CHECK(target_device->transfers_by_reference() == 0);
+
+    // Into memory the user registered from the heap: by system call (it could be unmapped).
+    std::vector<std::uint8_t> heap(4096, 0);
+    const auto heap_region = initiator_device->register_memory(initiator.domain_pointer(), heap.data(), heap.size(), kAll);
+    const mlx5::ScatterGatherElement into_heap{reinterpret_cast<std::uint64_t>(heap.data()), 4096, heap_region->lkey()};
+    read = write_request(3, &into_heap, remote.buffer_addr + 8192, remote.rkey, 0);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    CHECK(run_signaled(initiator, read).status == mlx5::CompletionStatus::success);
+    CHECK(std::memcmp(heap.data(), target.buffer() + 8192, 4096) == 0);
+    CHECK(initiator_device->zero_hop_arena_reads() == 2);
+    CHECK(initiator_device->zero_hop_reads() - reads_before == 3);
+}
+
+namespace {
+
+enum class ReadRefusal { bad_key, out_of_bounds, region_without_remote_read };
+
+struct ReadOutcome {
+    mlx5::CompletionStatus status = mlx5::CompletionStatus::success;
+    std::size_t local_bytes_touched = 0;
+    std::uint64_t zero_hop_reads = 0;
+};
+
+ReadOutcome refused_read(ReadRefusal refusal, bool zero_hop) {
+    DevicePair pair(allocated_pair(zero_hop ? "1" : "0"));
+    REQUIRE(settle_path(pair.initiator, pair.remote));
+    std::uint64_t address = pair.remote.buffer_addr;
+    std::uint32_t rkey = pair.remote.rkey;
+    std::shared_ptr<soft::MemoryRegion> extra;
+    switch (refusal) {
+        case ReadRefusal::bad_key: rkey ^= 0x55; break;
+        case ReadRefusal::out_of_bounds: address += (1 << 20) - 2048; break;
+        case ReadRefusal::region_without_remote_read:
+            extra = pair.target_device->allocate_memory(pair.target.domain_pointer(), 65536, soft::kLocalWrite | soft::kRemoteWrite);
+            address = extra->addr();
+            rkey = extra->rkey();
+            break;
+    }
+    std::memset(pair.target.buffer(), 0x42, 1 << 20);
+    std::memset(pair.initiator.buffer(), 0xee, 1 << 20);
+    const mlx5::ScatterGatherElement into = pair.initiator.local(0, 4096);
+    mlx5::SendWorkRequest read = write_request(1, &into, address, rkey, 0);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    ReadOutcome outcome;
+    outcome.status = run_signaled(pair.initiator, read).status;
+    outcome.local_bytes_touched = bytes_differing(pair.initiator.buffer(), 1 << 20, 0xee);
+    outcome.zero_hop_reads = pair.initiator_device->zero_hop_reads();
+    return outcome;
+}
+
+}  // namespace
+
+TEST_CASE("zero-hop read refused: the request path's CQE, and the local memory untouched") {
+    for (const ReadRefusal refusal : {ReadRefusal::bad_key, ReadRefusal::out_of_bounds, ReadRefusal::region_without_remote_read}) {
+        CAPTURE(static_cast<int>(refusal));
+        const ReadOutcome request_path = refused_read(refusal, false);
+        const ReadOutcome zero_hop = refused_read(refusal, true);
+        CHECK(request_path.status == mlx5::CompletionStatus::remote_access_error);
+        CHECK(zero_hop.status == request_path.status);
+        CHECK(request_path.local_bytes_touched == 0);
+        CHECK(zero_hop.local_bytes_touched == 0);
+        CHECK(zero_hop.zero_hop_reads == 0);
+    }
 }
 
 TEST_CASE("allocated memory with zero-hop writes off: the request path moves them, byte for byte") {

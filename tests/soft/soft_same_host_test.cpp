@@ -105,6 +105,7 @@ std::unique_ptr<ChildProcess> start_target(ChildRestriction restriction) {
 struct Moved {
     std::uint64_t by_reference = 0;  // requests the child's device moved by cross-memory attach
     std::uint64_t zero_hop = 0;      // writes this process's device executed zero-hop
+    std::uint64_t zero_hop_reads = 0;  // and reads
 };
 
 // Runs write, write with immediate, send, read, fetch-and-add and compare-and-swap against a
@@ -175,7 +176,7 @@ Moved every_operation_against(ChildRestriction restriction) {
     const auto moved = child->receive<std::uint64_t>("the count of requests moved by reference", 30);
     child->send('d', "the second 'done'");
     child->expect_exit(0, 30);  // the child verified every byte
-    return {moved, device->zero_hop_writes()};
+    return {moved, device->zero_hop_writes(), device->zero_hop_reads()};
 }
 
 }  // namespace
@@ -189,11 +190,13 @@ TEST_CASE("same host, two processes: write, write with immediate, send and read 
         const Moved moved = every_operation_against(ChildRestriction::none);
         CHECK(moved.by_reference == 4);
         CHECK(moved.zero_hop == 0);
+        CHECK(moved.zero_hop_reads == 0);
     }
-    SUBCASE("zero-hop writes on (the default): the 64 KiB write is zero-hop, the rest as before") {
+    SUBCASE("zero-hop on (the default): the 64 KiB write and the read are zero-hop, the rest as before") {
         const Moved moved = every_operation_against(ChildRestriction::none);
-        CHECK(moved.by_reference == 3);
+        CHECK(moved.by_reference == 2);
         CHECK(moved.zero_hop == 1);
+        CHECK(moved.zero_hop_reads == 1);
     }
 }
 
@@ -202,6 +205,7 @@ TEST_CASE("same host, cross-memory attach refused by a seccomp filter at the tar
     const Moved moved = every_operation_against(ChildRestriction::seccomp);
     CHECK(moved.by_reference == 0);
     CHECK(moved.zero_hop == 0);
+    CHECK(moved.zero_hop_reads == 0);
 }
 
 TEST_CASE("same host, cross-memory attach refused through RDMACHAN_SOFT_REFUSE_CMA: payloads travel in the frames") {
@@ -210,6 +214,7 @@ TEST_CASE("same host, cross-memory attach refused through RDMACHAN_SOFT_REFUSE_C
     const Moved moved = every_operation_against(ChildRestriction::none);
     CHECK(moved.by_reference == 0);
     CHECK(moved.zero_hop == 0);
+    CHECK(moved.zero_hop_reads == 0);
 }
 
 TEST_CASE("a peer that runs as another user is not same-host: TCP under auto, an error under RDMACHAN_SOFT_TRANSPORT=shm") {

@@ -367,6 +367,10 @@ public:
     // Of those, the ones that were a memcpy into the target's arena, with no system call (the
     // target's region came from allocate_memory, and so did the source, or it was inline).
     std::uint64_t zero_hop_arena_writes() const;
+    // RDMA reads executed zero-hop, and of those the ones that were memcpys (from the target's
+    // arena into this device's).
+    std::uint64_t zero_hop_reads() const;
+    std::uint64_t zero_hop_arena_reads() const;
     // WQEs this device executed on the thread that rang the doorbell, their requests written to
     // the peer's socket from there (transport/soft/README.md, "Requests from the doorbell thread").
     std::uint64_t requests_from_doorbell() const;

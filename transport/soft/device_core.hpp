@@ -198,6 +198,9 @@ public:
     std::atomic<std::uint64_t> zero_hop_writes{0};
     // Of those, the ones that were a memcpy into the target's arena (shared_arena.hpp).
     std::atomic<std::uint64_t> zero_hop_arena_writes{0};
+    // RDMA reads this device, as initiator, executed zero-hop, and of those the memcpys.
+    std::atomic<std::uint64_t> zero_hop_reads{0};
+    std::atomic<std::uint64_t> zero_hop_arena_reads{0};
     // WQEs this device executed on the doorbell thread by send_from_doorbell (doorbell_requests.cpp).
     std::atomic<std::uint64_t> doorbell_requests{0};
     // What this device publishes, as a target, for its same-host peers' zero-hop writes: its
@@ -221,6 +224,17 @@ private:
     // cannot be done so: the request path then carries the write and produces any NAK.
     bool zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request, const std::vector<std::uint8_t>& payload,
                         const wire::Segment* segments, std::uint32_t segment_count);
+    // The zero-hop read: the same checks (remote read access), the bytes copied into the local
+    // targets (memcpy from the target's arena into ours, else process_vm_readv). False, with
+    // nothing moved, whenever it cannot be done so.
+    bool zero_hop_read(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets,
+                       std::uint64_t length);
+    // The responder's checks for a zero-hop request of `length` bytes needing `remote_access`:
+    // the connection to the target, with `use` holding the key's region, or nullptr with nothing
+    // held (the request path then carries the request and produces any NAK).
+    Connection* zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
+                               std::uint32_t remote_access, PeerTable::RegionUse& use);
+    void log_zero_hop_failure(Connection& connection, const QueuePairContext& queue_pair, const char* what, int error);
     // The connection to that device when it published its table to us, else nullptr.
     Connection* zero_hop_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
     void handle_frame(Connection& connection, wire::FrameType type, const std::uint8_t* body,

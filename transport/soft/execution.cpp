@@ -122,7 +122,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     const bool signaled = (control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0;
     const std::uint32_t wqebbs = ds == 0 ? 1 : (ds * kSegmentUnit + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
 
-    // On the doorbell thread only a well-formed RC RDMA write may execute (zero_hop.cpp), or,
+    // On the doorbell thread only a well-formed RC RDMA write or read may execute (zero_hop.cpp), or,
     // from send_from_doorbell, a well-formed RC request (doorbell_requests.cpp); every other WQE
     // stays in the ring, untouched, for the progress thread.
     const bool doorbell_thread = left_for_progress != nullptr;
@@ -130,7 +130,8 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         *left_for_progress = true;
         return false;
     };
-    const bool doorbell_may_execute = opcode == kOpcodeRdmaWrite || (doorbell_sends_requests_ && is_request_opcode(opcode));
+    const bool doorbell_may_execute =
+        opcode == kOpcodeRdmaWrite || opcode == kOpcodeRdmaRead || (doorbell_sends_requests_ && is_request_opcode(opcode));
     if (doorbell_thread && (!doorbell_may_execute || queue_pair.state != QueuePairState::ready_to_send ||
                             queue_pair.transport != Transport::reliable_connected || wqe_index != (index & 0xffff) ||
                             (qpn_ds >> 8) != queue_pair.qpn || ds < 1)) {
@@ -318,6 +319,13 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
                        payload.empty() ? referenced_bytes : payload.size());
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
+        return true;
+    }
+    if (syndrome == 0 && opcode == kOpcodeRdmaRead && zero_hop_read(queue_pair, request, in_flight.local_targets, in_flight.length)) {
+        queue_pair.executed += wqebbs;
+        flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
+        // A read's CQE carries the bytes read (libmlx5 reports it as byte_len).
+        if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, in_flight.length);
         return true;
     }
     // A local error is the progress thread's to report (it logs and moves the QP to ERR).

@@ -1,18 +1,19 @@
-// Zero-hop RDMA writes on the same-host path (issue 17): the initiator's doorbell thread executes
-// an RDMA write itself. It decodes the WQE with the device's decoder (execute_one), makes the
-// responder's checks (perform_request's, for a write) against the table the target published
-// (published_table.hpp), moves the bytes with process_vm_writev, and writes its own CQE. No
-// thread of either process is woken and no frame is sent.
+// Zero-hop RDMA writes and reads on the same-host path (issue 17): the initiator's doorbell
+// thread executes them itself. It decodes the WQE with the device's decoder (execute_one), makes
+// the responder's checks (perform_request's) against the table the target published
+// (published_table.hpp), moves the bytes (a memcpy when both sides' memory is in arenas,
+// shared_arena.hpp; else process_vm_writev / process_vm_readv), and writes its own CQE. No thread
+// of either process is woken and no frame is sent.
 //
 // Only when that is exactly what the request path would have done:
 //   - the QP is an RC QP in RTS with nothing on the request path (no request in flight, no RNR
-//     wait, no UMR waiting for answers): the write cannot overtake anything, so RC ordering and
+//     wait, no UMR waiting for answers): the request cannot overtake anything, so RC ordering and
 //     completion order hold, and fences (which wait for earlier reads and atomics) are met;
-//   - the remote QP is in RTR or RTS, connected to this QP, with remote write access, and the
-//     key is a region of its PD that holds the range with remote write access.
+//   - the remote QP is in RTR or RTS, connected to this QP, with remote write (read) access, and
+//     the key is a region of its PD that holds the range with that access.
 // Anything else, a check that fails included, goes the request path unchanged: the responder
 // then refuses it with the NAK and the error CQE it always gave, and memory stays untouched.
-// Zero-hop writes use no PSN (nothing is sent), so the two sides' PSNs stay in step.
+// Zero-hop requests use no PSN (nothing is sent), so the two sides' PSNs stay in step.
 #include <sys/uio.h>
 
 #include <atomic>
@@ -92,20 +93,61 @@ Connection* DeviceCore::zero_hop_connection(const std::array<std::uint8_t, 16>& 
     return nullptr;
 }
 
+Connection* DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
+                                       std::uint32_t remote_access, PeerTable::RegionUse& use) {
+    if (queue_pair.transport != Transport::reliable_connected || queue_pair.state != QueuePairState::ready_to_send ||
+        !queue_pair.in_flight.empty() || queue_pair.waiting_rnr || queue_pair.umr_waits_for_answers) {
+        return nullptr;
+    }
+    const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
+    if (remote.gid == gid && remote.lid == lid) return nullptr;  // this device: the loopback path
+    Connection* connection = zero_hop_connection(remote.gid, remote.lid);
+    queue_pair.zero_hop_remote.store(connection != nullptr, std::memory_order_relaxed);
+    // A zero-length request checks no memory at the responder: too little to gain here.
+    if (connection == nullptr || length == 0) return nullptr;
+
+    // The responder's checks, as perform_request makes them: the QP (as handle_request: ready,
+    // connected to us), its access, then the key.
+    PeerTable& table = *connection->peer_table;
+    // A simulated partition (either side) loses frames; zero-hop requests must be lost too, so
+    // they take the request path, where the frames are dropped.
+    if (partition_simulated() || table.partitioned()) return nullptr;
+    const std::optional<PublishedQueuePairView> target = table.read_queue_pair(remote.qpn);
+    if (!target) return nullptr;
+    const bool ready = target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_receive) ||
+                       target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_send);
+    if (!ready || target->remote_qpn != queue_pair.qpn || target->remote_gid != gid || target->remote_lid != lid ||
+        (target->access & remote_access) == 0) {
+        return nullptr;
+    }
+    table.use_region(request.rkey, use);
+    const std::optional<PublishedRegionView>& region = use.entry();
+    if (!region || region->protection_domain != target->protection_domain || (region->access & remote_access) == 0 ||
+        request.remote_addr < region->addr || length > region->length || request.remote_addr - region->addr > region->length - length) {
+        use.release();
+        return nullptr;
+    }
+    if (const auto delay = test_delay.load(std::memory_order_relaxed); delay != 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(delay));
+    }
+    return connection;
+}
+
+void DeviceCore::log_zero_hop_failure(Connection& connection, const QueuePairContext& queue_pair, const char* what, int error) {
+    // The target exited (ESRCH, also when its pidfd says so before or after the move) or our own
+    // memory went away (EFAULT): the request path reports it as it always did (the lost
+    // connection, or the responder's local protection error).
+    if (!std::exchange(connection.zero_hop_failure_logged, true)) {
+        detail::logger().warn("software device {}: QP {}: zero-hop {} process {} failed: {}; "
+                              "the request path takes over (said once per connection)",
+                              owner_.name(), queue_pair.qpn, what, connection.peer_process.pid(), std::strerror(error));
+    }
+}
+
 bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request,
                                 const std::vector<std::uint8_t>& payload, const wire::Segment* segments,
                                 std::uint32_t segment_count) {
     if (!zero_hop_enabled_ || request.opcode != kOpcodeRdmaWrite) return false;
-    if (queue_pair.transport != Transport::reliable_connected || queue_pair.state != QueuePairState::ready_to_send ||
-        !queue_pair.in_flight.empty() || queue_pair.waiting_rnr || queue_pair.umr_waits_for_answers) {
-        return false;
-    }
-    const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    if (remote.gid == gid && remote.lid == lid) return false;  // this device: the loopback path
-    Connection* connection = zero_hop_connection(remote.gid, remote.lid);
-    queue_pair.zero_hop_remote.store(connection != nullptr, std::memory_order_relaxed);
-    if (connection == nullptr) return false;
-
     // The bytes, in order: the frame's payload (inline data came first, or the WQE was mixed),
     // or the pointer segments.
     std::uint64_t length = payload.size();
@@ -120,45 +162,22 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
             length += segments[i].length;
         }
     }
-    // A zero-length write checks no memory at the responder: too little to gain here.
-    if (length == 0) return false;
-
-    // The responder's checks, as perform_request makes them for a write: the QP (as
-    // handle_request: ready, connected to us), its access, then the key.
-    PeerTable& table = *connection->peer_table;
-    // A simulated partition (either side) loses frames; zero-hop writes must be lost too, so
-    // they take the request path, where the frames are dropped.
-    if (partition_simulated() || table.partitioned()) return false;
-    const std::optional<PublishedQueuePairView> target = table.read_queue_pair(remote.qpn);
-    if (!target) return false;
-    const bool ready = target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_receive) ||
-                       target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_send);
-    if (!ready || target->remote_qpn != queue_pair.qpn || target->remote_gid != gid || target->remote_lid != lid ||
-        (target->access & kRemoteWrite) == 0) {
-        return false;
-    }
     PeerTable::RegionUse use;
-    table.use_region(request.rkey, use);
-    const std::optional<PublishedRegionView>& region = use.entry();
-    if (!region || region->protection_domain != target->protection_domain || (region->access & kRemoteWrite) == 0) return false;
-    if (request.remote_addr < region->addr || length > region->length || request.remote_addr - region->addr > region->length - length) {
-        return false;
-    }
-    if (const auto delay = test_delay.load(std::memory_order_relaxed); delay != 0) {
-        std::this_thread::sleep_for(std::chrono::microseconds(delay));
-    }
+    Connection* connection = zero_hop_admit(queue_pair, request, length, kRemoteWrite, use);
+    if (connection == nullptr) return false;
+    const PublishedRegionView& region = *use.entry();
     // Into the target's arena, from memory that cannot go away under this thread (the frame's
     // payload, or this device's own arena): a memcpy into the mapping, no system call. Memory
     // the user registered from the heap could be unmapped while registered; a plain load of it
     // would fault where process_vm_writev reports EFAULT, so it takes the system call.
-    if (std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length); mapped != nullptr) {
+    if (std::uint8_t* mapped = connection->peer_table->arena_range(region.arena_offset, region.length); mapped != nullptr) {
         bool stable = !payload.empty();
         if (!stable) {
             stable = true;
             for (std::size_t i = 0; i < local_count && stable; ++i) stable = arena.holds(local[i].iov_base, local[i].iov_len);
         }
         if (stable) {
-            copy_in_order(mapped + (request.remote_addr - region->addr), local, local_count, length);
+            copy_in_order(mapped + (request.remote_addr - region.addr), local, local_count, length);
             use.release();
             zero_hop_writes.fetch_add(1, std::memory_order_relaxed);
             zero_hop_arena_writes.fetch_add(1, std::memory_order_relaxed);
@@ -174,17 +193,51 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
     const int error = write_to_peer(connection->peer_process, local, local_count, &destination, 1, length);
     use.release();
     if (error != 0) {
-        // The target exited (ESRCH, also when its pidfd says so before or after the move) or our
-        // own memory went away (EFAULT): the request path reports it as it always did (the lost
-        // connection, or the responder's local protection error).
-        if (!std::exchange(connection->zero_hop_failure_logged, true)) {
-            detail::logger().warn("software device {}: QP {}: zero-hop write into process {} failed: {}; "
-                                  "the request path takes over (said once per connection)",
-                                  owner_.name(), queue_pair.qpn, connection->peer_process.pid(), std::strerror(error));
-        }
+        log_zero_hop_failure(*connection, queue_pair, "write into", error);
         return false;
     }
     zero_hop_writes.fetch_add(1, std::memory_order_relaxed);
+    return true;
+}
+
+bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets,
+                               std::uint64_t length) {
+    if (!zero_hop_enabled_ || request.opcode != kOpcodeRdmaRead || targets.size() > wire::kMaxSegments) return false;
+    PeerTable::RegionUse use;
+    Connection* connection = zero_hop_admit(queue_pair, request, length, kRemoteRead, use);
+    if (connection == nullptr) return false;
+    const PublishedRegionView& region = *use.entry();
+    iovec local[wire::kMaxSegments];
+    std::size_t local_count = 0;
+    bool stable = true;  // every target in this device's arena: it cannot be unmapped under a store
+    for (auto [address, bytes] : targets) {
+        local[local_count++] = {address, bytes};
+        stable = stable && arena.holds(address, bytes);
+    }
+    // From the target's arena into ours: memcpys, no system call.
+    if (std::uint8_t* mapped = connection->peer_table->arena_range(region.arena_offset, region.length);
+        mapped != nullptr && stable) {
+        const std::uint8_t* source = mapped + (request.remote_addr - region.addr);
+        for (std::size_t i = 0; i < local_count; ++i) {
+            std::memcpy(local[i].iov_base, source, local[i].iov_len);
+            source += local[i].iov_len;
+        }
+        use.release();
+        zero_hop_reads.fetch_add(1, std::memory_order_relaxed);
+        zero_hop_arena_reads.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+    // By system call, within the same bound as writes (the request path moves larger ones on
+    // the target's thread).
+    if (length > kZeroHopMaxBytes) return false;
+    const iovec source{reinterpret_cast<void*>(request.remote_addr), static_cast<std::size_t>(length)};
+    const int error = read_from_peer(connection->peer_process, local, local_count, &source, 1, length);
+    use.release();
+    if (error != 0) {
+        log_zero_hop_failure(*connection, queue_pair, "read from", error);
+        return false;
+    }
+    zero_hop_reads.fetch_add(1, std::memory_order_relaxed);
     return true;
 }
 
