@@ -329,7 +329,7 @@ int run_local_job(const Options& options) {
         std::printf("%s", summary_table(job, reports, wall).c_str());
         if (duration && samples.size() >= 2) {
             const nlohmann::json growth = samples_json(samples);
-            std::printf("%zu samples, every %lld s: largest growth of one peer from the first sample to the last: RSS %lld KiB, "
+            std::printf("%zu samples, every %lld s: largest growth of one peer above its second sample: RSS %lld KiB, "
                         "descriptors %lld\n",
                         samples.size(), static_cast<long long>(options.workload.sample_period.count()),
                         growth["largest_rss_growth_kib"].get<long long>(), growth["largest_descriptor_growth"].get<long long>());

@@ -63,15 +63,17 @@ nlohmann::json samples_json(const std::vector<ResourceSample>& samples) {
     }
     result["samples"] = rows;
     if (samples.size() >= 2) {
-        const ResourceSample& first = samples.front();
-        const ResourceSample& last = samples.back();
+        const ResourceSample& settled = samples[samples.size() >= 3 ? 1 : 0];
         std::int64_t largest_growth_kib = 0;
         std::int64_t descriptor_growth = 0;
-        for (std::size_t rank = 0; rank < first.resident_kib.size() && rank < last.resident_kib.size(); ++rank) {
-            largest_growth_kib = std::max<std::int64_t>(
-                largest_growth_kib, static_cast<std::int64_t>(last.resident_kib[rank]) - static_cast<std::int64_t>(first.resident_kib[rank]));
-            descriptor_growth = std::max<std::int64_t>(
-                descriptor_growth, static_cast<std::int64_t>(last.descriptors[rank]) - static_cast<std::int64_t>(first.descriptors[rank]));
+        for (std::size_t later = (samples.size() >= 3 ? 2 : 1); later < samples.size(); ++later) {
+            const ResourceSample& sample = samples[later];
+            for (std::size_t rank = 0; rank < settled.resident_kib.size() && rank < sample.resident_kib.size(); ++rank) {
+                largest_growth_kib = std::max<std::int64_t>(
+                    largest_growth_kib, static_cast<std::int64_t>(sample.resident_kib[rank]) - static_cast<std::int64_t>(settled.resident_kib[rank]));
+                descriptor_growth = std::max<std::int64_t>(
+                    descriptor_growth, static_cast<std::int64_t>(sample.descriptors[rank]) - static_cast<std::int64_t>(settled.descriptors[rank]));
+            }
         }
         result["largest_rss_growth_kib"] = largest_growth_kib;
         result["largest_descriptor_growth"] = descriptor_growth;

@@ -135,13 +135,12 @@ TEST_CASE("failures: a bad option, an out-of-range value, a failing rank, an una
 }
 
 // A timed run (issue 20): samples of every peer (5 s, one a second)'s memory and descriptors while it runs; none may
-// grow. The bound on memory is 1 MiB per peer from the first sample to the last: malloc returns
+// grow. The bound on memory is 1 MiB per peer above its settled (second) sample in any later
+// one, the figure the demo reports (resource_sampler.hpp says why the second): malloc returns
 // and takes back a few hundred KiB between samples (the 10-minute, 8-peer run of
 // docs/RELIABILITY.md swung by at most 448 KiB per peer and ended 64 KiB below its start), while
-// a leak of one allocation per operation would pass it within the run. It is counted from the
-// second sample: the first can come before the peers reached their working set (under
-// ThreadSanitizer, whose shadow memory grows as the program first touches it, resident size rose
-// 1540 KiB between the first two samples of a CI run and stayed flat after).
+// a leak of one allocation per operation would exceed it within the run. The test recomputes the
+// figure from the samples, so a sampler that reported less than its samples show fails too.
 // AddressSanitizer keeps freed memory in its quarantine (256 MiB by default) before reusing it,
 // so under it a peer's resident size grows with every free until the quarantine is full (17-26
 // MiB in this test): the memory bound is checked in the other builds, descriptors in all.
@@ -164,21 +163,25 @@ TEST_CASE("--duration: the peers run for that long, and their memory and descrip
         for (const nlohmann::json& resident : sample["resident_kib"]) CHECK(resident.get<std::uint64_t>() > 1024);
         for (const nlohmann::json& descriptors : sample["descriptors"]) CHECK(descriptors.get<std::uint32_t>() >= 3);
     }
-    CHECK(resources.at("largest_descriptor_growth").get<std::int64_t>() == 0);
-    if (kQuarantineHoldsFreedMemory) {
-        MESSAGE("AddressSanitizer build: resident growth " << resources.at("largest_rss_growth_kib").get<std::int64_t>()
-                                                          << " KiB not checked (its quarantine holds freed memory)");
-    } else {
-        REQUIRE(samples.size() >= 3);
-        const nlohmann::json& settled = samples[1]["resident_kib"];
-        for (std::size_t sample = 2; sample < samples.size(); ++sample) {
-            for (std::size_t peer = 0; peer < 3; ++peer) {
-                const auto growth = samples[sample]["resident_kib"][peer].get<std::int64_t>() - settled[peer].get<std::int64_t>();
-                CAPTURE(sample);
-                CAPTURE(peer);
-                CHECK(growth <= 1024);
-            }
+    REQUIRE(samples.size() >= 3);
+    std::int64_t resident_growth = 0;
+    std::int64_t descriptor_growth = 0;
+    const nlohmann::json& settled = samples[1];
+    for (std::size_t sample = 2; sample < samples.size(); ++sample) {
+        for (std::size_t peer = 0; peer < 3; ++peer) {
+            resident_growth = std::max(resident_growth, samples[sample]["resident_kib"][peer].get<std::int64_t>() -
+                                                            settled["resident_kib"][peer].get<std::int64_t>());
+            descriptor_growth = std::max(descriptor_growth, samples[sample]["descriptors"][peer].get<std::int64_t>() -
+                                                                settled["descriptors"][peer].get<std::int64_t>());
         }
+    }
+    CHECK(resources.at("largest_rss_growth_kib").get<std::int64_t>() == resident_growth);
+    CHECK(resources.at("largest_descriptor_growth").get<std::int64_t>() == descriptor_growth);
+    CHECK(descriptor_growth == 0);
+    if (kQuarantineHoldsFreedMemory) {
+        MESSAGE("AddressSanitizer build: resident growth " << resident_growth << " KiB not checked (its quarantine holds freed memory)");
+    } else {
+        CHECK(resident_growth <= 1024);
     }
 }
 
