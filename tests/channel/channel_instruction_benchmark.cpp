@@ -147,15 +147,20 @@ constexpr Row kRows[] = {
 // (subtracted: the device's work), and the two layers that do what libmlx5 does, so the table can
 // say how much of the rest is the library's API and engine.
 enum Callee { device_doorbell, ring_post, ring_poll, callee_count };
-constexpr const char* kCalleeNames[callee_count] = {
-    "rdmachan::soft::QueuePair::ring_send_doorbell(",
-    "rdmachan::transport::RingQueuePair::post_",  // post_one and post_send
-    "rdmachan::transport::RingCompletionQueue::poll(",
+struct CalleeName {
+    const char* name;
+    Callee callee;
+};
+constexpr CalleeName kCalleeNames[] = {
+    {"rdmachan::soft::QueuePair::ring_send_doorbell(", device_doorbell},
+    {"rdmachan::transport::RingQueuePair::post_one(", ring_post},
+    {"rdmachan::transport::RingQueuePair::post_send(", ring_post},
+    {"rdmachan::transport::RingCompletionQueue::poll(", ring_poll},
 };
 
 Callee callee_of(const std::string& name) {
-    for (int callee = 0; callee < callee_count; ++callee)
-        if (name.find(kCalleeNames[callee]) != std::string::npos) return static_cast<Callee>(callee);
+    for (const CalleeName& callee : kCalleeNames)
+        if (name.find(callee.name) != std::string::npos) return callee.callee;
     return callee_count;
 }
 
@@ -197,23 +202,36 @@ int print_table(const std::string& out_file) {
                      2 * std::size(kRows), out_file.c_str());
         return 1;
     }
-    auto per_write = [&](const char* row, std::uint64_t instructions) {
-        return static_cast<double>(instructions) / static_cast<double>(measured[row].writes);
+    // Each row's figures per write, computed once for both tables.
+    struct Figures {
+        double post = 0, poll = 0, total = 0, doorbell = 0, queue_pair = 0, completion_queue = 0;
+        bool layers_found = false;
+    };
+    auto figures_of = [&](const Row& row) {
+        const Dump& post_dump = measured[row.post];
+        const Dump& poll_dump = measured[row.poll];
+        const double post_writes = static_cast<double>(post_dump.writes);
+        const double poll_writes = static_cast<double>(poll_dump.writes);
+        Figures figures;
+        figures.post = static_cast<double>(post_dump.instructions - post_dump.inclusive[device_doorbell]) / post_writes;
+        figures.poll = static_cast<double>(poll_dump.instructions - poll_dump.inclusive[device_doorbell]) / poll_writes;
+        figures.total = figures.post + figures.poll;
+        figures.doorbell = static_cast<double>(post_dump.inclusive[device_doorbell]) / post_writes;
+        figures.queue_pair = static_cast<double>(post_dump.inclusive[ring_post] - post_dump.inclusive[device_doorbell]) / post_writes;
+        figures.completion_queue = static_cast<double>(poll_dump.inclusive[ring_poll]) / poll_writes;
+        figures.layers_found = post_dump.inclusive[ring_post] != 0 && poll_dump.inclusive[ring_poll] != 0;
+        return figures;
     };
     std::printf("| through the public API | post, to the doorbell | completion delivered to its handle | "
                 "post + completion | target | software device's doorbell call (not counted) |\n");
     std::printf("|---|---:|---:|---:|---:|---:|\n");
     int missed = 0;
     for (const Row& row : kRows) {
-        const Dump& post_dump = measured[row.post];
-        const Dump& poll_dump = measured[row.poll];
-        const double post = per_write(row.post, post_dump.instructions - post_dump.inclusive[device_doorbell]);
-        const double poll = per_write(row.poll, poll_dump.instructions - poll_dump.inclusive[device_doorbell]);
-        const double total = post + poll;
-        const bool met = total <= row.target;
+        const Figures figures = figures_of(row);
+        const bool met = figures.total <= row.target;
         missed += !met;
-        std::printf("| %s | %.1f | %.1f | %.1f | <= %.0f%s | %.1f |\n", row.label, post, poll, total, row.target,
-                    met ? "" : " (missed)", per_write(row.post, post_dump.inclusive[device_doorbell]));
+        std::printf("| %s | %.1f | %.1f | %.1f | <= %.0f%s | %.1f |\n", row.label, figures.post, figures.poll, figures.total,
+                    row.target, met ? "" : " (missed)", figures.doorbell);
     }
     std::printf("\n%d of %zu targets met; instructions per write, counted over %llu writes per row on the "
                 "calling thread only.\n",
@@ -228,19 +246,14 @@ int print_table(const std::string& out_file) {
                 "API and engine | post + completion |\n");
     std::printf("|---|---:|---:|---:|---:|\n");
     for (const Row& row : kRows) {
-        const Dump& post_dump = measured[row.post];
-        const Dump& poll_dump = measured[row.poll];
-        const double total = per_write(row.post, post_dump.instructions - post_dump.inclusive[device_doorbell]) +
-                             per_write(row.poll, poll_dump.instructions - poll_dump.inclusive[device_doorbell]);
-        const double queue_pair = per_write(row.post, post_dump.inclusive[ring_post] - post_dump.inclusive[device_doorbell]);
-        const double completion_queue = per_write(row.poll, poll_dump.inclusive[ring_poll]);
-        if (post_dump.inclusive[ring_post] == 0 || poll_dump.inclusive[ring_poll] == 0) {
+        const Figures figures = figures_of(row);
+        if (!figures.layers_found) {
             std::fprintf(stderr, "channel_instruction_benchmark: %s: no call into the queue pair's post or the "
                                  "completion queue's poll found in the dumps\n", row.label);
             return 1;
         }
-        std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", row.label, queue_pair, completion_queue,
-                    total - queue_pair - completion_queue, total);
+        std::printf("| %s | %.1f | %.1f | %.1f | %.1f |\n", row.label, figures.queue_pair, figures.completion_queue,
+                    figures.total - figures.queue_pair - figures.completion_queue, figures.total);
     }
     return 0;
 }
