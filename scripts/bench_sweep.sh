@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # rdmachan-bench over a size sweep (8 B .. 1 MiB): RDMA write, RDMA read and send, latency and
-# bandwidth, RC and DC, 2 processes on this machine (issue 9). Writes every run's CSV and a PNG
+# bandwidth, RC and DC on the same-host path and RC on the TCP path (RDMACHAN_SOFT_TRANSPORT=tcp),
+# 2 processes on this machine (issues 9 and 17). Writes every run's CSV and a PNG
 # plot of bandwidth and latency against message size, and prints markdown tables of the figures.
 #   scripts/bench_sweep.sh [build-dir] [output-dir]     (defaults: build-perf, docs/performance)
 # Environment: CPUS (default 0,1: both processes on these CPUs, as compare_ucx.sh runs them),
@@ -23,29 +24,39 @@ mkdir -p "$output_dir"
 csv_dir="$(mktemp -d)"
 trap 'rm -rf "$csv_dir"' EXIT
 
-for mode in rc dc; do
+# Three variants: RC and DC on the same-host path (RDMACHAN_SOFT_TRANSPORT=auto), and RC with it
+# off (tcp: what two hosts would run); the file names carry the variant (rc, dc, rc-tcp).
+for variant in rc dc rc-tcp; do
+    mode=${variant%-tcp}
+    transport=auto
+    [ "$variant" = rc-tcp ] && transport=tcp
     for test in write read send; do
-        taskset -c "$cpus" "$bench" -t "$test" -a -n "$latency_iterations" --mode "$mode" --format csv \
-            >"$csv_dir/$test-lat-$mode.csv"
-        taskset -c "$cpus" "$bench" -t "$test" --bw -a -n "$bandwidth_iterations" --window "$window" \
-            --mode "$mode" --format csv >"$csv_dir/$test-bw-$mode.csv"
+        RDMACHAN_SOFT_TRANSPORT=$transport taskset -c "$cpus" "$bench" -t "$test" -a -n "$latency_iterations" \
+            --mode "$mode" --format csv >"$csv_dir/$test-lat-$variant.csv"
+        RDMACHAN_SOFT_TRANSPORT=$transport taskset -c "$cpus" "$bench" -t "$test" --bw -a -n "$bandwidth_iterations" \
+            --window "$window" --mode "$mode" --format csv >"$csv_dir/$test-bw-$variant.csv"
     done
 done
 # Sends in DC mode go through engine-owned 16 KiB receive buffers: larger sends are refused by
 # design (docs/ARCHITECTURE.md), so the DC send rows end at 16 KiB.
 
 # One file with every row (the header once), kept beside the plot.
+# Its first column says the path (same-host or tcp), which the bench's own columns do not.
 {
-    head -n 1 "$csv_dir/write-lat-rc.csv"
-    for file in "$csv_dir"/*.csv; do tail -n +2 "$file"; done
+    echo "path,$(head -n 1 "$csv_dir/write-lat-rc.csv")"
+    for file in "$csv_dir"/*.csv; do
+        path=same-host
+        [[ $file == *-tcp.csv ]] && path=tcp
+        tail -n +2 "$file" | sed "s/^/$path,/"
+    done
 } >"$output_dir/sweep.csv"
 
 plot_lines() {  # plot_lines <kind> <column>: one line per test and mode
     local kind=$1 column=$2 separator=""
-    for mode in rc dc; do
+    for variant in rc dc rc-tcp; do
         for test in write read send; do
             printf '%s"%s" using 5:%s with linespoints title "%s %s"' "$separator" \
-                "$csv_dir/$test-$kind-$mode.csv" "$column" "$test" "$(echo "$mode" | tr a-z A-Z)"
+                "$csv_dir/$test-$kind-$variant.csv" "$column" "$test" "$(echo "$variant" | tr a-z A-Z | sed 's/-TCP/, TCP path/')"
             separator=", "
         done
     done
@@ -83,7 +94,7 @@ def size(b):
     return "%d MiB" % (b >> 20) if b >= 1 << 20 else "%d KiB" % (b >> 10) if b >= 1024 else "%d B" % b
 for kind, title, column, unit in (("lat", "Latency, typical (median)", "t_typical_us", "us"),
                                   ("bw", "Bandwidth, average", "bw_average_mb_s", "MB/s")):
-    tables = {(t, m): rows("%s-%s-%s.csv" % (t, kind, m)) for t in ("write", "read", "send") for m in ("rc", "dc")}
+    tables = {(t, m): rows("%s-%s-%s.csv" % (t, kind, m)) for m in ("rc", "dc", "rc-tcp") for t in ("write", "read", "send")}
     sizes = sorted(set().union(*[set(t) for t in tables.values()]))
     print("%s (%s):" % (title, unit))
     print()
@@ -93,8 +104,9 @@ for kind, title, column, unit in (("lat", "Latency, typical (median)", "t_typica
         print("Write and send latency is one-way (half the ping-pong round trip); read latency is the full round trip.")
         print()
     def label(t, m):
-        if kind != "lat": return "%s %s" % (t, m.upper())
-        return "%s %s (%s)" % (t, m.upper(), "round trip" if t == "read" else "half round trip")
+        name = "%s %s" % (t, "RC, TCP path" if m == "rc-tcp" else m.upper())
+        if kind != "lat": return name
+        return "%s (%s)" % (name, "round trip" if t == "read" else "half round trip")
     print("| bytes | " + " | ".join(label(t, m) for (t, m) in tables) + " |")
     print("|---:|" + "---:|" * len(tables))
     for b in sizes:
