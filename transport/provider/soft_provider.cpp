@@ -1,6 +1,9 @@
 #include "transport/provider/soft_provider.hpp"
 
+#include <atomic>
+
 #include "rdmachan/error.hpp"
+#include "src/logger.hpp"
 #include "transport/provider/ring_queues.hpp"
 #include "transport/provider/soft_dc_provider.hpp"
 
@@ -78,8 +81,16 @@ public:
         } catch (const soft::SoftDeviceError& error) {
             throw Error("allocate_memory on " + device_->name() + ": " + error.what());
         }
-        // The arena could not serve it: ordinary memory, reached by cross-memory attach.
-        if (region == nullptr) return ProtectionDomain::allocate_memory(length, access);
+        // The arena could not serve it: ordinary memory, reached by cross-memory attach (said once
+        // per protection domain).
+        if (region == nullptr) {
+            if (!arena_fallback_logged_.exchange(true)) {
+                detail::logger().info("allocate_memory on {}: the device's arena cannot serve {} bytes ({}); ordinary memory "
+                                      "instead, which same-host peers reach by cross-memory attach",
+                                      device_->name(), length, device_->arena_refusal());
+            }
+            return ProtectionDomain::allocate_memory(length, access);
+        }
         Registration registration;
         registration.lkey = region->lkey();
         registration.rkey = region->rkey();
@@ -180,6 +191,7 @@ private:
 
     std::shared_ptr<soft::Device> device_;
     std::shared_ptr<soft::ProtectionDomain> domain_;
+    std::atomic<bool> arena_fallback_logged_{false};
 };
 
 class SoftDevice final : public Device {

@@ -96,7 +96,7 @@ ProtectionDomain::~ProtectionDomain() = default;
 
 std::shared_ptr<MemoryRegion> Device::register_memory(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
                                                       std::size_t length, std::uint32_t access_flags) {
-    return register_range(domain, addr, length, access_flags, 0);
+    return register_range("register_memory", domain, addr, length, access_flags, 0);
 }
 
 std::shared_ptr<MemoryRegion> Device::allocate_memory(const std::shared_ptr<ProtectionDomain>& domain, std::size_t length,
@@ -112,25 +112,31 @@ std::shared_ptr<MemoryRegion> Device::allocate_memory(const std::shared_ptr<Prot
         core_->published_table.publish_arena(arena.descriptor(), arena.file_size());
     }
     try {
-        return register_range(domain, arena.base() + *offset, length, access_flags, *offset + 1);
+        return register_range("allocate_memory", domain, arena.base() + *offset, length, access_flags, *offset + 1);
     } catch (...) {
         arena.release(*offset, length);
         throw;
     }
 }
 
-std::shared_ptr<MemoryRegion> Device::register_range(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
-                                                     std::size_t length, std::uint32_t access_flags,
+std::string Device::arena_refusal() const {
+    if (const char* why = core_->arena.why_not(); why != nullptr) return why;
+    return "its reservation of " + std::to_string(kArenaReserveBytes >> 30) + " GiB has no room for it";
+}
+
+std::shared_ptr<MemoryRegion> Device::register_range(const char* call, const std::shared_ptr<ProtectionDomain>& domain,
+                                                     void* addr, std::size_t length, std::uint32_t access_flags,
                                                      std::uint64_t arena_offset) {
-    if (domain == nullptr || domain->device().get() != this) fail("register_memory: the protection domain belongs to another device");
-    if (addr == nullptr) fail("register_memory: addr is null");
-    if (length == 0) fail("register_memory: length is 0");
+    const std::string name = call;
+    if (domain == nullptr || domain->device().get() != this) fail(name + ": the protection domain belongs to another device");
+    if (addr == nullptr) fail(name + ": addr is null");
+    if (length == 0) fail(name + ": length is 0");
     if ((access_flags & ~(kLocalWrite | kRemoteWrite | kRemoteRead | kRemoteAtomic)) != 0) {
-        fail("register_memory: unknown access flags 0x" + std::to_string(access_flags));
+        fail(name + ": unknown access flags 0x" + std::to_string(access_flags));
     }
     // As verbs requires: remote write or atomic access needs local write access too.
     if ((access_flags & (kRemoteWrite | kRemoteAtomic)) != 0 && (access_flags & kLocalWrite) == 0) {
-        fail("register_memory: remote write/atomic access requires local write access (access flags " +
+        fail(name + ": remote write/atomic access requires local write access (access flags " +
              std::to_string(access_flags) + ")");
     }
     // Pinning is accounted per process, in whole pages, as the kernel does for ibv_reg_mr.
@@ -140,7 +146,7 @@ std::shared_ptr<MemoryRegion> Device::register_range(const std::shared_ptr<Prote
         std::uint64_t held = process_pinned_bytes.load();
         do {
             if (held + pinned > *limit.bytes) {
-                fail("register_memory: " + std::to_string(length) + " bytes at " + hex_address(addr) + " pin " +
+                fail(name + ": " + std::to_string(length) + " bytes at " + hex_address(addr) + " pin " +
                      std::to_string(pinned) + " bytes, " + std::to_string(held) +
                      " already pinned by this process; that exceeds the limit: " + transport::describe(limit) +
                      " (a ConnectX's driver refuses it with ENOMEM too)");

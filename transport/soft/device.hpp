@@ -346,6 +346,8 @@ public:
     // is full): the caller then registers memory of its own.
     std::shared_ptr<MemoryRegion> allocate_memory(const std::shared_ptr<ProtectionDomain>& domain, std::size_t length,
                                                   std::uint32_t access_flags);
+    // Why the arena refused an allocation (allocate_memory returned nullptr): for a log line.
+    std::string arena_refusal() const;
     std::shared_ptr<IndirectKey> create_indirect_key(const std::shared_ptr<ProtectionDomain>& domain,
                                                      std::uint32_t max_entries);
     std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size = 64);
@@ -382,7 +384,8 @@ public:
 
 private:
     Device() = default;
-    std::shared_ptr<MemoryRegion> register_range(const std::shared_ptr<ProtectionDomain>& domain, void* addr,
+    // Registers [addr, addr + length); `call` names the public call in errors.
+    std::shared_ptr<MemoryRegion> register_range(const char* call, const std::shared_ptr<ProtectionDomain>& domain, void* addr,
                                                  std::size_t length, std::uint32_t access_flags, std::uint64_t arena_offset);
     std::unique_ptr<DeviceCore> core_;
 };
