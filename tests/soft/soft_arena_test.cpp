@@ -7,6 +7,10 @@
 // clean; the default allocate_memory of other devices registers whole pages of its own.
 #include <doctest/doctest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <cstring>
@@ -85,6 +89,25 @@ TEST_CASE("the arena: zeroed pages, freed ranges reused clean and merged, a full
 
     CHECK_FALSE(arena.allocate(soft::kArenaReserveBytes).has_value());  // past the reservation
     CHECK_FALSE(arena.allocate(0).has_value());
+}
+
+TEST_CASE("the arena is not inherited by a forked child (its writes would land in the parent's buffers)") {
+    soft::SharedArena arena;
+    const auto offset = arena.allocate(4096);
+    REQUIRE(offset.has_value());
+    std::memset(arena.base() + *offset, 0x5a, 4096);
+    const pid_t child = ::fork();
+    if (child == 0) {
+        unsigned char resident = 0;
+        // Unmapped in the child: mincore says ENOMEM (a plain load would fault).
+        ::_exit(::mincore(arena.base() + *offset, 4096, &resident) != 0 && errno == ENOMEM ? 0 : 1);
+    }
+    REQUIRE(child > 0);
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK(bytes_differing(arena.base() + *offset, 4096, 0x5a) == 0);
 }
 
 TEST_CASE_FIXTURE(ArenaPair, "allocated memory: zero-hop writes are a memcpy into the peer's mapping, of any size") {

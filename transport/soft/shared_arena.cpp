@@ -33,6 +33,10 @@ bool SharedArena::create() {
         descriptor_ = -1;
         return false;
     }
+    // Not inherited by a forked child, as registered memory is not once libibverbs' fork support
+    // is on (ibv_fork_init marks it MADV_DONTFORK): a child writing what it took for its own copy
+    // would otherwise write this process's buffers, the mapping being shared.
+    ::madvise(mapped, kArenaReserveBytes, MADV_DONTFORK);
     base_.store(static_cast<std::uint8_t*>(mapped), std::memory_order_release);
     failed_ = false;
     return true;
