@@ -1,4 +1,5 @@
 #include "src/engine.hpp"
+#include "src/registered.hpp"
 
 #include <algorithm>
 #include <thread>
@@ -12,9 +13,11 @@ namespace rdmachan {
 // Builds MemoryRegion values (their constructor is private to keep them honest).
 class EngineAccess {
 public:
-    static MemoryRegion make(std::shared_ptr<void> owner, void* data, std::size_t length, std::uint32_t lkey,
-                             std::uint32_t rkey) {
-        return MemoryRegion(std::move(owner), data, length, lkey, rkey);
+    static MemoryRegion make(transport::Registration registration, void* data, std::size_t length) {
+        auto registered = std::make_shared<detail::Registered>();
+        registered->owner = std::move(registration.owner);
+        registered->deregister = std::move(registration.deregister);
+        return MemoryRegion(std::move(registered), data, length, registration.lkey, registration.rkey);
     }
 };
 
@@ -170,12 +173,13 @@ PeerCounters Engine::counters(std::uint32_t peer) const {
 
 MemoryRegion Engine::register_memory(void* data, std::size_t length, Access access) {
     transport::Registration registration = domain_->register_memory(data, length, static_cast<std::uint32_t>(access));
-    return EngineAccess::make(std::move(registration.owner), data, length, registration.lkey, registration.rkey);
+    return EngineAccess::make(std::move(registration), data, length);
 }
 
 MemoryRegion Engine::allocate_memory(std::size_t length, Access access) {
     transport::Registration registration = domain_->allocate_memory(length, static_cast<std::uint32_t>(access));
-    return EngineAccess::make(std::move(registration.owner), registration.data, length, registration.lkey, registration.rkey);
+    std::uint8_t* const memory = registration.data;
+    return EngineAccess::make(std::move(registration), memory, length);
 }
 
 void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {

@@ -8,6 +8,7 @@
 
 #include "rdmachan/error.hpp"
 #include "src/engine.hpp"
+#include "src/registered.hpp"
 #include "transport/mlx5/umr_segments.hpp"
 
 namespace rdmachan {
@@ -15,7 +16,9 @@ namespace rdmachan {
 class EngineLayoutAccess {
 public:
     static MemoryRegion make(std::shared_ptr<void> owner, std::size_t length, std::uint32_t lkey, std::uint32_t rkey) {
-        return MemoryRegion(std::move(owner), nullptr, length, lkey, rkey, true);
+        auto registered = std::make_shared<detail::Registered>();
+        registered->owner = std::move(owner);  // no early deregistration: the key goes with the last copy
+        return MemoryRegion(std::move(registered), nullptr, length, lkey, rkey, true);
     }
     static const std::vector<LocalSlice>& slices(const MemoryLayout& layout) { return layout.slices_; }
     static const MemoryLayout::Strided& strided(const MemoryLayout& layout) { return layout.strided_; }

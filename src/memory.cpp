@@ -3,6 +3,7 @@
 #include <string>
 
 #include "rdmachan/error.hpp"
+#include "src/registered.hpp"
 
 namespace rdmachan {
 
@@ -32,6 +33,20 @@ void from_json(const nlohmann::json& json, RemoteMemoryRegion& region) {
     if (rkey > 0xffffffffu) throw Error("remote memory region: field 'rkey' = " + std::to_string(rkey) + " is not 32 bits");
     if (region.addr + region.length < region.addr) throw Error("remote memory region: addr + length overflows 64 bits");
     region.rkey = static_cast<std::uint32_t>(rkey);
+}
+
+bool MemoryRegion::valid() const { return registered_ != nullptr && !registered_->ended.load(std::memory_order_acquire); }
+
+void MemoryRegion::deregister() {
+    if (registered_ == nullptr) throw Error("MemoryRegion::deregister: the region was never registered");
+    std::lock_guard lock(registered_->mutex);
+    if (registered_->ended.load(std::memory_order_relaxed)) return;  // by this or another copy
+    if (!registered_->deregister) {
+        throw Error("MemoryRegion::deregister: a memory layout cannot be deregistered early; it is deregistered "
+                    "when its last copy goes");
+    }
+    registered_->deregister();  // a refusal throws, and the region stays registered
+    registered_->ended.store(true, std::memory_order_release);
 }
 
 RemoteMemoryRegion MemoryRegion::remote() const {

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,6 +77,11 @@ struct Registration {
     std::uint32_t lkey = 0;
     std::uint32_t rkey = 0;
     std::uint8_t* data = nullptr;  // allocate_memory: where the memory lies (owner owns it too)
+    // Ends the registration now rather than when owner goes (its keys stop working; allocated
+    // memory stays until owner goes). Throws rdmachan::Error when the device refuses (the
+    // registration then stays: ibv_dereg_mr's EBUSY); again after a refusal, it may succeed.
+    // Control path; valid while owner lives.
+    std::function<void()> deregister;
 };
 
 // An indirect memory key (mlx5 UMR, issue 19): created free; a configure_memory_key request on

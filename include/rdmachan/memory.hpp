@@ -39,6 +39,9 @@ void to_json(nlohmann::json& json, const RemoteMemoryRegion& region);
 void from_json(const nlohmann::json& json, RemoteMemoryRegion& region);
 
 class LocalSlice;
+namespace detail {
+struct Registered;
+}
 
 class MemoryRegion {
 public:
@@ -48,7 +51,17 @@ public:
     std::size_t length() const { return length_; }
     std::uint32_t lkey() const { return lkey_; }
     std::uint32_t rkey() const { return rkey_; }
-    bool valid() const { return owner_ != nullptr; }
+    // Registered: false for a default-constructed region and once deregister() succeeded.
+    bool valid() const;
+    // Deregisters now rather than when the last copy goes, for every copy: their keys stop
+    // working (an operation still naming them fails at the device, as on a NIC), and valid(),
+    // slice() and remote() say it is not registered. Memory from allocate_memory stays until the
+    // last copy goes. Throws rdmachan::Error, the region staying registered, when the device
+    // refuses: ibv_dereg_mr's errno on a NIC (EBUSY: memory windows bound), or on the software
+    // device a same-host peer stopped for 2 s inside a zero-hop write of it (the error names the
+    // process); it may be called again. A memory layout (register_layout) cannot end early: that
+    // is an error too, and it is deregistered with its last copy. Control path: waits, throws.
+    void deregister();
     // A registered memory layout (Channel::register_layout): addresses are offsets into the
     // layout, not host addresses; data() is null.
     bool zero_based() const { return zero_based_; }
@@ -63,10 +76,10 @@ public:
 private:
     friend class EngineAccess;
     friend class EngineLayoutAccess;
-    MemoryRegion(std::shared_ptr<void> owner, void* data, std::size_t length, std::uint32_t lkey, std::uint32_t rkey,
-                 bool zero_based = false)
-        : owner_(std::move(owner)), data_(data), length_(length), lkey_(lkey), rkey_(rkey), zero_based_(zero_based) {}
-    std::shared_ptr<void> owner_;  // the device's registration: deregistered with the last copy
+    MemoryRegion(std::shared_ptr<detail::Registered> registered, void* data, std::size_t length, std::uint32_t lkey,
+                 std::uint32_t rkey, bool zero_based = false)
+        : registered_(std::move(registered)), data_(data), length_(length), lkey_(lkey), rkey_(rkey), zero_based_(zero_based) {}
+    std::shared_ptr<detail::Registered> registered_;  // shared by every copy; the registration goes with the last
     void* data_ = nullptr;
     std::size_t length_ = 0;
     std::uint32_t lkey_ = 0;

@@ -4,6 +4,7 @@
 // path between rxe0 and rxe1 (the harness sets RDMACHAN_RXE_DEVICE / RDMACHAN_RXE_PEER_DEVICE).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -227,6 +228,62 @@ TEST_CASE("a bad rkey: remote access error naming the operation and peer, target
     CHECK(result.error().message().find("remote access error") != std::string::npos);
     CHECK(result.error().message().find(pair.a.peer()) != std::string::npos);
     CHECK(std::all_of(b_memory.begin(), b_memory.end(), [](std::uint8_t byte) { return byte == 0; }));
+}
+
+TEST_CASE("deregister(): every copy's keys stop working at once; allocated memory stays until the last copy") {
+    auto zero = [](const std::uint8_t* bytes, std::size_t length) {
+        return std::all_of(bytes, bytes + length, [](std::uint8_t byte) { return byte == 0; });
+    };
+    SUBCASE("a peer's write with the old rkey is refused, and the memory is untouched") {
+        ConnectedPair pair = connect_pair();
+        MemoryRegion source = pair.a.allocate_memory(8192);
+        MemoryRegion target = pair.b.allocate_memory(8192);
+        MemoryRegion copy = target;
+        std::memset(source.data(), 0x3c, 8192);
+        const RemoteMemoryRegion remote = target.remote();
+        REQUIRE(pair.a.write(source.slice(0, 4096), remote.slice(0, 4096)).ok());
+
+        target.deregister();
+        CHECK_FALSE(target.valid());
+        CHECK_FALSE(copy.valid());  // every copy
+        CHECK_THROWS_WITH_AS(copy.slice(0, 64), doctest::Contains("not registered"), rdmachan::Error);
+        CHECK_THROWS_WITH_AS(copy.remote(), doctest::Contains("not registered"), rdmachan::Error);
+        CHECK_NOTHROW(copy.deregister());  // once is enough, from any copy
+        // The memory is still the region's: what the write brought, and writable here.
+        auto* bytes = static_cast<std::uint8_t*>(target.data());
+        CHECK(bytes[0] == 0x3c);
+        CHECK(bytes[4095] == 0x3c);
+        CHECK(zero(bytes + 4096, 4096));
+        WorkResult refused = pair.a.write(source.slice(0, 4096), remote.slice(4096, 4096));
+        REQUIRE_FALSE(refused.ok());
+        CHECK(refused.error().message().find("remote access error") != std::string::npos);
+        CHECK(zero(bytes + 4096, 4096));
+        bytes[8191] = 1;
+    }
+    SUBCASE("a local slice taken before fails at the device (a local error)") {
+        ConnectedPair pair = connect_pair();
+        MemoryRegion local = pair.a.allocate_memory(4096);
+        MemoryRegion target = pair.b.allocate_memory(4096);
+        const rdmachan::LocalSlice taken_before = local.slice(0, 4096);
+        local.deregister();
+        WorkResult refused = pair.a.write(taken_before, target.remote());
+        REQUIRE_FALSE(refused.ok());
+        // A ConnectX, and so the software device, report a local protection error; soft-RoCE (the
+        // VM run) checks the key elsewhere and reports a local QP operation error.
+        const std::string& message = refused.error().message();
+        CHECK((message.find("local protection error") != std::string::npos ||
+               (on_kernel_rdma_stack() && message.find("local QP operation error") != std::string::npos)));
+        CHECK(zero(static_cast<const std::uint8_t*>(target.data()), 4096));
+    }
+    SUBCASE("registered memory, then a region never registered") {
+        ConnectedPair pair = connect_pair();
+        std::vector<std::uint8_t> memory(4096);
+        MemoryRegion region = pair.a.register_memory(memory.data(), memory.size());
+        region.deregister();
+        CHECK_FALSE(region.valid());
+        MemoryRegion never;
+        CHECK_THROWS_WITH_AS(never.deregister(), doctest::Contains("never registered"), rdmachan::Error);
+    }
 }
 
 TEST_CASE("slices outside their region are rejected before anything is posted") {

@@ -135,6 +135,9 @@ TEST_CASE("layout errors name the field") {
                          rdmachan::Error);
     // A remote layout read past its length is refused before posting, by the usual bounds check.
     CHECK_THROWS_AS(layout.remote(0, 16), rdmachan::Error);
+    // A layout is deregistered with its last copy only; asking earlier says so and changes nothing.
+    CHECK_THROWS_WITH_AS(layout.deregister(), doctest::Contains("a memory layout cannot be deregistered early"), rdmachan::Error);
+    CHECK(layout.valid());
 }
 
 namespace {

@@ -42,6 +42,8 @@ Registration ProtectionDomain::allocate_memory(std::size_t length, std::uint32_t
     registration.lkey = allocated->registration.lkey;
     registration.rkey = allocated->registration.rkey;
     registration.data = static_cast<std::uint8_t*>(memory);
+    // Ends the inner registration; the pages stay mapped until the owner goes.
+    registration.deregister = allocated->registration.deregister;
     registration.owner = std::move(allocated);
     return registration;
 }

@@ -1,6 +1,7 @@
 #include "transport/provider/soft_provider.hpp"
 
 #include <atomic>
+#include <functional>
 
 #include "rdmachan/error.hpp"
 #include "src/logger.hpp"
@@ -67,6 +68,7 @@ public:
             Registration registration;
             registration.lkey = region->lkey();
             registration.rkey = region->rkey();
+            registration.deregister = deregister_hook(region.get());
             registration.owner = std::move(region);
             return registration;
         } catch (const soft::SoftDeviceError& error) {
@@ -95,6 +97,7 @@ public:
         registration.lkey = region->lkey();
         registration.rkey = region->rkey();
         registration.data = reinterpret_cast<std::uint8_t*>(region->addr());
+        registration.deregister = deregister_hook(region.get());
         registration.owner = std::move(region);
         return registration;
     }
@@ -187,6 +190,18 @@ private:
         auto ring = std::dynamic_pointer_cast<RingCompletionQueue>(queue);
         if (ring == nullptr) throw Error(std::string(call) + " on " + device_->name() + ": the CQ is another device's");
         return ring;
+    }
+
+    // The device's deregistration, its refusal (a same-host peer stopped in a zero-hop write of
+    // the region) as rdmachan::Error. `region` lives as long as the registration's owner.
+    std::function<void()> deregister_hook(soft::MemoryRegion* region) const {
+        return [region] {
+            try {
+                region->deregister();
+            } catch (const soft::SoftDeviceError& error) {
+                throw Error(std::string(error.what()));
+            }
+        };
     }
 
     std::shared_ptr<soft::Device> device_;

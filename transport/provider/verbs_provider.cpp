@@ -190,6 +190,13 @@ public:
             Registration registration;
             registration.lkey = region->lkey();
             registration.rkey = region->rkey();
+            registration.deregister = [region = region.get()] {
+                try {
+                    region->deregister();
+                } catch (const verbs::VerbsError& error) {
+                    throw Error(std::string("deregister_memory: ") + error.what());
+                }
+            };
             registration.owner = std::move(region);
             return registration;
         } catch (const verbs::VerbsError& error) {

@@ -204,9 +204,8 @@ void MemoryRegion::release_memory() {
 
 void MemoryRegion::deregister() {
     if (deregistered_) return;
-    if (const std::uint32_t holder = withdraw(true); holder == 0) {
-        release_memory();
-    } else {
+    // An arena region's memory stays until the destructor: the caller may still hold it.
+    if (const std::uint32_t holder = withdraw(true); holder != 0) {
         throw SoftDeviceError("deregister_memory on " + domain_->device()->name() + ": memory region key " + hex_address(reinterpret_cast<const void*>(std::uintptr_t{key_})) +
                               " is busy: process " + std::to_string(holder) + " (a peer stopped in a zero-hop write of it) still held it " +
                               std::to_string(kDeregistrationDeadlineMs) +
@@ -216,7 +215,10 @@ void MemoryRegion::deregister() {
 }
 
 MemoryRegion::~MemoryRegion() {
-    if (deregistered_) return;
+    if (deregistered_) {  // by deregister(), with no peer holding it: the memory is free to go
+        release_memory();
+        return;
+    }
     // A destructor cannot fail: the key is withdrawn either way (no new access starts), and a
     // peer still holding it is named. deregister() is the call that fails instead.
     if (const std::uint32_t holder = withdraw(false); holder != 0) {

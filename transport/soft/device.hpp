@@ -68,7 +68,8 @@ public:
     // Deregisters now. Throws SoftDeviceError naming the key and the process when a live peer
     // still holds the region in a zero-hop write after the deadline (stopped between its check
     // and its write); the region then stays registered and the call may be repeated (as
-    // ibv_dereg_mr's EBUSY). Never returns while a peer may still write the region.
+    // ibv_dereg_mr's EBUSY). Never returns while a peer may still write the region. Memory from
+    // allocate_memory goes back to the arena only when this object goes.
     void deregister();
     // Deregisters if deregister() did not; it cannot fail, so a peer still holding the region
     // after the deadline is logged as an error (published_table.hpp).

@@ -1,5 +1,8 @@
 #include "transport/verbs/protection_domain.hpp"
 
+#include <cstring>
+#include <string>
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -40,8 +43,21 @@ std::shared_ptr<MemoryRegion> MemoryRegion::register_memory(std::shared_ptr<Prot
     return std::shared_ptr<MemoryRegion>(new MemoryRegion(std::move(pd), mr, access));
 }
 
+void MemoryRegion::deregister() {
+    if (mr_ == nullptr) return;
+    const void* address = mr_->addr;
+    const std::size_t length = mr_->length;
+    if (const int error = ibv_dereg_mr(mr_); error != 0) {
+        throw VerbsError("ibv_dereg_mr of " + std::to_string(length) + " bytes at " +
+                             std::to_string(reinterpret_cast<std::uintptr_t>(address)) + ": " + std::strerror(error) +
+                             " (the region stays registered)",
+                         error);
+    }
+    mr_ = nullptr;
+}
+
 MemoryRegion::~MemoryRegion() {
-    ibv_dereg_mr(mr_);
+    if (mr_ != nullptr) ibv_dereg_mr(mr_);
 }
 
 }  // namespace rdmachan::verbs

@@ -39,6 +39,9 @@ class MemoryRegion {
     ~MemoryRegion();
     MemoryRegion(const MemoryRegion&) = delete;
     MemoryRegion& operator=(const MemoryRegion&) = delete;
+    // ibv_dereg_mr now; throws VerbsError with its errno (EBUSY: memory windows still bound), the
+    // region then staying registered. The accessors below are for before it.
+    void deregister();
 
     ibv_mr* handle() const noexcept { return mr_; }
     std::uint64_t address() const noexcept { return reinterpret_cast<std::uintptr_t>(mr_->addr); }
