@@ -20,6 +20,7 @@
 
 #include "rdmachan/error.hpp"
 #include "tests/soft/device_pair.hpp"
+#include "tests/soft/write_stream.hpp"
 #include "transport/device_interface.hpp"
 #include "transport/soft/shared_arena.hpp"
 
@@ -261,30 +262,8 @@ TEST_CASE_FIXTURE(ArenaPair, "an allocated region deregistered under a stream of
     const std::uint64_t address = region->addr();
     const std::uint32_t rkey = region->rkey();
 
-    std::atomic<bool> started{false};
-    std::atomic<int> refused{0};
-    std::atomic<int> other{0};
-    std::thread writer([&] {
-        for (std::uint32_t i = 0; i < 1000000 && refused.load() == 0 && other.load() == 0; ++i) {
-            std::memset(initiator.buffer(), static_cast<int>(i % 250 + 1), 65536);
-            const mlx5::ScatterGatherElement source = initiator.local(0, 65536);
-            const mlx5::SendWorkRequest write = write_request(i, &source, address, rkey);
-            if (initiator.post(&write, 1) != mlx5::PostResult::ok) {
-                ++other;
-                break;
-            }
-            const auto completion = initiator.wait_send();
-            if (completion && completion->status == mlx5::CompletionStatus::success) {
-                started.store(true);
-            } else if (completion && completion->status == mlx5::CompletionStatus::remote_access_error) {
-                ++refused;
-            } else {
-                ++other;
-            }
-        }
-    });
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!started.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    rdmachan::test::WriteStream writer(initiator, address, rkey);
+    writer.wait_started();
     // Each write now waits 20 ms between its checks and its copy, so the deregistration comes
     // while one holds the key.
     soft::delay_zero_hop_writes(std::chrono::milliseconds(20));
@@ -295,9 +274,9 @@ TEST_CASE_FIXTURE(ArenaPair, "an allocated region deregistered under a stream of
     std::vector<std::uint8_t> snapshot(window, window + 65536);
     writer.join();
     soft::delay_zero_hop_writes(std::chrono::microseconds(0));
-    CHECK(started.load());
-    CHECK(refused.load() == 1);
-    CHECK(other.load() == 0);
+    CHECK(writer.started.load());
+    CHECK(writer.refused.load() == 1);
+    CHECK(writer.other.load() == 0);
     CHECK(bytes_differing(snapshot.data(), 65536, 0) == 0);  // given back: zeros
     CHECK(std::memcmp(snapshot.data(), window, 65536) == 0);   // and nothing landed after
     CHECK(initiator_device->zero_hop_arena_writes() > 0);

@@ -14,6 +14,7 @@
 
 #include "tests/soft/child_endpoint.hpp"
 #include "tests/soft/device_pair.hpp"
+#include "tests/soft/write_stream.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
@@ -268,32 +269,8 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes and deregistration: no byte land
     const std::uint64_t address = region->addr();
     const std::uint32_t rkey = region->rkey();
 
-    std::atomic<bool> started{false};
-    std::atomic<int> refused{0};
-    std::atomic<int> succeeded{0};
-    std::atomic<int> other{0};  // anything else: a post refused, no completion, another status
-    std::thread writer([&] {
-        for (std::uint32_t i = 0; i < 1000000 && refused.load() == 0 && other.load() == 0; ++i) {
-            std::memset(initiator.buffer(), static_cast<int>(i % 250 + 1), 65536);
-            const mlx5::ScatterGatherElement source = initiator.local(0, 65536);
-            const mlx5::SendWorkRequest write = write_request(i, &source, address, rkey);
-            if (initiator.post(&write, 1) != mlx5::PostResult::ok) {
-                ++other;
-                break;
-            }
-            const auto completion = initiator.wait_send();
-            if (completion && completion->status == mlx5::CompletionStatus::success) {
-                ++succeeded;
-                started.store(true);
-            } else if (completion && completion->status == mlx5::CompletionStatus::remote_access_error) {
-                ++refused;
-            } else {
-                ++other;
-            }
-        }
-    });
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!started.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    rdmachan::test::WriteStream writer(initiator, address, rkey);
+    writer.wait_started();
     // From now on each write waits 20 ms between its checks and its move: the deregistration
     // below almost surely comes while one holds the key it checked.
     soft::delay_zero_hop_writes(std::chrono::milliseconds(20));
@@ -306,12 +283,12 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes and deregistration: no byte land
     writer.join();
     soft::delay_zero_hop_writes(std::chrono::microseconds(0));
     MESSAGE("deregistration took " << std::chrono::duration<double, std::milli>(deregistered - deregistration).count() << " ms");
-    CHECK(started.load());
-    CHECK(refused.load() == 1);
-    CHECK(other.load() == 0);
+    CHECK(writer.started.load());
+    CHECK(writer.refused.load() == 1);
+    CHECK(writer.other.load() == 0);
     CHECK(std::memcmp(snapshot, window, sizeof snapshot) == 0);
     CHECK(initiator_device->zero_hop_writes() > 0);
-    MESSAGE(succeeded.load() << " writes before the deregistration, " << initiator_device->zero_hop_writes() << " of all zero-hop");
+    MESSAGE(writer.succeeded.load() << " writes before the deregistration, " << initiator_device->zero_hop_writes() << " of all zero-hop");
 }
 
 namespace {
