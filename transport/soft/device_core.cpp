@@ -279,7 +279,7 @@ void DeviceCore::accept_connections() {
 
 Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
     for (auto& connection : connections_) {
-        if (connection->outgoing && connection->socket >= 0 && connection->gid == remote_gid && connection->lid == remote_lid) {
+        if (connection->outgoing && connection->socket >= 0 && same_gid(connection->gid, remote_gid) && connection->lid == remote_lid) {
             return connection.get();
         }
     }

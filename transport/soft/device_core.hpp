@@ -14,7 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include <sys/uio.h>
+
 #include "transport/soft/device.hpp"
+#include "transport/soft/gid.hpp"
 #include "transport/soft/indirect_keys.hpp"
 #include "transport/soft/published_table.hpp"
 #include "transport/soft/shared_arena.hpp"
@@ -192,6 +195,12 @@ public:
     void wake();
     void close_connections_gracefully();
 
+    // Counts one more in a statistic that only code holding `mutex` writes: one writer at a
+    // time, so a plain load and store. A locked add would also make the thread wait until its
+    // earlier stores are visible, among them a zero-hop write's store into the peer's memory.
+    static void count_one(std::atomic<std::uint64_t>& counter) {
+        counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
     // Requests whose payload the responder moved by cross-memory attach (this device responding).
     std::atomic<std::uint64_t> transfers_by_reference{0};
     // RDMA writes this device, as initiator, executed zero-hop (zero_hop.cpp).
@@ -235,6 +244,9 @@ private:
     Connection* zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
                                std::uint32_t remote_access, PeerTable::RegionUse& use);
     void log_zero_hop_failure(Connection& connection, const QueuePairContext& queue_pair, const char* what, int error);
+    // Whether every local piece lies in this device's arena: memory that cannot be unmapped under
+    // the copying thread, so a zero-hop move may touch it with plain loads and stores.
+    bool in_own_arena(const iovec* pieces, std::size_t count) const;
     // The connection to that device when it published its table to us, else nullptr.
     Connection* zero_hop_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
     void handle_frame(Connection& connection, wire::FrameType type, const std::uint8_t* body,
@@ -336,6 +348,12 @@ private:
     // turns them off (the progress thread sends every request), for measuring one against the other.
     bool doorbell_requests_enabled_ = true;
     bool doorbell_sends_requests_ = false;  // send_from_doorbell is executing WQEs (mutex held)
+    // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
+    // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one
+    // holds, rather than thread_local: in a shared library each thread_local access is a call to
+    // __tls_get_addr.
+    std::vector<std::uint8_t> decode_payload_;
+    MemorySegments decode_pieces_;
     // Wakes the progress thread at the ACK deadline of a request the doorbell thread sent while
     // it slept; armed for that time point (none: the zero time point). Both under `mutex`.
     static constexpr std::uint64_t kAckTimerTag = ~0ull - 2;

@@ -92,10 +92,10 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
         return false;
     }
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    if (remote.gid == gid && remote.lid == lid) return false;  // loopback: the progress thread's queue
+    if (same_gid(remote.gid, gid) && remote.lid == lid) return false;  // loopback: the progress thread's queue
     Connection* connection = nullptr;
     for (auto& candidate : connections_) {
-        if (candidate->outgoing && candidate->socket >= 0 && candidate->gid == remote.gid && candidate->lid == remote.lid) {
+        if (candidate->outgoing && candidate->socket >= 0 && same_gid(candidate->gid, remote.gid) && candidate->lid == remote.lid) {
             connection = candidate.get();
             break;
         }
@@ -119,7 +119,7 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
             all_executed = false;
             break;
         }
-        doorbell_requests.fetch_add(1, std::memory_order_relaxed);
+        count_one(doorbell_requests);
     }
     doorbell_sends_requests_ = false;
     if (!had_in_flight && !queue_pair.in_flight.empty() && queue_pair.state == QueuePairState::ready_to_send &&

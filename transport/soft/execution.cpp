@@ -12,6 +12,7 @@
 #include "transport/mlx5/shared_receive_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/device_core.hpp"
+#include "transport/soft/send_ring_bytes.hpp"
 
 namespace rdmachan::soft {
 namespace {
@@ -64,13 +65,6 @@ void build_frame(std::vector<std::uint8_t>& bytes, const wire::Request& request,
     if (payload_length != 0) std::memcpy(bytes.data() + sizeof header + sizeof request, payload, payload_length);
 }
 
-// Reads `length` bytes of the send ring starting at `offset` bytes from the ring start, wrapping.
-void copy_from_ring(const SendQueueRing& ring, std::size_t offset, void* destination, std::size_t length) {
-    const std::size_t ring_bytes = static_cast<std::size_t>(ring.wqe_count) * kSendWqeBasicBlockSize;
-    auto* out = static_cast<std::uint8_t*>(destination);
-    for (std::size_t i = 0; i < length; ++i) out[i] = ring.buffer[(offset + i) % ring_bytes];
-}
-
 }  // namespace
 
 const MemoryRegionState* DeviceCore::find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
@@ -113,7 +107,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     const SendQueueRing& ring = queue_pair.send_ring;
     const std::size_t wqe_offset = static_cast<std::size_t>(index & (ring.wqe_count - 1)) * kSendWqeBasicBlockSize;
     std::uint8_t control[kControlSegmentSize];
-    copy_from_ring(ring, wqe_offset, control, sizeof control);
+    copy_from_send_ring(ring, wqe_offset, control, sizeof control);
     const std::uint32_t opmod_index_opcode = load_big32(control + kCtrlOpmodIndexOpcode);
     const std::uint8_t opcode = opmod_index_opcode & 0xff;
     const std::uint16_t wqe_index = static_cast<std::uint16_t>(opmod_index_opcode >> 8);
@@ -163,7 +157,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     std::size_t position = wqe_offset + kControlSegmentSize;
     std::uint32_t units = 1;
     auto take = [&](void* destination, std::size_t bytes) {
-        copy_from_ring(ring, position, destination, bytes);
+        copy_from_send_ring(ring, position, destination, bytes);
         position += bytes;
     };
     bool has_remote = false;
@@ -186,7 +180,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     // A DCI WQE names its target in the address vector right after ctrl (mlx5-facts.md §1).
     if (queue_pair.transport == Transport::dc_initiator && opcode != kOpcodeNop) {
         std::uint8_t address_vector[kAddressVectorSize];
-        copy_from_ring(ring, position, address_vector, sizeof address_vector);
+        copy_from_send_ring(ring, position, address_vector, sizeof address_vector);
         const AddressOutcome outcome = take_dc_address(queue_pair, address_vector, request);
         // Another target still owes answers: this WQE waits (not executed) until they came, so
         // the DCI's requests stay in order across targets.
@@ -224,14 +218,12 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     // frame only if the request turns out small or mixes in inline data.
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
     bool by_reference = opcode != kOpcodeAtomicCompareAndSwap && opcode != kOpcodeAtomicFetchAndAdd &&
-                        !(remote.gid == gid && remote.lid == lid) && same_host_connection(remote.gid, remote.lid) != nullptr;
+                        !(same_gid(remote.gid, gid) && remote.lid == lid) && same_host_connection(remote.gid, remote.lid) != nullptr;
     wire::Segment segments[wire::kMaxSegments];
     std::uint32_t segment_count = 0;
     std::uint64_t referenced_bytes = 0;
-    // Reused per thread, so that decoding allocates nothing once warm (the doorbell thread is the
-    // data path); a large payload's capacity is given back when this WQE is done.
-    static thread_local std::vector<std::uint8_t> payload_buffer;
-    std::vector<std::uint8_t>& payload = payload_buffer;
+    // A large payload's capacity is given back when this WQE is done.
+    std::vector<std::uint8_t>& payload = decode_payload_;
     payload.clear();
     const struct GiveBack {
         std::vector<std::uint8_t>& buffer;
@@ -261,7 +253,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     std::uint8_t syndrome = 0;
     while (units < ds && syndrome == 0) {
         std::uint8_t segment[kDataSegmentSize];
-        copy_from_ring(ring, position, segment, sizeof segment);
+        copy_from_send_ring(ring, position, segment, sizeof segment);
         const std::uint32_t byte_count = load_big32(segment);
         if ((byte_count & kInlineFlag) != 0) {
             const std::uint32_t length = byte_count & ~kInlineFlag;
@@ -273,7 +265,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
             by_reference = false;
             const std::size_t old_size = payload.size();
             payload.resize(old_size + length);
-            copy_from_ring(ring, position + kInlineHeaderSize, payload.data() + old_size, length);
+            copy_from_send_ring(ring, position + kInlineHeaderSize, payload.data() + old_size, length);
             units += (kInlineHeaderSize + length + kSegmentUnit - 1) / kSegmentUnit;
             position += ((kInlineHeaderSize + length + kSegmentUnit - 1) / kSegmentUnit) * kSegmentUnit;
             continue;
@@ -284,8 +276,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         ++units;
         // Read and atomic results are written into local memory: that needs local write access.
         const std::uint32_t needed = is_read_or_atomic(opcode) ? std::uint32_t{kLocalWrite} : 0u;
-        static thread_local MemorySegments pieces_buffer;  // one, or an indirect key's pieces
-        MemorySegments& pieces = pieces_buffer;
+        MemorySegments& pieces = decode_pieces_;  // one, or an indirect key's pieces
         pieces.clear();
         if (!translate_memory(lkey, queue_pair.protection_domain, addr, byte_count, needed, pieces)) {
             syndrome = kSyndromeLocalProtection;

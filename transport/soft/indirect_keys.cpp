@@ -12,17 +12,12 @@
 #include "transport/mlx5/work_request.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/device_core.hpp"
+#include "transport/soft/send_ring_bytes.hpp"
 
 namespace rdmachan::soft {
 namespace {
 
 using namespace rdmachan::mlx5;
-
-void copy_ring_bytes(const SendQueueRing& ring, std::size_t offset, void* destination, std::size_t length) {
-    const std::size_t ring_bytes = static_cast<std::size_t>(ring.wqe_count) * kSendWqeBasicBlockSize;
-    auto* out = static_cast<std::uint8_t*>(destination);
-    for (std::size_t i = 0; i < length; ++i) out[i] = ring.buffer[(offset + i) % ring_bytes];
-}
 
 // The region access a key's mkey context access bit needs from each region it maps.
 std::uint32_t region_access_for(std::uint8_t key_access) {
@@ -154,8 +149,8 @@ bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, 
 
     std::uint8_t umr_control[kUmrControlSegmentSize];
     std::uint8_t mkey_context[kMkeyContextSegmentSize];
-    copy_ring_bytes(ring, wqe_offset + kControlSegmentSize, umr_control, sizeof umr_control);
-    copy_ring_bytes(ring, wqe_offset + kSendWqeBasicBlockSize, mkey_context, sizeof mkey_context);
+    copy_from_send_ring(ring, wqe_offset + kControlSegmentSize, umr_control, sizeof umr_control);
+    copy_from_send_ring(ring, wqe_offset + kSendWqeBasicBlockSize, mkey_context, sizeof mkey_context);
     const std::uint32_t key = load_big32(control + kCtrlImmediate);
     auto found = indirect_keys.find(key);
     if (found == indirect_keys.end() || found->second.protection_domain != queue_pair.protection_domain) {
@@ -179,7 +174,7 @@ bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, 
             return fail(kSyndromeLocalProtection, "the mkey context's tag differs from the key's");
         }
         std::vector<std::uint8_t> translation(translation_bytes);
-        copy_ring_bytes(ring, wqe_offset + kUmrHeaderUnits * kSegmentUnit, translation.data(), translation.size());
+        copy_from_send_ring(ring, wqe_offset + kUmrHeaderUnits * kSegmentUnit, translation.data(), translation.size());
         const std::uint64_t length = load_big64(mkey_context + kMkeyLength);
         const std::uint8_t access = mkey_context[kMkeyAccessFlags];
         const std::uint32_t slots = translation_bytes / kUmrEntrySize;

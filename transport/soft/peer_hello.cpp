@@ -133,7 +133,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
 const Connection* DeviceCore::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,
                                                    std::uint16_t remote_lid) const {
     for (const auto& connection : connections_) {
-        if (connection->outgoing && connection->socket >= 0 && connection->gid == remote_gid && connection->lid == remote_lid) {
+        if (connection->outgoing && connection->socket >= 0 && same_gid(connection->gid, remote_gid) && connection->lid == remote_lid) {
             return connection->by_reference && !connection->awaiting_reply ? connection.get() : nullptr;
         }
     }

@@ -331,7 +331,9 @@ std::optional<PublishedQueuePairView> PeerTable::read_queue_pair(std::uint32_t q
 void PeerTable::use_region(std::uint32_t key, RegionUse& use) const {
     use.release();
     PublishedRegion& slot = layout_->regions[(key >> 8) % kPublishedRegionSlots];
-    holder_->holding.store(key, std::memory_order_seq_cst);
+    // Relaxed: the fence below orders it before the entry's loads (on x86 a seq_cst store would
+    // be a second full barrier).
+    holder_->holding.store(key, std::memory_order_relaxed);
     use.holder_ = holder_;
     // Pairs with unpublish_region's fence (see there).
     std::atomic_thread_fence(std::memory_order_seq_cst);

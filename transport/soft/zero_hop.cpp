@@ -85,7 +85,7 @@ bool DeviceCore::execute_from_doorbell(QueuePairContext& queue_pair) {
 
 Connection* DeviceCore::zero_hop_connection(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
     for (auto& connection : connections_) {
-        if (connection->outgoing && connection->socket >= 0 && connection->gid == remote_gid && connection->lid == remote_lid) {
+        if (connection->outgoing && connection->socket >= 0 && same_gid(connection->gid, remote_gid) && connection->lid == remote_lid) {
             return connection->by_reference && !connection->awaiting_reply && connection->peer_table != nullptr ? connection.get()
                                                                                                                : nullptr;
         }
@@ -100,7 +100,7 @@ Connection* DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire:
         return nullptr;
     }
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    if (remote.gid == gid && remote.lid == lid) return nullptr;  // this device: the loopback path
+    if (same_gid(remote.gid, gid) && remote.lid == lid) return nullptr;  // this device: the loopback path
     Connection* connection = zero_hop_connection(remote.gid, remote.lid);
     queue_pair.zero_hop_remote.store(connection != nullptr, std::memory_order_relaxed);
     // A zero-length request checks no memory at the responder: too little to gain here.
@@ -116,7 +116,7 @@ Connection* DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire:
     if (!target) return nullptr;
     const bool ready = target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_receive) ||
                        target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_send);
-    if (!ready || target->remote_qpn != queue_pair.qpn || target->remote_gid != gid || target->remote_lid != lid ||
+    if (!ready || target->remote_qpn != queue_pair.qpn || !same_gid(target->remote_gid, gid) || target->remote_lid != lid ||
         (target->access & remote_access) == 0) {
         return nullptr;
     }
@@ -131,6 +131,13 @@ Connection* DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire:
         std::this_thread::sleep_for(std::chrono::microseconds(delay));
     }
     return connection;
+}
+
+bool DeviceCore::in_own_arena(const iovec* pieces, std::size_t count) const {
+    for (std::size_t i = 0; i < count; ++i) {
+        if (!arena.holds(pieces[i].iov_base, pieces[i].iov_len)) return false;
+    }
+    return true;
 }
 
 void DeviceCore::log_zero_hop_failure(Connection& connection, const QueuePairContext& queue_pair, const char* what, int error) {
@@ -162,33 +169,29 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
             length += segments[i].length;
         }
     }
+    // Memory that cannot go away under this thread: the frame's payload, or this device's own
+    // arena. Memory the user registered from the heap could be unmapped while registered; a plain
+    // load of it would fault where process_vm_writev reports EFAULT, so it takes the system call.
+    const bool stable = !payload.empty() || in_own_arena(local, local_count);
+    // A large write by system call moves faster on the request path, where the target's thread
+    // moves it while this process goes on (rdmachan-bench, 2 CPUs: 1 MiB writes 4.3-6.1 GB/s
+    // zero-hop against 6.9-10.2 GB/s; equal within the noise at 64 and 256 KiB; README
+    // "Zero-hop writes"). Refused before the responder's checks, which would be wasted on it.
+    if (!stable && length > kZeroHopMaxBytes) return false;
     PeerTable::RegionUse use;
     Connection* connection = zero_hop_admit(queue_pair, request, length, kRemoteWrite, use);
     if (connection == nullptr) return false;
     const PublishedRegionView& region = *use.entry();
-    // Into the target's arena, from memory that cannot go away under this thread (the frame's
-    // payload, or this device's own arena): a memcpy into the mapping, no system call. Memory
-    // the user registered from the heap could be unmapped while registered; a plain load of it
-    // would fault where process_vm_writev reports EFAULT, so it takes the system call.
-    if (std::uint8_t* mapped = connection->peer_table->arena_range(region.arena_offset, region.length); mapped != nullptr) {
-        bool stable = !payload.empty();
-        if (!stable) {
-            stable = true;
-            for (std::size_t i = 0; i < local_count && stable; ++i) stable = arena.holds(local[i].iov_base, local[i].iov_len);
-        }
-        if (stable) {
-            copy_in_order(mapped + (request.remote_addr - region.addr), local, local_count, length);
-            use.release();
-            zero_hop_writes.fetch_add(1, std::memory_order_relaxed);
-            zero_hop_arena_writes.fetch_add(1, std::memory_order_relaxed);
-            return true;
-        }
+    // Into the target's arena from stable memory: a memcpy into the mapping, no system call.
+    if (std::uint8_t* mapped = connection->peer_table->arena_range(region.arena_offset, region.length);
+        mapped != nullptr && stable) {
+        copy_in_order(mapped + (request.remote_addr - region.addr), local, local_count, length);
+        use.release();
+        count_one(zero_hop_writes);
+        count_one(zero_hop_arena_writes);
+        return true;
     }
-    // A large write by system call moves faster on the request path, where the target's thread
-    // moves it while this process goes on (rdmachan-bench, 2 CPUs: 1 MiB writes 4.3-6.1 GB/s
-    // zero-hop against 6.9-10.2 GB/s; equal within the noise at 64 and 256 KiB; README
-    // "Zero-hop writes").
-    if (length > kZeroHopMaxBytes) return false;
+    if (length > kZeroHopMaxBytes) return false;  // stable, but the target's memory is not in its arena
     const iovec destination{reinterpret_cast<void*>(request.remote_addr), static_cast<std::size_t>(length)};
     const int error = write_to_peer(connection->peer_process, local, local_count, &destination, 1, length);
     use.release();
@@ -196,24 +199,24 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
         log_zero_hop_failure(*connection, queue_pair, "write into", error);
         return false;
     }
-    zero_hop_writes.fetch_add(1, std::memory_order_relaxed);
+    count_one(zero_hop_writes);
     return true;
 }
 
 bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets,
                                std::uint64_t length) {
     if (!zero_hop_enabled_ || request.opcode != kOpcodeRdmaRead || targets.size() > wire::kMaxSegments) return false;
+    iovec local[wire::kMaxSegments];
+    std::size_t local_count = 0;
+    for (auto [address, bytes] : targets) local[local_count++] = {address, bytes};
+    const bool stable = in_own_arena(local, local_count);  // no target can be unmapped under a store
+    // By system call, within the same bound as writes (the request path moves larger ones on
+    // the target's thread): refused before the responder's checks.
+    if (!stable && length > kZeroHopMaxBytes) return false;
     PeerTable::RegionUse use;
     Connection* connection = zero_hop_admit(queue_pair, request, length, kRemoteRead, use);
     if (connection == nullptr) return false;
     const PublishedRegionView& region = *use.entry();
-    iovec local[wire::kMaxSegments];
-    std::size_t local_count = 0;
-    bool stable = true;  // every target in this device's arena: it cannot be unmapped under a store
-    for (auto [address, bytes] : targets) {
-        local[local_count++] = {address, bytes};
-        stable = stable && arena.holds(address, bytes);
-    }
     // From the target's arena into ours: memcpys, no system call.
     if (std::uint8_t* mapped = connection->peer_table->arena_range(region.arena_offset, region.length);
         mapped != nullptr && stable) {
@@ -223,13 +226,11 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
             source += local[i].iov_len;
         }
         use.release();
-        zero_hop_reads.fetch_add(1, std::memory_order_relaxed);
-        zero_hop_arena_reads.fetch_add(1, std::memory_order_relaxed);
+        count_one(zero_hop_reads);
+        count_one(zero_hop_arena_reads);
         return true;
     }
-    // By system call, within the same bound as writes (the request path moves larger ones on
-    // the target's thread).
-    if (length > kZeroHopMaxBytes) return false;
+    if (length > kZeroHopMaxBytes) return false;  // stable, but the target's memory is not in its arena
     const iovec source{reinterpret_cast<void*>(request.remote_addr), static_cast<std::size_t>(length)};
     const int error = read_from_peer(connection->peer_process, local, local_count, &source, 1, length);
     use.release();
@@ -237,7 +238,7 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
         log_zero_hop_failure(*connection, queue_pair, "read from", error);
         return false;
     }
-    zero_hop_reads.fetch_add(1, std::memory_order_relaxed);
+    count_one(zero_hop_reads);
     return true;
 }
 
