@@ -6,14 +6,18 @@
 #      except the VM, install, figures-check and "scale" tests (see sanitizer_exclude);
 #   3. a ThreadSanitizer build with GCC at -O1: the same suites but the single-threaded
 #      data-path checks (RDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF: the mlx5 suites, the golden
-#      vectors, the CUDA host cases; code that runs on one thread has no race to find);
-#   4. the handshake's libFuzzer targets, 30 s each (with the sanitizer builds).
+#      vectors, the CUDA host cases; code that runs on one thread has no race to find) and the
+#      programs' runs (RDMACHAN_BUILD_TOOLS=OFF: rdmachan-demo, rdmachan-bench and the examples,
+#      whose only threads are the library's, which the suites run under TSan; the ASan build
+#      still runs them). Leaving the programs out took about 80 s of CPU from CI's run, which
+#      had come within 20 s of its 20 minutes;
+#   4. the handshake's libFuzzer targets, 20 s each (with the sanitizer builds).
 # What each build compiles: the main build (GCC) compiles every file of the project but the fuzz
 # targets, each file alone as a user's build does; the sanitizer builds leave out the two
 # programs no test of their runs uses (RDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF: the VM's
 # verbs_rxe_test and the CUDA device object) and compile in unity batches of eight files
 # (CMAKE_UNITY_BUILD: the library's ASan build took half the CPU time); the TSan build also
-# leaves out the single-threaded checks; the fuzzers' build (Clang) compiles the fuzz targets
+# leaves out the single-threaded checks and the programs; the fuzzers' build (Clang) compiles the fuzz targets
 # and the parsers they call. In the optimised builds the suites' own code is compiled at -O1
 # (RDMACHAN_TEST_OPTIMIZATION; the library, tools and benchmarks at the build's level): three
 # quarters of a suite's compile time at -O3 went to optimising test bodies. CI's whole run must
@@ -215,7 +219,8 @@ if [ "$sanitizers" -eq 1 ]; then
     finish_background_build "$asan_name" "$root/build/test-asan"
     configure_suite "$tsan_name" "$root/build/test-tsan" \
         -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        -DRDMACHAN_SANITIZE_THREAD=ON -DRDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF "${sanitizer_options[@]}"
+        -DRDMACHAN_SANITIZE_THREAD=ON -DRDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF -DRDMACHAN_BUILD_TOOLS=OFF \
+        "${sanitizer_options[@]}"
     start_background_build "$tsan_name" "$root/build/test-tsan"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         test_suite "$asan_name" "$root/build/test-asan" "$sanitizer_exclude"

@@ -63,10 +63,11 @@ nlohmann::json samples_json(const std::vector<ResourceSample>& samples) {
     }
     result["samples"] = rows;
     if (samples.size() >= 2) {
-        const ResourceSample& settled = samples[samples.size() >= 3 ? 1 : 0];
+        const std::size_t settled_index = samples.size() >= 3 ? 1 : 0;
+        const ResourceSample& settled = samples[settled_index];
         std::int64_t largest_growth_kib = 0;
         std::int64_t descriptor_growth = 0;
-        for (std::size_t later = (samples.size() >= 3 ? 2 : 1); later < samples.size(); ++later) {
+        for (std::size_t later = settled_index + 1; later < samples.size(); ++later) {
             const ResourceSample& sample = samples[later];
             for (std::size_t rank = 0; rank < settled.resident_kib.size() && rank < sample.resident_kib.size(); ++rank) {
                 largest_growth_kib = std::max<std::int64_t>(

@@ -62,15 +62,19 @@ public:
     SoftProtectionDomain(std::shared_ptr<soft::Device> device, std::shared_ptr<soft::ProtectionDomain> domain)
         : device_(std::move(device)), domain_(std::move(domain)) {}
 
+    // The keys, the early end and the owner of a region this device registered or allocated.
+    Registration registration_of(std::shared_ptr<soft::MemoryRegion> region) const {
+        Registration registration;
+        registration.lkey = region->lkey();
+        registration.rkey = region->rkey();
+        registration.deregister = deregister_hook(region.get());
+        registration.owner = std::move(region);
+        return registration;
+    }
+
     Registration register_memory(void* data, std::size_t length, std::uint32_t access) override {
         try {
-            std::shared_ptr<soft::MemoryRegion> region = device_->register_memory(domain_, data, length, soft_access(access));
-            Registration registration;
-            registration.lkey = region->lkey();
-            registration.rkey = region->rkey();
-            registration.deregister = deregister_hook(region.get());
-            registration.owner = std::move(region);
-            return registration;
+            return registration_of(device_->register_memory(domain_, data, length, soft_access(access)));
         } catch (const soft::SoftDeviceError& error) {
             throw Error("register_memory on " + device_->name() + ": " + error.what());
         }
@@ -93,12 +97,8 @@ public:
             }
             return ProtectionDomain::allocate_memory(length, access);
         }
-        Registration registration;
-        registration.lkey = region->lkey();
-        registration.rkey = region->rkey();
-        registration.data = reinterpret_cast<std::uint8_t*>(region->addr());
-        registration.deregister = deregister_hook(region.get());
-        registration.owner = std::move(region);
+        Registration registration = registration_of(region);
+        registration.data = reinterpret_cast<std::uint8_t*>(region->addr());  // the region owns it
         return registration;
     }
 
