@@ -16,9 +16,10 @@
 // (ring_send_doorbell, which wakes its thread with a system call) — the device's work, which the
 // table subtracts and shows in its own column (it reads the inclusive cost of those calls from
 // the dump, so the run needs --compress-strings=no --compress-pos=no). Between the post and the counted poll, the
-// benchmark waits uncounted until the write has landed and then 1 ms more, so the CQE is there
-// when the counted poll runs; every counted poll must deliver a successful completion, or the
-// run fails (a poll that found nothing would make the count look cheaper).
+// benchmark waits uncounted until the write has landed and then 1 ms more, so the CQE is normally
+// there when the counted poll runs; a counted poll that finds nothing is made again, counted (so
+// the figure can only be higher for it) and the number of such polls is printed; every completion
+// delivered must be successful, or the run fails.
 #include <valgrind/callgrind.h>
 
 #include <chrono>
@@ -92,6 +93,9 @@ bool fail(const char* what, std::uint64_t at) {
     return false;
 }
 
+// Counted polls that found no completion yet and were made again (see measure).
+std::uint64_t repeated_polls = 0;
+
 // Uncounted: until the last byte the write(s) carry has landed at the target, then 1 ms for
 // the acknowledgement and the CQE.
 void settle(const volatile std::uint8_t* last_byte, std::uint8_t marker) {
@@ -123,8 +127,18 @@ bool measure(Setup& setup, std::uint64_t operations, std::uint32_t writes, Post 
         next_marker();
         PendingWork work = post();
         settle(last, marker);
-        const std::optional<WorkResult> result = measured_poll(work);
-        if (!result.has_value()) return fail("the counted poll found no completion: settle longer", i);
+        std::optional<WorkResult> result = measured_poll(work);
+        // The acknowledgement and the CQE can still be on their way after the settling time (a
+        // loaded machine, a sanitizer build: a TSan run once found none). Polled again, counted
+        // too: a poll that found nothing makes the figure higher, never lower, and how many there
+        // were is printed with the figures.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (!result.has_value()) {
+            if (std::chrono::steady_clock::now() > until) return fail("no completion within 30 s of the write landing", i);
+            ++repeated_polls;
+            std::this_thread::yield();
+            result = measured_poll(work);
+        }
         if (!result->ok()) return fail("a completion was not successful", i);
     }
     dump(poll_row, operations * writes);
@@ -298,8 +312,9 @@ int main(int argc, char** argv) {
             [&] { return measured_post_batch(setup.a, setup.batch); }, "api_post_batch", "api_poll_batch");
     if (!ok) return 1;
     std::printf("channel_instruction_benchmark: %llu single writes and %llu 16-write batches posted and their "
-                "completions delivered, every one checked%s\n",
+                "completions delivered, every one checked; %llu counted polls found no completion yet and were made "
+                "again (counted)%s\n",
                 static_cast<unsigned long long>(operations), static_cast<unsigned long long>(operations),
-                RUNNING_ON_VALGRIND ? "" : " (not under callgrind: nothing counted)");
+                static_cast<unsigned long long>(repeated_polls), RUNNING_ON_VALGRIND ? "" : " (not under callgrind: nothing counted)");
     return 0;
 }
