@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -127,12 +128,23 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         const Clock::time_point started = Clock::now();
         auto* bytes = static_cast<std::uint8_t*>(region.data());
         std::vector<std::uint8_t> expected(workload.size);
+        // Every receive is posted before any peer can send into it, so no message waits out an RNR
+        // NAK (0.64 ms at the default min_rnr_timer; a ConnectX answers the same way). This
+        // iteration's notices were posted before the last control message went out, and every
+        // peer writes only once it has every control message; the control receives are posted
+        // before this rank's writes, which every peer waits for before it sends its control
+        // message. Each queue pair's receive queue then holds them in the order its messages
+        // come: notices(i), controls(i), notices(i + 1).
+        std::optional<rdmachan::PendingMultiWork> arrivals;
+        arrivals.emplace(channels.post_gather_receive(notices));
+        // A timed run stops after the iteration rank 0 announced as the last in the control
+        // message before it, so every peer knows not to post notices for another.
+        bool last = !workload.duration && workload.iterations == 1;
         for (std::uint32_t iteration = 0; workload.duration ? !stop : iteration < workload.iterations; ++iteration) {
             for (std::uint32_t peer = 0; peer < world; ++peer)
                 fill_pattern(bytes + layout.outgoing(peer), workload.size, rank, peer, iteration);
 
-            // Receives first: each peer's write carries (iteration << 16 | its rank) as immediate.
-            rdmachan::PendingMultiWork arrivals = channels.post_gather_receive(notices);
+            rdmachan::PendingMultiWork control_arrivals = channels.post_gather_receive(controls);
             const Clock::time_point before = Clock::now();
             require(rank, channels.scatter_write(writes, iteration << 16 | rank), "scatter_write");
             const double latency = std::chrono::duration<double, std::micro>(Clock::now() - before).count();
@@ -146,7 +158,8 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
                 if (slot < kLatencySamples) latencies[slot] = latency;
             }
             ++latencies_seen;
-            const rdmachan::MultiResult arrived = arrivals.wait();
+            const rdmachan::MultiResult arrived = arrivals->wait();
+            arrivals.reset();
             require(rank, arrived, "receiving the writes' immediates");
             for (const rdmachan::PeerResult& entry : arrived.results()) {
                 const std::uint32_t immediate = entry.result.completion().immediate.value_or(~0u);
@@ -169,8 +182,8 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
                                    " gave other bytes in iteration " + std::to_string(iteration));
 
             // The control message: "iteration done" to everyone; nobody writes the next iteration's
-            // slices before every peer has checked this one's.
-            rdmachan::PendingMultiWork control_arrivals = channels.post_gather_receive(controls);
+            // slices before every peer has checked this one's. Receives for those slices first.
+            if (!last) arrivals.emplace(channels.post_gather_receive(notices));
             const std::uint64_t done = 0xd0e0000000000000ull | iteration;
             const bool time_is_up = workload.duration && rank == 0 && Clock::now() - started >= *workload.duration;
             const std::uint64_t sent = time_is_up ? done | kStopFlag : done;
@@ -184,7 +197,13 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
                 if ((stop_sent ? received & ~kStopFlag : received) != done)
                     fail(rank, "the control message from rank " + std::to_string(peer) + " is wrong in iteration " +
                                    std::to_string(iteration));
-                if (stop_sent) stop = true;
+                if (stop_sent) last = true;
+            }
+            // Rank 0's stop makes the next iteration the last; a fixed run knows its last.
+            if (workload.duration) {
+                stop = last && !arrivals;
+            } else if (iteration + 2 == workload.iterations) {
+                last = true;
             }
             progress("iteration", iteration + 1);
         }

@@ -24,6 +24,14 @@ constexpr std::uint32_t kMaxQueueEntries = 32768;
 constexpr std::uint32_t kMaxScatterGatherElements = 30;
 constexpr std::uint32_t kMaxInlineData = 912;
 constexpr std::uint32_t kBlueFlameSize = 256;
+// The records after a ring (completion_ring.hpp names its words).
+constexpr std::size_t kDoorbellBlockBytes = 64;
+
+// Peers learn the arena, and its new size, before any region or ring in it is published
+// (caller holds the device mutex).
+void publish_ring_memory(DeviceCore& core) {
+    if (core.arena.base() != nullptr) core.published_table.publish_arena(core.arena.descriptor(), core.arena.file_size());
+}
 
 std::uint32_t round_up_power_of_two(std::uint32_t value) {
     std::uint32_t result = 1;
@@ -78,6 +86,7 @@ std::uint64_t Device::zero_hop_writes() const { return core_->zero_hop_writes.lo
 std::uint64_t Device::zero_hop_arena_writes() const { return core_->zero_hop_arena_writes.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_reads() const { return core_->zero_hop_reads.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_arena_reads() const { return core_->zero_hop_arena_reads.load(std::memory_order_relaxed); }
+std::uint64_t Device::zero_hop_receives() const { return core_->zero_hop_receives.load(std::memory_order_relaxed); }
 std::uint32_t Device::zero_hop_holder(std::uint32_t key) const { return core_->published_table.holder_of(key); }
 std::uint16_t Device::lid() const { return core_->lid; }
 
@@ -107,9 +116,8 @@ std::shared_ptr<MemoryRegion> Device::allocate_memory(const std::shared_ptr<Prot
     const std::optional<std::uint64_t> offset = arena.allocate(length);
     if (!offset) return nullptr;
     {
-        // Peers learn the arena (and its new size) before any region in it is published.
         std::lock_guard lock(core_->mutex);
-        core_->published_table.publish_arena(arena.descriptor(), arena.file_size());
+        publish_ring_memory(*core_);
     }
     try {
         return register_range("allocate_memory", domain, arena.base() + *offset, length, access_flags, *offset + 1);
@@ -238,8 +246,8 @@ std::shared_ptr<CompletionQueue> Device::create_completion_queue(std::uint32_t e
     if (cqe_size != 64 && cqe_size != 128) fail("create_completion_queue: cqe_size = " + std::to_string(cqe_size) + " (64 or 128)");
     auto context = std::make_unique<CompletionQueueContext>();
     const std::uint32_t count = round_up_power_of_two(entries + 1);
-    context->buffer = std::make_unique<AlignedBuffer>(static_cast<std::size_t>(count) * cqe_size);
-    context->doorbell = std::make_unique<AlignedBuffer>(64);
+    const std::size_t entry_bytes = static_cast<std::size_t>(count) * cqe_size;
+    context->buffer = std::make_unique<AlignedBuffer>(entry_bytes + kDoorbellBlockBytes, core_->arena);
     // Every entry starts invalid and owned by hardware, as libmlx5 initialises it.
     for (std::uint32_t i = 0; i < count; ++i) {
         context->buffer->data[static_cast<std::size_t>(i) * cqe_size + cqe_size - 1] = mlx5::kCqeInvalid << 4;
@@ -247,8 +255,9 @@ std::shared_ptr<CompletionQueue> Device::create_completion_queue(std::uint32_t e
     context->ring.buffer = context->buffer->data;
     context->ring.cqe_count = count;
     context->ring.cqe_size = cqe_size;
-    context->ring.doorbell_record = reinterpret_cast<std::uint32_t*>(context->doorbell->data);
+    context->ring.doorbell_record = reinterpret_cast<std::uint32_t*>(context->buffer->data + entry_bytes);
     std::lock_guard lock(core_->mutex);
+    publish_ring_memory(*core_);
     context->ring.cqn = core_->next_handle++;
     const mlx5::CompletionQueueRing ring = context->ring;
     core_->completion_queues[ring.cqn] = std::move(context);
@@ -325,22 +334,22 @@ std::shared_ptr<QueuePair> Device::create_queue_pair(const std::shared_ptr<Prote
 
     auto context = std::make_unique<QueuePairContext>();
     const std::size_t receive_bytes = static_cast<std::size_t>(receive_count) * receive_stride;
-    context->buffer = std::make_unique<AlignedBuffer>(receive_bytes + static_cast<std::size_t>(send_wqe_count) * 64);
-    context->doorbell = std::make_unique<AlignedBuffer>(64);
+    const std::size_t ring_bytes = receive_bytes + static_cast<std::size_t>(send_wqe_count) * 64;
+    context->buffer = std::make_unique<AlignedBuffer>(ring_bytes + kDoorbellBlockBytes, core_->arena);
+    auto* doorbell_record = reinterpret_cast<std::uint32_t*>(context->buffer->data + ring_bytes);
     context->blueflame = std::make_unique<AlignedBuffer>(2 * kBlueFlameSize);
     context->protection_domain = domain->handle();
     context->user_index = init.user_index;
-    context->receive_ring = {receive_count != 0 ? context->buffer->data : nullptr, receive_count, receive_stride,
-                             reinterpret_cast<std::uint32_t*>(context->doorbell->data)};
+    context->receive_ring = {receive_count != 0 ? context->buffer->data : nullptr, receive_count, receive_stride, doorbell_record};
 
     std::lock_guard lock(core_->mutex);
+    publish_ring_memory(*core_);
     context->send_cq = core_->completion_queues.at(init.send_cq->cqn()).get();
     context->recv_cq = core_->completion_queues.at(init.recv_cq->cqn()).get();
     if (init.srq != nullptr) context->srq = core_->shared_receive_queues.at(init.srq->srqn()).get();
     // QP numbers are 24 bits; start above the low numbers the other objects use.
     context->qpn = 0x100 + core_->next_handle++;
-    context->send_ring = {context->buffer->data + receive_bytes, send_wqe_count, context->qpn,
-                          reinterpret_cast<std::uint32_t*>(context->doorbell->data), context->blueflame->data,
+    context->send_ring = {context->buffer->data + receive_bytes, send_wqe_count, context->qpn, doorbell_record, context->blueflame->data,
                           kBlueFlameSize};
     QueuePairCapabilities granted = capabilities;
     granted.max_recv_wr = receive_count;
@@ -436,7 +445,7 @@ void QueuePair::modify_to_reset() {
     context.in_flight.clear();
     context.waiting_rnr = false;
     context.executed = 0;
-    context.receive_consumed = 0;
+    context.set_receive_consumed(0);
     // The records are shared with whoever watches them as a NIC does (the emulated ConnectX
     // polls them from its own thread): stored atomically, as the send queue stores them.
     __atomic_store_n(&context.send_ring.doorbell_record[mlx5::kSendDoorbell], 0u, __ATOMIC_RELEASE);

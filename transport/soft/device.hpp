@@ -374,6 +374,9 @@ public:
     // arena into this device's).
     std::uint64_t zero_hop_reads() const;
     std::uint64_t zero_hop_arena_reads() const;
+    // Sends and RDMA writes with immediate executed zero-hop, their receive consumed and their
+    // CQE written by this device (zero_hop_receive.cpp).
+    std::uint64_t zero_hop_receives() const;
     // WQEs this device executed on the thread that rang the doorbell, their requests written to
     // the peer's socket from there (transport/soft/README.md, "Requests from the doorbell thread").
     std::uint64_t requests_from_doorbell() const;

@@ -16,6 +16,7 @@
 
 #include <sys/uio.h>
 
+#include "transport/soft/completion_ring.hpp"
 #include "transport/soft/device.hpp"
 #include "transport/soft/gid.hpp"
 #include "transport/soft/indirect_keys.hpp"
@@ -32,11 +33,16 @@ using Clock = std::chrono::steady_clock;
 // Page-aligned, zeroed memory for rings and doorbell records.
 struct AlignedBuffer {
     explicit AlignedBuffer(std::size_t size);
+    // From the device's arena when it has room (same-host peers then map it: zero-hop receives
+    // write into an RC QP's receive queue and its CQ, zero_hop_receive.cpp), else as above.
+    AlignedBuffer(std::size_t size, SharedArena& arena);
     ~AlignedBuffer();
     AlignedBuffer(const AlignedBuffer&) = delete;
     AlignedBuffer& operator=(const AlignedBuffer&) = delete;
     std::uint8_t* data = nullptr;
     std::size_t size = 0;
+    SharedArena* arena = nullptr;    // the arena it came from, or null
+    std::uint64_t arena_offset = 0;  // its offset in that arena plus 1; 0: not in one
 };
 
 struct MemoryRegionState {
@@ -47,11 +53,12 @@ struct MemoryRegionState {
 };
 
 struct CompletionQueueContext {
+    // The entries, then the 64-byte doorbell block (its records, then the producer index:
+    // completion_ring.hpp), in one allocation from the arena when it can be.
     std::unique_ptr<AlignedBuffer> buffer;
-    std::unique_ptr<AlignedBuffer> doorbell;
     mlx5::CompletionQueueRing ring;
-    std::uint32_t producer_index = 0;
     std::atomic<bool> overrun{false};
+    CompletionRingView view() const { return {ring.buffer, ring.cqe_count, ring.cqe_size, ring.doorbell_record}; }
 };
 
 struct SharedReceiveQueueContext {
@@ -96,8 +103,10 @@ struct QueuePairContext {
     CompletionQueueContext* send_cq = nullptr;
     CompletionQueueContext* recv_cq = nullptr;
     SharedReceiveQueueContext* srq = nullptr;
-    std::unique_ptr<AlignedBuffer> buffer;  // receive queue, then send queue (as libmlx5 lays it out)
-    std::unique_ptr<AlignedBuffer> doorbell;
+    // Receive queue, then send queue (as libmlx5 lays it out); for an RC QP then the 64-byte
+    // doorbell block, in one allocation from the arena when it can be.
+    std::unique_ptr<AlignedBuffer> buffer;
+    std::unique_ptr<AlignedBuffer> doorbell;  // a DCI's doorbell block (dc.cpp); else null
     mlx5::SendQueueRing send_ring;
     mlx5::ReceiveQueueRing receive_ring;
     std::unique_ptr<AlignedBuffer> blueflame;
@@ -108,7 +117,14 @@ struct QueuePairContext {
     ReadyToSendAttributes send_attributes;
 
     std::uint32_t executed = 0;        // WQEBB index the device reads next (16-bit on the wire)
-    std::uint32_t receive_consumed = 0;  // receive WQEs consumed
+    // Receive WQEs consumed: a word of the doorbell block, which a same-host peer's zero-hop
+    // receive also advances, under the receive lock (completion_ring.hpp).
+    std::uint32_t receive_consumed() const {
+        return __atomic_load_n(receive_ring.doorbell_record + kReceiveConsumedWord, __ATOMIC_ACQUIRE);
+    }
+    void set_receive_consumed(std::uint32_t consumed) {
+        __atomic_store_n(receive_ring.doorbell_record + kReceiveConsumedWord, consumed, __ATOMIC_RELEASE);
+    }
     std::uint32_t next_psn = 0;        // initiator
     std::uint32_t expected_psn = 0;    // responder
     ReusingRing<InFlight> in_flight;  // keeps its slots' frames: the doorbell thread allocates nothing
@@ -159,6 +175,11 @@ struct Connection {
     bool write_interest = false;  // EPOLLOUT asked for: output is waiting for the socket
 };
 
+// Whether a published region holds [addr, addr + length) in that protection domain with every
+// right in `access` (the responder's key check, made by a zero-hop initiator).
+bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t protection_domain, std::uint32_t access,
+                            std::uint64_t addr, std::uint64_t length);
+
 class DeviceCore {
 public:
     DeviceCore(Device& owner, const DeviceOptions& options);
@@ -177,6 +198,9 @@ public:
     bool send_from_doorbell(QueuePairContext& queue_pair);
 
     std::mutex mutex;
+    // Memory this device allocates for its users and for its RC rings, which same-host peers map
+    // too (shared_arena.hpp). Declared before the objects whose rings it holds: it outlives them.
+    SharedArena arena;
     std::array<std::uint8_t, 16> gid{};
     std::uint16_t lid = 0;
     std::uint32_t ipv4 = 0;  // network order
@@ -207,6 +231,8 @@ public:
     std::atomic<std::uint64_t> zero_hop_writes{0};
     // Of those, the ones that were a memcpy into the target's arena (shared_arena.hpp).
     std::atomic<std::uint64_t> zero_hop_arena_writes{0};
+    // Sends and RDMA writes with immediate this device, as initiator, executed zero-hop.
+    std::atomic<std::uint64_t> zero_hop_receives{0};
     // RDMA reads this device, as initiator, executed zero-hop, and of those the memcpys.
     std::atomic<std::uint64_t> zero_hop_reads{0};
     std::atomic<std::uint64_t> zero_hop_arena_reads{0};
@@ -215,8 +241,6 @@ public:
     // What this device publishes, as a target, for its same-host peers' zero-hop writes: its
     // memory regions and RC queue pairs (written under `mutex`).
     PublishedTable published_table;
-    // Memory this device allocates for its users, which those peers map too (shared_arena.hpp).
-    SharedArena arena;
 
 private:
     void run();
@@ -238,6 +262,16 @@ private:
     // nothing moved, whenever it cannot be done so.
     bool zero_hop_read(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets,
                        std::uint64_t length);
+    // The zero-hop receive (zero_hop_receive.cpp): a send or an RDMA write with immediate to a
+    // same-host peer, whose receive WQE this thread consumes and whose CQE it writes. False, with
+    // no receive consumed, whenever it cannot be done so: the request path then carries it.
+    bool zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request, const std::vector<std::uint8_t>& payload,
+                          const wire::Segment* segments, std::uint32_t segment_count);
+    // The connection to the target of a zero-hop request of this QP, with the target QP's entry
+    // (ready, connected to this QP, with `remote_access` when not 0), or nullptr.
+    Connection* zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access, PublishedQueuePairView& target);
+    // Whether the target QP's entry is ready to receive from this QP.
+    bool zero_hop_ready(const PublishedQueuePairView& target, const QueuePairContext& queue_pair) const;
     // The responder's checks for a zero-hop request of `length` bytes needing `remote_access`:
     // the connection to the target, with `use` holding the key's region, or nullptr with nothing
     // held (the request path then carries the request and produces any NAK).

@@ -305,7 +305,8 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) && in_flight.length != 8) {
         syndrome = kSyndromeLocalLength;
     }
-    if (syndrome == 0 && opcode == kOpcodeRdmaWrite && zero_hop_write(queue_pair, request, payload, segments, segment_count)) {
+    if (syndrome == 0 && ((opcode == kOpcodeRdmaWrite && zero_hop_write(queue_pair, request, payload, segments, segment_count)) ||
+                          zero_hop_receive(queue_pair, request, payload, segments, segment_count))) {
         queue_pair.executed += wqebbs;
         flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
                        payload.empty() ? referenced_bytes : payload.size());
@@ -473,10 +474,12 @@ void DeviceCore::flush_queue_pair(QueuePairContext& queue_pair) {
     execute_send_queue(queue_pair);
     if (queue_pair.srq == nullptr && queue_pair.receive_ring.wqe_count != 0) {
         const std::uint32_t posted = big_to_host32(load_acquire32(queue_pair.receive_ring.doorbell_record + kReceiveDoorbell)) & 0xffff;
-        while (((posted - queue_pair.receive_consumed) & 0xffff) != 0) {
-            write_error_cqe(*queue_pair.recv_cq, queue_pair, false, static_cast<std::uint16_t>(queue_pair.receive_consumed), 0,
+        // The QP's entry says ERR by now (published under the receive lock): no peer consumes
+        // these receives any more.
+        for (std::uint32_t consumed = queue_pair.receive_consumed(); ((posted - consumed) & 0xffff) != 0; ++consumed) {
+            write_error_cqe(*queue_pair.recv_cq, queue_pair, false, static_cast<std::uint16_t>(consumed), 0,
                             kSyndromeWorkRequestFlushed);
-            ++queue_pair.receive_consumed;
+            queue_pair.set_receive_consumed(consumed + 1);
         }
     }
 }

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "src/logger.hpp"
 #include "transport/soft/device_core.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/shared_arena.hpp"
@@ -105,6 +106,22 @@ PublishedTable::PublishedTable() {
     layout_->queue_pair_slots = kPublishedQueuePairSlots;
     layout_->holder_slots = kPublishedHolderSlots;
     layout_->version = kPublishedVersion;
+    // Process-shared, for the peers mapping the table; robust, so that a peer dying while it
+    // holds the lock does not stop this device.
+    pthread_mutexattr_t attributes;
+    pthread_mutexattr_init(&attributes);
+    pthread_mutexattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST);
+    const int made = pthread_mutex_init(&layout_->receive_lock, &attributes);
+    pthread_mutexattr_destroy(&attributes);
+    if (made != 0) {
+        ::munmap(mapped, kLayoutBytes);
+        layout_ = nullptr;
+        why_not_ = "the receive lock cannot be made";
+        ::close(descriptor_);
+        descriptor_ = -1;
+        return;
+    }
     {
         std::lock_guard lock(tables_mutex);
         layout_->partitioned.store(tables_partitioned ? 1 : 0, std::memory_order_relaxed);
@@ -196,6 +213,15 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
     const std::uint32_t held = slot.qpn.load(std::memory_order_relaxed);
     if (held != 0 && held != queue_pair.qpn) return;  // taken: this QP's writes take the request path
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
+    // Where the receive side lies in the arena, for zero-hop receives: all of it, or none.
+    const AlignedBuffer& rings = *queue_pair.buffer;
+    const CompletionQueueContext& receive_cq = *queue_pair.recv_cq;
+    const bool shared_receives = queue_pair.srq == nullptr && queue_pair.receive_ring.wqe_count != 0 &&
+                                 rings.arena_offset != 0 && receive_cq.buffer->arena_offset != 0;
+    auto offset_in = [](const AlignedBuffer& buffer, const void* address) {
+        return buffer.arena_offset + static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(address) - buffer.data);
+    };
+    const ReceiveGuard guard(*this);
     write_entry(slot, [&] {
         slot.state.store(static_cast<std::uint32_t>(queue_pair.state), std::memory_order_relaxed);
         slot.access.store(queue_pair.access, std::memory_order_relaxed);
@@ -207,6 +233,19 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
             std::memcpy(&word, remote.gid.data() + 4 * i, 4);
             slot.remote_gid[i].store(word, std::memory_order_relaxed);
         }
+        slot.user_index.store(queue_pair.user_index, std::memory_order_relaxed);
+        slot.receive_wqe_count.store(shared_receives ? queue_pair.receive_ring.wqe_count : 0, std::memory_order_relaxed);
+        slot.receive_stride.store(queue_pair.receive_ring.stride, std::memory_order_relaxed);
+        slot.receive_queue_offset.store(shared_receives ? offset_in(rings, queue_pair.receive_ring.buffer) : 0,
+                                        std::memory_order_relaxed);
+        slot.doorbell_offset.store(shared_receives ? offset_in(rings, queue_pair.receive_ring.doorbell_record) : 0,
+                                   std::memory_order_relaxed);
+        slot.receive_cq_offset.store(shared_receives ? offset_in(*receive_cq.buffer, receive_cq.ring.buffer) : 0,
+                                     std::memory_order_relaxed);
+        slot.receive_cq_doorbell_offset.store(
+            shared_receives ? offset_in(*receive_cq.buffer, receive_cq.ring.doorbell_record) : 0, std::memory_order_relaxed);
+        slot.receive_cqe_count.store(receive_cq.ring.cqe_count, std::memory_order_relaxed);
+        slot.receive_cqe_size.store(receive_cq.ring.cqe_size, std::memory_order_relaxed);
         slot.qpn.store(queue_pair.qpn, std::memory_order_relaxed);
     });
 }
@@ -215,8 +254,56 @@ void PublishedTable::unpublish_queue_pair(std::uint32_t qpn) {
     if (layout_ == nullptr) return;
     PublishedQueuePair& slot = layout_->queue_pairs[qpn % kPublishedQueuePairSlots];
     if (slot.qpn.load(std::memory_order_relaxed) != qpn) return;
+    const ReceiveGuard guard(*this);
     write_entry(slot, [&] { slot.qpn.store(0, std::memory_order_relaxed); });
 }
+
+PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table) : layout_(table.layout_) {
+    if (layout_ == nullptr) return;
+    constexpr auto kReport = std::chrono::seconds(2);
+    for (;;) {
+        timespec until{};
+        ::clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += kReport.count();
+        const int got = pthread_mutex_clocklock(&layout_->receive_lock, CLOCK_MONOTONIC, &until);
+        if (got == EOWNERDEAD) {
+            // A peer died between its lock and its unlock: its stores are whole (each CQE is
+            // published by its last store, the indexes by one store each), so the state is usable.
+            pthread_mutex_consistent(&layout_->receive_lock);
+            break;
+        }
+        if (got == 0) break;
+        if (got != ETIMEDOUT) {
+            // ENOTRECOVERABLE and the like: no peer can take it either, so nobody else writes.
+            detail::logger().error("software device: the receive lock failed: {}", std::strerror(got));
+            layout_ = nullptr;
+            return;
+        }
+        // Only a peer stopped inside its few stores (SIGSTOP, a debugger) holds it this long; its
+        // death would hand the lock on, its continuing would release it.
+        detail::logger().error("software device: process {} has held this device's receive lock for {} s (stopped in a "
+                               "zero-hop receive?); its CQEs wait for it",
+                               layout_->receive_lock_holder.load(std::memory_order_relaxed), kReport.count());
+    }
+    layout_->receive_lock_holder.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
+}
+
+PublishedTable::ReceiveGuard::~ReceiveGuard() {
+    if (layout_ != nullptr) pthread_mutex_unlock(&layout_->receive_lock);
+}
+
+bool PeerTable::try_lock_receives() {
+    const int got = pthread_mutex_trylock(&layout_->receive_lock);
+    if (got == EOWNERDEAD) {
+        pthread_mutex_consistent(&layout_->receive_lock);  // as ReceiveGuard says
+    } else if (got != 0) {
+        return false;
+    }
+    layout_->receive_lock_holder.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
+    return true;
+}
+
+void PeerTable::unlock_receives() { pthread_mutex_unlock(&layout_->receive_lock); }
 
 PeerTable::PeerTable(const PeerProcess& peer, int descriptor) {
     if (descriptor < 0) {
@@ -323,6 +410,15 @@ std::optional<PublishedQueuePairView> PeerTable::read_queue_pair(std::uint32_t q
             const std::uint32_t word = slot.remote_gid[i].load(std::memory_order_relaxed);
             std::memcpy(view.remote_gid.data() + 4 * i, &word, 4);
         }
+        view.user_index = slot.user_index.load(std::memory_order_relaxed);
+        view.receive_queue_offset = slot.receive_queue_offset.load(std::memory_order_relaxed);
+        view.receive_wqe_count = slot.receive_wqe_count.load(std::memory_order_relaxed);
+        view.receive_stride = slot.receive_stride.load(std::memory_order_relaxed);
+        view.doorbell_offset = slot.doorbell_offset.load(std::memory_order_relaxed);
+        view.receive_cq_offset = slot.receive_cq_offset.load(std::memory_order_relaxed);
+        view.receive_cq_doorbell_offset = slot.receive_cq_doorbell_offset.load(std::memory_order_relaxed);
+        view.receive_cqe_count = slot.receive_cqe_count.load(std::memory_order_relaxed);
+        view.receive_cqe_size = slot.receive_cqe_size.load(std::memory_order_relaxed);
     });
     if (!consistent || view.qpn != qpn) return std::nullopt;
     return view;

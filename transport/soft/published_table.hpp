@@ -24,7 +24,19 @@
 // makes the deregistration fail, naming it, and the region stays registered (ibv_dereg_mr's
 // EBUSY). One slot per mapping is enough: a device's zero-hop writes run under its device mutex,
 // one at a time.
+//
+// Zero-hop receives (zero_hop_receive.cpp): a send or an RDMA write with immediate consumes the
+// target's receive WQE and writes the target's CQE. An RC QP's receive queue and doorbell block,
+// and its CQs, live in the target's arena, and its entry says where. Every CQE producer of the
+// target (its own device, and each peer completing a zero-hop receive into it) writes under the
+// table's receive lock, a process-shared robust mutex: a peer takes it only by try-lock (it never
+// waits: on a busy lock the request path carries the request), the target's device waits for it
+// (a peer holds it for a few loads and stores, and a peer that dies holding it hands it on, the
+// mutex being robust). The target also changes a QP's entry under it, so that a peer holding the
+// lock sees a QP that is still ready and has not been flushed.
 #pragma once
+
+#include <pthread.h>
 
 #include <array>
 #include <atomic>
@@ -61,6 +73,17 @@ struct PublishedQueuePairView {
     std::uint32_t remote_qpn = 0;
     std::uint16_t remote_lid = 0;
     std::array<std::uint8_t, 16> remote_gid{};
+    // For zero-hop receives: the QP's receive queue (none when it uses an SRQ or is not in the
+    // arena), its doorbell block, and its receive CQ, as arena offsets plus 1 (0: not there).
+    std::uint32_t user_index = 0;
+    std::uint64_t receive_queue_offset = 0;
+    std::uint32_t receive_wqe_count = 0;
+    std::uint32_t receive_stride = 0;
+    std::uint64_t doorbell_offset = 0;
+    std::uint64_t receive_cq_offset = 0;           // its entries
+    std::uint64_t receive_cq_doorbell_offset = 0;  // its doorbell block
+    std::uint32_t receive_cqe_count = 0;
+    std::uint32_t receive_cqe_size = 0;
 };
 
 struct alignas(64) PublishedRegion {
@@ -88,6 +111,15 @@ struct alignas(64) PublishedQueuePair {
     std::atomic<std::uint32_t> remote_qpn;
     std::atomic<std::uint32_t> remote_lid;
     std::atomic<std::uint32_t> remote_gid[4];
+    std::atomic<std::uint32_t> user_index;
+    std::atomic<std::uint32_t> receive_wqe_count;
+    std::atomic<std::uint32_t> receive_stride;
+    std::atomic<std::uint32_t> receive_cqe_count;
+    std::atomic<std::uint32_t> receive_cqe_size;
+    std::atomic<std::uint64_t> receive_queue_offset;
+    std::atomic<std::uint64_t> doorbell_offset;
+    std::atomic<std::uint64_t> receive_cq_offset;
+    std::atomic<std::uint64_t> receive_cq_doorbell_offset;
 };
 
 struct PublishedLayout {
@@ -105,13 +137,17 @@ struct PublishedLayout {
     // (stored before the regions that need it).
     std::atomic<std::uint32_t> arena_descriptor;
     std::atomic<std::uint64_t> arena_size;
+    // The receive lock (see the top of this file), and the pid of the process holding it, for
+    // the target's log when it waits long.
+    alignas(64) pthread_mutex_t receive_lock;
+    std::atomic<std::uint32_t> receive_lock_holder;
     alignas(64) PublishedRegion regions[kPublishedRegionSlots];
     PublishedQueuePair queue_pairs[kPublishedQueuePairSlots];
     PublishedHolder holders[kPublishedHolderSlots];
 };
 
 inline constexpr std::uint64_t kPublishedMagic = 0x5244'4d43'5a48'4f50ull;  // "RDMCZHOP"
-inline constexpr std::uint32_t kPublishedVersion = 3;
+inline constexpr std::uint32_t kPublishedVersion = 4;
 
 // The target's side: owns the memfd and writes the entries (caller holds the device mutex).
 class PublishedTable {
@@ -143,9 +179,23 @@ public:
     // The pid of a peer whose slot holds `key` now, or 0 (tests and diagnostics).
     std::uint32_t holder_of(std::uint32_t key) const;
 
-    // RC queue pairs only: the state and attributes a responder checks (or removes the entry).
+    // RC queue pairs only: the state and attributes a responder checks, and where its receive
+    // queue and receive CQ lie (or removes the entry). Under the receive lock.
     void publish_queue_pair(const QueuePairContext& queue_pair);
     void unpublish_queue_pair(std::uint32_t qpn);
+
+    // Holds the receive lock for a scope: waits for it, saying every 2 s which process holds it.
+    // Nothing is held when the table is not valid (no peer can then write this device's CQs).
+    class ReceiveGuard {
+    public:
+        explicit ReceiveGuard(PublishedTable& table);
+        ~ReceiveGuard();
+        ReceiveGuard(const ReceiveGuard&) = delete;
+        ReceiveGuard& operator=(const ReceiveGuard&) = delete;
+
+    private:
+        PublishedLayout* layout_;
+    };
 
     // Sets the partitioned flag of every table of this process (simulate_partition).
     static void mark_partitioned(bool partitioned);
@@ -177,6 +227,10 @@ public:
     std::uint8_t* arena_range(std::uint64_t arena_offset, std::uint64_t length);
     // The target simulates a network partition (simulate_partition in its process).
     bool partitioned() const { return layout_->partitioned.load(std::memory_order_acquire) != 0; }
+    // The target's receive lock, by try-lock only: false when another holds it (the caller then
+    // leaves the request to the request path).
+    bool try_lock_receives();
+    void unlock_receives();
 
     // Holds a region for one write: the key is stored in this mapping's holder slot first, then
     // the entry read, so a deregistration either is seen here or waits for release().

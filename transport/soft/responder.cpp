@@ -39,10 +39,11 @@ bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffe
         const ReceiveQueueRing& ring = queue_pair.receive_ring;
         if (ring.wqe_count == 0) return false;
         const std::uint32_t posted = big_to_host32(load_acquire32(ring.doorbell_record + kReceiveDoorbell)) & 0xffff;
-        if (((posted - queue_pair.receive_consumed) & 0xffff) == 0) return false;
-        wqe = ring.buffer + static_cast<std::size_t>(queue_pair.receive_consumed & (ring.wqe_count - 1)) * ring.stride;
+        const std::uint32_t consumed = queue_pair.receive_consumed();
+        if (((posted - consumed) & 0xffff) == 0) return false;
+        wqe = ring.buffer + static_cast<std::size_t>(consumed & (ring.wqe_count - 1)) * ring.stride;
         segments = ring.stride / kDataSegmentSize;
-        buffer.wqe_counter = static_cast<std::uint16_t>(queue_pair.receive_consumed);
+        buffer.wqe_counter = static_cast<std::uint16_t>(consumed);
     }
     buffer.valid = true;
     const std::uint32_t protection_domain = queue_pair.srq != nullptr ? queue_pair.srq->protection_domain : queue_pair.protection_domain;
@@ -71,7 +72,9 @@ void DeviceCore::consume_receive(QueuePairContext& queue_pair) {
         ++srq.consumed;
         return;
     }
-    ++queue_pair.receive_consumed;
+    // No peer consumes it meanwhile: a zero-hop receive needs nothing in flight on its QP, and
+    // this request is in flight until answered.
+    queue_pair.set_receive_consumed(queue_pair.receive_consumed() + 1);
 }
 
 void DeviceCore::handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
@@ -368,32 +371,28 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     }
 }
 
-// CQE writing. The body is written first, the op_own byte last with a release store, so a
-// poller that sees the new owner bit sees a complete CQE (mlx5-facts.md §5).
+// CQE writing (completion_ring.hpp), under the receive lock: same-host peers write CQEs into
+// this device's CQs too (zero_hop_receive.cpp).
 std::uint8_t* DeviceCore::claim_cqe(CompletionQueueContext& cq) {
-    const std::uint32_t consumer = big_to_host32(load_acquire32(cq.ring.doorbell_record + kCqSetConsumerIndex)) & 0xffffff;
-    if (((cq.producer_index - consumer) & 0xffffff) >= cq.ring.cqe_count) {
+    const CompletionRingView ring = cq.view();
+    if (ring.full()) {
         if (!cq.overrun.exchange(true)) {
             detail::logger().error("software device {}: CQ {} overrun: the consumer is {} entries behind; CQE dropped",
                                    owner_.name(), cq.ring.cqn, cq.ring.cqe_count);
         }
         return nullptr;
     }
-    std::uint8_t* entry = cq.ring.buffer + static_cast<std::size_t>(cq.producer_index & (cq.ring.cqe_count - 1)) * cq.ring.cqe_size;
-    std::uint8_t* cqe64 = entry + (cq.ring.cqe_size - kCqeSize64);
-    std::memset(cqe64, 0, kCqeOpOwn);  // every byte but op_own, which the poller may be reading
-    return cqe64;
+    return ring.claim();
 }
 
 void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode) {
-    const std::uint8_t owner = (cq.producer_index / cq.ring.cqe_count) & 1;
-    store_release8(cqe64 + kCqeOpOwn, static_cast<std::uint8_t>(cqe_opcode << 4 | owner));
-    ++cq.producer_index;
+    cq.view().publish(cqe64, cqe_opcode);
 }
 
 void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
                                      std::uint8_t wqe_opcode, std::uint32_t byte_count) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
+    const PublishedTable::ReceiveGuard guard(published_table);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
@@ -406,6 +405,7 @@ void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePair
 void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
                                  std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, syndrome, requester ? 0 : 1);
+    const PublishedTable::ReceiveGuard guard(published_table);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
@@ -420,21 +420,11 @@ void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePair
                                      std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
                                      std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
+    const PublishedTable::ReceiveGuard guard(published_table);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
-    store_big16(cqe + kCqeSlid, source_lid);
-    // flags_rqpn bits 29:28 are nonzero when the packet came with a GRH (libmlx5 and the kernel
-    // report it as the GRH flag). On RoCE the NIC also puts the L3 type in bits 25:24, which
-    // overlap the IB SL; they stay 0 here (plain GRH), so the SL reads 0 as it was sent.
-    const std::uint32_t global_route_header = global_route ? 1u << 28 : 0u;
-    store_big32(cqe + kCqeFlagsRemoteQpn, global_route_header | (source_qpn & 0xffffff));
-    store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
-    if (cqe_opcode == kCqeResponderWriteImmediate || cqe_opcode == kCqeResponderSendImmediate) {
-        store_big32(cqe + kCqeImmediateInvalidatePkey, immediate);
-    }
-    store_big32(cqe + kCqeByteCount, byte_count);
-    store_big32(cqe + kCqeSopDropQpn, queue_pair.qpn);
-    store_big16(cqe + kCqeWqeCounter, wqe_counter);
+    fill_responder_cqe(cqe, {cqe_opcode, wqe_counter, byte_count, immediate, source_qpn, source_lid, global_route,
+                             queue_pair.user_index, queue_pair.qpn});
     publish_cqe(cq, cqe, cqe_opcode);
 }
 

@@ -93,8 +93,8 @@ Connection* DeviceCore::zero_hop_connection(const std::array<std::uint8_t, 16>& 
     return nullptr;
 }
 
-Connection* DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
-                                       std::uint32_t remote_access, PeerTable::RegionUse& use) {
+Connection* DeviceCore::zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access,
+                                        PublishedQueuePairView& target) {
     if (queue_pair.transport != Transport::reliable_connected || queue_pair.state != QueuePairState::ready_to_send ||
         !queue_pair.in_flight.empty() || queue_pair.waiting_rnr || queue_pair.umr_waits_for_answers) {
         return nullptr;
@@ -103,27 +103,42 @@ Connection* DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire:
     if (same_gid(remote.gid, gid) && remote.lid == lid) return nullptr;  // this device: the loopback path
     Connection* connection = zero_hop_connection(remote.gid, remote.lid);
     queue_pair.zero_hop_remote.store(connection != nullptr, std::memory_order_relaxed);
-    // A zero-length request checks no memory at the responder: too little to gain here.
-    if (connection == nullptr || length == 0) return nullptr;
-
-    // The responder's checks, as perform_request makes them: the QP (as handle_request: ready,
-    // connected to us), its access, then the key.
-    PeerTable& table = *connection->peer_table;
+    if (connection == nullptr) return nullptr;
     // A simulated partition (either side) loses frames; zero-hop requests must be lost too, so
     // they take the request path, where the frames are dropped.
-    if (partition_simulated() || table.partitioned()) return nullptr;
-    const std::optional<PublishedQueuePairView> target = table.read_queue_pair(remote.qpn);
-    if (!target) return nullptr;
-    const bool ready = target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_receive) ||
-                       target->state == static_cast<std::uint32_t>(QueuePairState::ready_to_send);
-    if (!ready || target->remote_qpn != queue_pair.qpn || !same_gid(target->remote_gid, gid) || target->remote_lid != lid ||
-        (target->access & remote_access) == 0) {
+    if (partition_simulated() || connection->peer_table->partitioned()) return nullptr;
+    // The responder's checks on its QP, as handle_request and perform_request make them: ready,
+    // connected to us, with the access the request needs (none for a send).
+    const std::optional<PublishedQueuePairView> entry = connection->peer_table->read_queue_pair(remote.qpn);
+    if (!entry || !zero_hop_ready(*entry, queue_pair) || (remote_access != 0 && (entry->access & remote_access) == 0)) {
         return nullptr;
     }
-    table.use_region(request.rkey, use);
+    target = *entry;
+    return connection;
+}
+
+bool DeviceCore::zero_hop_ready(const PublishedQueuePairView& target, const QueuePairContext& queue_pair) const {
+    const bool ready = target.state == static_cast<std::uint32_t>(QueuePairState::ready_to_receive) ||
+                       target.state == static_cast<std::uint32_t>(QueuePairState::ready_to_send);
+    return ready && target.remote_qpn == queue_pair.qpn && same_gid(target.remote_gid, gid) && target.remote_lid == lid;
+}
+
+bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t protection_domain, std::uint32_t access,
+                            std::uint64_t addr, std::uint64_t length) {
+    return region.protection_domain == protection_domain && (region.access & access) == access && addr >= region.addr &&
+           length <= region.length && addr - region.addr <= region.length - length;
+}
+
+Connection* DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
+                                       std::uint32_t remote_access, PeerTable::RegionUse& use) {
+    PublishedQueuePairView target;
+    Connection* connection = zero_hop_target(queue_pair, remote_access, target);
+    // A zero-length request checks no memory at the responder: too little to gain here.
+    if (connection == nullptr || length == 0) return nullptr;
+    // Then the key, as perform_request checks it.
+    connection->peer_table->use_region(request.rkey, use);
     const std::optional<PublishedRegionView>& region = use.entry();
-    if (!region || region->protection_domain != target->protection_domain || (region->access & remote_access) == 0 ||
-        request.remote_addr < region->addr || length > region->length || request.remote_addr - region->addr > region->length - length) {
+    if (!region || !zero_hop_region_admits(*region, target.protection_domain, remote_access, request.remote_addr, length)) {
         use.release();
         return nullptr;
     }

@@ -1,0 +1,89 @@
+// Writing CQEs into a completion queue's ring, as the hardware writes them. Two kinds of writer
+// use it: the device that owns the CQ, and a same-host peer that completes a zero-hop receive
+// into it (zero_hop_receive.cpp) through its mapping of the owner's arena. Both write under the
+// owner's receive lock (published_table.hpp), so the producer index has one writer at a time.
+//
+// The producer index is not the device's private counter but a word of the CQ's doorbell block
+// (which the consumer never reads past its two records), so that every writer sees the same one.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "transport/mlx5/barriers.hpp"
+#include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+
+namespace rdmachan::soft {
+
+// Words of the 64-byte doorbell blocks the software device keeps beside its rings, after the
+// records the consumer uses ([0] and [1]): the CQ's producer index, and the receive WQEs an RC
+// QP's receive queue has consumed. Shared with same-host peers when the block is in the arena.
+inline constexpr std::uint32_t kCqProducerIndexWord = 8;
+inline constexpr std::uint32_t kReceiveConsumedWord = 8;
+
+// Where one CQ's ring lies in the writing process.
+struct CompletionRingView {
+    std::uint8_t* buffer = nullptr;
+    std::uint32_t cqe_count = 0;  // a power of two
+    std::uint32_t cqe_size = 64;  // the mlx5_cqe64 is the last 64 bytes of each entry
+    std::uint32_t* doorbell_record = nullptr;  // [0] the consumer index, [kCqProducerIndexWord] ours
+
+    std::uint32_t producer_index() const {
+        return __atomic_load_n(doorbell_record + kCqProducerIndexWord, __ATOMIC_RELAXED);
+    }
+    // Whether one more CQE would overwrite one the consumer has not read.
+    bool full() const {
+        const std::uint32_t consumer =
+            mlx5::big_to_host32(mlx5::load_acquire32(doorbell_record + mlx5::kCqSetConsumerIndex)) & 0xffffff;
+        return ((producer_index() - consumer) & 0xffffff) >= cqe_count;
+    }
+    // The next entry's mlx5_cqe64, every byte but op_own cleared (the poller may be reading
+    // op_own); the caller checked full() first.
+    std::uint8_t* claim() const {
+        std::uint8_t* entry = buffer + static_cast<std::size_t>(producer_index() & (cqe_count - 1)) * cqe_size;
+        std::uint8_t* cqe64 = entry + (cqe_size - mlx5::kCqeSize64);
+        std::memset(cqe64, 0, mlx5::kCqeOpOwn);
+        return cqe64;
+    }
+    // The body is written; op_own last with a release store, so a poller that sees the new
+    // owner bit sees a complete CQE (mlx5-facts.md §5).
+    void publish(std::uint8_t* cqe64, std::uint8_t cqe_opcode) const {
+        const std::uint32_t producer = producer_index();
+        const std::uint8_t owner = (producer / cqe_count) & 1;
+        mlx5::store_release8(cqe64 + mlx5::kCqeOpOwn, static_cast<std::uint8_t>(cqe_opcode << 4 | owner));
+        __atomic_store_n(doorbell_record + kCqProducerIndexWord, producer + 1, __ATOMIC_RELEASE);
+    }
+};
+
+// A successful responder CQE (a receive consumed by a send or an RDMA write with immediate).
+struct ResponderCompletion {
+    std::uint8_t cqe_opcode = 0;
+    std::uint16_t wqe_counter = 0;
+    std::uint32_t byte_count = 0;
+    std::uint32_t immediate = 0;
+    std::uint32_t source_qpn = 0;
+    std::uint16_t source_lid = 0;
+    bool global_route = false;
+    std::uint32_t user_index = 0;  // the responder QP's
+    std::uint32_t qpn = 0;         // the responder QP
+};
+
+inline void fill_responder_cqe(std::uint8_t* cqe64, const ResponderCompletion& completion) {
+    using namespace rdmachan::mlx5;
+    store_big16(cqe64 + kCqeSlid, completion.source_lid);
+    // flags_rqpn bits 29:28 are nonzero when the packet came with a GRH (libmlx5 and the kernel
+    // report it as the GRH flag). On RoCE the NIC also puts the L3 type in bits 25:24, which
+    // overlap the IB SL; they stay 0 here (plain GRH), so the SL reads 0 as it was sent.
+    const std::uint32_t global_route_header = completion.global_route ? 1u << 28 : 0u;
+    store_big32(cqe64 + kCqeFlagsRemoteQpn, global_route_header | (completion.source_qpn & 0xffffff));
+    store_big32(cqe64 + kCqeSrqnUserIndex, completion.user_index & 0xffffff);
+    if (completion.cqe_opcode == kCqeResponderWriteImmediate || completion.cqe_opcode == kCqeResponderSendImmediate) {
+        store_big32(cqe64 + kCqeImmediateInvalidatePkey, completion.immediate);
+    }
+    store_big32(cqe64 + kCqeByteCount, completion.byte_count);
+    store_big32(cqe64 + kCqeSopDropQpn, completion.qpn);
+    store_big16(cqe64 + kCqeWqeCounter, completion.wqe_counter);
+}
+
+}  // namespace rdmachan::soft

@@ -1,0 +1,183 @@
+// Zero-hop receives on the same-host path (issue 17): a send, or an RDMA write with immediate,
+// executed by the initiator's doorbell thread to the end. It consumes the target's receive WQE
+// and writes the target's CQE itself, through its mapping of the target's arena, where the target
+// keeps its RC queue pairs' receive queues and its CQs (published_table.hpp). As for zero-hop
+// writes (zero_hop.cpp), no thread of either process is woken and no frame is sent; a target
+// polling its CQ sees the completion as soon as it is written.
+//
+// Only when that is exactly what the request path would have done:
+//   - everything zero_hop.cpp requires of the two QPs (nothing in flight, so RC ordering holds);
+//   - a receive WQE is posted (else the request path answers RNR and retries);
+//   - for a write, the key admits the range with remote write access, as zero-hop writes check;
+//   - for a send, every piece of the receive WQE's scatter list is in one region of the target
+//     QP's protection domain with local write access (what peek_receive checks; one key, because
+//     one holder slot keeps one key from deregistration), and the message fits;
+//   - the target's receive CQ has room (else the request path reports its overrun);
+//   - the local bytes are in memory that cannot go away (the WQE's inline data or this device's
+//     arena), and the target's in its arena: every move is a memcpy.
+// Anything else, every failed check included, goes the request path unchanged, with nothing
+// consumed: the responder then gives the NAK, the error CQEs and the state change it always gave.
+//
+// The bytes move before the receive lock is taken, the receive is consumed and the CQE written
+// under it. The QP's state, re-read under the lock, decides: a QP that left RTR/RTS meanwhile
+// (moved to ERR, flushed) gets no CQE and the request path carries the request, which the target
+// then drops; the bytes it already holds are those a partly arrived message leaves in its memory,
+// which verbs leaves undefined for a request that did not complete.
+#include <atomic>
+#include <cstring>
+
+#include "transport/mlx5/barriers.hpp"
+#include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/completion_ring.hpp"
+#include "transport/soft/device_core.hpp"
+
+namespace rdmachan::soft {
+
+using namespace rdmachan::mlx5;
+
+namespace {
+
+bool power_of_two(std::uint32_t value) { return value != 0 && (value & (value - 1)) == 0; }
+
+// The pieces a message fills, in order, and how many bytes they hold.
+struct Destination {
+    iovec pieces[wire::kMaxSegments];
+    std::size_t count = 0;
+    std::uint64_t capacity = 0;
+};
+
+}  // namespace
+
+bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request,
+                                  const std::vector<std::uint8_t>& payload, const wire::Segment* segments,
+                                  std::uint32_t segment_count) {
+    const bool write = request.opcode == kOpcodeRdmaWriteImmediate;
+    if (!zero_hop_enabled_ || (!write && request.opcode != kOpcodeSend && request.opcode != kOpcodeSendImmediate)) return false;
+    // The bytes, in order: the frame's payload (inline data), or the pointer segments.
+    std::uint64_t length = payload.size();
+    iovec local[wire::kMaxSegments];
+    std::size_t local_count = 0;
+    if (!payload.empty()) {
+        if (segment_count != 0) return false;  // not a shape execute_one makes
+        local[local_count++] = {const_cast<std::uint8_t*>(payload.data()), payload.size()};
+    } else {
+        for (std::uint32_t i = 0; i < segment_count; ++i) {
+            local[local_count++] = {reinterpret_cast<void*>(segments[i].address), static_cast<std::size_t>(segments[i].length)};
+            length += segments[i].length;
+        }
+        if (!in_own_arena(local, local_count)) return false;  // heap memory could be unmapped under a memcpy
+    }
+
+    PublishedQueuePairView target;
+    Connection* connection = zero_hop_target(queue_pair, write && length != 0 ? kRemoteWrite : 0u, target);
+    if (connection == nullptr) return false;
+    PeerTable& table = *connection->peer_table;
+    // The target's receive queue, its doorbell block and its receive CQ, in its arena.
+    if (!power_of_two(target.receive_wqe_count) || target.receive_stride < kDataSegmentSize ||
+        target.receive_stride % kDataSegmentSize != 0 || !power_of_two(target.receive_cqe_count) ||
+        (target.receive_cqe_size != 64 && target.receive_cqe_size != 128)) {
+        return false;
+    }
+    const std::uint8_t* receive_queue = table.arena_range(
+        target.receive_queue_offset, static_cast<std::uint64_t>(target.receive_wqe_count) * target.receive_stride);
+    auto* doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.doorbell_offset, 64));
+    std::uint8_t* cq_entries = table.arena_range(target.receive_cq_offset,
+                                                 static_cast<std::uint64_t>(target.receive_cqe_count) * target.receive_cqe_size);
+    auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.receive_cq_doorbell_offset, 64));
+    if (receive_queue == nullptr || doorbell == nullptr || cq_entries == nullptr || cq_doorbell == nullptr) return false;
+
+    // The receive WQE this request consumes: posted and not yet consumed, else RNR.
+    const std::uint32_t consumed = __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE);
+    const std::uint32_t posted = big_to_host32(load_acquire32(doorbell + kReceiveDoorbell)) & 0xffff;
+    if (((posted - consumed) & 0xffff) == 0) return false;
+
+    // Where the bytes go, checked as the responder checks it, the key held in this mapping's
+    // holder slot until they moved.
+    PeerTable::RegionUse use;
+    Destination destination;
+    if (write) {
+        if (length != 0) {
+            table.use_region(request.rkey, use);
+            const std::optional<PublishedRegionView>& region = use.entry();
+            if (!region || !zero_hop_region_admits(*region, target.protection_domain, kRemoteWrite, request.remote_addr, length)) {
+                return false;
+            }
+            std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
+            if (mapped == nullptr) return false;
+            destination.pieces[destination.count++] = {mapped + (request.remote_addr - region->addr), length};
+        }
+    } else {
+        // The receive WQE's scatter list, read as peek_receive reads it.
+        const std::uint8_t* wqe =
+            receive_queue + static_cast<std::size_t>(consumed & (target.receive_wqe_count - 1)) * target.receive_stride;
+        const std::uint32_t entries = target.receive_stride / kDataSegmentSize;
+        std::uint32_t key = 0;
+        for (std::uint32_t i = 0; i < entries; ++i) {
+            const std::uint8_t* entry = wqe + i * kDataSegmentSize;
+            const std::uint32_t lkey = load_big32(entry + 4);
+            if (lkey == kInvalidLkey) break;  // the list ends early
+            const std::uint32_t piece_length = load_big32(entry);
+            const std::uint64_t addr = load_big64(entry + 8);
+            if (piece_length == 0) continue;
+            if (destination.count == wire::kMaxSegments || (key != 0 && lkey != key)) return false;
+            if (key == 0) {
+                key = lkey;
+                table.use_region(key, use);
+            }
+            const std::optional<PublishedRegionView>& region = use.entry();
+            if (!region || !zero_hop_region_admits(*region, target.protection_domain, kLocalWrite, addr, piece_length)) {
+                return false;  // a protection error: the request path reports it
+            }
+            std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
+            if (mapped == nullptr) return false;
+            destination.pieces[destination.count++] = {mapped + (addr - region->addr), piece_length};
+            destination.capacity += piece_length;
+        }
+        if (length > destination.capacity) return false;  // a length error: the request path reports it
+    }
+
+    // The bytes, in order, filling the destination's pieces from the first.
+    std::size_t into = 0;
+    std::size_t into_offset = 0;
+    for (std::size_t i = 0; i < local_count; ++i) {
+        const auto* source = static_cast<const std::uint8_t*>(local[i].iov_base);
+        std::size_t left = local[i].iov_len;
+        while (left != 0) {
+            const std::size_t room = destination.pieces[into].iov_len - into_offset;
+            const std::size_t chunk = left < room ? left : room;
+            std::memcpy(static_cast<std::uint8_t*>(destination.pieces[into].iov_base) + into_offset, source, chunk);
+            source += chunk;
+            left -= chunk;
+            into_offset += chunk;
+            if (into_offset == destination.pieces[into].iov_len) {
+                ++into;
+                into_offset = 0;
+            }
+        }
+    }
+
+    // The receive and the CQE, under the target's receive lock.
+    if (!table.try_lock_receives()) return false;
+    const CompletionRingView receive_cq{cq_entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
+    const std::optional<PublishedQueuePairView> still = table.read_queue_pair(target.qpn);
+    if (!still || !zero_hop_ready(*still, queue_pair) || __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) != consumed ||
+        receive_cq.full()) {
+        table.unlock_receives();
+        return false;
+    }
+    __atomic_store_n(doorbell + kReceiveConsumedWord, consumed + 1, __ATOMIC_RELEASE);
+    std::uint8_t cqe_opcode = kCqeResponderWriteImmediate;
+    if (request.opcode == kOpcodeSend) cqe_opcode = kCqeResponderSend;
+    if (request.opcode == kOpcodeSendImmediate) cqe_opcode = kCqeResponderSendImmediate;
+    std::uint8_t* cqe = receive_cq.claim();
+    fill_responder_cqe(cqe, {cqe_opcode, static_cast<std::uint16_t>(consumed), static_cast<std::uint32_t>(length),
+                             request.immediate, queue_pair.qpn, lid, (request.dc_flags & wire::kDcGlobalRoute) != 0,
+                             target.user_index, target.qpn});
+    receive_cq.publish(cqe, cqe_opcode);
+    table.unlock_receives();
+    count_one(zero_hop_receives);
+    return true;
+}
+
+}  // namespace rdmachan::soft
