@@ -265,3 +265,50 @@ TEST_CASE("zero-hop receives both ways at once: 10,000 messages each, every comp
     MESSAGE(zero_hop << " of " << 2 * kMessages << " messages went zero-hop");
     CHECK(zero_hop > 0);
 }
+
+TEST_CASE("zero-hop on one device: a QP connected to another QP of its own device, no loopback frame") {
+    rdmachan::test::Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+    const std::shared_ptr<soft::Device> device = soft::Device::open();
+    rdmachan::test::EndpointOptions options;
+    options.allocated = true;
+    SoftEndpoint first(device, options);
+    SoftEndpoint second(device, options);
+    first.connect(second.address());
+    second.connect(first.address());
+    const rdmachan::test::Address remote = second.address();
+    for (std::uint32_t b = 0; b < 65536; ++b) first.buffer()[b] = static_cast<std::uint8_t>(b * 5 + 9);
+    std::memset(second.buffer(), 0xee, 1 << 20);
+
+    REQUIRE(second.post_receive(1, 0, 4096) == mlx5::PostResult::ok);
+    REQUIRE(second.post_receive(2, 0, 0) == mlx5::PostResult::ok);
+    const mlx5::ScatterGatherElement message = first.local(0, 4096);
+    CHECK(run_signaled(first, send_request(10, &message, 1, mlx5::SendOpcode::send)).status == mlx5::CompletionStatus::success);
+    const mlx5::ScatterGatherElement slice = first.local(0, 65536);
+    mlx5::SendWorkRequest write = write_request(11, &slice, remote.buffer_addr + 65536, remote.rkey);
+    write.opcode = mlx5::SendOpcode::rdma_write_with_immediate;
+    write.immediate = 77;
+    CHECK(run_signaled(first, write).status == mlx5::CompletionStatus::success);
+    const mlx5::ScatterGatherElement into = first.local(131072, 65536);
+    mlx5::SendWorkRequest read = write_request(12, &into, remote.buffer_addr + 65536, remote.rkey);
+    read.opcode = mlx5::SendOpcode::rdma_read;
+    CHECK(run_signaled(first, read).status == mlx5::CompletionStatus::success);
+
+    const auto sent = second.wait_receive();
+    REQUIRE(sent.has_value());
+    CHECK(sent->wr_id == 1);
+    CHECK(sent->byte_len == 4096);
+    const auto written = second.wait_receive();
+    REQUIRE(written.has_value());
+    CHECK(written->wr_id == 2);
+    CHECK(written->immediate == 77);
+    CHECK(written->byte_len == 65536);
+    soft::acquire_remote_writes();
+    CHECK(std::memcmp(second.buffer(), first.buffer(), 4096) == 0);
+    CHECK(std::memcmp(second.buffer() + 65536, first.buffer(), 65536) == 0);
+    CHECK(std::memcmp(first.buffer() + 131072, first.buffer(), 65536) == 0);
+    // Each went zero-hop (the first on the progress thread, which learnt there that the target
+    // is zero-hop; the others on this thread), none as a loopback frame.
+    CHECK(device->zero_hop_receives() == 2);
+    CHECK(device->zero_hop_reads() == 1);
+    CHECK(device->zero_hop_arena_reads() == 1);
+}

@@ -72,6 +72,10 @@ struct SharedReceiveQueueContext {
 
 // One request the initiator sent and has not seen answered.
 struct InFlight {
+    // A slot of the ring of requests in flight comes with room for a few local targets: the
+    // doorbell thread decodes reads into its next slot (and may leave them to the progress
+    // thread), so a slot's first use must not allocate there.
+    InFlight() { local_targets.reserve(4); }
     std::uint32_t psn = 0;
     std::uint16_t wqe_counter = 0;  // the WQE's first WQEBB index
     std::uint8_t opcode = 0;
@@ -175,6 +179,13 @@ struct Connection {
     bool write_interest = false;  // EPOLLOUT asked for: output is waiting for the socket
 };
 
+// Where a zero-hop request goes: a same-host peer's table, through the connection to it, or this
+// device's own table (a QP connected to this device; no connection).
+struct ZeroHopTarget {
+    PeerTable* table = nullptr;  // null: the request takes the request path
+    Connection* connection = nullptr;
+};
+
 // Whether a published region holds [addr, addr + length) in that protection domain with every
 // right in `access` (the responder's key check, made by a zero-hop initiator).
 bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t protection_domain, std::uint32_t access,
@@ -267,15 +278,15 @@ private:
     // no receive consumed, whenever it cannot be done so: the request path then carries it.
     bool zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request, const std::vector<std::uint8_t>& payload,
                           const wire::Segment* segments, std::uint32_t segment_count);
-    // The connection to the target of a zero-hop request of this QP, with the target QP's entry
-    // (ready, connected to this QP, with `remote_access` when not 0), or nullptr.
-    Connection* zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access, PublishedQueuePairView& target);
+    // The target of a zero-hop request of this QP, with the target QP's entry (ready, connected
+    // to this QP, with `remote_access` when not 0), or no table.
+    ZeroHopTarget zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access, PublishedQueuePairView& target);
     // Whether the target QP's entry is ready to receive from this QP.
     bool zero_hop_ready(const PublishedQueuePairView& target, const QueuePairContext& queue_pair) const;
     // The responder's checks for a zero-hop request of `length` bytes needing `remote_access`:
-    // the connection to the target, with `use` holding the key's region, or nullptr with nothing
-    // held (the request path then carries the request and produces any NAK).
-    Connection* zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
+    // the target, with `use` holding the key's region, or no table with nothing held (the request
+    // path then carries the request and produces any NAK).
+    ZeroHopTarget zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
                                std::uint32_t remote_access, PeerTable::RegionUse& use);
     void log_zero_hop_failure(Connection& connection, const QueuePairContext& queue_pair, const char* what, int error);
     // Whether every local piece lies in this device's arena: memory that cannot be unmapped under
@@ -367,6 +378,9 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<bool> doorbells_pending_{false};
     std::vector<std::unique_ptr<Connection>> connections_;
+    // This device's own table read as a peer reads it: zero-hop requests of a QP connected to
+    // this device (made on first use, under `mutex`; destroyed before the table it maps).
+    std::unique_ptr<PeerTable> self_table_;
     TransportMode transport_mode_ = TransportMode::automatic;
     // Payloads from this size up move by cross-memory attach on the same-host path; below it one
     // copy into the frame costs less than the responder's process_vm_readv/writev. Forced to the

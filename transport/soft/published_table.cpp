@@ -334,28 +334,41 @@ PeerTable::PeerTable(const PeerProcess& peer, int descriptor) {
         why_not_ = "its table is of another version or another process";
         return;
     }
-    // A holder slot: a free one, else one whose process exited (its key, if any, with it: no
-    // thread of a process that exited is in a write).
+    layout_ = layout;
+    if (!claim_holder()) {
+        layout_ = nullptr;
+        ::munmap(mapped, kLayoutBytes);
+        why_not_ = "every holder slot of its table is taken";
+        return;
+    }
+    peer_ = &peer;
+}
+
+PeerTable::PeerTable(PublishedTable& own, const SharedArena& arena) : own_arena_(&arena) {
+    layout_ = own.layout_;
+    if (layout_ == nullptr || !claim_holder()) {
+        layout_ = nullptr;
+        why_not_ = own.layout_ == nullptr ? "this device publishes no table" : "every holder slot of its table is taken";
+    }
+}
+
+bool PeerTable::claim_holder() {
+    // A free slot, else one whose process exited (its key, if any, with it: no thread of a
+    // process that exited is in a write).
     const auto mine = static_cast<std::uint32_t>(::getpid());
-    for (int pass = 0; pass < 2 && holder_ == nullptr; ++pass) {
-        for (PublishedHolder& holder : layout->holders) {
+    for (int pass = 0; pass < 2; ++pass) {
+        for (PublishedHolder& holder : layout_->holders) {
             std::uint32_t owner = holder.pid.load(std::memory_order_acquire);
             if (owner != 0 && (pass == 0 || !process_exited(owner))) continue;
             // Win the slot first, then clear the key: a slot's key is only ever stored by its owner.
             if (holder.pid.compare_exchange_strong(owner, mine, std::memory_order_acq_rel)) {
                 holder.holding.store(0, std::memory_order_release);
                 holder_ = &holder;
-                break;
+                return true;
             }
         }
     }
-    if (holder_ == nullptr) {
-        ::munmap(mapped, kLayoutBytes);
-        why_not_ = "every holder slot of its table is taken";
-        return;
-    }
-    layout_ = layout;
-    peer_ = &peer;
+    return false;
 }
 
 PeerTable::~PeerTable() {
@@ -363,6 +376,7 @@ PeerTable::~PeerTable() {
         holder_->holding.store(0, std::memory_order_release);
         holder_->pid.store(0, std::memory_order_release);
     }
+    if (own_arena_ != nullptr) return;  // this process's own table and arena: nothing of ours mapped
     if (arena_ != nullptr) ::munmap(arena_, kArenaReserveBytes);
     if (layout_ != nullptr) ::munmap(layout_, kLayoutBytes);
 }
@@ -374,6 +388,10 @@ std::uint8_t* PeerTable::arena_range(std::uint64_t arena_offset, std::uint64_t l
     // size, which never shrinks): the mapping never reaches past the file's end there.
     const std::uint64_t size = layout_->arena_size.load(std::memory_order_acquire);
     if (offset > size || length > size - offset) return nullptr;
+    if (own_arena_ != nullptr) {
+        std::uint8_t* base = own_arena_->base();
+        return base == nullptr ? nullptr : base + offset;
+    }
     if (arena_ == nullptr) {
         if (arena_failed_) return nullptr;
         const std::uint32_t descriptor = layout_->arena_descriptor.load(std::memory_order_acquire);

@@ -48,6 +48,7 @@ namespace rdmachan::soft {
 
 struct QueuePairContext;
 class PeerProcess;
+class SharedArena;
 
 inline constexpr std::uint32_t kPublishedRegionSlots = 8192;
 inline constexpr std::uint32_t kPublishedQueuePairSlots = 4096;
@@ -201,6 +202,7 @@ public:
     static void mark_partitioned(bool partitioned);
 
 private:
+    friend class PeerTable;  // a device reads its own table as its peers do
     PublishedLayout* layout_ = nullptr;
     int descriptor_ = -1;
     const char* why_not_ = nullptr;
@@ -212,6 +214,9 @@ public:
     // Maps the table of process `pid` from its descriptor and claims a holder slot in it;
     // nullopt-like: valid() false, with the reason in why_not().
     PeerTable(const PeerProcess& peer, int descriptor);
+    // This process's own table, and the arena its device publishes in it, read as a peer reads
+    // them (zero-hop requests of a QP connected to its own device); nothing is mapped again.
+    PeerTable(PublishedTable& own, const SharedArena& arena);
     ~PeerTable();
     PeerTable(const PeerTable&) = delete;
     PeerTable& operator=(const PeerTable&) = delete;
@@ -258,6 +263,9 @@ private:
     const PeerProcess* peer_ = nullptr;  // the target, held by a pidfd (outlives this table)
     std::uint8_t* arena_ = nullptr;      // its arena, once mapped
     bool arena_failed_ = false;          // mapping it failed: not tried again
+    const SharedArena* own_arena_ = nullptr;  // this process's own table: its device's arena
+    // Claims a holder slot in layout_: a free one, else one whose process exited.
+    bool claim_holder();
 };
 
 }  // namespace rdmachan::soft

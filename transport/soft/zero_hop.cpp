@@ -93,28 +93,38 @@ Connection* DeviceCore::zero_hop_connection(const std::array<std::uint8_t, 16>& 
     return nullptr;
 }
 
-Connection* DeviceCore::zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access,
-                                        PublishedQueuePairView& target) {
+ZeroHopTarget DeviceCore::zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access,
+                                          PublishedQueuePairView& target) {
     if (queue_pair.transport != Transport::reliable_connected || queue_pair.state != QueuePairState::ready_to_send ||
         !queue_pair.in_flight.empty() || queue_pair.waiting_rnr || queue_pair.umr_waits_for_answers) {
-        return nullptr;
+        return {};
     }
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    if (same_gid(remote.gid, gid) && remote.lid == lid) return nullptr;  // this device: the loopback path
-    Connection* connection = zero_hop_connection(remote.gid, remote.lid);
-    queue_pair.zero_hop_remote.store(connection != nullptr, std::memory_order_relaxed);
-    if (connection == nullptr) return nullptr;
-    // A simulated partition (either side) loses frames; zero-hop requests must be lost too, so
-    // they take the request path, where the frames are dropped.
-    if (partition_simulated() || connection->peer_table->partitioned()) return nullptr;
+    ZeroHopTarget found;
+    if (same_gid(remote.gid, gid) && remote.lid == lid) {
+        // This device itself: its own table, read as a peer reads it (loopback frames are never
+        // lost to a simulated partition, so neither is this).
+        if (self_table_ == nullptr && published_table.valid()) self_table_ = std::make_unique<PeerTable>(published_table, arena);
+        if (self_table_ != nullptr && self_table_->valid()) found.table = self_table_.get();
+        queue_pair.zero_hop_remote.store(found.table != nullptr, std::memory_order_relaxed);
+        if (found.table == nullptr) return {};
+    } else {
+        found.connection = zero_hop_connection(remote.gid, remote.lid);
+        queue_pair.zero_hop_remote.store(found.connection != nullptr, std::memory_order_relaxed);
+        if (found.connection == nullptr) return {};
+        found.table = found.connection->peer_table.get();
+        // A simulated partition (either side) loses frames; zero-hop requests must be lost too,
+        // so they take the request path, where the frames are dropped.
+        if (partition_simulated() || found.table->partitioned()) return {};
+    }
     // The responder's checks on its QP, as handle_request and perform_request make them: ready,
     // connected to us, with the access the request needs (none for a send).
-    const std::optional<PublishedQueuePairView> entry = connection->peer_table->read_queue_pair(remote.qpn);
+    const std::optional<PublishedQueuePairView> entry = found.table->read_queue_pair(remote.qpn);
     if (!entry || !zero_hop_ready(*entry, queue_pair) || (remote_access != 0 && (entry->access & remote_access) == 0)) {
-        return nullptr;
+        return {};
     }
     target = *entry;
-    return connection;
+    return found;
 }
 
 bool DeviceCore::zero_hop_ready(const PublishedQueuePairView& target, const QueuePairContext& queue_pair) const {
@@ -129,23 +139,23 @@ bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t pro
            length <= region.length && addr - region.addr <= region.length - length;
 }
 
-Connection* DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
-                                       std::uint32_t remote_access, PeerTable::RegionUse& use) {
+ZeroHopTarget DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
+                                         std::uint32_t remote_access, PeerTable::RegionUse& use) {
     PublishedQueuePairView target;
-    Connection* connection = zero_hop_target(queue_pair, remote_access, target);
+    const ZeroHopTarget found = zero_hop_target(queue_pair, remote_access, target);
     // A zero-length request checks no memory at the responder: too little to gain here.
-    if (connection == nullptr || length == 0) return nullptr;
+    if (found.table == nullptr || length == 0) return {};
     // Then the key, as perform_request checks it.
-    connection->peer_table->use_region(request.rkey, use);
+    found.table->use_region(request.rkey, use);
     const std::optional<PublishedRegionView>& region = use.entry();
     if (!region || !zero_hop_region_admits(*region, target.protection_domain, remote_access, request.remote_addr, length)) {
         use.release();
-        return nullptr;
+        return {};
     }
     if (const auto delay = test_delay.load(std::memory_order_relaxed); delay != 0) {
         std::this_thread::sleep_for(std::chrono::microseconds(delay));
     }
-    return connection;
+    return found;
 }
 
 bool DeviceCore::in_own_arena(const iovec* pieces, std::size_t count) const {
@@ -194,11 +204,11 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
     // "Zero-hop writes"). Refused before the responder's checks, which would be wasted on it.
     if (!stable && length > kZeroHopMaxBytes) return false;
     PeerTable::RegionUse use;
-    Connection* connection = zero_hop_admit(queue_pair, request, length, kRemoteWrite, use);
-    if (connection == nullptr) return false;
+    const ZeroHopTarget target = zero_hop_admit(queue_pair, request, length, kRemoteWrite, use);
+    if (target.table == nullptr) return false;
     const PublishedRegionView& region = *use.entry();
     // Into the target's arena from stable memory: a memcpy into the mapping, no system call.
-    if (std::uint8_t* mapped = connection->peer_table->arena_range(region.arena_offset, region.length);
+    if (std::uint8_t* mapped = target.table->arena_range(region.arena_offset, region.length);
         mapped != nullptr && stable) {
         copy_in_order(mapped + (request.remote_addr - region.addr), local, local_count, length);
         use.release();
@@ -206,12 +216,14 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
         count_one(zero_hop_arena_writes);
         return true;
     }
-    if (length > kZeroHopMaxBytes) return false;  // stable, but the target's memory is not in its arena
+    // Stable, but the target's memory is not in its arena; or this device itself (the loopback
+    // path moves it).
+    if (length > kZeroHopMaxBytes || target.connection == nullptr) return false;
     const iovec destination{reinterpret_cast<void*>(request.remote_addr), static_cast<std::size_t>(length)};
-    const int error = write_to_peer(connection->peer_process, local, local_count, &destination, 1, length);
+    const int error = write_to_peer(target.connection->peer_process, local, local_count, &destination, 1, length);
     use.release();
     if (error != 0) {
-        log_zero_hop_failure(*connection, queue_pair, "write into", error);
+        log_zero_hop_failure(*target.connection, queue_pair, "write into", error);
         return false;
     }
     count_one(zero_hop_writes);
@@ -229,11 +241,11 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
     // the target's thread): refused before the responder's checks.
     if (!stable && length > kZeroHopMaxBytes) return false;
     PeerTable::RegionUse use;
-    Connection* connection = zero_hop_admit(queue_pair, request, length, kRemoteRead, use);
-    if (connection == nullptr) return false;
+    const ZeroHopTarget target = zero_hop_admit(queue_pair, request, length, kRemoteRead, use);
+    if (target.table == nullptr) return false;
     const PublishedRegionView& region = *use.entry();
     // From the target's arena into ours: memcpys, no system call.
-    if (std::uint8_t* mapped = connection->peer_table->arena_range(region.arena_offset, region.length);
+    if (std::uint8_t* mapped = target.table->arena_range(region.arena_offset, region.length);
         mapped != nullptr && stable) {
         const std::uint8_t* source = mapped + (request.remote_addr - region.addr);
         for (std::size_t i = 0; i < local_count; ++i) {
@@ -245,12 +257,13 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
         count_one(zero_hop_arena_reads);
         return true;
     }
-    if (length > kZeroHopMaxBytes) return false;  // stable, but the target's memory is not in its arena
+    // Stable, but the target's memory is not in its arena; or this device itself.
+    if (length > kZeroHopMaxBytes || target.connection == nullptr) return false;
     const iovec source{reinterpret_cast<void*>(request.remote_addr), static_cast<std::size_t>(length)};
-    const int error = read_from_peer(connection->peer_process, local, local_count, &source, 1, length);
+    const int error = read_from_peer(target.connection->peer_process, local, local_count, &source, 1, length);
     use.release();
     if (error != 0) {
-        log_zero_hop_failure(*connection, queue_pair, "read from", error);
+        log_zero_hop_failure(*target.connection, queue_pair, "read from", error);
         return false;
     }
     count_one(zero_hop_reads);

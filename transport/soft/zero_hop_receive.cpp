@@ -70,9 +70,9 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     }
 
     PublishedQueuePairView target;
-    Connection* connection = zero_hop_target(queue_pair, write && length != 0 ? kRemoteWrite : 0u, target);
-    if (connection == nullptr) return false;
-    PeerTable& table = *connection->peer_table;
+    const ZeroHopTarget found = zero_hop_target(queue_pair, write && length != 0 ? kRemoteWrite : 0u, target);
+    if (found.table == nullptr) return false;
+    PeerTable& table = *found.table;
     // The target's receive queue, its doorbell block and its receive CQ, in its arena.
     if (!power_of_two(target.receive_wqe_count) || target.receive_stride < kDataSegmentSize ||
         target.receive_stride % kDataSegmentSize != 0 || !power_of_two(target.receive_cqe_count) ||
