@@ -116,16 +116,18 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     const bool signaled = (control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0;
     const std::uint32_t wqebbs = ds == 0 ? 1 : (ds * kSegmentUnit + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
 
-    // On the doorbell thread only a well-formed RC RDMA write or read may execute (zero_hop.cpp), or,
-    // from send_from_doorbell, a well-formed RC request (doorbell_requests.cpp); every other WQE
-    // stays in the ring, untouched, for the progress thread.
+    // On the doorbell thread only a well-formed RC RDMA write, read, write with immediate or send
+    // may execute (zero_hop.cpp, zero_hop_receive.cpp), or, from send_from_doorbell, a well-formed
+    // RC request (doorbell_requests.cpp); every other WQE stays in the ring, untouched, for the
+    // progress thread.
     const bool doorbell_thread = left_for_progress != nullptr;
     auto leave_for_progress = [&] {
         *left_for_progress = true;
         return false;
     };
     const bool doorbell_may_execute =
-        opcode == kOpcodeRdmaWrite || opcode == kOpcodeRdmaRead || (doorbell_sends_requests_ && is_request_opcode(opcode));
+        opcode == kOpcodeRdmaWrite || opcode == kOpcodeRdmaRead || opcode == kOpcodeRdmaWriteImmediate ||
+        opcode == kOpcodeSend || opcode == kOpcodeSendImmediate || (doorbell_sends_requests_ && is_request_opcode(opcode));
     if (doorbell_thread && (!doorbell_may_execute || queue_pair.state != QueuePairState::ready_to_send ||
                             queue_pair.transport != Transport::reliable_connected || wqe_index != (index & 0xffff) ||
                             (qpn_ds >> 8) != queue_pair.qpn || ds < 1)) {

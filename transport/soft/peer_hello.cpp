@@ -107,6 +107,17 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
             }
         }
         if (connection.peer_table != nullptr) {
+            // Now rather than in the first transfer: the peer's arena mapped, and its QPs' first
+            // requests tried zero-hop on the thread that rings their doorbell.
+            connection.peer_table->map_arena();
+            for (auto& [qpn, queue_pair] : queue_pairs) {
+                const RemoteQueuePair& remote = queue_pair->receive_attributes.remote;
+                if (same_gid(remote.gid, connection.gid) && remote.lid == connection.lid) {
+                    queue_pair->zero_hop_remote.store(true, std::memory_order_relaxed);
+                }
+            }
+        }
+        if (connection.peer_table != nullptr) {
             detail::logger().info("software device {}: peer {} is on this host: payloads move by cross-memory attach, "
                                   "RDMA writes zero-hop from the doorbell thread",
                                   owner_.name(), name);
