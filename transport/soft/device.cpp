@@ -425,7 +425,7 @@ void QueuePair::modify_to_ready_to_send(const ReadyToSendAttributes& attributes)
                   static_cast<std::uint64_t>(QueuePairState::ready_to_send));
     context.state = QueuePairState::ready_to_send;
     core_->published_table.publish_queue_pair(context);
-    core_->open_path_soon(context);
+    core_->prepare_zero_hop(context);
     context.doorbell_pending.store(true);
     core_->wake();
 }

@@ -214,16 +214,10 @@ void DeviceCore::wake() {
     [[maybe_unused]] const ssize_t written = ::write(event_fd_, &one, sizeof one);
 }
 
-void DeviceCore::open_path_soon(QueuePairContext& queue_pair) {
+void DeviceCore::prepare_zero_hop(QueuePairContext& queue_pair) {
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    if (queue_pair.transport != Transport::reliable_connected) return;
-    if (same_gid(remote.gid, gid) && remote.lid == lid) {
-        // This device: no connection; its first requests may go zero-hop from the doorbell thread.
-        if (zero_hop_enabled_ && published_table.valid()) queue_pair.zero_hop_remote.store(true, std::memory_order_relaxed);
-        return;
-    }
-    paths_to_open_.emplace_back(remote.gid, remote.lid);
-    wake();
+    if (queue_pair.transport != Transport::reliable_connected || !same_gid(remote.gid, gid) || remote.lid != lid) return;
+    if (zero_hop_enabled_ && published_table.valid()) queue_pair.zero_hop_remote.store(true, std::memory_order_relaxed);
 }
 
 void DeviceCore::notify_doorbell(std::atomic<bool>& queue_pair_flag) {
@@ -241,8 +235,6 @@ void DeviceCore::run() {
         bool busy = false;
         {
             std::lock_guard lock(mutex);
-            for (const auto& [remote_gid, remote_lid] : paths_to_open_) connection_to(remote_gid, remote_lid);
-            paths_to_open_.clear();
             execute_pending_doorbells();
             while (!loopback_.empty()) {
                 std::vector<std::uint8_t> frame = std::move(loopback_.front());

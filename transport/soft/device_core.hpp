@@ -227,10 +227,12 @@ public:
 
     // Control-plane hooks that need the progress machinery (mutex held by the caller).
     void move_to_error(QueuePairContext& queue_pair, const char* why);
-    // An RC QP moved to RTS: its progress thread opens the connection to the remote device now
-    // rather than at the first request, so the hello, the same-host probe and the mapping of the
-    // peer's table happen while the application is still connecting, not in its first transfer.
-    void open_path_soon(QueuePairContext& queue_pair);
+    // An RC QP moved to RTS connected to another QP of this device: its first requests may go
+    // zero-hop from the doorbell thread (this device's own table; no connection to wait for).
+    // For other devices the hello reply that maps their table does the same (peer_hello.cpp);
+    // connections still open at the first request, so a process holds sockets only for the
+    // devices it talks to.
+    void prepare_zero_hop(QueuePairContext& queue_pair);
     void wake();
     void close_connections_gracefully();
 
@@ -396,7 +398,6 @@ private:
     // A random word peers read with process_vm_readv to prove cross-memory attach reaches us.
     alignas(8) std::uint64_t probe_word_ = 0;
     std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself
-    std::vector<std::pair<Gid, std::uint16_t>> paths_to_open_;  // open_path_soon's devices (gid, lid)
     // Requests sent from the doorbell thread (doorbell_requests.cpp): RDMACHAN_SOFT_DOORBELL_REQUESTS=0
     // turns them off (the progress thread sends every request), for measuring one against the other.
     bool doorbell_requests_enabled_ = true;

@@ -107,9 +107,8 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
             }
         }
         if (connection.peer_table != nullptr) {
-            // Now rather than in the first transfer: the peer's arena mapped, and its QPs' first
-            // requests tried zero-hop on the thread that rings their doorbell.
-            connection.peer_table->map_arena();
+            // The QPs connected to that device try their next requests zero-hop on the thread
+            // that rings their doorbell (its arena is mapped at the first that needs it).
             for (auto& [qpn, queue_pair] : queue_pairs) {
                 const RemoteQueuePair& remote = queue_pair->receive_attributes.remote;
                 if (same_gid(remote.gid, connection.gid) && remote.lid == connection.lid) {
