@@ -5,8 +5,10 @@
 // do (no receive posted, a message longer than the receive, a bad key) goes the request path
 // with its RNR, NAK and error CQEs, no receive consumed by the refusal; a long mixed stream in
 // both directions at once, the target's own CQEs and its peer's sharing its CQs, keeps every
-// completion in order.
+// completion in order; the receive lock survives a holder that dies.
 #include <doctest/doctest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <functional>
@@ -14,6 +16,8 @@
 #include <vector>
 
 #include "tests/soft/device_pair.hpp"
+#include "transport/soft/published_table.hpp"
+#include "transport/soft/shared_arena.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
@@ -311,4 +315,41 @@ TEST_CASE("zero-hop on one device: a QP connected to another QP of its own devic
     CHECK(device->zero_hop_receives() == 2);
     CHECK(device->zero_hop_reads() == 1);
     CHECK(device->zero_hop_arena_reads() == 1);
+}
+
+TEST_CASE("the receive lock: a process that dies holding it hands it on (robust), and a busy lock refuses a peer's try") {
+    soft::PublishedTable table;
+    REQUIRE(table.valid());
+    soft::SharedArena arena;
+    {
+        // This process's own view, as a peer's: its try-lock fails while the device holds it.
+        soft::PeerTable view(table, arena);
+        REQUIRE(view.valid());
+        {
+            const soft::PublishedTable::ReceiveGuard held(table);
+            std::thread other([&] { CHECK_FALSE(view.try_lock_receives()); });
+            other.join();
+        }
+        REQUIRE(view.try_lock_receives());
+        view.unlock_receives();
+    }
+    // A child (it shares the table's mapping) takes the lock and exits without releasing it.
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        soft::PeerTable view(table, arena);
+        ::_exit(view.valid() && view.try_lock_receives() ? 0 : 1);
+    }
+    int status = 0;
+    REQUIRE(::waitpid(child, &status, 0) == child);
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    // The device takes it at once (not after the 2 s report), and again afterwards.
+    const auto before = std::chrono::steady_clock::now();
+    { const soft::PublishedTable::ReceiveGuard taken(table); }
+    { const soft::PublishedTable::ReceiveGuard again(table); }
+    CHECK(std::chrono::steady_clock::now() - before < std::chrono::seconds(1));
+    soft::PeerTable view(table, arena);
+    CHECK(view.try_lock_receives());
+    view.unlock_receives();
 }
