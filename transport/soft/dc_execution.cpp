@@ -19,7 +19,7 @@ namespace {
 constexpr std::uint32_t kAddressVectorGlobalRoute = 1u << 30;
 
 bool same_target(const RemoteQueuePair& left, const RemoteQueuePair& right) {
-    return left.gid == right.gid && left.lid == right.lid && left.qpn == right.qpn;
+    return same_gid(left.gid, right.gid) && left.lid == right.lid && left.qpn == right.qpn;
 }
 
 }  // namespace

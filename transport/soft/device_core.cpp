@@ -302,12 +302,17 @@ void DeviceCore::accept_connections() {
     }
 }
 
-Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
+Connection* DeviceCore::open_connection_to(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
     for (auto& connection : connections_) {
         if (connection->outgoing && connection->socket >= 0 && same_gid(connection->gid, remote_gid) && connection->lid == remote_lid) {
             return connection.get();
         }
     }
+    return nullptr;
+}
+
+Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
+    if (Connection* open = open_connection_to(remote_gid, remote_lid); open != nullptr) return open;
     if (remote_gid[10] != 0xff || remote_gid[11] != 0xff) return nullptr;  // not an IPv4-mapped GID
     sockaddr_in address{};
     address.sin_family = AF_INET;
@@ -484,7 +489,7 @@ void DeviceCore::close_connection(Connection& connection, const char* why) {
     // them, as hardware does once its retries run out.
     for (auto& [qpn, queue_pair] : queue_pairs) {
         const RemoteQueuePair& remote = queue_pair->receive_attributes.remote;
-        if (remote.gid == connection.gid && remote.lid == connection.lid && !queue_pair->in_flight.empty() &&
+        if (same_gid(remote.gid, connection.gid) && remote.lid == connection.lid && !queue_pair->in_flight.empty() &&
             queue_pair->state == QueuePairState::ready_to_send) {
             fail_queue_pair(*queue_pair, mlx5::kSyndromeTransportRetryExceeded, "connection to the peer device lost");
         }
@@ -525,7 +530,7 @@ void DeviceCore::respond(Connection& connection, const wire::Response& response,
     // the initiator may learn of the write from it and tell this process out of band.
     note_remote_access();
     std::vector<std::uint8_t> frame = wire::frame(wire::FrameType::response, response, payload, payload_length);
-    if (connection.socket < 0 && connection.gid == gid && connection.lid == lid) {
+    if (connection.socket < 0 && same_gid(connection.gid, gid) && connection.lid == lid) {
         loopback_.push_back(std::move(frame));
         return;
     }
@@ -534,7 +539,7 @@ void DeviceCore::respond(Connection& connection, const wire::Response& response,
 
 bool DeviceCore::send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame) {
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    if (remote.gid == gid && remote.lid == lid) {
+    if (same_gid(remote.gid, gid) && remote.lid == lid) {
         loopback_.push_back(frame);
         return true;
     }

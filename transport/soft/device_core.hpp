@@ -328,6 +328,9 @@ private:
     void resend_in_flight(QueuePairContext& queue_pair, bool retransmission);
     bool send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame);
 
+    // The open outgoing connection to that device, or nullptr (opens nothing).
+    Connection* open_connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
+    // The same, opening it when there is none (a bounded connect: up to a second).
     Connection* connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
     // The open connection to that device when its payloads may go by reference, else nullptr.
     const Connection* same_host_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid) const;

@@ -93,13 +93,7 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
     }
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
     if (same_gid(remote.gid, gid) && remote.lid == lid) return false;  // loopback: the progress thread's queue
-    Connection* connection = nullptr;
-    for (auto& candidate : connections_) {
-        if (candidate->outgoing && candidate->socket >= 0 && same_gid(candidate->gid, remote.gid) && candidate->lid == remote.lid) {
-            connection = candidate.get();
-            break;
-        }
-    }
+    Connection* connection = open_connection_to(remote.gid, remote.lid);
     if (connection == nullptr) return false;  // not connected yet: connecting is the progress thread's
 
     const bool had_in_flight = !queue_pair.in_flight.empty();

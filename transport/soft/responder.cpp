@@ -101,7 +101,7 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
     if (queue_pair.transport != Transport::reliable_connected) return;
     const RemoteQueuePair& peer = queue_pair.receive_attributes.remote;
     if ((queue_pair.state != QueuePairState::ready_to_receive && queue_pair.state != QueuePairState::ready_to_send) ||
-        peer.qpn != request.source_qpn || peer.gid != connection.gid || peer.lid != connection.lid) {
+        peer.qpn != request.source_qpn || !same_gid(peer.gid, connection.gid) || peer.lid != connection.lid) {
         flight::record(flight::Event::soft_request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
                        static_cast<std::uint64_t>(queue_pair.state), flight::text("QP not ready or connected elsewhere"));
         detail::logger().debug("QP {}: request psn {} from QP {} dropped: not ready or connected elsewhere", queue_pair.qpn,

@@ -84,13 +84,10 @@ bool DeviceCore::execute_from_doorbell(QueuePairContext& queue_pair) {
 }
 
 Connection* DeviceCore::zero_hop_connection(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
-    for (auto& connection : connections_) {
-        if (connection->outgoing && connection->socket >= 0 && same_gid(connection->gid, remote_gid) && connection->lid == remote_lid) {
-            return connection->by_reference && !connection->awaiting_reply && connection->peer_table != nullptr ? connection.get()
-                                                                                                               : nullptr;
-        }
-    }
-    return nullptr;
+    Connection* connection = open_connection_to(remote_gid, remote_lid);
+    return connection != nullptr && connection->by_reference && !connection->awaiting_reply && connection->peer_table != nullptr
+               ? connection
+               : nullptr;
 }
 
 ZeroHopTarget DeviceCore::zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access,
