@@ -29,11 +29,14 @@ std::uint8_t pattern(std::uint32_t sequence, std::uint32_t i) { return static_ca
 // The child: a passive peer. It connects, then consumes `sends` messages, checking each one's
 // bytes against the pattern (the immediate names the sequence), reposting receives as it goes.
 // Its exit code is the number of bad messages (0 = all verified), 100+ for set-up failures.
-[[noreturn]] void run_child(int from_parent, int to_parent, std::uint32_t sends) {
+// `allocated`: its buffer comes from its device's arena (the parent's sends then go zero-hop).
+[[noreturn]] void run_child(int from_parent, int to_parent, std::uint32_t sends, bool allocated) {
     int bad = 0;
     {
         auto device = soft::Device::open();
-        SoftEndpoint endpoint(device);
+        rdmachan::test::EndpointOptions options;
+        options.allocated = allocated;
+        SoftEndpoint endpoint(device, options);
         if (!connect_to_parent(endpoint, from_parent, to_parent)) ::_exit(100);
         constexpr std::uint32_t kSlots = 128;
         constexpr std::uint32_t kSlotSize = 4096;
@@ -103,22 +106,29 @@ std::uint8_t pattern(std::uint32_t sequence, std::uint32_t i) { return static_ca
     ::_exit(bad > 99 ? 99 : bad);
 }
 
-std::unique_ptr<ChildProcess> start_passive_peer(std::uint32_t sends) {
-    return ChildProcess::start("the passive peer", [sends](int from_parent, int to_parent) { run_child(from_parent, to_parent, sends); });
+std::unique_ptr<ChildProcess> start_passive_peer(std::uint32_t sends, bool allocated) {
+    return ChildProcess::start("the passive peer",
+                               [sends, allocated](int from_parent, int to_parent) { run_child(from_parent, to_parent, sends, allocated); });
 }
 
 }  // namespace
 
-TEST_CASE("two processes: 100,000 mixed operations wrap the rings and every byte arrives") {
+namespace {
+
+// 100,000 mixed operations against a passive child; both buffers from the heap, or both from
+// the devices' arenas (same host: writes, reads and sends then go zero-hop, and the sends'
+// receives are consumed and completed by this process's thread in the child's queues).
+void mixed_operations(bool allocated) {
     constexpr std::uint32_t kOperations = 100000;
     constexpr std::uint32_t kSendEvery = 10;  // every 10th operation is a send the child checks
     constexpr std::uint32_t kSends = kOperations / kSendEvery;
-    auto child = start_passive_peer(kSends);
+    auto child = start_passive_peer(kSends, allocated);
 
     auto device = soft::Device::open();
     rdmachan::test::EndpointOptions options;
     options.max_send_wr = 64;  // a small ring: 100,000 operations wrap it hundreds of times
     options.buffer_size = 4 << 20;
+    options.allocated = allocated;
     SoftEndpoint endpoint(device, options);
     const Address remote = connect_to_child(*child, endpoint);
     REQUIRE(endpoint.queue_pair().send_ring().wqe_count <= 256);  // see the source-slot rule below
@@ -214,11 +224,23 @@ TEST_CASE("two processes: 100,000 mixed operations wrap the rings and every byte
     CHECK_MESSAGE(child_result == 0, child->name << " " << ChildProcess::describe(child_result));  // it verified every send's bytes
     MESSAGE("operations: " << kOperations << ", signaled completions: " << completed << ", reads verified: " << verified_reads
                            << ", send ring WQEBBs: " << endpoint.queue_pair().send_ring().wqe_count
-                           << ", writes executed zero-hop: " << device->zero_hop_writes());
+                           << ", writes executed zero-hop: " << device->zero_hop_writes()
+                           << ", sends executed zero-hop: " << device->zero_hop_receives());
+    // On the same-host path with arena memory the sends go zero-hop, but for those that meet a
+    // request in flight or a busy receive lock; with heap memory none can.
+    if (allocated && device->zero_hop_writes() > 0) CHECK(device->zero_hop_receives() > 0);
+    if (!allocated) CHECK(device->zero_hop_receives() == 0);
+}
+
+}  // namespace
+
+TEST_CASE("two processes: 100,000 mixed operations wrap the rings and every byte arrives") {
+    SUBCASE("heap memory") { mixed_operations(false); }
+    SUBCASE("allocated memory (sends zero-hop into the child's queues)") { mixed_operations(true); }
 }
 
 TEST_CASE("two processes: a peer killed mid-transfer gives error completions within the deadline") {
-    auto child = start_passive_peer(1000000);
+    auto child = start_passive_peer(1000000, false);
     auto device = soft::Device::open();
     rdmachan::test::EndpointOptions options;
     options.timeout = 18;  // 1.07 s per try, 4 tries: the peer's death is noticed by its closed connection first
