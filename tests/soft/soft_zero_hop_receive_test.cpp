@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/sanitizer_build.hpp"
 #include "tests/soft/device_pair.hpp"
 #include "transport/soft/published_table.hpp"
 #include "transport/soft/shared_arena.hpp"
@@ -332,6 +333,12 @@ TEST_CASE("the receive lock: a process that dies holding it hands it on (robust)
         }
         REQUIRE(view.try_lock_receives());
         view.unlock_receives();
+    }
+    if (rdmachan::test::kThreadSanitizerBuild) {
+        // ThreadSanitizer follows no lock into another process: it takes the handed-on lock for
+        // one that was never locked and reports its release. The other builds run the rest.
+        MESSAGE("ThreadSanitizer build: the dead holder's part is left to the other builds");
+        return;
     }
     // A child (it shares the table's mapping) takes the lock and exits without releasing it.
     const pid_t child = ::fork();
