@@ -20,14 +20,6 @@
 
 namespace rdmachan::test {
 
-#if defined(__SANITIZE_THREAD__)
-#define RDMACHAN_THREAD_SANITIZER_RUNTIME 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RDMACHAN_THREAD_SANITIZER_RUNTIME 1
-#endif
-#endif
-
 #if defined(RDMACHAN_SANITIZER_RUNTIME)
 inline constexpr bool kSanitizerBuild = true;
 #else
@@ -39,13 +31,6 @@ inline constexpr bool kSanitizerBuild = false;
 inline constexpr bool kAddressSanitizerBuild = true;
 #else
 inline constexpr bool kAddressSanitizerBuild = false;
-#endif
-
-// ThreadSanitizer alone: it follows no lock across processes.
-#if defined(RDMACHAN_THREAD_SANITIZER_RUNTIME)
-inline constexpr bool kThreadSanitizerBuild = true;
-#else
-inline constexpr bool kThreadSanitizerBuild = false;
 #endif
 
 }  // namespace rdmachan::test

@@ -1,7 +1,8 @@
 // Writing CQEs into a completion queue's ring, as the hardware writes them. Two kinds of writer
 // use it: the device that owns the CQ, and a same-host peer that completes a zero-hop receive
-// into it (zero_hop_receive.cpp) through its mapping of the owner's arena. Both write under the
-// owner's receive lock (published_table.hpp), so the producer index has one writer at a time.
+// into it (zero_hop_receive.cpp) through its mapping of the owner's arena. Once a peer may write
+// the CQ, both write under the owner's receive lock (published_table.hpp), so the producer index
+// has one writer at a time.
 //
 // The producer index is not the device's private counter but a word of the CQ's doorbell block
 // (which the consumer never reads past its two records), so that every writer sees the same one.

@@ -58,6 +58,11 @@ struct CompletionQueueContext {
     std::unique_ptr<AlignedBuffer> buffer;
     mlx5::CompletionQueueRing ring;
     std::atomic<bool> overrun{false};
+    // Set (never cleared) when an RC QP whose receives a peer may complete (zero-hop receives)
+    // publishes this CQ as its receive CQ: from then on this device writes its CQEs under the
+    // receive lock. Until then it has no other writer, and takes no lock (a locked instruction
+    // right after a zero-hop write's store into the peer's memory waits for that store).
+    bool peer_writable = false;
     CompletionRingView view() const { return {ring.buffer, ring.cqe_count, ring.cqe_size, ring.doorbell_record}; }
 };
 

@@ -106,22 +106,6 @@ PublishedTable::PublishedTable() {
     layout_->queue_pair_slots = kPublishedQueuePairSlots;
     layout_->holder_slots = kPublishedHolderSlots;
     layout_->version = kPublishedVersion;
-    // Process-shared, for the peers mapping the table; robust, so that a peer dying while it
-    // holds the lock does not stop this device.
-    pthread_mutexattr_t attributes;
-    pthread_mutexattr_init(&attributes);
-    pthread_mutexattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST);
-    const int made = pthread_mutex_init(&layout_->receive_lock, &attributes);
-    pthread_mutexattr_destroy(&attributes);
-    if (made != 0) {
-        ::munmap(mapped, kLayoutBytes);
-        layout_ = nullptr;
-        why_not_ = "the receive lock cannot be made";
-        ::close(descriptor_);
-        descriptor_ = -1;
-        return;
-    }
     {
         std::lock_guard lock(tables_mutex);
         layout_->partitioned.store(tables_partitioned ? 1 : 0, std::memory_order_relaxed);
@@ -221,6 +205,8 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
     auto offset_in = [](const AlignedBuffer& buffer, const void* address) {
         return buffer.arena_offset + static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(address) - buffer.data);
     };
+    // Before the entry that lets peers write it (both under the device mutex, as every CQE write).
+    if (shared_receives) queue_pair.recv_cq->peer_writable = true;
     const ReceiveGuard guard(*this);
     write_entry(slot, [&] {
         slot.state.store(static_cast<std::uint32_t>(queue_pair.state), std::memory_order_relaxed);
@@ -258,54 +244,49 @@ void PublishedTable::unpublish_queue_pair(std::uint32_t qpn) {
     write_entry(slot, [&] { slot.qpn.store(0, std::memory_order_relaxed); });
 }
 
-PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table) : layout_(table.layout_) {
+PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table, bool needed) : layout_(needed ? table.layout_ : nullptr) {
     if (layout_ == nullptr) return;
-    constexpr auto kReport = std::chrono::seconds(2);
-    for (;;) {
-        // timedlock (CLOCK_REALTIME) rather than clocklock: ThreadSanitizer sees this one, and a
-        // clock step only moves when the wait is reported.
-        timespec until{};
-        ::clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += kReport.count();
-        const int got = pthread_mutex_timedlock(&layout_->receive_lock, &until);
-        if (got == EOWNERDEAD) {
-            // A peer died between its lock and its unlock: its stores are whole (each CQE is
-            // published by its last store, the indexes by one store each), so the state is usable.
-            pthread_mutex_consistent(&layout_->receive_lock);
-            break;
-        }
-        if (got == 0) break;
-        if (got != ETIMEDOUT) {
-            // ENOTRECOVERABLE and the like: no peer can take it either, so nobody else writes.
-            detail::logger().error("software device: the receive lock failed: {}", std::strerror(got));
-            layout_ = nullptr;
+    std::atomic<std::uint32_t>& lock = layout_->receive_lock;
+    const auto mine = static_cast<std::uint32_t>(::getpid());
+    std::uint32_t holder = 0;
+    if (lock.compare_exchange_strong(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) return;
+    // Held: by a peer for a few loads and stores, or by a process that died inside them.
+    const auto started = std::chrono::steady_clock::now();
+    auto report_at = started + std::chrono::seconds(2);
+    for (std::uint32_t attempt = 1;; ++attempt) {
+        holder = 0;
+        if (lock.compare_exchange_weak(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) return;
+        if (attempt < 64) continue;
+        // Past the few stores a holder makes: a holder that exited is taken over. Its stores are
+        // whole (each CQE published by its last store, each index by one store), so the state
+        // it leaves is usable.
+        if (attempt % 64 == 0 && holder != 0 && holder != mine && process_exited(holder) &&
+            lock.compare_exchange_strong(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) {
+            detail::logger().warn("software device: process {} exited holding this device's receive lock; taken over", holder);
             return;
         }
-        // Only a peer stopped inside its few stores (SIGSTOP, a debugger) holds it this long; its
-        // death would hand the lock on, its continuing would release it.
-        detail::logger().error("software device: process {} has held this device's receive lock for {} s (stopped in a "
-                               "zero-hop receive?); its CQEs wait for it",
-                               layout_->receive_lock_holder.load(std::memory_order_relaxed), kReport.count());
+        if (std::chrono::steady_clock::now() >= report_at) {
+            // Only a peer stopped inside its few stores (SIGSTOP, a debugger) holds it this long.
+            detail::logger().error("software device: process {} has held this device's receive lock for {} s (stopped in a "
+                                   "zero-hop receive?); its CQEs wait for it",
+                                   holder, std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started).count());
+            report_at += std::chrono::seconds(2);
+        }
+        std::this_thread::yield();
     }
-    layout_->receive_lock_holder.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
 }
 
 PublishedTable::ReceiveGuard::~ReceiveGuard() {
-    if (layout_ != nullptr) pthread_mutex_unlock(&layout_->receive_lock);
+    if (layout_ != nullptr) layout_->receive_lock.store(0, std::memory_order_release);
 }
 
 bool PeerTable::try_lock_receives() {
-    const int got = pthread_mutex_trylock(&layout_->receive_lock);
-    if (got == EOWNERDEAD) {
-        pthread_mutex_consistent(&layout_->receive_lock);  // as ReceiveGuard says
-    } else if (got != 0) {
-        return false;
-    }
-    layout_->receive_lock_holder.store(static_cast<std::uint32_t>(::getpid()), std::memory_order_relaxed);
-    return true;
+    std::uint32_t holder = 0;
+    return layout_->receive_lock.compare_exchange_strong(holder, static_cast<std::uint32_t>(::getpid()), std::memory_order_acquire,
+                                                         std::memory_order_relaxed);
 }
 
-void PeerTable::unlock_receives() { pthread_mutex_unlock(&layout_->receive_lock); }
+void PeerTable::unlock_receives() { layout_->receive_lock.store(0, std::memory_order_release); }
 
 PeerTable::PeerTable(const PeerProcess& peer, int descriptor) {
     if (descriptor < 0) {

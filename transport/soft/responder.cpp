@@ -371,8 +371,8 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     }
 }
 
-// CQE writing (completion_ring.hpp), under the receive lock: same-host peers write CQEs into
-// this device's CQs too (zero_hop_receive.cpp).
+// CQE writing (completion_ring.hpp), under the receive lock once a same-host peer may write CQEs
+// into the CQ too (zero_hop_receive.cpp; CompletionQueueContext::peer_writable).
 std::uint8_t* DeviceCore::claim_cqe(CompletionQueueContext& cq) {
     const CompletionRingView ring = cq.view();
     if (ring.full()) {
@@ -392,7 +392,7 @@ void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, st
 void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
                                      std::uint8_t wqe_opcode, std::uint32_t byte_count) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
-    const PublishedTable::ReceiveGuard guard(published_table);
+    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
@@ -405,7 +405,7 @@ void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePair
 void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
                                  std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, syndrome, requester ? 0 : 1);
-    const PublishedTable::ReceiveGuard guard(published_table);
+    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
@@ -420,7 +420,7 @@ void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePair
                                      std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
                                      std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
-    const PublishedTable::ReceiveGuard guard(published_table);
+    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     fill_responder_cqe(cqe, {cqe_opcode, wqe_counter, byte_count, immediate, source_qpn, source_lid, global_route,
