@@ -6,28 +6,13 @@
 #include <stdexcept>
 #include <vector>
 
+#include "examples/demo/slice_pattern.hpp"
 #include "rdmachan/multi_channel.hpp"
 
 namespace demo {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The bytes rank `from` writes to rank `to` in an iteration: byte i is base + 13 i (mod 256), a
-// loop the compiler vectorises, so filling and checking cost little next to the transfers the
-// demo measures (a call per byte made them most of an iteration's time).
-void fill_pattern(std::uint8_t* out, std::uint64_t size, std::uint32_t from, std::uint32_t to, std::uint32_t iteration) {
-    const auto base = static_cast<std::uint8_t>(from * 131 + to * 31 + iteration * 7 + 1);
-    for (std::uint64_t index = 0; index < size; ++index) out[index] = static_cast<std::uint8_t>(base + index * 13);
-}
-
-// The first byte of `actual` that differs from `expected`, or size if none does.
-std::uint64_t first_difference(const std::uint8_t* actual, const std::uint8_t* expected, std::uint64_t size) {
-    if (std::memcmp(actual, expected, size) == 0) return size;
-    std::uint64_t index = 0;
-    while (actual[index] == expected[index]) ++index;
-    return index;
-}
 
 // One rank's buffer: [outgoing slice per peer][incoming slice per peer][read back per peer]
 // [control message out][control message in, per peer].
@@ -127,7 +112,6 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         bool stop = false;
         const Clock::time_point started = Clock::now();
         auto* bytes = static_cast<std::uint8_t*>(region.data());
-        std::vector<std::uint8_t> expected(workload.size);
         // Every receive is posted before any peer can send into it, so no message waits out an RNR
         // NAK (0.64 ms at the default min_rnr_timer; a ConnectX answers the same way). This
         // iteration's notices were posted before the last control message went out, and every
@@ -142,7 +126,7 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         bool last = !workload.duration && workload.iterations == 1;
         for (std::uint32_t iteration = 0; workload.duration ? !stop : iteration < workload.iterations; ++iteration) {
             for (std::uint32_t peer = 0; peer < world; ++peer)
-                fill_pattern(bytes + layout.outgoing(peer), workload.size, rank, peer, iteration);
+                SlicePattern(rank, peer, iteration).fill(bytes + layout.outgoing(peer), workload.size);
 
             rdmachan::PendingMultiWork control_arrivals = channels.post_gather_receive(controls);
             const Clock::time_point before = Clock::now();
@@ -166,9 +150,8 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
                 if (immediate != (iteration << 16 | entry.peer))
                     fail(rank, "the write from rank " + std::to_string(entry.peer) + " carried immediate " +
                                    std::to_string(immediate) + " in iteration " + std::to_string(iteration));
-                fill_pattern(expected.data(), workload.size, entry.peer, rank, iteration);
                 const std::uint64_t wrong =
-                    first_difference(bytes + layout.incoming(entry.peer), expected.data(), workload.size);
+                    SlicePattern(entry.peer, rank, iteration).first_difference(bytes + layout.incoming(entry.peer), workload.size);
                 if (wrong != workload.size)
                     fail(rank, "byte " + std::to_string(wrong) + " of the slice from rank " + std::to_string(entry.peer) +
                                    " is wrong in iteration " + std::to_string(iteration));
