@@ -46,7 +46,11 @@ Endpoint fabricated_peer(std::uint32_t rank, std::uint32_t me, bool dc) {
     endpoint.session = 0x5e55000000000000ull + rank;
     endpoint.device = DeviceKind::soft;
     endpoint.port.lid = static_cast<std::uint16_t>(1 + rank % 60000);
-    endpoint.port.gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+    // Not an IPv4-mapped GID, so the software device never dials it: an RC QP at RTS opens a
+    // connection to its peer's device, and these peers do not exist (a real peer's connection
+    // costs a socket and a buffer or two in each process, outside these figures).
+    endpoint.port.gid = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, static_cast<std::uint8_t>(rank >> 8),
+                         static_cast<std::uint8_t>(rank)};
     endpoint.port.mtu = 4096;
     if (dc) {
         endpoint.dc.push_back({0x100 + rank, 0xdc00000000000000ull + rank});

@@ -82,6 +82,9 @@ Device::~Device() = default;
 
 std::array<std::uint8_t, 16> Device::gid() const { return core_->gid; }
 std::uint64_t Device::transfers_by_reference() const { return core_->transfers_by_reference.load(std::memory_order_relaxed); }
+std::uint64_t Device::connects_started() const { return core_->connects_started.load(std::memory_order_relaxed); }
+std::uint64_t Device::connects_failed() const { return core_->connects_failed.load(std::memory_order_relaxed); }
+std::uint64_t Device::paths_settled() const { return core_->paths_settled.load(std::memory_order_acquire); }
 std::uint64_t Device::zero_hop_writes() const { return core_->zero_hop_writes.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_arena_writes() const { return core_->zero_hop_arena_writes.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_reads() const { return core_->zero_hop_reads.load(std::memory_order_relaxed); }
@@ -425,7 +428,7 @@ void QueuePair::modify_to_ready_to_send(const ReadyToSendAttributes& attributes)
                   static_cast<std::uint64_t>(QueuePairState::ready_to_send));
     context.state = QueuePairState::ready_to_send;
     core_->published_table.publish_queue_pair(context);
-    core_->prepare_zero_hop(context);
+    core_->open_path_soon(context);
     context.doorbell_pending.store(true);
     core_->wake();
 }

@@ -364,6 +364,13 @@ public:
     // Requests this device, as responder, moved by cross-memory attach (the same-host path):
     // lets tests and tools see which path the payloads took.
     std::uint64_t transfers_by_reference() const;
+    // Connections to other devices this device began (when an RC QP reached RTS, in the
+    // background, or for a request), those that failed before their hello was answered, and
+    // the hellos answered (the path to that device settled): lets tests see when and how a
+    // device connects.
+    std::uint64_t connects_started() const;
+    std::uint64_t connects_failed() const;
+    std::uint64_t paths_settled() const;
     // RDMA writes this device, as initiator, executed zero-hop from the doorbell thread or its
     // progress thread (same host; transport/soft/README.md, "Zero-hop writes").
     std::uint64_t zero_hop_writes() const;

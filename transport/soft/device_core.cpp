@@ -214,10 +214,16 @@ void DeviceCore::wake() {
     [[maybe_unused]] const ssize_t written = ::write(event_fd_, &one, sizeof one);
 }
 
-void DeviceCore::prepare_zero_hop(QueuePairContext& queue_pair) {
+void DeviceCore::open_path_soon(QueuePairContext& queue_pair) {
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    if (queue_pair.transport != Transport::reliable_connected || !same_gid(remote.gid, gid) || remote.lid != lid) return;
-    if (zero_hop_enabled_ && published_table.valid()) queue_pair.zero_hop_remote.store(true, std::memory_order_relaxed);
+    if (queue_pair.transport != Transport::reliable_connected) return;
+    if (same_gid(remote.gid, gid) && remote.lid == lid) {
+        // This device: no connection; its first requests may go zero-hop from the doorbell thread.
+        if (zero_hop_enabled_ && published_table.valid()) queue_pair.zero_hop_remote.store(true, std::memory_order_relaxed);
+        return;
+    }
+    paths_to_open_.emplace_back(remote.gid, remote.lid);
+    wake();
 }
 
 void DeviceCore::notify_doorbell(std::atomic<bool>& queue_pair_flag) {
@@ -235,6 +241,10 @@ void DeviceCore::run() {
         bool busy = false;
         {
             std::lock_guard lock(mutex);
+            for (const auto& [remote_gid, remote_lid] : paths_to_open_) {
+                connection_to(remote_gid, remote_lid, ConnectWait::background);
+            }
+            paths_to_open_.clear();
             execute_pending_doorbells();
             while (!loopback_.empty()) {
                 std::vector<std::uint8_t> frame = std::move(loopback_.front());
@@ -275,6 +285,12 @@ void DeviceCore::run() {
                 ack_timer_fired();
             } else {
                 Connection* connection = reinterpret_cast<Connection*>(tag);
+                if (connection->connecting) {
+                    // Writable or failed: the background connect ended, one way or the other.
+                    finish_connect(*connection);
+                    if (connection->socket >= 0 && (events[i].events & EPOLLIN) != 0) read_connection(*connection);
+                    continue;
+                }
                 if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) read_connection(*connection);
                 if (connection->socket >= 0 && (events[i].events & EPOLLOUT) != 0) write_connection(*connection);
             }
@@ -311,31 +327,42 @@ Connection* DeviceCore::open_connection_to(const std::array<std::uint8_t, 16>& r
     return nullptr;
 }
 
-Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
+Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid,
+                                      ConnectWait wait) {
     if (Connection* open = open_connection_to(remote_gid, remote_lid); open != nullptr) return open;
     if (remote_gid[10] != 0xff || remote_gid[11] != 0xff) return nullptr;  // not an IPv4-mapped GID
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_port = htons(remote_lid);
     std::memcpy(&address.sin_addr, remote_gid.data() + 12, 4);
+    count_one(connects_started);
     const int socket = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (socket < 0) {
         detail::logger().error("software device {}: cannot open a connection to lid {}: {}", owner_.name(), remote_lid,
                                socket_failure(errno));
+        count_one(connects_failed);
         return nullptr;
     }
-    // A bounded connect: the progress thread never waits more than a second for a peer.
+    bool connecting = false;
     if (::connect(socket, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
         if (errno != EINPROGRESS) {
             ::close(socket);
+            count_one(connects_failed);
             return nullptr;
         }
-        pollfd waiting{socket, POLLOUT, 0};
-        int error = 0;
-        socklen_t length = sizeof error;
-        if (::poll(&waiting, 1, 1000) != 1 || ::getsockopt(socket, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0) {
-            ::close(socket);
-            return nullptr;
+        if (wait == ConnectWait::background) {
+            connecting = true;
+        } else {
+            // A bounded connect: the progress thread never waits more than a second for a peer.
+            pollfd waiting{socket, POLLOUT, 0};
+            int error = 0;
+            socklen_t length = sizeof error;
+            if (::poll(&waiting, 1, 1000) != 1 || ::getsockopt(socket, SOL_SOCKET, SO_ERROR, &error, &length) != 0 ||
+                error != 0) {
+                ::close(socket);
+                count_one(connects_failed);
+                return nullptr;
+            }
         }
     }
     set_non_blocking(socket);
@@ -345,14 +372,31 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
     connection->lid = remote_lid;
     connection->identified = true;
     connection->outgoing = true;
+    connection->connecting = connecting;
+    connection->write_interest = connecting;  // EPOLLOUT says when the connect completed
     epoll_event event{};
-    event.events = EPOLLIN;
+    event.events = connecting ? EPOLLIN | EPOLLOUT : EPOLLIN;
     event.data.u64 = reinterpret_cast<std::uint64_t>(connection.get());
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket, &event);
     queue_output(*connection, wire::frame(wire::FrameType::hello, make_hello(0)));
     connection->awaiting_reply = true;
     connections_.push_back(std::move(connection));
     return connections_.back().get();
+}
+
+void DeviceCore::finish_connect(Connection& connection) {
+    int error = 0;
+    socklen_t length = sizeof error;
+    if (::getsockopt(connection.socket, SOL_SOCKET, SO_ERROR, &error, &length) != 0) error = errno;
+    if (error != 0) {
+        // Requests queued behind the connect fail their QP as on any lost connection; a QP with
+        // none finds no connection at its first request and connects then (bounded).
+        count_one(connects_failed);
+        close_connection(connection, "connect failed");
+        return;
+    }
+    connection.connecting = false;
+    write_connection(connection);
 }
 
 void simulate_partition(bool partitioned) noexcept {
@@ -381,6 +425,10 @@ void DeviceCore::queue_output(Connection& connection, const std::vector<std::uin
     const bool hello = bytes.size() > sizeof(wire::FrameHeader) &&
                        bytes[offsetof(wire::FrameHeader, type)] == static_cast<std::uint8_t>(wire::FrameType::hello);
     if (partitioned_from_everyone.load(std::memory_order_relaxed) && !hello) return;
+    if (connection.connecting) {
+        connection.output.insert(connection.output.end(), bytes.begin(), bytes.end());
+        return;
+    }
     // Nothing queued before it: straight from the frame to the socket, with no copy into the
     // output; only what the kernel does not take waits there (in order: it is all that is queued).
     std::size_t sent = 0;

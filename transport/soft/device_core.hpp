@@ -166,6 +166,9 @@ struct Connection {
     std::uint16_t lid = 0;
     bool identified = false;  // hello received (incoming) or sent (outgoing)
     bool outgoing = false;
+    // Outgoing, opened in the background (open_path_soon): connect() has not completed yet. What
+    // is queued meanwhile (the hello, perhaps requests) waits in `output` until it has.
+    bool connecting = false;
     // Outgoing: the hello is sent and its reply not yet in. Requests are not held for it (that
     // would add a round trip to every first request): until it comes they carry their payloads.
     bool awaiting_reply = false;
@@ -232,12 +235,13 @@ public:
 
     // Control-plane hooks that need the progress machinery (mutex held by the caller).
     void move_to_error(QueuePairContext& queue_pair, const char* why);
-    // An RC QP moved to RTS connected to another QP of this device: its first requests may go
-    // zero-hop from the doorbell thread (this device's own table; no connection to wait for).
-    // For other devices the hello reply that maps their table does the same (peer_hello.cpp);
-    // connections still open at the first request, so a process holds sockets only for the
-    // devices it talks to.
-    void prepare_zero_hop(QueuePairContext& queue_pair);
+    // An RC QP moved to RTS: its progress thread opens the connection to the remote device now
+    // (in the background: it never waits for the connect) rather than at the first request, so
+    // the hello, the same-host probe and the mapping of the peer's table happen while the
+    // application is still connecting, not in its first transfer. The cost: a process holds a
+    // connection to every device its RC QPs reach, used or not (one per device, not per QP).
+    // A QP connected to this device needs none: it is marked zero-hop at once.
+    void open_path_soon(QueuePairContext& queue_pair);
     void wake();
     void close_connections_gracefully();
 
@@ -260,6 +264,11 @@ public:
     std::atomic<std::uint64_t> zero_hop_arena_reads{0};
     // WQEs this device executed on the doorbell thread by send_from_doorbell (doorbell_requests.cpp).
     std::atomic<std::uint64_t> doorbell_requests{0};
+    // Connections to other devices this device began (at RTS in the background, or for a
+    // request), those that failed before their hello was answered, and the hellos answered.
+    std::atomic<std::uint64_t> connects_started{0};
+    std::atomic<std::uint64_t> connects_failed{0};
+    std::atomic<std::uint64_t> paths_settled{0};
     // What this device publishes, as a target, for its same-host peers' zero-hop writes: its
     // memory regions and RC queue pairs (written under `mutex`).
     PublishedTable published_table;
@@ -335,8 +344,13 @@ private:
 
     // The open outgoing connection to that device, or nullptr (opens nothing).
     Connection* open_connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
-    // The same, opening it when there is none (a bounded connect: up to a second).
-    Connection* connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
+    // The same, opening it when there is none: `bounded` waits up to a second for the connect (a
+    // request needs it now); `background` returns while it is in progress (finish_connect).
+    enum class ConnectWait { bounded, background };
+    Connection* connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid,
+                              ConnectWait wait = ConnectWait::bounded);
+    // A background connect completed (EPOLLOUT): what waited is sent, or the connection closes.
+    void finish_connect(Connection& connection);
     // The open connection to that device when its payloads may go by reference, else nullptr.
     const Connection* same_host_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid) const;
     wire::Hello make_hello(std::uint8_t flags) const;
@@ -406,6 +420,7 @@ private:
     // A random word peers read with process_vm_readv to prove cross-memory attach reaches us.
     alignas(8) std::uint64_t probe_word_ = 0;
     std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself
+    std::vector<std::pair<Gid, std::uint16_t>> paths_to_open_;  // open_path_soon's devices (gid, lid)
     // Requests sent from the doorbell thread (doorbell_requests.cpp): RDMACHAN_SOFT_DOORBELL_REQUESTS=0
     // turns them off (the progress thread sends every request), for measuring one against the other.
     bool doorbell_requests_enabled_ = true;

@@ -107,8 +107,9 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
             }
         }
         if (connection.peer_table != nullptr) {
-            // The QPs connected to that device try their next requests zero-hop on the thread
-            // that rings their doorbell (its arena is mapped at the first that needs it).
+            // Now rather than in the first transfer: the peer's arena mapped, and its QPs' first
+            // requests tried zero-hop on the thread that rings their doorbell.
+            connection.peer_table->map_arena();
             for (auto& [qpn, queue_pair] : queue_pairs) {
                 const RemoteQueuePair& remote = queue_pair->receive_attributes.remote;
                 if (same_gid(remote.gid, connection.gid) && remote.lid == connection.lid) {
@@ -138,6 +139,8 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
                               "payloads travel over TCP",
                               owner_.name(), name, std::strerror(hello.refusal));
     }
+    // Released after the QPs above were marked: a test that sees the count sees them marked.
+    paths_settled.fetch_add(1, std::memory_order_release);
 }
 
 const Connection* DeviceCore::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,

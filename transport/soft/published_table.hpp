@@ -229,6 +229,8 @@ public:
     // the range does not lie below the file size the target published. The arena is mapped on
     // first use (pidfd_getfd through the target's pidfd, as the table was) and stays mapped.
     std::uint8_t* arena_range(std::uint64_t arena_offset, std::uint64_t length);
+    // Maps the target's arena now, if it has published one (arena_range would on first use).
+    void map_arena() { (void)arena_range(1, 0); }
     // The target simulates a network partition (simulate_partition in its process).
     bool partitioned() const { return layout_->partitioned.load(std::memory_order_acquire) != 0; }
     // The target's receive lock, by one compare-and-swap: false when another holds it (the

@@ -1,0 +1,125 @@
+// When an RC QP reaches RTS, the software device opens the connection to the QP's remote device
+// in the background: the hello, the same-host probe and the mapping of the peer's table happen
+// before the first request, not inside it. Here: the path settles with nothing posted and the
+// first write then goes zero-hop; a remote device that does not exist costs nothing until a
+// request needs it, which then completes with transport retry exceeded; QPs connected to their
+// own device open no connection.
+#include <doctest/doctest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "tests/soft/device_pair.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+using rdmachan::test::Address;
+using rdmachan::test::bytes_differing;
+using rdmachan::test::DevicePair;
+using rdmachan::test::EndpointOptions;
+using rdmachan::test::run_signaled;
+using rdmachan::test::SoftEndpoint;
+using rdmachan::test::write_request;
+
+namespace {
+
+// Polls `done` until it holds or five seconds pass.
+template <class Condition>
+bool eventually(Condition done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!done()) {
+        if (std::chrono::steady_clock::now() >= until) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
+// A TCP port on 127.0.0.1 bound and not listening, for the object's lifetime: a connect to it is
+// refused, and no other socket can take the port meanwhile.
+class RefusingPort {
+public:
+    RefusingPort() : socket_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+        REQUIRE(socket_ >= 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(socket_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+        socklen_t length = sizeof address;
+        REQUIRE(::getsockname(socket_, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+        port_ = ntohs(address.sin_port);
+    }
+    ~RefusingPort() { ::close(socket_); }
+    RefusingPort(const RefusingPort&) = delete;
+    RefusingPort& operator=(const RefusingPort&) = delete;
+    std::uint16_t port() const { return port_; }
+
+private:
+    int socket_;
+    std::uint16_t port_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("an RC QP at RTS settles the path to its remote device before any request, and the first write goes zero-hop") {
+    DevicePair pair;  // both QPs at RTS, nothing posted
+    REQUIRE(eventually([&] { return pair.initiator_device->paths_settled() == 1 && pair.target_device->paths_settled() == 1; }));
+    CHECK(pair.initiator_device->connects_started() == 1);
+    CHECK(pair.initiator_device->connects_failed() == 0);
+    CHECK(pair.initiator_device->requests_from_doorbell() == 0);
+
+    std::memset(pair.initiator.buffer(), 0x5a, 65536);
+    const std::uint64_t zero_hop_before = pair.initiator_device->zero_hop_writes();
+    const mlx5::ScatterGatherElement source = pair.initiator.local(0, 65536);
+    CHECK(run_signaled(pair.initiator, write_request(1, &source, pair.remote.buffer_addr, pair.remote.rkey)).status ==
+          mlx5::CompletionStatus::success);
+    CHECK(pair.initiator_device->zero_hop_writes() == zero_hop_before + 1);
+    CHECK(bytes_differing(pair.target.buffer(), 65536, 0x5a) == 0);
+    // The request found the connection open: no second connect.
+    CHECK(pair.initiator_device->connects_started() == 1);
+}
+
+TEST_CASE("a remote device that does not exist: the connect at RTS fails quietly, and the first request completes with transport retry exceeded") {
+    const RefusingPort nowhere_port;
+    auto device = soft::Device::open();
+    EndpointOptions options;
+    options.timeout = 10;  // 4 ms per try
+    options.retry_cnt = 1;
+    SoftEndpoint endpoint(device, options);
+    Address nowhere = endpoint.address();
+    nowhere.lid = nowhere_port.port();
+    nowhere.qpn = 0x1234;
+    endpoint.connect(nowhere);
+    REQUIRE(eventually([&] { return device->connects_failed() == 1; }));
+    CHECK(device->connects_started() == 1);
+    CHECK(device->paths_settled() == 0);
+
+    const mlx5::ScatterGatherElement source = endpoint.local(0, 8);
+    const mlx5::Completion completion = run_signaled(endpoint, write_request(7, &source, nowhere.buffer_addr, nowhere.rkey));
+    CHECK(completion.status == mlx5::CompletionStatus::transport_retry_exceeded);
+    CHECK(completion.wr_id == 7);
+    // The request connected again (bounded), and was refused again.
+    CHECK(device->connects_started() == 2);
+    CHECK(device->connects_failed() == 2);
+}
+
+TEST_CASE("QPs connected to their own device open no connection; a QP to another device opens one") {
+    auto device = soft::Device::open();
+    auto other = soft::Device::open();
+    SoftEndpoint first(device);
+    SoftEndpoint second(device);
+    SoftEndpoint elsewhere(other);
+    first.connect(second.address());
+    second.connect(first.address());
+    // RTS after the two above: the progress thread sees the paths to open in this order, so once
+    // the last one settled, any connection the first two asked for was begun too.
+    SoftEndpoint third(device);
+    third.connect(elsewhere.address());
+    REQUIRE(eventually([&] { return device->paths_settled() == 1; }));
+    CHECK(device->connects_started() == 1);
+    CHECK(device->connects_failed() == 0);
+}
