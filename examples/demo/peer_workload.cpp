@@ -110,17 +110,31 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         // stops after the same iteration.
         constexpr std::uint64_t kStopFlag = 1ull << 40;
         bool stop = false;
-        const Clock::time_point started = Clock::now();
         auto* bytes = static_cast<std::uint8_t*>(region.data());
         // Every receive is posted before any peer can send into it, so no message waits out an RNR
-        // NAK (0.64 ms at the default min_rnr_timer; a ConnectX answers the same way). This
-        // iteration's notices were posted before the last control message went out, and every
-        // peer writes only once it has every control message; the control receives are posted
-        // before this rank's writes, which every peer waits for before it sends its control
-        // message. Each queue pair's receive queue then holds them in the order its messages
-        // come: notices(i), controls(i), notices(i + 1).
+        // NAK (0.64 ms at the default min_rnr_timer; a ConnectX answers the same way). The first
+        // notices are posted before this rank says it is ready, and nobody writes before every
+        // peer said so; later ones before the last control message of the iteration before went
+        // out, and every peer writes only once it has every control message; the control receives
+        // are posted before this rank's writes, which every peer waits for before it sends its
+        // control message. Each queue pair's receive queue then holds them in the order its
+        // messages come: ready, notices(0), controls(0), notices(1), ...
+        constexpr std::uint64_t kReady = 0x7eadf00000000000ull;
+        rdmachan::PendingMultiWork ready_arrivals = channels.post_gather_receive(controls);
         std::optional<rdmachan::PendingMultiWork> arrivals;
         arrivals.emplace(channels.post_gather_receive(notices));
+        std::memcpy(bytes + layout.control_out(), &kReady, sizeof kReady);
+        require(rank, channels.multicast_send(everyone, region.slice(layout.control_out(), 8)), "multicast_send (ready)");
+        require(rank, ready_arrivals.wait(), "receiving the peers' ready messages");
+        for (std::uint32_t peer = 0; peer < world; ++peer) {
+            std::uint64_t received = 0;
+            std::memcpy(&received, bytes + layout.control_in(peer), sizeof received);
+            if (received != kReady) fail(rank, "the ready message from rank " + std::to_string(peer) + " is wrong");
+        }
+        // The clock starts once every peer is ready: the ranks leave the rendezvous's barrier up
+        // to a few milliseconds apart on a loaded host, and the first to leave would otherwise
+        // count waiting for the last as transfer time.
+        const Clock::time_point started = Clock::now();
         // A timed run stops after the iteration rank 0 announced as the last in the control
         // message before it, so every peer knows not to post notices for another.
         bool last = !workload.duration && workload.iterations == 1;
@@ -200,10 +214,15 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         report.latency_p50_us = percentile(latencies, 50);
         report.latency_p99_us = percentile(latencies, 99);
         for (std::uint32_t peer = 0; peer < world; ++peer) {
-            const rdmachan::PeerCounters counters = channels.counters(peer);
-            report.counters.push_back({peer, counters.operations, counters.bytes, counters.errors});
-            report.operations += counters.operations;
-            report.bytes += counters.bytes;
+            // The table counts the timed iterations only: each peer's ready message, sent and
+            // received (two operations of 8 bytes, both checked above), is left out. (Counters
+            // read after the ready round could already hold notices of the first iteration.)
+            const rdmachan::PeerCounters total = channels.counters(peer);
+            const std::uint64_t operations = total.operations - 2;
+            const std::uint64_t moved = total.bytes - 2 * sizeof kReady;
+            report.counters.push_back({peer, operations, moved, total.errors});
+            report.operations += operations;
+            report.bytes += moved;
         }
         report.throughput_mb_s = seconds > 0 ? static_cast<double>(report.bytes) / seconds / 1e6 : 0;
         return report;
