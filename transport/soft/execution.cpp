@@ -307,8 +307,11 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) && in_flight.length != 8) {
         syndrome = kSyndromeLocalLength;
     }
+    // What consumes a receive at the target: a send, a send with immediate, a write with immediate.
+    const bool consumes_receive =
+        opcode == kOpcodeSend || opcode == kOpcodeSendImmediate || opcode == kOpcodeRdmaWriteImmediate;
     if (syndrome == 0 && ((opcode == kOpcodeRdmaWrite && zero_hop_write(queue_pair, request, payload, segments, segment_count)) ||
-                          zero_hop_receive(queue_pair, request, payload, segments, segment_count))) {
+                          (consumes_receive && zero_hop_receive(queue_pair, request, payload, segments, segment_count)))) {
         queue_pair.executed += wqebbs;
         flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
                        payload.empty() ? referenced_bytes : payload.size());

@@ -13,6 +13,7 @@
 #include "transport/mlx5/shared_receive_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/device_core.hpp"
+#include "transport/soft/receive_segments.hpp"
 
 namespace rdmachan::soft {
 namespace {
@@ -47,19 +48,14 @@ bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffe
     }
     buffer.valid = true;
     const std::uint32_t protection_domain = queue_pair.srq != nullptr ? queue_pair.srq->protection_domain : queue_pair.protection_domain;
-    for (std::uint32_t i = 0; i < segments; ++i) {
-        const std::uint8_t* segment = wqe + i * kDataSegmentSize;
-        const std::uint32_t lkey = load_big32(segment + 4);
-        if (lkey == kInvalidLkey) break;  // the list ends early
-        const std::uint32_t length = load_big32(segment);
-        const std::uint64_t addr = load_big64(segment + 8);
-        if (length == 0) continue;
+    for_each_receive_segment(wqe, segments, [&](std::uint32_t lkey, std::uint64_t addr, std::uint32_t length) {
         if (!translate_memory(lkey, protection_domain, addr, length, kLocalWrite, buffer.segments)) {
             buffer.protection_error = true;
-            return true;
+            return false;
         }
         buffer.capacity += length;
-    }
+        return true;
+    });
     return true;
 }
 

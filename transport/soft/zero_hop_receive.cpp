@@ -31,6 +31,7 @@
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/completion_ring.hpp"
 #include "transport/soft/device_core.hpp"
+#include "transport/soft/receive_segments.hpp"
 
 namespace rdmachan::soft {
 
@@ -111,29 +112,25 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
         // The receive WQE's scatter list, read as peek_receive reads it.
         const std::uint8_t* wqe =
             receive_queue + static_cast<std::size_t>(consumed & (target.receive_wqe_count - 1)) * target.receive_stride;
-        const std::uint32_t entries = target.receive_stride / kDataSegmentSize;
         std::uint32_t key = 0;
-        for (std::uint32_t i = 0; i < entries; ++i) {
-            const std::uint8_t* entry = wqe + i * kDataSegmentSize;
-            const std::uint32_t lkey = load_big32(entry + 4);
-            if (lkey == kInvalidLkey) break;  // the list ends early
-            const std::uint32_t piece_length = load_big32(entry);
-            const std::uint64_t addr = load_big64(entry + 8);
-            if (piece_length == 0) continue;
-            if (destination.count == wire::kMaxSegments || (key != 0 && lkey != key)) return false;
-            if (key == 0) {
-                key = lkey;
-                table.use_region(key, use);
-            }
-            const std::optional<PublishedRegionView>& region = use.entry();
-            if (!region || !zero_hop_region_admits(*region, target.protection_domain, kLocalWrite, addr, piece_length)) {
-                return false;  // a protection error: the request path reports it
-            }
-            std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
-            if (mapped == nullptr) return false;
-            destination.pieces[destination.count++] = {mapped + (addr - region->addr), piece_length};
-            destination.capacity += piece_length;
-        }
+        const bool admitted = for_each_receive_segment(
+            wqe, target.receive_stride / kDataSegmentSize, [&](std::uint32_t lkey, std::uint64_t addr, std::uint32_t piece_length) {
+                if (destination.count == wire::kMaxSegments || (key != 0 && lkey != key)) return false;
+                if (key == 0) {
+                    key = lkey;
+                    table.use_region(key, use);
+                }
+                const std::optional<PublishedRegionView>& region = use.entry();
+                if (!region || !zero_hop_region_admits(*region, target.protection_domain, kLocalWrite, addr, piece_length)) {
+                    return false;  // a protection error: the request path reports it
+                }
+                std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
+                if (mapped == nullptr) return false;
+                destination.pieces[destination.count++] = {mapped + (addr - region->addr), piece_length};
+                destination.capacity += piece_length;
+                return true;
+            });
+        if (!admitted) return false;
         if (length > destination.capacity) return false;  // a length error: the request path reports it
     }
 
