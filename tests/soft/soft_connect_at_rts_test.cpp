@@ -3,7 +3,7 @@
 // before the first request, not inside it. Here: the path settles with nothing posted and the
 // first write then goes zero-hop; a remote device that does not exist costs nothing until a
 // request needs it, which then completes with transport retry exceeded; QPs connected to their
-// own device open no connection.
+// own device open no connection; the progress thread's polling window is configurable.
 #include <doctest/doctest.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -12,9 +12,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include "tests/soft/device_pair.hpp"
+#include "tests/soft/scoped_environment.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
@@ -122,4 +124,25 @@ TEST_CASE("QPs connected to their own device open no connection; a QP to another
     REQUIRE(eventually([&] { return device->paths_settled() == 1; }));
     CHECK(device->connects_started() == 1);
     CHECK(device->connects_failed() == 0);
+}
+
+TEST_CASE("RDMACHAN_SOFT_POLL_US: a value that is not 0 to 100000 microseconds names the variable; 0 sleeps at once and still moves every request") {
+    for (const char* bad : {"fast", "-1", "100001", "50us"}) {
+        CAPTURE(bad);
+        rdmachan::test::Environment poll("RDMACHAN_SOFT_POLL_US", bad);
+        const std::string named = std::string("RDMACHAN_SOFT_POLL_US = '") + bad + "'";
+        CHECK_THROWS_WITH_AS(soft::Device::open(), doctest::Contains(named.c_str()), soft::SoftDeviceError);
+    }
+    rdmachan::test::Environment poll("RDMACHAN_SOFT_POLL_US", "0");
+    rdmachan::test::DevicePairSettings settings;
+    settings.transport = "tcp";  // every request through the progress threads
+    DevicePair pair(settings);
+    std::memset(pair.initiator.buffer(), 0x3c, 4096);
+    const mlx5::ScatterGatherElement source = pair.initiator.local(0, 4096);
+    for (std::uint64_t i = 0; i < 100; ++i) {
+        REQUIRE(run_signaled(pair.initiator, write_request(i, &source, pair.remote.buffer_addr, pair.remote.rkey)).status ==
+                mlx5::CompletionStatus::success);
+    }
+    CHECK(bytes_differing(pair.target.buffer(), 4096, 0x3c) == 0);
+    CHECK(pair.initiator_device->zero_hop_writes() == 0);
 }

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <random>
 
 #include "src/flight_recorder.hpp"
@@ -119,6 +120,15 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(own
             throw SoftDeviceError(std::string("RDMACHAN_SOFT_ZERO_HOP = '") + zero_hop + "' is not 0 or 1");
         }
         zero_hop_enabled_ = zero_hop[0] == '1';
+    }
+    if (const char* setting = std::getenv("RDMACHAN_SOFT_POLL_US"); setting != nullptr && *setting != '\0') {
+        char* end = nullptr;
+        const unsigned long microseconds = std::strtoul(setting, &end, 10);
+        if (*end != '\0' || setting[0] == '-' || microseconds > 100000) {
+            throw SoftDeviceError(std::string("RDMACHAN_SOFT_POLL_US = '") + setting +
+                                  "' is not a number of microseconds from 0 to 100000");
+        }
+        poll_after_events_ = std::chrono::microseconds(microseconds);
     }
     if (transport_mode_ != TransportMode::tcp && zero_hop_enabled_ && !published_table.valid()) {
         detail::logger().info("software device: no table for peers' zero-hop writes: {}", published_table.why_not());
@@ -234,8 +244,28 @@ void DeviceCore::notify_doorbell(std::atomic<bool>& queue_pair_flag) {
     if (sleeping_.load()) wake();
 }
 
+int DeviceCore::wait_for_events(epoll_event* events, int timeout_ms, Clock::time_point& poll_until) {
+    int ready = 0;
+    if (timeout_ms != 0 && Clock::now() < poll_until) {
+        // Still within the window after the last events: poll, giving the core to any other
+        // runnable thread between polls, until something comes, a doorbell rings or it ends.
+        while ((ready = ::epoll_wait(epoll_fd_, events, kMaxEvents, 0)) == 0 && !doorbells_pending_.load() &&
+               Clock::now() < poll_until) {
+            std::this_thread::yield();
+        }
+        // Nothing came (the sockets were just looked at): sleep, unless a doorbell rang.
+        if (ready == 0 && !doorbells_pending_.load()) ready = ::epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
+    } else {
+        ready = ::epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
+    }
+    // Every burst of events opens the window again.
+    if (ready > 0 && poll_after_events_.count() > 0) poll_until = Clock::now() + poll_after_events_;
+    return ready;
+}
+
 void DeviceCore::run() {
-    epoll_event events[64];
+    epoll_event events[kMaxEvents];
+    Clock::time_point poll_until{};  // wait_for_events polls until then instead of sleeping
     while (!stopping_.load()) {
         Clock::time_point deadline;
         bool busy = false;
@@ -270,7 +300,7 @@ void DeviceCore::run() {
             const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
             timeout_ms = wait <= 0 ? 0 : static_cast<int>(std::min<long long>(wait + 1, 1000));
         }
-        const int ready = ::epoll_wait(epoll_fd_, events, 64, timeout_ms);
+        const int ready = wait_for_events(events, timeout_ms, poll_until);
         sleeping_.store(false);
         std::lock_guard lock(mutex);
         for (int i = 0; i < ready; ++i) {
