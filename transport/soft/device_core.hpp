@@ -423,10 +423,10 @@ private:
     std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself
     std::vector<std::pair<Gid, std::uint16_t>> paths_to_open_;  // open_path_soon's devices (gid, lid)
     // After socket events, the progress thread polls for more this long before it sleeps in
-    // epoll_wait (RDMACHAN_SOFT_POLL_US; 0: it sleeps at once). A peer's answer or next request
-    // that comes within it is handled without a wake-up, which on a loaded host costs more than
-    // the message (transport/soft/README.md, "Progress thread").
-    std::chrono::microseconds poll_after_events_{50};
+    // epoll_wait (RDMACHAN_SOFT_POLL_US; default 0: it sleeps at once). A peer's answer or next
+    // request that comes within it is handled without a wake-up; but a polling thread loses the
+    // scheduler's preference for a woken one (transport/soft/README.md, "Polling after events").
+    std::chrono::microseconds poll_after_events_{0};
     static constexpr int kMaxEvents = 64;
     int wait_for_events(epoll_event* events, int timeout_ms, Clock::time_point& poll_until);
     // Requests sent from the doorbell thread (doorbell_requests.cpp): RDMACHAN_SOFT_DOORBELL_REQUESTS=0
