@@ -89,6 +89,7 @@ std::uint64_t Device::zero_hop_writes() const { return core_->zero_hop_writes.lo
 std::uint64_t Device::zero_hop_arena_writes() const { return core_->zero_hop_arena_writes.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_reads() const { return core_->zero_hop_reads.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_arena_reads() const { return core_->zero_hop_arena_reads.load(std::memory_order_relaxed); }
+std::uint64_t Device::zero_hop_atomics() const { return core_->zero_hop_atomics.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_receives() const { return core_->zero_hop_receives.load(std::memory_order_relaxed); }
 std::uint32_t Device::zero_hop_holder(std::uint32_t key) const { return core_->published_table.holder_of(key); }
 std::uint16_t Device::lid() const { return core_->lid; }

@@ -381,6 +381,9 @@ public:
     // arena into this device's).
     std::uint64_t zero_hop_reads() const;
     std::uint64_t zero_hop_arena_reads() const;
+    // Compare-and-swap and fetch-and-add executed zero-hop (on the target's arena, by this
+    // device's thread).
+    std::uint64_t zero_hop_atomics() const;
     // Sends and RDMA writes with immediate executed zero-hop, their receive consumed and their
     // CQE written by this device (zero_hop_receive.cpp).
     std::uint64_t zero_hop_receives() const;

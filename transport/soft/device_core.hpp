@@ -263,6 +263,8 @@ public:
     // RDMA reads this device, as initiator, executed zero-hop, and of those the memcpys.
     std::atomic<std::uint64_t> zero_hop_reads{0};
     std::atomic<std::uint64_t> zero_hop_arena_reads{0};
+    // Atomics this device, as initiator, executed zero-hop.
+    std::atomic<std::uint64_t> zero_hop_atomics{0};
     // WQEs this device executed on the doorbell thread by send_from_doorbell (doorbell_requests.cpp).
     std::atomic<std::uint64_t> doorbell_requests{0};
     // Connections to other devices this device began (at RTS in the background, or for a
@@ -294,6 +296,12 @@ private:
     // nothing moved, whenever it cannot be done so.
     bool zero_hop_read(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets,
                        std::uint64_t length);
+    // The zero-hop atomic: a compare-and-swap or fetch-and-add on a word of the target's arena,
+    // by the CPU's own atomic instruction on the shared mapping (so it is atomic with respect to
+    // the target device's atomics, which use the same instructions on the same memory), after
+    // the responder's checks; the original value written into the local targets, which must be
+    // in this device's arena. False, with nothing done, whenever it cannot be done so.
+    bool zero_hop_atomic(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets);
     // The zero-hop receive (zero_hop_receive.cpp): a send or an RDMA write with immediate to a
     // same-host peer, whose receive WQE this thread consumes and whose CQE it writes. False, with
     // no receive consumed, whenever it cannot be done so: the request path then carries it.

@@ -116,8 +116,8 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     const bool signaled = (control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0;
     const std::uint32_t wqebbs = ds == 0 ? 1 : (ds * kSegmentUnit + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
 
-    // On the doorbell thread only a well-formed RC RDMA write, read, write with immediate or send
-    // may execute (zero_hop.cpp, zero_hop_receive.cpp), or, from send_from_doorbell, a well-formed
+    // On the doorbell thread only a well-formed RC RDMA write, read, write with immediate, send or
+    // atomic may execute (zero_hop.cpp, zero_hop_receive.cpp), or, from send_from_doorbell, a well-formed
     // RC request (doorbell_requests.cpp); every other WQE stays in the ring, untouched, for the
     // progress thread.
     const bool doorbell_thread = left_for_progress != nullptr;
@@ -125,9 +125,11 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         *left_for_progress = true;
         return false;
     };
-    const bool doorbell_may_execute =
-        opcode == kOpcodeRdmaWrite || opcode == kOpcodeRdmaRead || opcode == kOpcodeRdmaWriteImmediate ||
-        opcode == kOpcodeSend || opcode == kOpcodeSendImmediate || (doorbell_sends_requests_ && is_request_opcode(opcode));
+    const bool doorbell_may_execute = opcode == kOpcodeRdmaWrite || opcode == kOpcodeRdmaRead ||
+                                      opcode == kOpcodeRdmaWriteImmediate || opcode == kOpcodeSend ||
+                                      opcode == kOpcodeSendImmediate || opcode == kOpcodeAtomicCompareAndSwap ||
+                                      opcode == kOpcodeAtomicFetchAndAdd ||
+                                      (doorbell_sends_requests_ && is_request_opcode(opcode));
     if (doorbell_thread && (!doorbell_may_execute || queue_pair.state != QueuePairState::ready_to_send ||
                             queue_pair.transport != Transport::reliable_connected || wqe_index != (index & 0xffff) ||
                             (qpn_ds >> 8) != queue_pair.qpn || ds < 1)) {
@@ -323,6 +325,13 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
         // A read's CQE carries the bytes read (libmlx5 reports it as byte_len).
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, in_flight.length);
+        return true;
+    }
+    if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) &&
+        zero_hop_atomic(queue_pair, request, in_flight.local_targets)) {
+        queue_pair.executed += wqebbs;
+        flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
+        if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 8);
         return true;
     }
     // A local error is the progress thread's to report (it logs and moves the QP to ERR).

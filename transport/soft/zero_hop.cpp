@@ -267,4 +267,44 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
     return true;
 }
 
+bool DeviceCore::zero_hop_atomic(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets) {
+    const bool fetch_and_add = request.opcode == kOpcodeAtomicFetchAndAdd;
+    if (!zero_hop_enabled_ || (!fetch_and_add && request.opcode != kOpcodeAtomicCompareAndSwap)) return false;
+    // A misaligned word is the responder's error to report (remote invalid request).
+    if (request.remote_addr % 8 != 0 || targets.size() > wire::kMaxSegments) return false;
+    iovec local[wire::kMaxSegments];
+    std::size_t local_count = 0;
+    for (auto [address, bytes] : targets) local[local_count++] = {address, bytes};
+    if (!in_own_arena(local, local_count)) return false;  // the result is stored by plain stores
+    PeerTable::RegionUse use;
+    const ZeroHopTarget target = zero_hop_admit(queue_pair, request, 8, kRemoteAtomic, use);
+    if (target.table == nullptr) return false;
+    const PublishedRegionView& region = *use.entry();
+    // Only an instruction on the same memory is atomic with the target's own atomics: a word
+    // outside the target's arena (no shared mapping) goes the request path.
+    std::uint8_t* mapped = target.table->arena_range(region.arena_offset, region.length);
+    if (mapped == nullptr) {
+        use.release();
+        return false;
+    }
+    auto* word = reinterpret_cast<std::uint64_t*>(mapped + (request.remote_addr - region.addr));
+    // The responder's operation exactly: the operands in host byte order, the original value
+    // returned as the response's payload carries it.
+    std::uint64_t original;
+    if (fetch_and_add) {
+        original = __atomic_fetch_add(word, request.compare_add, __ATOMIC_SEQ_CST);
+    } else {
+        original = request.compare_add;
+        __atomic_compare_exchange_n(word, &original, request.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    use.release();
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(&original);
+    for (std::size_t i = 0; i < local_count; ++i) {
+        std::memcpy(local[i].iov_base, bytes, local[i].iov_len);
+        bytes += local[i].iov_len;
+    }
+    count_one(zero_hop_atomics);
+    return true;
+}
+
 }  // namespace rdmachan::soft
