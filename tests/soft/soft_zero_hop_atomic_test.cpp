@@ -31,7 +31,7 @@ constexpr std::uint64_t kWord = 4096;    // the target's word, in its buffer
 constexpr std::uint64_t kResult = 8192;  // where the initiator receives the original value
 
 // Both buffers from their devices' arenas, on the same-host path, settled.
-DevicePairSettings allocated_pair(const char* zero_hop) {
+DevicePairSettings atomic_pair_settings(const char* zero_hop) {
     DevicePairSettings settings;
     settings.zero_hop = zero_hop;
     settings.target.allocated = true;
@@ -48,7 +48,7 @@ mlx5::SendWorkRequest atomic_request(mlx5::SendOpcode opcode, const mlx5::Scatte
     return request;
 }
 
-struct Outcome {
+struct AtomicOutcome {
     mlx5::Completion completion;
     std::uint64_t returned = 0;  // what landed in the initiator's result word
     std::uint64_t word = 0;      // the target's word afterwards
@@ -57,14 +57,14 @@ struct Outcome {
 
 // Runs one atomic on a fresh pair, the target's word starting at `initial`; `remote_offset` and
 // `rkey_delta` make refused cases (a misaligned word, a key that does not exist).
-Outcome run_atomic(const char* zero_hop, mlx5::SendOpcode opcode, std::uint64_t initial, std::uint64_t compare_add,
+AtomicOutcome run_atomic(const char* zero_hop, mlx5::SendOpcode opcode, std::uint64_t initial, std::uint64_t compare_add,
                    std::uint64_t swap, std::uint64_t remote_offset = kWord, std::uint32_t rkey_delta = 0) {
-    DevicePair pair(allocated_pair(zero_hop));
+    DevicePair pair(atomic_pair_settings(zero_hop));
     REQUIRE(settle_path(pair.initiator, pair.remote));
     std::memcpy(pair.target.buffer() + kWord, &initial, 8);
     std::memset(pair.initiator.buffer() + kResult, 0xee, 8);
     const mlx5::ScatterGatherElement result = pair.initiator.local(kResult, 8);
-    Outcome outcome;
+    AtomicOutcome outcome;
     outcome.completion = run_signaled(pair.initiator, atomic_request(opcode, &result, pair.remote.buffer_addr + remote_offset,
                                                                      pair.remote.rkey + rkey_delta, compare_add, swap));
     std::memcpy(&outcome.returned, pair.initiator.buffer() + kResult, 8);
@@ -73,7 +73,7 @@ Outcome run_atomic(const char* zero_hop, mlx5::SendOpcode opcode, std::uint64_t 
     return outcome;
 }
 
-void check_same(const Outcome& zero_hop, const Outcome& request_path) {
+void check_same(const AtomicOutcome& zero_hop, const AtomicOutcome& request_path) {
     CHECK(zero_hop.completion.status == request_path.completion.status);
     CHECK(zero_hop.completion.opcode == request_path.completion.opcode);
     CHECK(zero_hop.completion.byte_len == request_path.completion.byte_len);
@@ -104,8 +104,8 @@ TEST_CASE("zero-hop atomics: compare-and-swap (taken and not) and fetch-and-add 
     };
     for (const Case& c : cases) {
         CAPTURE(c.name);
-        const Outcome zero_hop = run_atomic(nullptr, c.opcode, c.initial, c.compare_add, c.swap);
-        const Outcome request_path = run_atomic("0", c.opcode, c.initial, c.compare_add, c.swap);
+        const AtomicOutcome zero_hop = run_atomic(nullptr, c.opcode, c.initial, c.compare_add, c.swap);
+        const AtomicOutcome request_path = run_atomic("0", c.opcode, c.initial, c.compare_add, c.swap);
         CHECK(zero_hop.completion.status == mlx5::CompletionStatus::success);
         CHECK(zero_hop.returned == c.initial);
         CHECK(zero_hop.word == c.word_after);
@@ -116,16 +116,16 @@ TEST_CASE("zero-hop atomics: compare-and-swap (taken and not) and fetch-and-add 
 
 TEST_CASE("zero-hop atomics refused: a misaligned word or an unknown key gives the request path's CQE, the word untouched") {
     SUBCASE("misaligned") {
-        const Outcome zero_hop = run_atomic(nullptr, mlx5::SendOpcode::atomic_fetch_and_add, 5, 1, 0, kWord + 4);
-        const Outcome request_path = run_atomic("0", mlx5::SendOpcode::atomic_fetch_and_add, 5, 1, 0, kWord + 4);
+        const AtomicOutcome zero_hop = run_atomic(nullptr, mlx5::SendOpcode::atomic_fetch_and_add, 5, 1, 0, kWord + 4);
+        const AtomicOutcome request_path = run_atomic("0", mlx5::SendOpcode::atomic_fetch_and_add, 5, 1, 0, kWord + 4);
         CHECK(zero_hop.completion.status != mlx5::CompletionStatus::success);
         CHECK(zero_hop.word == 5);
         CHECK(zero_hop.zero_hop == 0);
         check_same(zero_hop, request_path);
     }
     SUBCASE("unknown key") {
-        const Outcome zero_hop = run_atomic(nullptr, mlx5::SendOpcode::atomic_compare_and_swap, 5, 5, 6, kWord, 0x100);
-        const Outcome request_path = run_atomic("0", mlx5::SendOpcode::atomic_compare_and_swap, 5, 5, 6, kWord, 0x100);
+        const AtomicOutcome zero_hop = run_atomic(nullptr, mlx5::SendOpcode::atomic_compare_and_swap, 5, 5, 6, kWord, 0x100);
+        const AtomicOutcome request_path = run_atomic("0", mlx5::SendOpcode::atomic_compare_and_swap, 5, 5, 6, kWord, 0x100);
         CHECK(zero_hop.completion.status == mlx5::CompletionStatus::remote_access_error);
         CHECK(zero_hop.word == 5);
         CHECK(zero_hop.zero_hop == 0);
