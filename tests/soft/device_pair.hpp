@@ -19,6 +19,15 @@ struct DevicePairSettings {
     EndpointOptions initiator;
 };
 
+// Both endpoints' buffers from their devices' arenas (allocate_memory), on the same-host path.
+inline DevicePairSettings allocated_pair_settings(const char* zero_hop = nullptr) {
+    DevicePairSettings settings;
+    settings.zero_hop = zero_hop;
+    settings.target.allocated = true;
+    settings.initiator.allocated = true;
+    return settings;
+}
+
 class DevicePair {
     // The first member, so the variables are set before the devices below open.
     struct ScopedSettings {

@@ -28,7 +28,7 @@ namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::bytes_differing;
 using rdmachan::test::DevicePair;
-using rdmachan::test::DevicePairSettings;
+using rdmachan::test::allocated_pair_settings;
 using rdmachan::test::run_signaled;
 using rdmachan::test::settle_path;
 using rdmachan::test::write_request;
@@ -37,18 +37,9 @@ namespace {
 
 constexpr std::uint32_t kAll = soft::kLocalWrite | soft::kRemoteWrite | soft::kRemoteRead | soft::kRemoteAtomic;
 
-// Both endpoints' buffers from their devices' arenas, on the same-host path, settled.
-DevicePairSettings allocated_pair(const char* zero_hop = nullptr) {
-    DevicePairSettings settings;
-    settings.zero_hop = zero_hop;
-    settings.target.allocated = true;
-    settings.initiator.allocated = true;
-    return settings;
-}
-
 class ArenaPair : public DevicePair {
 public:
-    ArenaPair() : DevicePair(allocated_pair()) { REQUIRE(settle_path(initiator, remote)); }
+    ArenaPair() : DevicePair(allocated_pair_settings()) { REQUIRE(settle_path(initiator, remote)); }
 };
 
 }  // namespace
@@ -202,7 +193,7 @@ struct ReadOutcome {
 };
 
 ReadOutcome refused_read(ReadRefusal refusal, bool zero_hop) {
-    DevicePair pair(allocated_pair(zero_hop ? "1" : "0"));
+    DevicePair pair(allocated_pair_settings(zero_hop ? "1" : "0"));
     REQUIRE(settle_path(pair.initiator, pair.remote));
     std::uint64_t address = pair.remote.buffer_addr;
     std::uint32_t rkey = pair.remote.rkey;
@@ -244,7 +235,7 @@ TEST_CASE("zero-hop read refused: the request path's CQE, and the local memory u
 }
 
 TEST_CASE("allocated memory with zero-hop writes off: the request path moves them, byte for byte") {
-    DevicePair pair(allocated_pair("0"));
+    DevicePair pair(allocated_pair_settings("0"));
     REQUIRE(settle_path(pair.initiator, pair.remote));
     for (std::uint32_t b = 0; b < 65536; ++b) pair.initiator.buffer()[b] = static_cast<std::uint8_t>(b * 3 + 2);
     const mlx5::ScatterGatherElement source = pair.initiator.local(0, 65536);

@@ -18,7 +18,7 @@ namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::Address;
 using rdmachan::test::DevicePair;
-using rdmachan::test::DevicePairSettings;
+using rdmachan::test::allocated_pair_settings;
 using rdmachan::test::EndpointOptions;
 using rdmachan::test::run_signaled;
 using rdmachan::test::settle_path;
@@ -29,15 +29,6 @@ namespace {
 
 constexpr std::uint64_t kWord = 4096;    // the target's word, in its buffer
 constexpr std::uint64_t kResult = 8192;  // where the initiator receives the original value
-
-// Both buffers from their devices' arenas, on the same-host path, settled.
-DevicePairSettings atomic_pair_settings(const char* zero_hop) {
-    DevicePairSettings settings;
-    settings.zero_hop = zero_hop;
-    settings.target.allocated = true;
-    settings.initiator.allocated = true;
-    return settings;
-}
 
 mlx5::SendWorkRequest atomic_request(mlx5::SendOpcode opcode, const mlx5::ScatterGatherElement* result, std::uint64_t remote_addr,
                                      std::uint32_t rkey, std::uint64_t compare_add, std::uint64_t swap = 0) {
@@ -59,7 +50,7 @@ struct AtomicOutcome {
 // `rkey_delta` make refused cases (a misaligned word, a key that does not exist).
 AtomicOutcome run_atomic(const char* zero_hop, mlx5::SendOpcode opcode, std::uint64_t initial, std::uint64_t compare_add,
                    std::uint64_t swap, std::uint64_t remote_offset = kWord, std::uint32_t rkey_delta = 0) {
-    DevicePair pair(atomic_pair_settings(zero_hop));
+    DevicePair pair(allocated_pair_settings(zero_hop));
     REQUIRE(settle_path(pair.initiator, pair.remote));
     std::memcpy(pair.target.buffer() + kWord, &initial, 8);
     std::memset(pair.initiator.buffer() + kResult, 0xee, 8);
