@@ -195,6 +195,9 @@ struct ReadOutcome {
 ReadOutcome refused_read(ReadRefusal refusal, bool zero_hop) {
     DevicePair pair(allocated_pair_settings(zero_hop ? "1" : "0"));
     REQUIRE(settle_path(pair.initiator, pair.remote));
+    // The settling read itself may go zero-hop (the connection opens at RTS, so its hello may be
+    // answered first): only the refused read is counted.
+    const std::uint64_t zero_hop_reads_before = pair.initiator_device->zero_hop_reads();
     std::uint64_t address = pair.remote.buffer_addr;
     std::uint32_t rkey = pair.remote.rkey;
     std::shared_ptr<soft::MemoryRegion> extra;
@@ -215,7 +218,7 @@ ReadOutcome refused_read(ReadRefusal refusal, bool zero_hop) {
     ReadOutcome outcome;
     outcome.status = run_signaled(pair.initiator, read).status;
     outcome.local_bytes_touched = bytes_differing(pair.initiator.buffer(), 1 << 20, 0xee);
-    outcome.zero_hop_reads = pair.initiator_device->zero_hop_reads();
+    outcome.zero_hop_reads = pair.initiator_device->zero_hop_reads() - zero_hop_reads_before;
     return outcome;
 }
 
