@@ -8,6 +8,7 @@
 // and does to the process in that window what the case is about.
 #include <doctest/doctest.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <string>
 #include <thread>
@@ -191,17 +193,38 @@ TEST_CASE("deregistration while a peer that died in a zero-hop write holds the r
     CHECK(child->wait(10) == 200 + SIGKILL);
 }
 
-// Root only (CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE): /proc/sys/kernel/ns_last_pid steers the
-// pid the next fork gets, as CRIU does; without it the case says so and checks nothing.
-TEST_CASE("a zero-hop write whose target exited never lands in the process that got the target's pid") {
-    Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "1");
+namespace {
+
+// What the pid-reuse scenario saw, sent from inside its PID namespace to the test.
+struct PidReuseReport {
+    char failed_step[96];            // empty when every step ran
+    std::int32_t target_exit;        // ChildProcess::wait's code
+    std::int32_t successor_pid;      // in the namespace; must equal target_pid
+    std::int32_t target_pid;
+    double successor_ready_ms;       // after the post
+    std::uint64_t bytes_written;     // bytes of the target's range the successor saw change
+    std::uint8_t status;             // mlx5::CompletionStatus of the write, 0xff: none
+    std::uint64_t zero_hop_writes;
+    std::int32_t successor_exit;
+};
+
+constexpr auto kPidReuseHold = std::chrono::milliseconds(3000);
+
+// Runs as pid 1 of a PID namespace of its own, so no other process can take the target's pid
+// between its death and the successor's fork: the only forks and threads in the namespace are
+// this scenario's. Every step it cannot take ends it with the step named in the report.
+PidReuseReport pid_reuse_scenario() {
+    PidReuseReport report{};
+    report.status = 0xff;
+    auto failed = [&report](const char* step) {
+        std::snprintf(report.failed_step, sizeof report.failed_step, "%s", step);
+        return report;
+    };
+    // Inside the namespace, ns_last_pid is the namespace's own counter.
     const int last_pid = ::open("/proc/sys/kernel/ns_last_pid", O_RDWR | O_CLOEXEC);
-    if (last_pid < 0) {
-        MESSAGE("not run: /proc/sys/kernel/ns_last_pid is not writable here (needs root)");
-        return;
-    }
+    if (last_pid < 0) return failed("opening /proc/sys/kernel/ns_last_pid");
     // The target: serves one region until it is killed.
-    auto target = ChildProcess::start([](int from_parent, int to_parent) {
+    auto target = ChildProcess::start("the target", [](int from_parent, int to_parent) {
         auto device = soft::Device::open();
         SoftEndpoint endpoint(device);
         const Address mine = endpoint.address();
@@ -219,22 +242,22 @@ TEST_CASE("a zero-hop write whose target exited never lands in the process that 
     options.retry_cnt = 3;
     SoftEndpoint initiator(device, options);
     Address remote{};
-    REQUIRE(read_all(target->from_child, &remote, sizeof remote));
+    if (!read_all(target->from_child, &remote, sizeof remote)) return failed("reading the target's address");
     const Address mine = initiator.address();
-    REQUIRE(write_all(target->to_child, &mine, sizeof mine));
+    if (!write_all(target->to_child, &mine, sizeof mine)) return failed("sending the target our address");
     initiator.connect(remote);
     char ready = 0;
-    REQUIRE(read_all(target->from_child, &ready, 1));
-    REQUIRE(settle_path(initiator, remote));
-    const pid_t target_pid = target->pid;
+    if (!read_all(target->from_child, &ready, 1)) return failed("waiting for the target to connect");
+    if (!settle_path(initiator, remote)) return failed("settling the path to the target");
+    report.target_pid = target->pid;
 
-    // The write: checked against the live target's table, then held 3 s before its move.
+    // The write: checked against the live target's table, then held before its move. A jthread,
+    // so that every early return below still joins it.
     std::memset(initiator.buffer(), kPattern, kWriteBytes);
-    constexpr auto kHold = std::chrono::milliseconds(3000);
-    soft::delay_zero_hop_writes(kHold);
+    soft::delay_zero_hop_writes(kPidReuseHold);
     const auto posted = std::chrono::steady_clock::now();
     std::optional<mlx5::Completion> completion;
-    std::thread writer([&] {
+    std::jthread writer([&] {
         const mlx5::ScatterGatherElement source = initiator.local(0, kWriteBytes);
         const mlx5::SendWorkRequest write = write_request(7, &source, remote.buffer_addr, remote.rkey);
         if (initiator.post(&write, 1) == mlx5::PostResult::ok) completion = initiator.wait_send(std::chrono::seconds(20));
@@ -242,46 +265,88 @@ TEST_CASE("a zero-hop write whose target exited never lands in the process that 
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     // Meanwhile the target dies and is reaped, and its pid goes to a process that maps the very
     // pages the write is aimed at, writable and zeroed.
-    REQUIRE(::kill(target_pid, SIGKILL) == 0);
-    CHECK(target->wait(10) == 200 + SIGKILL);
+    if (::kill(target->pid, SIGKILL) != 0) return failed("killing the target");
+    report.target_exit = target->wait(10);
     const std::uintptr_t page = remote.buffer_addr & ~std::uintptr_t{4095};
     const std::size_t span = ((remote.buffer_addr + kWriteBytes + 4095) & ~std::uint64_t{4095}) - page;
-    std::unique_ptr<ChildProcess> successor;
-    for (int attempt = 0; attempt < 50 && successor == nullptr; ++attempt) {
-        const std::string previous = std::to_string(target_pid - 1);
-        REQUIRE(::pwrite(last_pid, previous.data(), previous.size(), 0) == static_cast<ssize_t>(previous.size()));
-        auto candidate = ChildProcess::start([page, span](int from_parent, int to_parent) {
-            void* mapped = ::mmap(reinterpret_cast<void*>(page), span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-            if (mapped == MAP_FAILED) ::_exit(110);
-            if (!write_all(to_parent, "m", 1)) ::_exit(111);
-            char check = 0;
-            if (!read_all(from_parent, &check, 1)) ::_exit(112);
-            // Reports how many bytes of the target's range are no longer zero.
-            const std::uint64_t written = bytes_differing(static_cast<const std::uint8_t*>(mapped), span, 0);
-            if (!write_all(to_parent, &written, sizeof written)) ::_exit(113);
-            ::_exit(0);
-        });
-        if (candidate->pid == target_pid) successor = std::move(candidate);
-        // Another process took the pid first: that child exits when its pipes close.
+    const std::string previous = std::to_string(report.target_pid - 1);
+    if (::pwrite(last_pid, previous.data(), previous.size(), 0) != static_cast<ssize_t>(previous.size())) {
+        return failed("writing ns_last_pid");
     }
     ::close(last_pid);
-    REQUIRE(successor != nullptr);
+    auto successor = ChildProcess::start("the successor", [page, span](int from_parent, int to_parent) {
+        void* mapped = ::mmap(reinterpret_cast<void*>(page), span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+        if (mapped == MAP_FAILED) ::_exit(110);
+        if (!write_all(to_parent, "m", 1)) ::_exit(111);
+        char check = 0;
+        if (!read_all(from_parent, &check, 1)) ::_exit(112);
+        // Reports how many bytes of the target's range are no longer zero.
+        const std::uint64_t written = bytes_differing(static_cast<const std::uint8_t*>(mapped), span, 0);
+        if (!write_all(to_parent, &written, sizeof written)) ::_exit(113);
+        ::_exit(0);
+    });
+    report.successor_pid = successor->pid;
     char mapped = 0;
-    REQUIRE(read_all(successor->from_child, &mapped, 1));
-    // The case means something only if the successor was in place before the write moved.
-    const auto ready_after = std::chrono::steady_clock::now() - posted;
-    MESSAGE("process " << successor->pid << " has had the target's pid and its pages since "
-                       << std::chrono::duration<double, std::milli>(ready_after).count() << " ms after the post");
-    REQUIRE(ready_after < kHold - std::chrono::milliseconds(500));
+    if (!read_all(successor->from_child, &mapped, 1)) return failed("waiting for the successor to map the pages");
+    report.successor_ready_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - posted).count();
 
     writer.join();
     soft::delay_zero_hop_writes(std::chrono::microseconds(0));
-    REQUIRE(write_all(successor->to_child, "c", 1));
-    std::uint64_t written = ~0ull;
-    REQUIRE(read_all(successor->from_child, &written, sizeof written));
-    CHECK(written == 0);
-    REQUIRE(completion.has_value());
-    CHECK(completion->status == mlx5::CompletionStatus::transport_retry_exceeded);
-    CHECK(device->zero_hop_writes() == 0);
-    CHECK(successor->wait(10) == 0);
+    if (!write_all(successor->to_child, "c", 1)) return failed("asking the successor for its bytes");
+    report.bytes_written = ~0ull;
+    if (!read_all(successor->from_child, &report.bytes_written, sizeof report.bytes_written)) {
+        return failed("reading the successor's bytes");
+    }
+    if (completion) report.status = static_cast<std::uint8_t>(completion->status);
+    report.zero_hop_writes = device->zero_hop_writes();
+    report.successor_exit = successor->wait(10);
+    return report;
+}
+
+}  // namespace
+
+// Root only (CAP_SYS_ADMIN): the case runs in a PID namespace of its own, where ns_last_pid
+// steers the pid the next fork gets, as CRIU does; where the namespace is refused it says so and
+// checks nothing.
+TEST_CASE("a zero-hop write whose target exited never lands in the process that got the target's pid") {
+    Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "1");
+    auto holder = ChildProcess::start("the pid namespace's parent", [](int, int to_parent) {
+        if (::unshare(CLONE_NEWPID) != 0) ::_exit(90);
+        const pid_t init = ::fork();  // pid 1 of the new namespace
+        if (init < 0) ::_exit(91);
+        if (init == 0) {
+            PidReuseReport report{};
+            try {
+                report = pid_reuse_scenario();
+            } catch (const std::exception& error) {
+                std::snprintf(report.failed_step, sizeof report.failed_step, "threw: %s", error.what());
+            } catch (...) {
+                std::snprintf(report.failed_step, sizeof report.failed_step, "threw");
+            }
+            ::_exit(write_all(to_parent, &report, sizeof report) ? 0 : 92);
+        }
+        int status = 0;
+        if (::waitpid(init, &status, 0) != init) ::_exit(93);
+        ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 200 + WTERMSIG(status));
+    });
+    PidReuseReport report{};
+    const bool reported = read_all(holder->from_child, &report, sizeof report, 90);
+    const int holder_exit = holder->wait(10);
+    if (!reported && holder_exit == 90) {
+        MESSAGE("not run: unshare(CLONE_NEWPID) is refused here (needs root)");
+        return;
+    }
+    REQUIRE_MESSAGE(reported, "the scenario sent no report; its namespace's parent " << ChildProcess::describe(holder_exit));
+    CHECK(holder_exit == 0);
+    REQUIRE_MESSAGE(report.failed_step[0] == '\0', "the scenario stopped at: " << report.failed_step);
+    CHECK(report.target_exit == ChildProcess::ended_by(SIGKILL));
+    REQUIRE(report.successor_pid == report.target_pid);
+    MESSAGE("process " << report.successor_pid << " has had the target's pid and its pages since " << report.successor_ready_ms
+                       << " ms after the post");
+    // The case means something only if the successor was in place before the write moved.
+    REQUIRE(report.successor_ready_ms < static_cast<double>((kPidReuseHold - std::chrono::milliseconds(500)).count()));
+    CHECK(report.bytes_written == 0);
+    CHECK(report.status == static_cast<std::uint8_t>(mlx5::CompletionStatus::transport_retry_exceeded));
+    CHECK(report.zero_hop_writes == 0);
+    CHECK(report.successor_exit == 0);
 }
