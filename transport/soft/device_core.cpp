@@ -18,8 +18,8 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <random>
+#include <thread>
 
 #include "src/flight_recorder.hpp"
 #include "src/logger.hpp"

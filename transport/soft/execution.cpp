@@ -164,6 +164,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         copy_from_send_ring(ring, position, destination, bytes);
         position += bytes;
     };
+    const bool atomic = opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd;
     bool has_remote = false;
     switch (opcode) {
         case kOpcodeRdmaWrite:
@@ -205,7 +206,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         request.rkey = load_big32(segment + 8);
         ++units;
     }
-    if (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) {
+    if (atomic) {
         std::uint8_t segment[kAtomicSegmentSize];
         take(segment, sizeof segment);
         if (opcode == kOpcodeAtomicCompareAndSwap) {
@@ -221,7 +222,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     // responder to move with cross-memory attach; they are collected here and copied into the
     // frame only if the request turns out small or mixes in inline data.
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    bool by_reference = opcode != kOpcodeAtomicCompareAndSwap && opcode != kOpcodeAtomicFetchAndAdd &&
+    bool by_reference = !atomic &&
                         !(same_gid(remote.gid, gid) && remote.lid == lid) && same_host_connection(remote.gid, remote.lid) != nullptr;
     wire::Segment segments[wire::kMaxSegments];
     std::uint32_t segment_count = 0;

@@ -12,6 +12,7 @@
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/atomic_word.hpp"
 #include "transport/soft/device_core.hpp"
 #include "transport/soft/receive_segments.hpp"
 
@@ -344,13 +345,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             // The 64-bit operand is in the responder's host byte order, and the operation is atomic
             // with respect to every other atomic the device performs on that word.
             auto* word = reinterpret_cast<std::uint64_t*>(target);
-            std::uint64_t original;
-            if (request.opcode == kOpcodeAtomicFetchAndAdd) {
-                original = __atomic_fetch_add(word, request.compare_add, __ATOMIC_SEQ_CST);
-            } else {
-                original = request.compare_add;
-                __atomic_compare_exchange_n(word, &original, request.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-            }
+            const std::uint64_t original = perform_atomic(word, request, request.opcode == kOpcodeAtomicFetchAndAdd);
             performed(0);
             accept();
             respond(connection, answer(request, wire::ResponseKind::ack), &original, sizeof original);

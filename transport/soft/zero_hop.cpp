@@ -28,6 +28,7 @@
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/atomic_word.hpp"
 #include "transport/soft/device_core.hpp"
 
 namespace rdmachan::soft {
@@ -290,13 +291,7 @@ bool DeviceCore::zero_hop_atomic(QueuePairContext& queue_pair, const wire::Reque
     auto* word = reinterpret_cast<std::uint64_t*>(mapped + (request.remote_addr - region.addr));
     // The responder's operation exactly: the operands in host byte order, the original value
     // returned as the response's payload carries it.
-    std::uint64_t original;
-    if (fetch_and_add) {
-        original = __atomic_fetch_add(word, request.compare_add, __ATOMIC_SEQ_CST);
-    } else {
-        original = request.compare_add;
-        __atomic_compare_exchange_n(word, &original, request.swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    }
+    const std::uint64_t original = perform_atomic(word, request, fetch_and_add);
     use.release();
     const auto* bytes = reinterpret_cast<const std::uint8_t*>(&original);
     for (std::size_t i = 0; i < local_count; ++i) {
