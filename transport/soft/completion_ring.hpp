@@ -39,21 +39,37 @@ struct CompletionRingView {
             mlx5::big_to_host32(mlx5::load_acquire32(doorbell_record + mlx5::kCqSetConsumerIndex)) & 0xffffff;
         return ((producer_index() - consumer) & 0xffffff) >= cqe_count;
     }
+    // The next entry's mlx5_cqe64, as it is.
+    std::uint8_t* next_entry() const {
+        std::uint8_t* entry = buffer + static_cast<std::size_t>(producer_index() & (cqe_count - 1)) * cqe_size;
+        return entry + (cqe_size - mlx5::kCqeSize64);
+    }
     // The next entry's mlx5_cqe64, every byte but op_own cleared (the poller may be reading
     // op_own); the caller checked full() first.
     std::uint8_t* claim() const {
-        std::uint8_t* entry = buffer + static_cast<std::size_t>(producer_index() & (cqe_count - 1)) * cqe_size;
-        std::uint8_t* cqe64 = entry + (cqe_size - mlx5::kCqeSize64);
+        std::uint8_t* cqe64 = next_entry();
         std::memset(cqe64, 0, mlx5::kCqeOpOwn);
         return cqe64;
     }
+    // The op_own byte of the next entry once it holds a CQE of `cqe_opcode`: the owner bit
+    // flips on every pass over the ring (mlx5-facts.md §5).
+    std::uint8_t owner_byte(std::uint8_t cqe_opcode) const {
+        const std::uint8_t owner = (producer_index() / cqe_count) & 1;
+        return static_cast<std::uint8_t>(cqe_opcode << 4 | owner);
+    }
     // The body is written; op_own last with a release store, so a poller that sees the new
-    // owner bit sees a complete CQE (mlx5-facts.md §5).
+    // owner bit sees a complete CQE (mlx5-facts.md §5). Then the producer index moves on: the
+    // two steps apart for the receive journal (published_table.hpp), which must tell a CQE the
+    // consumer can already see from one it cannot.
+    void make_visible(std::uint8_t* cqe64, std::uint8_t cqe_opcode) const {
+        mlx5::store_release8(cqe64 + mlx5::kCqeOpOwn, owner_byte(cqe_opcode));
+    }
+    void advance() const {
+        __atomic_store_n(doorbell_record + kCqProducerIndexWord, producer_index() + 1, __ATOMIC_RELEASE);
+    }
     void publish(std::uint8_t* cqe64, std::uint8_t cqe_opcode) const {
-        const std::uint32_t producer = producer_index();
-        const std::uint8_t owner = (producer / cqe_count) & 1;
-        mlx5::store_release8(cqe64 + mlx5::kCqeOpOwn, static_cast<std::uint8_t>(cqe_opcode << 4 | owner));
-        __atomic_store_n(doorbell_record + kCqProducerIndexWord, producer + 1, __ATOMIC_RELEASE);
+        make_visible(cqe64, cqe_opcode);
+        advance();
     }
 };
 

@@ -30,7 +30,7 @@ constexpr std::size_t kDoorbellBlockBytes = 64;
 // Peers learn the arena, and its new size, before any region or ring in it is published
 // (caller holds the device mutex).
 void publish_ring_memory(DeviceCore& core) {
-    if (core.arena.base() != nullptr) core.published_table.publish_arena(core.arena.descriptor(), core.arena.file_size());
+    if (core.arena.base() != nullptr) core.published_table.publish_arena(core.arena);
 }
 
 std::uint32_t round_up_power_of_two(std::uint32_t value) {
@@ -92,6 +92,8 @@ std::uint64_t Device::zero_hop_arena_reads() const { return core_->zero_hop_aren
 std::uint64_t Device::zero_hop_atomics() const { return core_->zero_hop_atomics.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_receives() const { return core_->zero_hop_receives.load(std::memory_order_relaxed); }
 std::uint32_t Device::zero_hop_holder(std::uint32_t key) const { return core_->published_table.holder_of(key); }
+std::uint32_t Device::receive_lock_holder() const { return core_->published_table.receive_lock_holder(); }
+std::uint64_t Device::receive_lock_takeovers() const { return core_->published_table.receive_lock_takeovers(); }
 std::uint16_t Device::lid() const { return core_->lid; }
 
 std::string Device::name() const {

@@ -393,6 +393,10 @@ public:
     // The pid of a peer whose zero-hop write holds this device's region `key` right now (between
     // its checks and the end of its move), or 0: what a deregistration would wait for.
     std::uint32_t zero_hop_holder(std::uint32_t key) const;
+    // The pid holding this device's receive lock now (0: free), and how many times the device
+    // took it over from a process that exited holding it (published_table.hpp).
+    std::uint32_t receive_lock_holder() const;
+    std::uint64_t receive_lock_takeovers() const;
 
     DeviceCore& core() { return *core_; }
 
@@ -416,6 +420,16 @@ bool partition_simulated() noexcept;
 // checks against the target's table and its move, so that a test can deregister the key or kill
 // the target in between (0: no delay, the default).
 void delay_zero_hop_writes(std::chrono::microseconds delay) noexcept;
+
+// Fault injection for tests: where a zero-hop receive of this process stops, under the target's
+// receive lock, so that a test can kill the process there (published_table.hpp: the journal).
+enum class ZeroHopReceiveStep : std::uint8_t {
+    none,
+    journal_written,     // before the receive is consumed
+    receive_consumed,    // before its CQE is written
+    completion_visible,  // the CQE's owner byte published, the CQ's producer index not yet moved
+};
+void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds delay) noexcept;
 
 // For a process that learned out of band (shared memory, a socket) that peers' RDMA writes into
 // its memory are complete: makes them happen-before what follows for ThreadSanitizer, which

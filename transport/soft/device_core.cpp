@@ -183,6 +183,7 @@ DeviceCore::~DeviceCore() {
     ::close(listen_socket_);
     ::close(event_fd_);
     close_ack_timer();
+    if (lock_holder_watch_ >= 0) ::close(lock_holder_watch_);
     ::close(epoll_fd_);
 }
 
@@ -313,6 +314,8 @@ void DeviceCore::run() {
                 }
             } else if (tag == kAckTimerTag) {
                 ack_timer_fired();
+            } else if (tag == kLockHolderTag) {
+                lock_holder_exited();
             } else {
                 Connection* connection = reinterpret_cast<Connection*>(tag);
                 if (connection->connecting) {
@@ -559,6 +562,12 @@ void DeviceCore::close_connection(Connection& connection, const char* why) {
     if (!connection.identified) return;
     flight::record(flight::Event::soft_connection_closed, connection.lid, connection.outgoing, flight::text(why));
     detail::logger().info("software device {}: connection to lid {} closed: {}", owner_.name(), connection.lid, why);
+    // A peer that completes zero-hop receives here connected to us; if it is gone holding our
+    // receive lock, the lock is taken over once its process has exited.
+    if (!connection.outgoing && connection.peer_process.is_open() &&
+        published_table.receive_lock_holder() == connection.peer_process.pid()) {
+        watch_lock_holder(connection.peer_process);
+    }
     // Our requests travel on the connection we opened; one the peer opened carries only its
     // requests and our answers. Its end says nothing about our requests, whose answers may
     // still be unread on the other connection.
@@ -572,6 +581,36 @@ void DeviceCore::close_connection(Connection& connection, const char* why) {
             fail_queue_pair(*queue_pair, mlx5::kSyndromeTransportRetryExceeded, "connection to the peer device lost");
         }
     }
+}
+
+void DeviceCore::watch_lock_holder(const PeerProcess& peer) {
+    if (lock_holder_watch_ >= 0) {
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, lock_holder_watch_, nullptr);
+        ::close(lock_holder_watch_);
+        lock_holder_watch_ = -1;
+    }
+    // The connection's pidfd goes with the connection: the watch keeps a copy of its own.
+    const int watch = ::fcntl(peer.descriptor(), F_DUPFD_CLOEXEC, 0);
+    if (watch < 0) return;  // the lock is then taken over when this device next needs it
+    epoll_event event{};
+    event.events = EPOLLIN;
+    event.data.u64 = kLockHolderTag;
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watch, &event) != 0) {
+        ::close(watch);
+        return;
+    }
+    lock_holder_watch_ = watch;
+    lock_holder_pid_ = peer.pid();
+}
+
+void DeviceCore::lock_holder_exited() {
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, lock_holder_watch_, nullptr);
+    ::close(lock_holder_watch_);
+    lock_holder_watch_ = -1;
+    // Does nothing when it had let the lock go before it exited (finish_receive_journal logs a
+    // takeover and what it found).
+    (void)published_table.take_over_receive_lock(lock_holder_pid_);
+    lock_holder_pid_ = 0;
 }
 
 void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, const std::uint8_t* body,

@@ -456,6 +456,15 @@ private:
     void close_ack_timer();
     void arm_ack_timer(Clock::time_point deadline);
     void ack_timer_fired();
+    // A same-host peer whose connection closed while it held this device's receive lock: its
+    // pidfd, watched by epoll, says when it has exited, so the lock is taken over and its journal
+    // finished then (published_table.hpp), not only when this device next needs the lock. Only
+    // one process holds the lock at a time, so one watch is enough. Under `mutex`.
+    static constexpr std::uint64_t kLockHolderTag = ~0ull - 3;
+    int lock_holder_watch_ = -1;
+    std::uint32_t lock_holder_pid_ = 0;
+    void watch_lock_holder(const PeerProcess& peer);
+    void lock_holder_exited();
     std::thread thread_;
 };
 

@@ -139,8 +139,11 @@ void PublishedTable::publish_region(std::uint32_t key, std::uint32_t protection_
     });
 }
 
-void PublishedTable::publish_arena(int descriptor, std::uint64_t file_size) {
+void PublishedTable::publish_arena(const SharedArena& arena) {
+    const int descriptor = arena.descriptor();
+    const std::uint64_t file_size = arena.file_size();
     if (layout_ == nullptr || descriptor < 0) return;
+    arena_ = &arena;
     // The size first: a peer that sees the descriptor (acquire) sees a size at least this one.
     layout_->arena_size.store(file_size, std::memory_order_release);
     layout_->arena_descriptor.store(static_cast<std::uint32_t>(descriptor) + 1, std::memory_order_release);
@@ -244,9 +247,10 @@ void PublishedTable::unpublish_queue_pair(std::uint32_t qpn) {
     write_entry(slot, [&] { slot.qpn.store(0, std::memory_order_relaxed); });
 }
 
-PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table, bool needed) : layout_(needed ? table.layout_ : nullptr) {
-    if (layout_ == nullptr) return;
-    std::atomic<std::uint32_t>& lock = layout_->receive_lock;
+PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table, bool needed)
+    : table_(needed && table.layout_ != nullptr ? &table : nullptr) {
+    if (table_ == nullptr) return;
+    std::atomic<std::uint32_t>& lock = table_->layout_->receive_lock;
     const auto mine = static_cast<std::uint32_t>(::getpid());
     std::uint32_t holder = 0;
     if (lock.compare_exchange_strong(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) return;
@@ -257,12 +261,11 @@ PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table, bool needed) :
         holder = 0;
         if (lock.compare_exchange_weak(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) return;
         if (attempt < 64) continue;
-        // Past the few stores a holder makes: a holder that exited is taken over. Its stores are
-        // whole (each CQE published by its last store, each index by one store), so the state
-        // it leaves is usable.
+        // Past the few stores a holder makes: a holder that exited is taken over, and what it
+        // began is finished from its journal.
         if (attempt % 64 == 0 && holder != 0 && holder != mine && process_exited(holder) &&
             lock.compare_exchange_strong(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) {
-            detail::logger().warn("software device: process {} exited holding this device's receive lock; taken over", holder);
+            table_->finish_receive_journal(holder);
             return;
         }
         if (std::chrono::steady_clock::now() >= report_at) {
@@ -277,7 +280,92 @@ PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table, bool needed) :
 }
 
 PublishedTable::ReceiveGuard::~ReceiveGuard() {
-    if (layout_ != nullptr) layout_->receive_lock.store(0, std::memory_order_release);
+    if (table_ != nullptr) table_->layout_->receive_lock.store(0, std::memory_order_release);
+}
+
+std::uint32_t PublishedTable::receive_lock_holder() const {
+    return layout_ == nullptr ? 0 : layout_->receive_lock.load(std::memory_order_acquire);
+}
+
+bool PublishedTable::take_over_receive_lock(std::uint32_t pid) {
+    if (layout_ == nullptr || pid == 0) return false;
+    std::atomic<std::uint32_t>& lock = layout_->receive_lock;
+    std::uint32_t holder = pid;
+    if (lock.load(std::memory_order_relaxed) != pid || !process_exited(pid)) return false;
+    if (!lock.compare_exchange_strong(holder, static_cast<std::uint32_t>(::getpid()), std::memory_order_acquire,
+                                      std::memory_order_relaxed)) {
+        return false;
+    }
+    finish_receive_journal(pid);
+    lock.store(0, std::memory_order_release);
+    return true;
+}
+
+namespace {
+
+// `length` bytes at `offset_plus_1` of an arena of `arena_bytes` at `base`, or null when the range
+// is not inside it (a journal from a process that wrote nonsense must not make this one fault).
+std::uint8_t* journal_range(std::uint8_t* base, std::uint64_t arena_bytes, std::uint64_t offset_plus_1, std::uint64_t length) {
+    if (base == nullptr || offset_plus_1 == 0 || offset_plus_1 - 1 > arena_bytes || length > arena_bytes - (offset_plus_1 - 1)) {
+        return nullptr;
+    }
+    return base + (offset_plus_1 - 1);
+}
+
+const char* describe(ReceiveRecovery recovery) {
+    switch (recovery) {
+        case ReceiveRecovery::nothing_begun: return "no receive was in progress";
+        case ReceiveRecovery::receive_left: return "it had not consumed its receive yet, which stays posted";
+        case ReceiveRecovery::completion_written: return "it had consumed a receive; its CQE was written now";
+        case ReceiveRecovery::already_complete: return "its CQE was already published";
+        case ReceiveRecovery::journal_invalid: return "its journal names memory outside the arena: left as it was";
+    }
+    return "?";
+}
+
+}  // namespace
+
+void PublishedTable::finish_receive_journal(std::uint32_t holder) {
+    ReceiveJournal& journal = layout_->receive_journal;
+    ReceiveRecovery outcome = ReceiveRecovery::nothing_begun;
+    if (journal.armed.load(std::memory_order_acquire) != 0) {
+        const ReceiveIntent intent = journal.intent;
+        std::uint8_t* base = arena_ == nullptr ? nullptr : arena_->base();
+        const std::uint64_t arena_bytes = arena_ == nullptr ? 0 : arena_->file_size();
+        const bool ring_shape = intent.cqe_count != 0 && (intent.cqe_count & (intent.cqe_count - 1)) == 0 &&
+                                (intent.cqe_size == 64 || intent.cqe_size == 128);
+        auto* doorbell = reinterpret_cast<std::uint32_t*>(journal_range(base, arena_bytes, intent.doorbell_offset, 64));
+        std::uint8_t* entries = journal_range(base, arena_bytes, intent.cq_offset,
+                                              static_cast<std::uint64_t>(intent.cqe_count) * intent.cqe_size);
+        auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(journal_range(base, arena_bytes, intent.cq_doorbell_offset, 64));
+        if (!ring_shape || doorbell == nullptr || entries == nullptr || cq_doorbell == nullptr) {
+            outcome = ReceiveRecovery::journal_invalid;
+        } else if (__atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) == intent.consumed_before) {
+            outcome = ReceiveRecovery::receive_left;  // its first store was never made
+        } else {
+            const CompletionRingView ring{entries, intent.cqe_count, intent.cqe_size, cq_doorbell};
+            if (ring.producer_index() != intent.producer_before) {
+                outcome = ReceiveRecovery::already_complete;  // the producer index moves last
+            } else {
+                // Its owner byte may already be the new one (published, the index not yet moved):
+                // the consumer may be reading that CQE, so it is not written again.
+                const std::uint8_t expected = ring.owner_byte(intent.completion.cqe_opcode);
+                std::uint8_t* cqe = ring.next_entry();
+                if (__atomic_load_n(cqe + mlx5::kCqeOpOwn, __ATOMIC_ACQUIRE) != expected) {
+                    ring.claim();
+                    fill_responder_cqe(cqe, intent.completion);
+                    ring.make_visible(cqe, intent.completion.cqe_opcode);
+                }
+                ring.advance();
+                outcome = ReceiveRecovery::completion_written;
+            }
+        }
+        if (outcome != ReceiveRecovery::journal_invalid) journal.armed.store(0, std::memory_order_release);
+    }
+    last_recovery_.store(outcome, std::memory_order_relaxed);
+    takeovers_.fetch_add(1, std::memory_order_relaxed);
+    detail::logger().warn("software device: process {} exited holding this device's receive lock; taken over: {}", holder,
+                          describe(outcome));
 }
 
 bool PeerTable::try_lock_receives() {
@@ -287,6 +375,13 @@ bool PeerTable::try_lock_receives() {
 }
 
 void PeerTable::unlock_receives() { layout_->receive_lock.store(0, std::memory_order_release); }
+
+void PeerTable::begin_receive(const ReceiveIntent& intent) {
+    layout_->receive_journal.intent = intent;
+    layout_->receive_journal.armed.store(1, std::memory_order_release);
+}
+
+void PeerTable::end_receive() { layout_->receive_journal.armed.store(0, std::memory_order_release); }
 
 PeerTable::PeerTable(const PeerProcess& peer, int descriptor) {
     if (descriptor < 0) {

@@ -35,6 +35,14 @@
 // from a holder whose process has exited. The target also changes a QP's entry under it, so that
 // a peer holding the lock sees a QP that is still ready and has not been flushed. (A robust
 // process-shared pthread mutex cost about 150 ns more per CQE: rdmachan-bench's 8 B write.)
+//
+// A peer can die inside the lock, between consuming the receive and publishing its CQE. So,
+// before its first store, it writes what it is about to do into the table's receive journal; the
+// target's device, taking the lock over from a holder that exited, finishes from the journal
+// what the holder began (the bytes had all moved before the lock was taken, so the message did
+// arrive): a receive consumed gets its CQE, exactly once; a receive not yet consumed stays posted.
+// The device takes the lock over when it next needs it, or when the holder's connection closes
+// and the holder's process has then exited (DeviceCore::close_connection watches its pidfd).
 #pragma once
 
 #include <array>
@@ -42,6 +50,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+
+#include "transport/soft/completion_ring.hpp"
 
 namespace rdmachan::soft {
 
@@ -122,6 +132,33 @@ struct alignas(64) PublishedQueuePair {
     std::atomic<std::uint64_t> receive_cq_doorbell_offset;
 };
 
+// What a peer's zero-hop receive does under the receive lock, written before its first store
+// there (see the top of this file). Arena offsets plus 1, as the queue pair's entry gives them.
+struct ReceiveIntent {
+    std::uint32_t consumed_before = 0;  // the QP's consumed count before this receive
+    std::uint32_t producer_before = 0;  // the receive CQ's producer index before its CQE
+    std::uint32_t cqe_count = 0;
+    std::uint32_t cqe_size = 0;
+    std::uint64_t doorbell_offset = 0;     // the QP's doorbell block
+    std::uint64_t cq_offset = 0;           // the receive CQ's entries
+    std::uint64_t cq_doorbell_offset = 0;  // and its doorbell block
+    ResponderCompletion completion;
+};
+
+struct ReceiveJournal {
+    std::atomic<std::uint32_t> armed;  // 1 while `intent` describes a receive in progress
+    ReceiveIntent intent;              // written by the lock's holder only, before `armed`
+};
+
+// What taking the receive lock over from a holder that exited found in the journal.
+enum class ReceiveRecovery : std::uint8_t {
+    nothing_begun,       // no receive in progress
+    receive_left,        // it had not consumed the receive yet: the receive stays posted
+    completion_written,  // it had consumed it: its CQE, or the rest of it, was written now
+    already_complete,    // it had published the CQE; only the journal was left
+    journal_invalid,     // the journal names memory outside the arena: left as it was
+};
+
 struct PublishedLayout {
     std::uint64_t magic;
     std::uint32_t version;
@@ -139,13 +176,14 @@ struct PublishedLayout {
     std::atomic<std::uint64_t> arena_size;
     // The receive lock (see the top of this file): the pid of the process holding it, 0 free.
     alignas(64) std::atomic<std::uint32_t> receive_lock;
+    ReceiveJournal receive_journal;
     alignas(64) PublishedRegion regions[kPublishedRegionSlots];
     PublishedQueuePair queue_pairs[kPublishedQueuePairSlots];
     PublishedHolder holders[kPublishedHolderSlots];
 };
 
 inline constexpr std::uint64_t kPublishedMagic = 0x5244'4d43'5a48'4f50ull;  // "RDMCZHOP"
-inline constexpr std::uint32_t kPublishedVersion = 4;
+inline constexpr std::uint32_t kPublishedVersion = 5;
 
 // The target's side: owns the memfd and writes the entries (caller holds the device mutex).
 class PublishedTable {
@@ -166,8 +204,9 @@ public:
     // arena_offset: the region's offset in the device's arena plus 1, or 0 when it is not there.
     void publish_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr, std::uint64_t length,
                         std::uint32_t access, std::uint64_t arena_offset = 0);
-    // The device's arena (shared_arena.hpp): its descriptor and current file size.
-    void publish_arena(int descriptor, std::uint64_t file_size);
+    // The device's arena (shared_arena.hpp): its descriptor and current file size; the journal's
+    // offsets are resolved in it.
+    void publish_arena(const SharedArena& arena);
     // Clears the entry; false when the key was not published (nothing to wait for).
     bool unpublish_region(std::uint32_t key);
     // Waits, outside the device mutex, until no peer's zero-hop write holds `key`, at most
@@ -194,15 +233,29 @@ public:
         ReceiveGuard& operator=(const ReceiveGuard&) = delete;
 
     private:
-        PublishedLayout* layout_;
+        PublishedTable* table_;  // null: nothing held
     };
 
     // Sets the partitioned flag of every table of this process (simulate_partition).
     static void mark_partitioned(bool partitioned);
 
+    // The pid holding the receive lock now, 0 when free.
+    std::uint32_t receive_lock_holder() const;
+    // Takes the receive lock over from `pid` if that process holds it and has exited, finishes
+    // its journal and frees the lock; false when `pid` does not hold it or is still alive.
+    bool take_over_receive_lock(std::uint32_t pid);
+    // Takeovers so far, and what the last one found (tests and diagnostics).
+    std::uint64_t receive_lock_takeovers() const { return takeovers_.load(std::memory_order_relaxed); }
+    ReceiveRecovery last_recovery() const { return last_recovery_.load(std::memory_order_relaxed); }
+
 private:
     friend class PeerTable;  // a device reads its own table as its peers do
+    // Under the lock, just taken over from `holder`: finishes what the journal describes.
+    void finish_receive_journal(std::uint32_t holder);
     PublishedLayout* layout_ = nullptr;
+    const SharedArena* arena_ = nullptr;  // the device's, once published
+    std::atomic<std::uint64_t> takeovers_{0};
+    std::atomic<ReceiveRecovery> last_recovery_{ReceiveRecovery::nothing_begun};
     int descriptor_ = -1;
     const char* why_not_ = nullptr;
 };
@@ -237,6 +290,9 @@ public:
     // caller then leaves the request to the request path).
     bool try_lock_receives();
     void unlock_receives();
+    // Under the lock: what this process is about to do (see ReceiveJournal), and that it is done.
+    void begin_receive(const ReceiveIntent& intent);
+    void end_receive();
 
     // Holds a region for one write: the key is stored in this mapping's holder slot first, then
     // the entry read, so a deregistration either is seen here or waits for release().

@@ -24,7 +24,9 @@
 // then drops; the bytes it already holds are those a partly arrived message leaves in its memory,
 // which verbs leaves undefined for a request that did not complete.
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
@@ -41,6 +43,16 @@ namespace {
 
 bool power_of_two(std::uint32_t value) { return value != 0 && (value & (value - 1)) == 0; }
 
+// hold_zero_hop_receives(): where, and how long, each zero-hop receive stops under the lock.
+std::atomic<ZeroHopReceiveStep> held_step{ZeroHopReceiveStep::none};
+std::atomic<std::int64_t> held_microseconds{0};
+
+void hold_for_test(ZeroHopReceiveStep step) {
+    if (held_step.load(std::memory_order_relaxed) != step) [[likely]]
+        return;
+    std::this_thread::sleep_for(std::chrono::microseconds(held_microseconds.load(std::memory_order_relaxed)));
+}
+
 // The pieces a message fills, in order, and how many bytes they hold.
 struct Destination {
     iovec pieces[wire::kMaxSegments];
@@ -49,6 +61,11 @@ struct Destination {
 };
 
 }  // namespace
+
+void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds delay) noexcept {
+    held_microseconds.store(delay.count(), std::memory_order_relaxed);
+    held_step.store(step, std::memory_order_relaxed);
+}
 
 bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request,
                                   const std::vector<std::uint8_t>& payload, const wire::Segment* segments,
@@ -163,15 +180,24 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
         table.unlock_receives();
         return false;
     }
-    __atomic_store_n(doorbell + kReceiveConsumedWord, consumed + 1, __ATOMIC_RELEASE);
     std::uint8_t cqe_opcode = kCqeResponderWriteImmediate;
     if (request.opcode == kOpcodeSend) cqe_opcode = kCqeResponderSend;
     if (request.opcode == kOpcodeSendImmediate) cqe_opcode = kCqeResponderSendImmediate;
+    const ResponderCompletion completion{cqe_opcode, static_cast<std::uint16_t>(consumed), static_cast<std::uint32_t>(length),
+                                         request.immediate, queue_pair.qpn, lid, (request.dc_flags & wire::kDcGlobalRoute) != 0,
+                                         target.user_index, target.qpn};
+    // The journal first: if this process dies before end_receive, the target finishes from it.
+    table.begin_receive({consumed, receive_cq.producer_index(), target.receive_cqe_count, target.receive_cqe_size,
+                         target.doorbell_offset, target.receive_cq_offset, target.receive_cq_doorbell_offset, completion});
+    hold_for_test(ZeroHopReceiveStep::journal_written);
+    __atomic_store_n(doorbell + kReceiveConsumedWord, consumed + 1, __ATOMIC_RELEASE);
+    hold_for_test(ZeroHopReceiveStep::receive_consumed);
     std::uint8_t* cqe = receive_cq.claim();
-    fill_responder_cqe(cqe, {cqe_opcode, static_cast<std::uint16_t>(consumed), static_cast<std::uint32_t>(length),
-                             request.immediate, queue_pair.qpn, lid, (request.dc_flags & wire::kDcGlobalRoute) != 0,
-                             target.user_index, target.qpn});
-    receive_cq.publish(cqe, cqe_opcode);
+    fill_responder_cqe(cqe, completion);
+    receive_cq.make_visible(cqe, cqe_opcode);
+    hold_for_test(ZeroHopReceiveStep::completion_visible);
+    receive_cq.advance();
+    table.end_receive();
     table.unlock_receives();
     count_one(zero_hop_receives);
     return true;

@@ -1,0 +1,151 @@
+// A sender killed inside the target's receive lock (issue 17, published_table.hpp's receive
+// journal): a zero-hop send whose process dies between taking the lock and letting it go leaves
+// the target's receive either still posted or completed exactly once, never consumed with no
+// completion. The sender runs in a child process held at one step under the lock
+// (soft::hold_zero_hop_receives) and is killed there; the target, this process, must then see:
+//   - before the receive was consumed: no completion, and the receive still posted (moving the
+//     QP to ERR flushes it);
+//   - after it was consumed, or with the CQE visible but the CQ's producer index not yet moved:
+//     one successful completion with every byte of the message, and the next CQE in the next slot
+//     (the flush of the receive after it).
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "tests/soft/child_process.hpp"
+#include "tests/soft/scoped_environment.hpp"
+#include "tests/soft/soft_endpoint.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+using rdmachan::test::Address;
+using rdmachan::test::ChildProcess;
+using rdmachan::test::EndpointOptions;
+using rdmachan::test::Environment;
+using rdmachan::test::read_all;
+using rdmachan::test::settle_path;
+using rdmachan::test::SoftEndpoint;
+using rdmachan::test::write_all;
+
+namespace {
+
+constexpr std::uint32_t kMessageBytes = 4096;
+
+std::uint8_t message_byte(std::uint32_t index) { return static_cast<std::uint8_t>(index * 7 + 1); }
+
+EndpointOptions arena_endpoint() {
+    EndpointOptions options;
+    options.allocated = true;  // zero-hop receives need both sides' bytes in their arenas
+    return options;
+}
+
+// The sender: connects to the target's QP, settles the path, then sends one message of
+// kMessageBytes that stops at `step` under the target's receive lock; says 'p' just before. It is
+// killed there; reaching the end means the send did not go zero-hop.
+[[noreturn]] void held_sender(int from_parent, int to_parent, soft::ZeroHopReceiveStep step) {
+    Address target{};
+    if (!read_all(from_parent, &target, sizeof target)) ::_exit(100);
+    auto device = soft::Device::open();
+    SoftEndpoint endpoint(device, arena_endpoint());
+    const Address mine = endpoint.address();
+    if (!write_all(to_parent, &mine, sizeof mine)) ::_exit(101);
+    endpoint.connect(target);
+    char connected = 0;
+    if (!read_all(from_parent, &connected, 1)) ::_exit(102);
+    if (!settle_path(endpoint, target)) ::_exit(103);
+    for (std::uint32_t b = 0; b < kMessageBytes; ++b) endpoint.buffer()[b] = message_byte(b);
+    soft::hold_zero_hop_receives(step, std::chrono::seconds(60));
+    if (!write_all(to_parent, "p", 1)) ::_exit(104);
+    const mlx5::ScatterGatherElement source = endpoint.local(0, kMessageBytes);
+    mlx5::SendWorkRequest send;
+    send.wr_id = 1;
+    send.opcode = mlx5::SendOpcode::send;
+    send.flags = mlx5::kSendSignaled;
+    send.sg_list = &source;
+    send.num_sge = 1;
+    if (endpoint.post(&send, 1) != mlx5::PostResult::ok) ::_exit(105);
+    (void)endpoint.wait_send(std::chrono::seconds(20));
+    ::_exit(106);
+}
+
+// Waits up to 10 s for `done`.
+template <typename Condition>
+bool eventually(Condition done) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!done()) {
+        if (std::chrono::steady_clock::now() >= until) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+}
+
+void kill_sender_at(soft::ZeroHopReceiveStep step, bool expect_completion) {
+    Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "1");
+    auto sender = ChildProcess::start("the sender", [step](int from_parent, int to_parent) { held_sender(from_parent, to_parent, step); });
+    auto device = soft::Device::open();
+    SoftEndpoint target(device, arena_endpoint());
+    std::memset(target.buffer(), 0, 3 * kMessageBytes);
+    REQUIRE(target.post_receive(41, 0, kMessageBytes) == mlx5::PostResult::ok);
+    REQUIRE(target.post_receive(42, 2 * kMessageBytes, kMessageBytes) == mlx5::PostResult::ok);
+    sender->send(target.address(), "the target's address");
+    const Address remote = sender->receive<Address>("its address");
+    target.connect(remote);
+    sender->send('g', "the go-ahead");
+    REQUIRE(sender->receive<char>("the word that it posts") == 'p');
+
+    // Killed while it holds the lock at `step`.
+    REQUIRE_MESSAGE(eventually([&] { return device->receive_lock_holder() == static_cast<std::uint32_t>(sender->pid); }),
+                    "the sender never held the receive lock (its send did not go zero-hop)");
+    sender->kill();
+    CHECK(sender->wait(10) == ChildProcess::ended_by(SIGKILL));
+    // Its connection closes and its process has exited: the device takes the lock over by itself,
+    // with nothing of this process asking for it.
+    REQUIRE(eventually([&] { return device->receive_lock_takeovers() == 1; }));
+    CHECK(device->receive_lock_holder() == 0);
+
+    if (expect_completion) {
+        const auto completion = target.wait_receive(std::chrono::seconds(5));
+        REQUIRE_MESSAGE(completion.has_value(), "the consumed receive got no completion");
+        CHECK(completion->wr_id == 41);
+        CHECK(completion->status == mlx5::CompletionStatus::success);
+        CHECK(completion->opcode == mlx5::CompletionOpcode::receive);
+        CHECK(completion->byte_len == kMessageBytes);
+        soft::acquire_remote_writes();
+        std::uint32_t wrong = 0;
+        for (std::uint32_t b = 0; b < kMessageBytes; ++b) wrong += target.buffer()[b] != message_byte(b);
+        CHECK(wrong == 0);
+    } else {
+        CHECK_FALSE(target.wait_receive(std::chrono::milliseconds(200)).has_value());
+    }
+    // What is still posted is flushed, in order, each CQE in the slot after the last.
+    target.queue_pair().modify_to_error();
+    if (!expect_completion) {
+        const auto flushed = target.wait_receive(std::chrono::seconds(5));
+        REQUIRE_MESSAGE(flushed.has_value(), "the receive the sender had not consumed was not flushed");
+        CHECK(flushed->wr_id == 41);
+        CHECK(flushed->status == mlx5::CompletionStatus::work_request_flushed);
+    }
+    const auto next = target.wait_receive(std::chrono::seconds(5));
+    REQUIRE_MESSAGE(next.has_value(), "the second receive's flush was not seen");
+    CHECK(next->wr_id == 42);
+    CHECK(next->status == mlx5::CompletionStatus::work_request_flushed);
+    CHECK_FALSE(target.wait_receive(std::chrono::milliseconds(200)).has_value());
+}
+
+}  // namespace
+
+TEST_CASE("zero-hop receive: a sender killed under the receive lock before consuming the receive leaves it posted") {
+    kill_sender_at(soft::ZeroHopReceiveStep::journal_written, false);
+}
+
+TEST_CASE("zero-hop receive: a sender killed under the receive lock after consuming the receive: the target completes it") {
+    kill_sender_at(soft::ZeroHopReceiveStep::receive_consumed, true);
+}
+
+TEST_CASE("zero-hop receive: a sender killed with its CQE visible but the producer index not moved: completed once") {
+    kill_sender_at(soft::ZeroHopReceiveStep::completion_visible, true);
+}
