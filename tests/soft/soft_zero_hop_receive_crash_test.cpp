@@ -44,8 +44,9 @@ EndpointOptions arena_endpoint() {
 }
 
 // The sender: connects to the target's QP, settles the path, then sends one message of
-// kMessageBytes that stops at `step` under the target's receive lock; says 'p' just before. It is
-// killed there; reaching the end means the send did not go zero-hop.
+// kMessageBytes that stops at `step` under the target's receive lock; says 'p' just before
+// posting, and 'h' once it stops there. It is killed there; reaching the end means the send did
+// not go zero-hop.
 [[noreturn]] void held_sender(int from_parent, int to_parent, soft::ZeroHopReceiveStep step) {
     Address target{};
     if (!read_all(from_parent, &target, sizeof target)) ::_exit(100);
@@ -58,7 +59,7 @@ EndpointOptions arena_endpoint() {
     if (!read_all(from_parent, &connected, 1)) ::_exit(102);
     if (!settle_path(endpoint, target)) ::_exit(103);
     for (std::uint32_t b = 0; b < kMessageBytes; ++b) endpoint.buffer()[b] = message_byte(b);
-    soft::hold_zero_hop_receives(step, std::chrono::seconds(60));
+    soft::hold_zero_hop_receives(step, std::chrono::seconds(60), to_parent);
     if (!write_all(to_parent, "p", 1)) ::_exit(104);
     const mlx5::ScatterGatherElement source = endpoint.local(0, kMessageBytes);
     mlx5::SendWorkRequest send;
@@ -98,8 +99,10 @@ void kill_sender_at(soft::ZeroHopReceiveStep step, bool expect_completion) {
     REQUIRE(sender->receive<char>("the word that it posts") == 'p');
 
     // Killed while it holds the lock at `step`.
-    REQUIRE_MESSAGE(eventually([&] { return device->receive_lock_holder() == static_cast<std::uint32_t>(sender->pid); }),
-                    "the sender never held the receive lock (its send did not go zero-hop)");
+    char held = 0;
+    REQUIRE_MESSAGE(read_all(sender->from_child, &held, 1, 10), "the sender never stopped under the receive lock (its send did not go zero-hop)");
+    REQUIRE(held == 'h');
+    REQUIRE(device->receive_lock_holder() == static_cast<std::uint32_t>(sender->pid));
     sender->kill();
     CHECK(sender->wait(10) == ChildProcess::ended_by(SIGKILL));
     // Its connection closes and its process has exited: the device takes the lock over by itself,

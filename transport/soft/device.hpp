@@ -423,13 +423,14 @@ void delay_zero_hop_writes(std::chrono::microseconds delay) noexcept;
 
 // Fault injection for tests: where a zero-hop receive of this process stops, under the target's
 // receive lock, so that a test can kill the process there (published_table.hpp: the journal).
+// With `reached_descriptor`, one byte 'h' is written to it when a receive stops there.
 enum class ZeroHopReceiveStep : std::uint8_t {
     none,
     journal_written,     // before the receive is consumed
     receive_consumed,    // before its CQE is written
     completion_visible,  // the CQE's owner byte published, the CQ's producer index not yet moved
 };
-void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds delay) noexcept;
+void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds delay, int reached_descriptor = -1) noexcept;
 
 // For a process that learned out of band (shared memory, a socket) that peers' RDMA writes into
 // its memory are complete: makes them happen-before what follows for ThreadSanitizer, which

@@ -23,6 +23,8 @@
 // (moved to ERR, flushed) gets no CQE and the request path carries the request, which the target
 // then drops; the bytes it already holds are those a partly arrived message leaves in its memory,
 // which verbs leaves undefined for a request that did not complete.
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -46,10 +48,16 @@ bool power_of_two(std::uint32_t value) { return value != 0 && (value & (value - 
 // hold_zero_hop_receives(): where, and how long, each zero-hop receive stops under the lock.
 std::atomic<ZeroHopReceiveStep> held_step{ZeroHopReceiveStep::none};
 std::atomic<std::int64_t> held_microseconds{0};
+std::atomic<int> held_descriptor{-1};
 
 void hold_for_test(ZeroHopReceiveStep step) {
     if (held_step.load(std::memory_order_relaxed) != step) [[likely]]
         return;
+    // Says it is there before it waits, so a test kills it at this step and not on its way.
+    if (const int descriptor = held_descriptor.load(std::memory_order_relaxed); descriptor >= 0) {
+        const char reached = 'h';
+        (void)!::write(descriptor, &reached, 1);
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(held_microseconds.load(std::memory_order_relaxed)));
 }
 
@@ -62,8 +70,9 @@ struct Destination {
 
 }  // namespace
 
-void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds delay) noexcept {
+void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds delay, int reached_descriptor) noexcept {
     held_microseconds.store(delay.count(), std::memory_order_relaxed);
+    held_descriptor.store(reached_descriptor, std::memory_order_relaxed);
     held_step.store(step, std::memory_order_relaxed);
 }
 
