@@ -108,6 +108,7 @@ std::shared_ptr<DcInitiator> Device::create_dc_initiator(
         new DcInitiator(domain, std::move(init), context->send_ring));
     initiator->core_ = core_.get();
     initiator->doorbell_pending_ = &context->doorbell_pending;
+    initiator->context_ = context.get();
     core_->queue_pairs[context->qpn] = std::move(context);
     return initiator;
 }
@@ -200,6 +201,9 @@ void DcInitiator::modify_to_reset() {
 }
 
 void DcInitiator::ring_send_doorbell() {
+    // RDMA writes, reads and atomics to a same-host DCT run right here when they can (zero_hop.cpp);
+    // whatever is left wakes the progress thread.
+    if (core_->execute_from_doorbell(*context_)) return;
     core_->notify_doorbell(*doorbell_pending_);
 }
 
@@ -239,6 +243,7 @@ std::shared_ptr<DcTarget> Device::create_dc_target(const std::shared_ptr<Protect
 
 DcTarget::~DcTarget() {
     std::lock_guard lock(core_->mutex);
+    core_->published_table.unpublish_queue_pair(handle_);
     core_->queue_pairs.erase(handle_);
 }
 
@@ -276,6 +281,8 @@ void DcTarget::modify_to_ready_to_receive(const DcTargetReadyAttributes& attribu
     flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::ready_to_receive));
     context.state = QueuePairState::ready_to_receive;
+    // Same-host DCIs write to it and read from it zero-hop from now on (zero_hop.cpp).
+    core_->published_table.publish_queue_pair(context);
 }
 
 std::uint32_t DcTarget::dctn() const {

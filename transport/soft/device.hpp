@@ -281,6 +281,7 @@ private:
     std::shared_ptr<ProtectionDomain> domain_;
     DeviceCore* core_ = nullptr;
     std::atomic<bool>* doorbell_pending_ = nullptr;
+    QueuePairContext* context_ = nullptr;  // owned by the device core, which outlives this DCI
     DcInitiatorInit init_;
     mlx5::SendQueueRing send_ring_;
     QueuePairCapabilities capabilities_;

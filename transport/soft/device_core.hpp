@@ -308,8 +308,10 @@ private:
     bool zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request, const std::vector<std::uint8_t>& payload,
                           const wire::Segment* segments, std::uint32_t segment_count);
     // The target of a zero-hop request of this QP, with the target QP's entry (ready, connected
-    // to this QP, with `remote_access` when not 0), or no table.
-    ZeroHopTarget zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access, PublishedQueuePairView& target);
+    // to this QP, with `remote_access` when not 0), or no table. A DCI's target is the DCT its
+    // current WQE names: in RTR, with the access key `dc_key` the WQE carries.
+    ZeroHopTarget zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access, PublishedQueuePairView& target,
+                                  std::uint64_t dc_key = 0);
     // Whether the target QP's entry is ready to receive from this QP.
     bool zero_hop_ready(const PublishedQueuePairView& target, const QueuePairContext& queue_pair) const;
     // The responder's checks for a zero-hop request of `length` bytes needing `remote_access`:

@@ -121,18 +121,29 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     // RC request (doorbell_requests.cpp); every other WQE stays in the ring, untouched, for the
     // progress thread.
     const bool doorbell_thread = left_for_progress != nullptr;
+    // A DCI's WQE switches it to the DCT it names (take_dc_address) before the zero-hop path is
+    // tried; a WQE the doorbell thread leaves to the progress thread must find the DCI as it was,
+    // or its connect to that DCT would never be sent.
+    const bool dc_initiator = queue_pair.transport == Transport::dc_initiator;
+    const RemoteQueuePair dc_remote_before = doorbell_thread && dc_initiator ? queue_pair.receive_attributes.remote : RemoteQueuePair{};
+    const bool dc_connected_before = queue_pair.dc_connected;
     auto leave_for_progress = [&] {
+        if (dc_initiator) {
+            queue_pair.receive_attributes.remote = dc_remote_before;
+            queue_pair.dc_connected = dc_connected_before;
+        }
         *left_for_progress = true;
         return false;
     };
-    const bool doorbell_may_execute = opcode == kOpcodeRdmaWrite || opcode == kOpcodeRdmaRead ||
-                                      opcode == kOpcodeRdmaWriteImmediate || opcode == kOpcodeSend ||
-                                      opcode == kOpcodeSendImmediate || opcode == kOpcodeAtomicCompareAndSwap ||
-                                      opcode == kOpcodeAtomicFetchAndAdd ||
-                                      (doorbell_sends_requests_ && is_request_opcode(opcode));
+    // A DCI's doorbell executes only what can go zero-hop to a DCT: writes, reads and atomics.
+    const bool doorbell_may_execute =
+        opcode == kOpcodeRdmaWrite || opcode == kOpcodeRdmaRead || opcode == kOpcodeAtomicCompareAndSwap ||
+        opcode == kOpcodeAtomicFetchAndAdd ||
+        (!dc_initiator && (opcode == kOpcodeRdmaWriteImmediate || opcode == kOpcodeSend || opcode == kOpcodeSendImmediate ||
+                           (doorbell_sends_requests_ && is_request_opcode(opcode))));
     if (doorbell_thread && (!doorbell_may_execute || queue_pair.state != QueuePairState::ready_to_send ||
-                            queue_pair.transport != Transport::reliable_connected || wqe_index != (index & 0xffff) ||
-                            (qpn_ds >> 8) != queue_pair.qpn || ds < 1)) {
+                            (queue_pair.transport != Transport::reliable_connected && !dc_initiator) ||
+                            wqe_index != (index & 0xffff) || (qpn_ds >> 8) != queue_pair.qpn || ds < 1)) {
         return leave_for_progress();
     }
 
@@ -187,6 +198,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         std::uint8_t address_vector[kAddressVectorSize];
         copy_from_send_ring(ring, position, address_vector, sizeof address_vector);
         const AddressOutcome outcome = take_dc_address(queue_pair, address_vector, request);
+        if (doorbell_thread && outcome != AddressOutcome::ready) return leave_for_progress();
         // Another target still owes answers: this WQE waits (not executed) until they came, so
         // the DCI's requests stay in order across targets.
         if (outcome == AddressOutcome::wait) return false;
@@ -313,16 +325,22 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     // What consumes a receive at the target: a send, a send with immediate, a write with immediate.
     const bool consumes_receive =
         opcode == kOpcodeSend || opcode == kOpcodeSendImmediate || opcode == kOpcodeRdmaWriteImmediate;
+    // A DCT learns of a DCI only from a request on the request path: a connect that went zero-hop
+    // is sent again with the DCI's next request that does not.
+    auto zero_hop_done = [&] {
+        queue_pair.executed += wqebbs;
+        if ((request.dc_flags & wire::kDcConnect) != 0) queue_pair.dc_connected = false;
+    };
     if (syndrome == 0 && ((opcode == kOpcodeRdmaWrite && zero_hop_write(queue_pair, request, payload, segments, segment_count)) ||
                           (consumes_receive && zero_hop_receive(queue_pair, request, payload, segments, segment_count)))) {
-        queue_pair.executed += wqebbs;
+        zero_hop_done();
         flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
                        payload.empty() ? referenced_bytes : payload.size());
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
     if (syndrome == 0 && opcode == kOpcodeRdmaRead && zero_hop_read(queue_pair, request, in_flight.local_targets, in_flight.length)) {
-        queue_pair.executed += wqebbs;
+        zero_hop_done();
         flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
         // A read's CQE carries the bytes read (libmlx5 reports it as byte_len).
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, in_flight.length);
@@ -330,7 +348,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     }
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) &&
         zero_hop_atomic(queue_pair, request, in_flight.local_targets)) {
-        queue_pair.executed += wqebbs;
+        zero_hop_done();
         flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 8);
         return true;

@@ -195,16 +195,19 @@ std::uint32_t PublishedTable::holder_of(std::uint32_t key) const {
 }
 
 void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
-    if (layout_ == nullptr || queue_pair.transport != Transport::reliable_connected) return;
+    const bool dc_target = queue_pair.transport == Transport::dc_target;
+    if (layout_ == nullptr || (queue_pair.transport != Transport::reliable_connected && !dc_target)) return;
     PublishedQueuePair& slot = layout_->queue_pairs[queue_pair.qpn % kPublishedQueuePairSlots];
     const std::uint32_t held = slot.qpn.load(std::memory_order_relaxed);
     if (held != 0 && held != queue_pair.qpn) return;  // taken: this QP's writes take the request path
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    // Where the receive side lies in the arena, for zero-hop receives: all of it, or none.
-    const AlignedBuffer& rings = *queue_pair.buffer;
+    // Where the receive side lies in the arena, for zero-hop receives: all of it, or none (a DCT
+    // receives through its SRQ: none).
+    const AlignedBuffer* rings = queue_pair.buffer.get();
     const CompletionQueueContext& receive_cq = *queue_pair.recv_cq;
-    const bool shared_receives = queue_pair.srq == nullptr && queue_pair.receive_ring.wqe_count != 0 &&
-                                 rings.arena_offset != 0 && receive_cq.buffer->arena_offset != 0;
+    const bool shared_receives = !dc_target && rings != nullptr && queue_pair.srq == nullptr &&
+                                 queue_pair.receive_ring.wqe_count != 0 && rings->arena_offset != 0 &&
+                                 receive_cq.buffer->arena_offset != 0;
     auto offset_in = [](const AlignedBuffer& buffer, const void* address) {
         return buffer.arena_offset + static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(address) - buffer.data);
     };
@@ -225,9 +228,9 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
         slot.user_index.store(queue_pair.user_index, std::memory_order_relaxed);
         slot.receive_wqe_count.store(shared_receives ? queue_pair.receive_ring.wqe_count : 0, std::memory_order_relaxed);
         slot.receive_stride.store(queue_pair.receive_ring.stride, std::memory_order_relaxed);
-        slot.receive_queue_offset.store(shared_receives ? offset_in(rings, queue_pair.receive_ring.buffer) : 0,
+        slot.receive_queue_offset.store(shared_receives ? offset_in(*rings, queue_pair.receive_ring.buffer) : 0,
                                         std::memory_order_relaxed);
-        slot.doorbell_offset.store(shared_receives ? offset_in(rings, queue_pair.receive_ring.doorbell_record) : 0,
+        slot.doorbell_offset.store(shared_receives ? offset_in(*rings, queue_pair.receive_ring.doorbell_record) : 0,
                                    std::memory_order_relaxed);
         slot.receive_cq_offset.store(shared_receives ? offset_in(*receive_cq.buffer, receive_cq.ring.buffer) : 0,
                                      std::memory_order_relaxed);
@@ -235,6 +238,8 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
             shared_receives ? offset_in(*receive_cq.buffer, receive_cq.ring.doorbell_record) : 0, std::memory_order_relaxed);
         slot.receive_cqe_count.store(receive_cq.ring.cqe_count, std::memory_order_relaxed);
         slot.receive_cqe_size.store(receive_cq.ring.cqe_size, std::memory_order_relaxed);
+        slot.transport.store(dc_target ? kPublishedDcTarget : kPublishedReliableConnected, std::memory_order_relaxed);
+        slot.dc_key.store(dc_target ? queue_pair.dc_access_key : 0, std::memory_order_relaxed);
         slot.qpn.store(queue_pair.qpn, std::memory_order_relaxed);
     });
 }
@@ -515,6 +520,8 @@ std::optional<PublishedQueuePairView> PeerTable::read_queue_pair(std::uint32_t q
         view.receive_cq_doorbell_offset = slot.receive_cq_doorbell_offset.load(std::memory_order_relaxed);
         view.receive_cqe_count = slot.receive_cqe_count.load(std::memory_order_relaxed);
         view.receive_cqe_size = slot.receive_cqe_size.load(std::memory_order_relaxed);
+        view.transport = slot.transport.load(std::memory_order_relaxed);
+        view.dc_key = slot.dc_key.load(std::memory_order_relaxed);
     });
     if (!consistent || view.qpn != qpn) return std::nullopt;
     return view;

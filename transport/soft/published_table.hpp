@@ -74,9 +74,17 @@ struct PublishedRegionView {
     std::uint64_t arena_offset = 0;  // where the region starts in the target's arena, plus 1; 0: not in it
 };
 
-// An RC queue pair's fields a responder checks, as a reader copied them.
+// What an entry of the queue pairs' table is: an RC QP, or a DC target (its number in the same
+// space), which DC initiators write to and read from zero-hop (no receive side: a DCT receives
+// through its SRQ, which stays on the request path).
+inline constexpr std::uint32_t kPublishedReliableConnected = 0;
+inline constexpr std::uint32_t kPublishedDcTarget = 1;
+
+// An RC queue pair's or a DCT's fields a responder checks, as a reader copied them.
 struct PublishedQueuePairView {
     std::uint32_t qpn = 0;
+    std::uint32_t transport = kPublishedReliableConnected;
+    std::uint64_t dc_key = 0;  // a DCT's access key
     std::uint32_t state = 0;  // QueuePairState
     std::uint32_t access = 0;
     std::uint32_t protection_domain = 0;
@@ -130,6 +138,8 @@ struct alignas(64) PublishedQueuePair {
     std::atomic<std::uint64_t> doorbell_offset;
     std::atomic<std::uint64_t> receive_cq_offset;
     std::atomic<std::uint64_t> receive_cq_doorbell_offset;
+    std::atomic<std::uint32_t> transport;  // kPublishedReliableConnected or kPublishedDcTarget
+    std::atomic<std::uint64_t> dc_key;     // a DCT's access key
 };
 
 // What a peer's zero-hop receive does under the receive lock, written before its first store
@@ -216,8 +226,9 @@ public:
     // The pid of a peer whose slot holds `key` now, or 0 (tests and diagnostics).
     std::uint32_t holder_of(std::uint32_t key) const;
 
-    // RC queue pairs only: the state and attributes a responder checks, and where its receive
-    // queue and receive CQ lie (or removes the entry). Under the receive lock.
+    // RC queue pairs and DC targets: the state and attributes a responder checks (a DCT's access
+    // key), and where an RC QP's receive queue and receive CQ lie (or removes the entry). Under
+    // the receive lock.
     void publish_queue_pair(const QueuePairContext& queue_pair);
     void unpublish_queue_pair(std::uint32_t qpn);
 

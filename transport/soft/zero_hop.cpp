@@ -92,8 +92,9 @@ Connection* DeviceCore::zero_hop_connection(const std::array<std::uint8_t, 16>& 
 }
 
 ZeroHopTarget DeviceCore::zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access,
-                                          PublishedQueuePairView& target) {
-    if (queue_pair.transport != Transport::reliable_connected || queue_pair.state != QueuePairState::ready_to_send ||
+                                          PublishedQueuePairView& target, std::uint64_t dc_key) {
+    const bool dc = queue_pair.transport == Transport::dc_initiator;
+    if ((queue_pair.transport != Transport::reliable_connected && !dc) || queue_pair.state != QueuePairState::ready_to_send ||
         !queue_pair.in_flight.empty() || queue_pair.waiting_rnr || queue_pair.umr_waits_for_answers) {
         return {};
     }
@@ -116,9 +117,14 @@ ZeroHopTarget DeviceCore::zero_hop_target(QueuePairContext& queue_pair, std::uin
         if (partition_simulated() || found.table->partitioned()) return {};
     }
     // The responder's checks on its QP, as handle_request and perform_request make them: ready,
-    // connected to us, with the access the request needs (none for a send).
+    // connected to us, with the access the request needs (none for a send). For a DCT, as
+    // handle_dc_request makes them: in RTR, and the key first (a wrong one is the request path's
+    // NAK and remote access error).
     const std::optional<PublishedQueuePairView> entry = found.table->read_queue_pair(remote.qpn);
-    if (!entry || !zero_hop_ready(*entry, queue_pair) || (remote_access != 0 && (entry->access & remote_access) == 0)) {
+    if (!entry || (remote_access != 0 && (entry->access & remote_access) == 0)) return {};
+    if (dc ? entry->transport != kPublishedDcTarget || entry->dc_key != dc_key ||
+                 entry->state != static_cast<std::uint32_t>(QueuePairState::ready_to_receive)
+           : entry->transport != kPublishedReliableConnected || !zero_hop_ready(*entry, queue_pair)) {
         return {};
     }
     target = *entry;
@@ -140,7 +146,7 @@ bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t pro
 ZeroHopTarget DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
                                          std::uint32_t remote_access, PeerTable::RegionUse& use) {
     PublishedQueuePairView target;
-    const ZeroHopTarget found = zero_hop_target(queue_pair, remote_access, target);
+    const ZeroHopTarget found = zero_hop_target(queue_pair, remote_access, target, request.dc_key);
     // A zero-length request checks no memory at the responder: too little to gain here.
     if (found.table == nullptr || length == 0) return {};
     // Then the key, as perform_request checks it.

@@ -81,6 +81,8 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
                                   std::uint32_t segment_count) {
     const bool write = request.opcode == kOpcodeRdmaWriteImmediate;
     if (!zero_hop_enabled_ || (!write && request.opcode != kOpcodeSend && request.opcode != kOpcodeSendImmediate)) return false;
+    // A DCT receives through its SRQ: the request path.
+    if (queue_pair.transport != Transport::reliable_connected) return false;
     // The bytes, in order: the frame's payload (inline data), or the pointer segments.
     std::uint64_t length = payload.size();
     iovec local[wire::kMaxSegments];
