@@ -11,7 +11,34 @@ results=$(mktemp -d)
 output=$(mktemp)
 trap 'rm -rf "$results" "$output"' EXIT
 env -u RDMACHAN_BOOTSTRAP "$mpirun" --allow-run-as-root --oversubscribe --enable-recovery -np "$ranks" \
-    "$program" "$@" --results "$results" >"$output" 2>&1
+    "$program" "$@" --results "$results" >"$output" 2>&1 &
+launcher=$!
+# A run takes about a second; one still going after 150 s (ctest stops it at 180) is stuck: what
+# each process of the job is doing is printed (every thread's kernel wait channel and state),
+# with the output so far, before it is stopped, so a hang leaves a record to find its cause.
+waited=0
+while kill -0 "$launcher" 2>/dev/null && [ "$waited" -lt 1500 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+done
+if kill -0 "$launcher" 2>/dev/null; then
+    echo "run_replacement_mpirun: mpirun still running after 150 s; the job's processes:" >&2
+    for pid in $( (pgrep -f "$(basename "$program")"; pgrep -x prted; echo "$launcher") | sort -un); do
+        [ "$pid" != "$$" ] && [ -d "/proc/$pid" ] || continue
+        echo "  process $pid: $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-160)" >&2
+        for task in /proc/"$pid"/task/*; do
+            echo "    thread ${task##*/} ($(cat "$task/comm" 2>/dev/null)): state $(awk '{print $3}' "$task/stat" 2>/dev/null), waiting in $(cat "$task/wchan" 2>/dev/null)" >&2
+        done
+    done
+    ls "$results" >&2
+    kill -TERM "$launcher" 2>/dev/null
+    sleep 2
+    kill -KILL "$launcher" 2>/dev/null
+    for pid in $(pgrep -f "$(basename "$program")"); do
+        [ "$pid" != "$$" ] && kill -KILL "$pid" 2>/dev/null
+    done
+fi
+wait "$launcher"
 status=$?
 cat "$output"
 failed=0
