@@ -133,6 +133,19 @@ public:
         return receive_.post(&request, 1, nullptr);
     }
 
+    // Receives of `length` bytes each, at offset, offset + stride, ..., posted with one doorbell
+    // record update: they become visible to the device all at once.
+    mlx5::PostResult post_receives(std::uint64_t first_wr_id, std::uint32_t count, std::uint64_t offset, std::uint32_t stride,
+                                   std::uint32_t length) {
+        std::vector<mlx5::ScatterGatherElement> elements(count);
+        std::vector<mlx5::ReceiveWorkRequest> requests(count);
+        for (std::uint32_t i = 0; i < count; ++i) {
+            elements[i] = {reinterpret_cast<std::uint64_t>(memory_) + offset + std::uint64_t{i} * stride, length, region_->lkey()};
+            requests[i] = {first_wr_id + i, &elements[i], 1};
+        }
+        return receive_.post(requests.data(), count, nullptr);
+    }
+
     // A receive into any memory the device translates (an indirect key, zero-based).
     mlx5::PostResult post_receive(std::uint64_t wr_id, const mlx5::ScatterGatherElement& element) {
         mlx5::ReceiveWorkRequest request{wr_id, &element, 1};

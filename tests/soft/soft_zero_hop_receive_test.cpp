@@ -186,6 +186,45 @@ TEST_CASE("zero-hop receive: no receive posted takes the request path (RNR, then
     CHECK(pair.target.buffer()[512] == 0x42);
 }
 
+TEST_CASE("zero-hop receive: the sends after one refused for want of a receive wait for its answer, then go zero-hop") {
+    ReceivePair pair;
+    constexpr std::uint32_t kSends = 11;
+    for (std::uint32_t i = 0; i < kSends; ++i) std::memset(pair.initiator.buffer() + i * 64, static_cast<int>(0x10 + i), 64);
+    // No receive posted: the first send takes the request path and waits out RNR NAKs; the ten
+    // after it are posted at once behind it.
+    for (std::uint32_t i = 0; i < kSends; ++i) {
+        const mlx5::ScatterGatherElement bytes = pair.initiator.local(i * 64, 64);
+        REQUIRE(pair.initiator.post(std::vector{send_request(100 + i, &bytes, 1, mlx5::SendOpcode::send)}.data(), 1) ==
+                mlx5::PostResult::ok);
+    }
+    CHECK_FALSE(pair.target.wait_receive(std::chrono::milliseconds(50)).has_value());
+    REQUIRE(pair.target.post_receives(1, kSends, 4096, 64, 64) == mlx5::PostResult::ok);
+    for (std::uint32_t i = 0; i < kSends; ++i) {
+        const auto received = pair.target.wait_receive();
+        REQUIRE(received.has_value());
+        CHECK(received->status == mlx5::CompletionStatus::success);
+        CHECK(received->wr_id == 1 + i);
+        CHECK(received->byte_len == 64);
+    }
+    for (std::uint32_t i = 0; i < kSends; ++i) {
+        const auto sent = pair.initiator.wait_send();
+        REQUIRE(sent.has_value());
+        CHECK(sent->status == mlx5::CompletionStatus::success);
+        CHECK(sent->wr_id == 100 + i);
+    }
+    soft::acquire_remote_writes();
+    for (std::uint32_t i = 0; i < kSends; ++i) {
+        CAPTURE(i);
+        CHECK(std::memcmp(pair.target.buffer() + 4096 + i * 64, pair.initiator.buffer() + i * 64, 64) == 0);
+    }
+    // The first went the request path; the rest waited for its answer instead of following it
+    // there, and went zero-hop (one more may meet the target's receive lock busy and go the
+    // request path too). Sent on at once, every one of them took the request path.
+    const std::uint64_t zero_hop = pair.initiator_device->zero_hop_receives();
+    MESSAGE(zero_hop << " of the " << kSends - 1 << " sends after the refused one went zero-hop");
+    CHECK(zero_hop >= kSends - 3);
+}
+
 TEST_CASE("zero-hop receive refused: a message longer than the receive and a bad key get the request path's errors") {
     SUBCASE("longer than the receive: local length error at the target, the QP to ERR") {
         ReceivePair pair;

@@ -451,6 +451,7 @@ void QueuePair::modify_to_reset() {
     core_->published_table.publish_queue_pair(context);
     context.in_flight.clear();
     context.waiting_rnr = false;
+    context.zero_hop_waits_for_answers = false;
     context.executed = 0;
     context.set_receive_consumed(0);
     // The records are shared with whoever watches them as a NIC does (the emulated ConnectX

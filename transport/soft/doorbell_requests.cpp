@@ -88,7 +88,8 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
     // Never wait for the progress thread: if it holds the mutex, it executes the WQEs.
     std::unique_lock lock(mutex, std::try_to_lock);
     if (!lock.owns_lock()) return false;
-    if (queue_pair.state != QueuePairState::ready_to_send || queue_pair.waiting_rnr || queue_pair.umr_waits_for_answers) {
+    if (queue_pair.state != QueuePairState::ready_to_send || queue_pair.waiting_rnr || queue_pair.umr_waits_for_answers ||
+        queue_pair.zero_hop_waits_for_answers) {
         return false;
     }
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;

@@ -152,6 +152,10 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         queue_pair.executed += wqebbs;
         return true;
     }
+    if (queue_pair.zero_hop_waits_for_answers) {
+        if (!queue_pair.in_flight.empty()) return doorbell_thread ? leave_for_progress() : false;
+        queue_pair.zero_hop_waits_for_answers = false;
+    }
     // A malformed WQE (wrong index, QP number or size) is a local QP operation error, as on
     // hardware (mlx5-facts.md §9.6).
     if (wqe_index != (index & 0xffff) || (qpn_ds >> 8) != queue_pair.qpn || ds < 1) {
@@ -436,7 +440,8 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
             restart_ack_timer(queue_pair);
             complete_requester(queue_pair, done, 0);
             // A DCI may hold a WQE for another target until this target answered everything.
-            if ((queue_pair.transport == Transport::dc_initiator || queue_pair.umr_waits_for_answers) &&
+            if ((queue_pair.transport == Transport::dc_initiator || queue_pair.umr_waits_for_answers ||
+                 queue_pair.zero_hop_waits_for_answers) &&
                 queue_pair.in_flight.empty()) {
                 queue_pair.doorbell_pending.store(true);
                 doorbells_pending_.store(true);

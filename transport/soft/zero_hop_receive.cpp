@@ -119,7 +119,13 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     // The receive WQE this request consumes: posted and not yet consumed, else RNR.
     const std::uint32_t consumed = __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE);
     const std::uint32_t posted = big_to_host32(load_acquire32(doorbell + kReceiveDoorbell)) & 0xffff;
-    if (((posted - consumed) & 0xffff) == 0) return false;
+    // The refusals that pass (no receive yet, the lock busy, the CQ full) make the WQEs after
+    // this one wait for its answer rather than follow it on the request path (device_core.hpp).
+    auto refused_for_now = [&queue_pair] {
+        queue_pair.zero_hop_waits_for_answers = true;
+        return false;
+    };
+    if (((posted - consumed) & 0xffff) == 0) return refused_for_now();
 
     // Where the bytes go, checked as the responder checks it, the key held in this mapping's
     // holder slot until they moved.
@@ -183,13 +189,16 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     }
 
     // The receive and the CQE, under the target's receive lock.
-    if (!table.try_lock_receives()) return false;
+    if (!table.try_lock_receives()) return refused_for_now();
     const CompletionRingView receive_cq{cq_entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
     const std::optional<PublishedQueuePairView> still = table.read_queue_pair(target.qpn);
-    if (!still || !zero_hop_ready(*still, queue_pair) || __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) != consumed ||
-        receive_cq.full()) {
+    if (!still || !zero_hop_ready(*still, queue_pair) || __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) != consumed) {
         table.unlock_receives();
         return false;
+    }
+    if (receive_cq.full()) {
+        table.unlock_receives();
+        return refused_for_now();
     }
     std::uint8_t cqe_opcode = kCqeResponderWriteImmediate;
     if (request.opcode == kOpcodeSend) cqe_opcode = kCqeResponderSend;
