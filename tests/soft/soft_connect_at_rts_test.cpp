@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "tests/soft/device_pair.hpp"
+#include "tests/soft/eventually.hpp"
 #include "tests/soft/scoped_environment.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -24,22 +25,13 @@ using rdmachan::test::Address;
 using rdmachan::test::bytes_differing;
 using rdmachan::test::DevicePair;
 using rdmachan::test::EndpointOptions;
+using rdmachan::test::eventually;
 using rdmachan::test::run_signaled;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
 
 namespace {
 
-// Polls `done` until it holds or five seconds pass.
-template <class Condition>
-bool eventually(Condition done) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (!done()) {
-        if (std::chrono::steady_clock::now() >= until) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
-}
 
 // A TCP port on 127.0.0.1 bound and not listening, for the object's lifetime: a connect to it is
 // refused, and no other socket can take the port meanwhile.
@@ -69,7 +61,7 @@ private:
 
 TEST_CASE("an RC QP at RTS settles the path to its remote device before any request, and the first write goes zero-hop") {
     DevicePair pair;  // both QPs at RTS, nothing posted
-    REQUIRE(eventually([&] { return pair.initiator_device->paths_settled() == 1 && pair.target_device->paths_settled() == 1; }));
+    REQUIRE(eventually([&] { return pair.initiator_device->paths_settled() == 1 && pair.target_device->paths_settled() == 1; }, std::chrono::seconds(5)));
     CHECK(pair.initiator_device->connects_started() == 1);
     CHECK(pair.initiator_device->connects_failed() == 0);
     CHECK(pair.initiator_device->requests_from_doorbell() == 0);
@@ -96,7 +88,7 @@ TEST_CASE("a remote device that does not exist: the connect at RTS fails quietly
     nowhere.lid = nowhere_port.port();
     nowhere.qpn = 0x1234;
     endpoint.connect(nowhere);
-    REQUIRE(eventually([&] { return device->connects_failed() == 1; }));
+    REQUIRE(eventually([&] { return device->connects_failed() == 1; }, std::chrono::seconds(5)));
     CHECK(device->connects_started() == 1);
     CHECK(device->paths_settled() == 0);
 
@@ -121,7 +113,7 @@ TEST_CASE("QPs connected to their own device open no connection; a QP to another
     // the last one settled, any connection the first two asked for was begun too.
     SoftEndpoint third(device);
     third.connect(elsewhere.address());
-    REQUIRE(eventually([&] { return device->paths_settled() == 1; }));
+    REQUIRE(eventually([&] { return device->paths_settled() == 1; }, std::chrono::seconds(5)));
     CHECK(device->connects_started() == 1);
     CHECK(device->connects_failed() == 0);
 }

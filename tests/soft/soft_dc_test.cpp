@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "tests/soft/fill_pattern.hpp"
 #include "tests/soft/soft_dc_endpoint.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -14,15 +15,8 @@ using rdmachan::test::dc_request;
 using rdmachan::test::DcInitiatorEndpoint;
 using rdmachan::test::DcTargetAddress;
 using rdmachan::test::DcTargetEndpoint;
+using rdmachan::test::fill_pattern;
 using rdmachan::test::kDcKey;
-
-namespace {
-
-void fill(std::uint8_t* bytes, std::size_t length, std::uint8_t seed) {
-    for (std::size_t i = 0; i < length; ++i) bytes[i] = static_cast<std::uint8_t>(seed + i * 7);
-}
-
-}  // namespace
 
 TEST_CASE(
     "DCI to DCT on another device: every operation, receives through the SRQ naming the sender") {
@@ -32,7 +26,7 @@ TEST_CASE(
     const std::uint32_t dci = initiator.initiator().qpn();
 
     // RDMA write: lands without the target calling in.
-    fill(initiator.buffer(), 4096, 1);
+    fill_pattern(initiator.buffer(), 4096, 1);
     mlx5::ScatterGatherElement element = initiator.local(0, 4096);
     mlx5::Completion done = complete(
         initiator,
@@ -44,7 +38,7 @@ TEST_CASE(
 
     // RDMA write with immediate: consumes an SRQ WQE; the CQE names the DCT and the DCI.
     REQUIRE(target.post_receive(70, 512 * 1024, 64) == mlx5::PostResult::ok);
-    fill(initiator.buffer(), 100, 9);
+    fill_pattern(initiator.buffer(), 100, 9);
     element = initiator.local(0, 100);
     mlx5::SendWorkRequest request = dc_request(mlx5::SendOpcode::rdma_write_with_immediate, 2,
                                                &element, to.buffer_addr + 1000, to.rkey);
@@ -67,7 +61,7 @@ TEST_CASE(
     // Send and send with immediate: scattered into SRQ buffers, in order.
     REQUIRE(target.post_receive(71, 600 * 1024, 2000) == mlx5::PostResult::ok);
     REQUIRE(target.post_receive(72, 610 * 1024, 2000) == mlx5::PostResult::ok);
-    fill(initiator.buffer(), 3000, 3);
+    fill_pattern(initiator.buffer(), 3000, 3);
     element = initiator.local(0, 1500);
     done = complete(initiator, dc_request(mlx5::SendOpcode::send, 3, &element), to);
     CHECK(done.status == mlx5::CompletionStatus::success);
@@ -92,7 +86,7 @@ TEST_CASE(
     CHECK(std::memcmp(target.buffer() + 610 * 1024, initiator.buffer() + 1500, 1500) == 0);
 
     // RDMA read: the target's bytes come back.
-    fill(target.buffer() + 20000, 3000, 77);
+    fill_pattern(target.buffer() + 20000, 3000, 77);
     element = initiator.local(100000, 3000);
     done = complete(
         initiator,
@@ -139,7 +133,7 @@ TEST_CASE(
         REQUIRE(second.post_receive(i, 64 * 1024 + i * 256, 256) == mlx5::PostResult::ok);
     }
     for (std::uint32_t i = 0; i < kMessages; ++i) {
-        fill(initiator.buffer() + i * 256, 256, static_cast<std::uint8_t>(i));
+        fill_pattern(initiator.buffer() + i * 256, 256, static_cast<std::uint8_t>(i));
         const mlx5::ScatterGatherElement element = initiator.local(i * 256, 200);
         mlx5::SendWorkRequest request =
             dc_request(mlx5::SendOpcode::send_with_immediate, 1000 + i, &element);
@@ -258,7 +252,7 @@ TEST_CASE(
     for (std::uint32_t i = 0; i < 600; ++i) {
         const std::uint32_t length = 1 + (i * 37) % 60;  // up to 60 bytes: fits inline (64)
         const std::uint64_t offset = (i % 256) * 64;
-        fill(initiator.buffer() + offset, length, static_cast<std::uint8_t>(i));
+        fill_pattern(initiator.buffer() + offset, length, static_cast<std::uint8_t>(i));
         const mlx5::ScatterGatherElement element = initiator.local(offset, length);
         mlx5::SendWorkRequest request =
             dc_request(mlx5::SendOpcode::rdma_write, i, &element, to.buffer_addr + offset, to.rkey);

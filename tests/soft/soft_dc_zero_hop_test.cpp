@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/soft/scoped_environment.hpp"
+#include "tests/soft/fill_pattern.hpp"
 #include "tests/soft/soft_dc_endpoint.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -22,13 +23,10 @@ using rdmachan::test::DcInitiatorEndpoint;
 using rdmachan::test::DcTargetAddress;
 using rdmachan::test::DcTargetEndpoint;
 using rdmachan::test::Environment;
+using rdmachan::test::fill_pattern;
 using rdmachan::test::kDcKey;
 
 namespace {
-
-void fill_dc_bytes(std::uint8_t* bytes, std::size_t length, std::uint8_t seed) {
-    for (std::size_t i = 0; i < length; ++i) bytes[i] = static_cast<std::uint8_t>(seed + i * 13);
-}
 
 // What one run of every kind left: the completions, the target's bytes, the initiator's bytes
 // (reads and atomic results land there), and how many went zero-hop.
@@ -45,8 +43,8 @@ DcKinds run_dc_kinds(const char* zero_hop) {
     auto initiator_device = soft::Device::open();
     DcInitiatorEndpoint initiator(initiator_device);
     const DcTargetAddress to = target.address();
-    fill_dc_bytes(target.buffer(), 65536, 3);
-    fill_dc_bytes(initiator.buffer(), 65536, 101);
+    fill_pattern(target.buffer(), 65536, 3);
+    fill_pattern(initiator.buffer(), 65536, 101);
     std::memset(initiator.buffer() + 131072, 0, 65536);
     // The first request opens the connection to the target's device (the request path); its
     // completion comes after the hello reply, so the path is settled from here on.
@@ -106,7 +104,7 @@ TEST_CASE("DC zero-hop: a wrong DC key gets the request path's remote access err
     DcInitiatorEndpoint initiator(initiator_device);
     const DcTargetAddress to = target.address();
     std::memset(target.buffer(), 0, 8192);
-    fill_dc_bytes(initiator.buffer(), 8192, 5);
+    fill_pattern(initiator.buffer(), 8192, 5);
     mlx5::ScatterGatherElement element = initiator.local(0, 64);
     REQUIRE(complete(initiator, dc_request(mlx5::SendOpcode::rdma_write, 1, &element, to.buffer_addr, to.rkey), to).status ==
             mlx5::CompletionStatus::success);
@@ -147,7 +145,7 @@ TEST_CASE("DC zero-hop: one DCI mixing zero-hop writes and request-path sends to
     std::uint64_t wr_id = 100;
     for (std::uint32_t i = 0; i < 2 * kRounds; ++i) {
         const DcTargetAddress& to = targets[i % 2];
-        fill_dc_bytes(initiator.buffer() + i * 512, 512, static_cast<std::uint8_t>(i));
+        fill_pattern(initiator.buffer() + i * 512, 512, static_cast<std::uint8_t>(i));
         element = initiator.local(i * 512, 256);
         REQUIRE(initiator.post(dc_request(mlx5::SendOpcode::rdma_write, wr_id++, &element, to.buffer_addr + 65536 + i * 256, to.rkey),
                                to) == mlx5::PostResult::ok);

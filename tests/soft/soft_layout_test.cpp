@@ -8,11 +8,13 @@
 #include <numeric>
 #include <vector>
 
+#include "tests/soft/fill_pattern.hpp"
 #include "tests/soft/soft_endpoint.hpp"
 #include "transport/soft/device_core.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
+using rdmachan::test::fill_pattern;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
 
@@ -76,10 +78,6 @@ void check_key_free(soft::Device& device, std::uint32_t key) {
     CHECK_FALSE(found->second.configured);
     CHECK(found->second.entries.empty());
     CHECK(found->second.length == 0);
-}
-
-void fill_pattern(std::uint8_t* bytes, std::size_t length, std::uint8_t seed) {
-    for (std::size_t i = 0; i < length; ++i) bytes[i] = static_cast<std::uint8_t>(seed + i * 7);
 }
 
 // B's buffer as a 16x16 matrix of 8-byte elements (rows of 128 bytes); column `column`

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "tests/soft/child_process.hpp"
+#include "tests/soft/eventually.hpp"
 #include "tests/soft/scoped_environment.hpp"
 #include "tests/soft/soft_endpoint.hpp"
 
@@ -26,6 +27,7 @@ using rdmachan::test::Address;
 using rdmachan::test::ChildProcess;
 using rdmachan::test::EndpointOptions;
 using rdmachan::test::Environment;
+using rdmachan::test::eventually;
 using rdmachan::test::read_all;
 using rdmachan::test::settle_path;
 using rdmachan::test::SoftEndpoint;
@@ -71,17 +73,6 @@ EndpointOptions arena_endpoint() {
     if (endpoint.post(&send, 1) != mlx5::PostResult::ok) ::_exit(105);
     (void)endpoint.wait_send(std::chrono::seconds(20));
     ::_exit(106);
-}
-
-// Waits up to 10 s for `done`.
-template <typename Condition>
-bool eventually(Condition done) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!done()) {
-        if (std::chrono::steady_clock::now() >= until) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    return true;
 }
 
 void kill_sender_at(soft::ZeroHopReceiveStep step, bool expect_completion) {
