@@ -268,11 +268,7 @@ PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table, bool needed)
         if (attempt < 64) continue;
         // Past the few stores a holder makes: a holder that exited is taken over, and what it
         // began is finished from its journal.
-        if (attempt % 64 == 0 && holder != 0 && holder != mine && process_exited(holder) &&
-            lock.compare_exchange_strong(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) {
-            table_->finish_receive_journal(holder);
-            return;
-        }
+        if (attempt % 64 == 0 && holder != 0 && holder != mine && table_->take_over_from(holder)) return;
         if (std::chrono::steady_clock::now() >= report_at) {
             // Only a peer stopped inside its few stores (SIGSTOP, a debugger) holds it this long.
             detail::logger().error("software device: process {} has held this device's receive lock for {} s (stopped in a "
@@ -292,30 +288,34 @@ std::uint32_t PublishedTable::receive_lock_holder() const {
     return layout_ == nullptr ? 0 : layout_->receive_lock.load(std::memory_order_acquire);
 }
 
-bool PublishedTable::take_over_receive_lock(std::uint32_t pid) {
-    if (layout_ == nullptr || pid == 0) return false;
+bool PublishedTable::take_over_from(std::uint32_t holder) {
     std::atomic<std::uint32_t>& lock = layout_->receive_lock;
-    std::uint32_t holder = pid;
-    if (lock.load(std::memory_order_relaxed) != pid || !process_exited(pid)) return false;
-    if (!lock.compare_exchange_strong(holder, static_cast<std::uint32_t>(::getpid()), std::memory_order_acquire,
+    if (lock.load(std::memory_order_relaxed) != holder || !process_exited(holder)) return false;
+    std::uint32_t expected = holder;
+    if (!lock.compare_exchange_strong(expected, static_cast<std::uint32_t>(::getpid()), std::memory_order_acquire,
                                       std::memory_order_relaxed)) {
         return false;
     }
-    finish_receive_journal(pid);
-    lock.store(0, std::memory_order_release);
+    finish_receive_journal(holder);
+    return true;
+}
+
+bool PublishedTable::take_over_receive_lock(std::uint32_t pid) {
+    if (layout_ == nullptr || pid == 0 || !take_over_from(pid)) return false;
+    layout_->receive_lock.store(0, std::memory_order_release);
     return true;
 }
 
 namespace {
 
-// `length` bytes at `offset_plus_1` of an arena of `arena_bytes` at `base`, or null when the range
-// is not inside it (a journal from a process that wrote nonsense must not make this one fault).
-std::uint8_t* journal_range(std::uint8_t* base, std::uint64_t arena_bytes, std::uint64_t offset_plus_1, std::uint64_t length) {
-    if (base == nullptr || offset_plus_1 == 0 || offset_plus_1 - 1 > arena_bytes || length > arena_bytes - (offset_plus_1 - 1)) {
-        return nullptr;
-    }
-    return base + (offset_plus_1 - 1);
-}
+// What taking the receive lock over from a holder that exited found in the journal.
+enum class ReceiveRecovery : std::uint8_t {
+    nothing_begun,       // no receive in progress
+    receive_left,        // it had not consumed the receive yet: the receive stays posted
+    completion_written,  // it had consumed it: its CQE, or the rest of it, was written now
+    already_complete,    // it had published the CQE; only the journal was left
+    journal_invalid,     // the journal names memory outside the arena: left as it was
+};
 
 const char* describe(ReceiveRecovery recovery) {
     switch (recovery) {
@@ -335,14 +335,16 @@ void PublishedTable::finish_receive_journal(std::uint32_t holder) {
     ReceiveRecovery outcome = ReceiveRecovery::nothing_begun;
     if (journal.armed.load(std::memory_order_acquire) != 0) {
         const ReceiveIntent intent = journal.intent;
-        std::uint8_t* base = arena_ == nullptr ? nullptr : arena_->base();
-        const std::uint64_t arena_bytes = arena_ == nullptr ? 0 : arena_->file_size();
+        // The journal's offsets (plus 1) in this device's arena, or null outside it: a journal from
+        // a process that wrote nonsense must not make this one fault.
+        auto in_arena = [this](std::uint64_t offset_plus_1, std::uint64_t length) -> std::uint8_t* {
+            return arena_ == nullptr || offset_plus_1 == 0 ? nullptr : arena_->range(offset_plus_1 - 1, length);
+        };
         const bool ring_shape = intent.cqe_count != 0 && (intent.cqe_count & (intent.cqe_count - 1)) == 0 &&
                                 (intent.cqe_size == 64 || intent.cqe_size == 128);
-        auto* doorbell = reinterpret_cast<std::uint32_t*>(journal_range(base, arena_bytes, intent.doorbell_offset, 64));
-        std::uint8_t* entries = journal_range(base, arena_bytes, intent.cq_offset,
-                                              static_cast<std::uint64_t>(intent.cqe_count) * intent.cqe_size);
-        auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(journal_range(base, arena_bytes, intent.cq_doorbell_offset, 64));
+        auto* doorbell = reinterpret_cast<std::uint32_t*>(in_arena(intent.doorbell_offset, 64));
+        std::uint8_t* entries = in_arena(intent.cq_offset, static_cast<std::uint64_t>(intent.cqe_count) * intent.cqe_size);
+        auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(in_arena(intent.cq_doorbell_offset, 64));
         if (!ring_shape || doorbell == nullptr || entries == nullptr || cq_doorbell == nullptr) {
             outcome = ReceiveRecovery::journal_invalid;
         } else if (__atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) == intent.consumed_before) {
@@ -367,7 +369,6 @@ void PublishedTable::finish_receive_journal(std::uint32_t holder) {
         }
         if (outcome != ReceiveRecovery::journal_invalid) journal.armed.store(0, std::memory_order_release);
     }
-    last_recovery_.store(outcome, std::memory_order_relaxed);
     takeovers_.fetch_add(1, std::memory_order_relaxed);
     detail::logger().warn("software device: process {} exited holding this device's receive lock; taken over: {}", holder,
                           describe(outcome));

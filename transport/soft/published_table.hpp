@@ -160,15 +160,6 @@ struct ReceiveJournal {
     ReceiveIntent intent;              // written by the lock's holder only, before `armed`
 };
 
-// What taking the receive lock over from a holder that exited found in the journal.
-enum class ReceiveRecovery : std::uint8_t {
-    nothing_begun,       // no receive in progress
-    receive_left,        // it had not consumed the receive yet: the receive stays posted
-    completion_written,  // it had consumed it: its CQE, or the rest of it, was written now
-    already_complete,    // it had published the CQE; only the journal was left
-    journal_invalid,     // the journal names memory outside the arena: left as it was
-};
-
 struct PublishedLayout {
     std::uint64_t magic;
     std::uint32_t version;
@@ -255,18 +246,19 @@ public:
     // Takes the receive lock over from `pid` if that process holds it and has exited, finishes
     // its journal and frees the lock; false when `pid` does not hold it or is still alive.
     bool take_over_receive_lock(std::uint32_t pid);
-    // Takeovers so far, and what the last one found (tests and diagnostics).
+    // Takeovers so far (each is logged with what it found).
     std::uint64_t receive_lock_takeovers() const { return takeovers_.load(std::memory_order_relaxed); }
-    ReceiveRecovery last_recovery() const { return last_recovery_.load(std::memory_order_relaxed); }
 
 private:
     friend class PeerTable;  // a device reads its own table as its peers do
+    // Takes the lock from `holder` if it still holds it and has exited, and finishes its journal;
+    // the lock is then this process's. False otherwise.
+    bool take_over_from(std::uint32_t holder);
     // Under the lock, just taken over from `holder`: finishes what the journal describes.
     void finish_receive_journal(std::uint32_t holder);
     PublishedLayout* layout_ = nullptr;
     const SharedArena* arena_ = nullptr;  // the device's, once published
     std::atomic<std::uint64_t> takeovers_{0};
-    std::atomic<ReceiveRecovery> last_recovery_{ReceiveRecovery::nothing_begun};
     int descriptor_ = -1;
     const char* why_not_ = nullptr;
 };

@@ -59,6 +59,13 @@ public:
         const std::uint64_t size = file_size();
         return start != 0 && first >= start && first - start <= size && length <= size - (first - start);
     }
+    // base() + offset for [offset, offset + length), or nullptr when that range does not lie
+    // below file_size() (or there is no arena yet).
+    std::uint8_t* range(std::uint64_t offset, std::uint64_t length) const {
+        std::uint8_t* start = base();
+        const std::uint64_t size = file_size();
+        return start != nullptr && offset <= size && length <= size - offset ? start + offset : nullptr;
+    }
     const char* why_not() const { return why_not_; }
 
 private:
