@@ -220,6 +220,18 @@ inline mlx5::SendWorkRequest write_request(std::uint64_t wr_id, const mlx5::Scat
     return request;
 }
 
+// A send of the `count` pieces at `elements` (any opcode that carries no remote address).
+inline mlx5::SendWorkRequest send_request(std::uint64_t wr_id, const mlx5::ScatterGatherElement* elements, std::uint32_t count,
+                                          mlx5::SendOpcode opcode, std::uint32_t flags = mlx5::kSendSignaled) {
+    mlx5::SendWorkRequest request;
+    request.wr_id = wr_id;
+    request.opcode = opcode;
+    request.flags = flags;
+    request.sg_list = elements;
+    request.num_sge = count;
+    return request;
+}
+
 // Posts `request` signaled and waits for its completion (the endpoint's default deadline).
 inline mlx5::Completion run_signaled(SoftEndpoint& endpoint, mlx5::SendWorkRequest request) {
     request.flags |= mlx5::kSendSignaled;

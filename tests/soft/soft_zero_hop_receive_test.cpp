@@ -25,6 +25,7 @@ namespace soft = rdmachan::soft;
 using rdmachan::test::DevicePair;
 using rdmachan::test::DevicePairSettings;
 using rdmachan::test::run_signaled;
+using rdmachan::test::send_request;
 using rdmachan::test::settle_path;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
@@ -47,17 +48,6 @@ public:
         REQUIRE(settle_path(initiator, remote));
     }
 };
-
-mlx5::SendWorkRequest send_request(std::uint64_t wr_id, const mlx5::ScatterGatherElement* elements, std::uint32_t count,
-                                   mlx5::SendOpcode opcode, std::uint32_t flags = mlx5::kSendSignaled) {
-    mlx5::SendWorkRequest request;
-    request.wr_id = wr_id;
-    request.opcode = opcode;
-    request.flags = flags;
-    request.sg_list = elements;
-    request.num_sge = count;
-    return request;
-}
 
 // What the target sees of each kind, in one order: the completions and the bytes.
 struct Seen {
