@@ -433,6 +433,12 @@ enum class ZeroHopReceiveStep : std::uint8_t {
 };
 void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds delay, int reached_descriptor = -1) noexcept;
 
+// Fault injection for tests: every request this process's device performs that consumes a
+// receive (send, write with immediate) stops this long after its answer left and before its CQE
+// is written, so that a test can kill the responder there (responder.cpp says why the answer
+// comes first). With `reached_descriptor`, one byte 'h' is written to it when one stops there.
+void hold_responder_completions(std::chrono::microseconds delay, int reached_descriptor = -1) noexcept;
+
 // For a process that learned out of band (shared memory, a socket) that peers' RDMA writes into
 // its memory are complete: makes them happen-before what follows for ThreadSanitizer, which
 // cannot see causality that runs through another process and the network. The device thread

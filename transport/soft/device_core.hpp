@@ -348,6 +348,8 @@ private:
     enum class AddressOutcome { ready, wait, malformed };
     AddressOutcome take_dc_address(QueuePairContext& queue_pair, const std::uint8_t* address_vector, wire::Request& request);
     void handle_response(const wire::Response& response, const std::uint8_t* payload, std::uint32_t payload_length);
+    // Test hook: hold_responder_completions() (device.hpp); nothing when it is off.
+    static void hold_before_responder_completion();
     void respond(Connection& connection, const wire::Response& response, const void* payload = nullptr,
                  std::uint32_t payload_length = 0);
     void complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome);
@@ -451,6 +453,9 @@ private:
     // turns them off (the progress thread sends every request), for measuring one against the other.
     bool doorbell_requests_enabled_ = true;
     bool doorbell_sends_requests_ = false;  // send_from_doorbell is executing WQEs (mutex held)
+    // The responder holds the receive lock between an answer and its CQE (perform_request); the
+    // CQE writers do not take it again. Under the mutex, as every CQE write.
+    bool receive_lock_held_ = false;
     // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
     // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one
     // holds, rather than thread_local: in a shared library each thread_local access is a call to

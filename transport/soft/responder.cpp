@@ -1,8 +1,13 @@
 // The responder side of the software device: checks a request against the target QP and the
 // memory it names, performs it, consumes receive WQEs, and answers with ACK, RNR NAK or NAK.
 // The target process never calls in: this runs on its device's progress thread.
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -25,7 +30,44 @@ wire::Response answer(const wire::Request& request, wire::ResponseKind kind, std
     return wire::Response{request.source_qpn, request.psn, kind, syndrome, rnr_timer};
 }
 
+// Marks the receive lock as held by this thread for as long as it lives (answer_then_complete).
+struct ReceiveLockHeld {
+    bool& held;
+    explicit ReceiveLockHeld(bool& flag) : held(flag) { held = true; }
+    ~ReceiveLockHeld() { held = false; }
+    ReceiveLockHeld(const ReceiveLockHeld&) = delete;
+    ReceiveLockHeld& operator=(const ReceiveLockHeld&) = delete;
+};
+
+// hold_responder_completions(): how long the responder stops between its answer and its CQE.
+std::atomic<std::int64_t> held_microseconds{0};
+std::atomic<int> held_descriptor{-1};
+
 }  // namespace
+
+void hold_responder_completions(std::chrono::microseconds delay, int reached_descriptor) noexcept {
+    held_descriptor.store(reached_descriptor, std::memory_order_relaxed);
+    held_microseconds.store(delay.count(), std::memory_order_relaxed);
+}
+
+// A request that consumes a receive is answered before its CQE is written. A NIC's ACK leaves
+// whatever the process does next; this device's answer is sent by a thread of the process, so
+// with the CQE first an application that sees it and exits at once (its last message arrived)
+// would take the answer with it, and the sender would report transport retry exceeded for a
+// message that arrived. Hardware gives no order between the responder's CQE and the requester's
+// completion, so this order is one a ConnectX may show too. What the request wrote into memory is
+// released before the answer leaves (respond), as before.
+void DeviceCore::hold_before_responder_completion() {
+    const std::int64_t delay = held_microseconds.load(std::memory_order_relaxed);
+    if (delay == 0) [[likely]]
+        return;
+    // Says it is there before it waits, so a test kills the process here and not on its way.
+    if (const int descriptor = held_descriptor.load(std::memory_order_relaxed); descriptor >= 0) {
+        const char reached = 'h';
+        (void)!::write(descriptor, &reached, 1);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(delay));
+}
 
 bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffer) {
     const std::uint8_t* wqe = nullptr;
@@ -159,6 +201,27 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         accept();
         respond(connection, answer(request, wire::ResponseKind::negative, syndrome));
     };
+    // A request that consumed a receive: answered, then its CQE written (write_cqe), in that order
+    // (hold_before_responder_completion says why). The answer lets the initiator's next send go
+    // zero-hop, which writes its CQE into this CQ itself: the receive lock is held from before the
+    // answer until this CQE is in, so that one cannot come first (the CQE writers do not take the
+    // lock again meanwhile).
+    auto answer_then_complete = [&](const wire::Response& response, auto&& write_cqe) {
+        const PublishedTable::ReceiveGuard guard(published_table, queue_pair.recv_cq->peer_writable);
+        const ReceiveLockHeld held(receive_lock_held_);
+        respond(connection, response);
+        hold_before_responder_completion();
+        write_cqe();
+    };
+    // A consumed receive the message cannot fill: a NAK to the initiator, then the receive's
+    // error CQE.
+    auto refuse_then_complete = [&](std::uint8_t syndrome, std::uint16_t wqe_counter, std::uint8_t local_syndrome) {
+        performed(syndrome);
+        accept();
+        answer_then_complete(answer(request, wire::ResponseKind::negative, syndrome), [&] {
+            write_error_cqe(*queue_pair.recv_cq, queue_pair, false, wqe_counter, 0, local_syndrome);
+        });
+    };
     auto not_ready = [&] {
         flight::record(flight::Event::soft_rnr_nak_sent, queue_pair.qpn, request.psn, request.source_qpn,
                        queue_pair.receive_attributes.min_rnr_timer);
@@ -244,14 +307,17 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                     written += piece_length;
                 }
             }
-            if (request.opcode == kOpcodeRdmaWriteImmediate) {
-                consume_receive(queue_pair);
-                write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
-                                    request.length, request.immediate, request.source_qpn, connection.lid, global_route);
-            }
             performed(0);
             accept();
-            respond(connection, answer(request, wire::ResponseKind::ack));
+            if (request.opcode != kOpcodeRdmaWriteImmediate) {
+                respond(connection, answer(request, wire::ResponseKind::ack));
+                return;
+            }
+            consume_receive(queue_pair);
+            answer_then_complete(answer(request, wire::ResponseKind::ack), [&] {
+                write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
+                                    request.length, request.immediate, request.source_qpn, connection.lid, global_route);
+            });
             return;
         }
         case kOpcodeSend:
@@ -275,14 +341,12 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             }
             consume_receive(queue_pair);
             if (receive.protection_error) {
-                write_error_cqe(*queue_pair.recv_cq, queue_pair, false, receive.wqe_counter, 0, kSyndromeLocalProtection);
-                refuse(kSyndromeRemoteOperation);
+                refuse_then_complete(kSyndromeRemoteOperation, receive.wqe_counter, kSyndromeLocalProtection);
                 responder_error("receive WQE names memory it may not write");
                 return;
             }
             if (request.length > receive.capacity) {
-                write_error_cqe(*queue_pair.recv_cq, queue_pair, false, receive.wqe_counter, 0, kSyndromeLocalLength);
-                refuse(kSyndromeRemoteInvalidRequest);
+                refuse_then_complete(kSyndromeRemoteInvalidRequest, receive.wqe_counter, kSyndromeLocalLength);
                 responder_error("message longer than the receive WQE");
                 return;
             }
@@ -293,12 +357,13 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 std::memcpy(address, payload + offset, chunk);
                 offset += chunk;
             }
-            const std::uint8_t cqe_opcode = request.opcode == kOpcodeSendImmediate ? kCqeResponderSendImmediate : kCqeResponderSend;
-            write_responder_cqe(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
-                                request.immediate, request.source_qpn, connection.lid, global_route);
             performed(0);
             accept();
-            respond(connection, answer(request, wire::ResponseKind::ack));
+            const std::uint8_t cqe_opcode = request.opcode == kOpcodeSendImmediate ? kCqeResponderSendImmediate : kCqeResponderSend;
+            answer_then_complete(answer(request, wire::ResponseKind::ack), [&] {
+                write_responder_cqe(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
+                                    request.immediate, request.source_qpn, connection.lid, global_route);
+            });
             return;
         }
         case kOpcodeRdmaRead: {
@@ -383,7 +448,7 @@ void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, st
 void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
                                      std::uint8_t wqe_opcode, std::uint32_t byte_count) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
-    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable);
+    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
@@ -396,7 +461,7 @@ void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePair
 void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
                                  std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, syndrome, requester ? 0 : 1);
-    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable);
+    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
@@ -411,7 +476,7 @@ void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePair
                                      std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
                                      std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
-    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable);
+    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     fill_responder_cqe(cqe, {cqe_opcode, wqe_counter, byte_count, immediate, source_qpn, source_lid, global_route,
