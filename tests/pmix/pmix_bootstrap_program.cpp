@@ -62,10 +62,13 @@ struct RawPmix {
     void fence(bool collect) const {
         pmix_proc_t everyone;
         PMIX_LOAD_PROCID(&everyone, self.nspace, PMIX_RANK_WILDCARD);
-        pmix_info_t info;
+        // With a deadline: a rank that failed and left never arrives.
+        pmix_info_t info[2];
         bool collect_data = collect;
-        PMIX_INFO_LOAD(&info, PMIX_COLLECT_DATA, &collect_data, PMIX_BOOL);
-        if (const pmix_status_t status = PMIx_Fence(&everyone, 1, &info, 1); status != PMIX_SUCCESS) {
+        int seconds = 60;
+        PMIX_INFO_LOAD(&info[0], PMIX_COLLECT_DATA, &collect_data, PMIX_BOOL);
+        PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
+        if (const pmix_status_t status = PMIx_Fence(&everyone, 1, info, 2); status != PMIX_SUCCESS) {
             throw std::runtime_error(std::string("test's own PMIx_Fence: ") + PMIx_Error_string(status));
         }
     }

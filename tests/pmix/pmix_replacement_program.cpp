@@ -228,6 +228,19 @@ void await_replacement(Process& self, const Options& options, std::uint32_t next
     expect(self.channels.healthy_peers().size() == self.world, "every peer healthy again");
 }
 
+// A PMIx fence of `procs` with a deadline: a rank that failed and left never arrives, and a fence
+// without PMIX_TIMEOUT would then wait for it until ctest's timeout, with no verdict written.
+constexpr int kFenceSeconds = 60;
+bool fence(const pmix_proc_t* procs, std::size_t count) {
+    pmix_info_t info;
+    int seconds = kFenceSeconds;
+    PMIX_INFO_LOAD(&info, PMIX_TIMEOUT, &seconds, PMIX_INT);
+    const pmix_status_t status = PMIx_Fence(procs, count, &info, 1);
+    PMIX_INFO_DESTRUCT(&info);
+    if (status != PMIX_SUCCESS) std::fprintf(stderr, "pmix_replacement_program: PMIx_Fence: %s\n", PMIx_Error_string(status));
+    return status == PMIX_SUCCESS;
+}
+
 // Round 1 with everyone, then (all ranks) a PMIx fence, after which the victim dies.
 void first_round(Process& self, const pmix_proc_t& raw) {
     const Layout layout{{self.world}};
@@ -236,7 +249,7 @@ void first_round(Process& self, const pmix_proc_t& raw) {
     expect(first.ok(), "round 1's writes succeed: " + first.message());
     pmix_proc_t everyone;
     PMIX_LOAD_PROCID(&everyone, raw.nspace, PMIX_RANK_WILDCARD);
-    expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the fence after round 1");
+    expect(fence(&everyone, 1), "the fence after round 1");
 }
 
 // Nothing may be reported about any peer.
@@ -261,7 +274,7 @@ void quiet_until(Process& self, const std::function<bool()>& done, const std::st
 void fence_everyone(const pmix_proc_t& raw) {
     pmix_proc_t everyone;
     PMIX_LOAD_PROCID(&everyone, raw.nspace, PMIX_RANK_WILDCARD);
-    expect(PMIx_Fence(&everyone, 1, nullptr, 0) == PMIX_SUCCESS, "the closing fence");
+    expect(fence(&everyone, 1), "the closing fence");
 }
 
 // A fence of the first processes without the victim (dead), so none leaves while another still
@@ -273,7 +286,7 @@ void fence_survivors(const pmix_proc_t& raw, std::uint32_t world) {
         PMIX_LOAD_PROCID(&proc, raw.nspace, rank);
         survivors.push_back(proc);
     }
-    expect(PMIx_Fence(survivors.data(), survivors.size(), nullptr, 0) == PMIX_SUCCESS, "the survivors' closing fence");
+    expect(fence(survivors.data(), survivors.size()), "the survivors' closing fence");
 }
 
 // The test's own PMIx handle (reference counted with the library's), fenced once every rank is
@@ -284,7 +297,7 @@ struct RawPmix {
         if (PMIx_Init(&self, nullptr, 0) != PMIX_SUCCESS) throw std::runtime_error("test's own PMIx_Init failed");
         pmix_proc_t everyone;
         PMIX_LOAD_PROCID(&everyone, self.nspace, PMIX_RANK_WILDCARD);
-        if (PMIx_Fence(&everyone, 1, nullptr, 0) != PMIX_SUCCESS) throw std::runtime_error("test's own PMIx_Fence failed");
+        if (!fence(&everyone, 1)) throw std::runtime_error("test's own PMIx_Fence failed");
     }
     ~RawPmix() { PMIx_Finalize(nullptr, 0); }
 };
