@@ -380,3 +380,45 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes during a simulated partition are
     CHECK(initiator_device->zero_hop_writes() == 1);
     CHECK(bytes_differing(target.buffer(), 1 << 20, 0xee) == 0);
 }
+
+// Two QPs of one device with memory from the heap: writes and reads up to the zero-hop bound move
+// by cross-memory attach within the process on the doorbell thread, as a peer's do; refused
+// (RDMACHAN_SOFT_REFUSE_CMA=1, as a seccomp profile would), they take the loopback path, and the
+// bytes land the same.
+TEST_CASE("zero-hop on one device with heap memory: by cross-memory attach within the process, else the loopback path") {
+    for (const bool refused : {false, true}) {
+        CAPTURE(refused);
+        rdmachan::test::Environment transport("RDMACHAN_SOFT_TRANSPORT", "auto");
+        rdmachan::test::Environment refuse("RDMACHAN_SOFT_REFUSE_CMA", refused ? "1" : "0");
+        const std::shared_ptr<soft::Device> device = soft::Device::open();
+        SoftEndpoint first(device);  // heap buffers (EndpointOptions::allocated is false)
+        SoftEndpoint second(device);
+        first.connect(second.address());
+        second.connect(first.address());
+        const Address remote = second.address();
+        for (std::uint32_t b = 0; b < 65536; ++b) first.buffer()[b] = static_cast<std::uint8_t>(b * 11 + 3);
+        std::memset(second.buffer(), 0xee, 1 << 20);
+        const std::uint32_t sizes[] = {8, 4096, 65536};
+        std::uint64_t offset = 0;
+        for (const std::uint32_t size : sizes) {
+            CAPTURE(size);
+            const mlx5::ScatterGatherElement source = first.local(0, size);
+            CHECK(run_signaled(first, write_request(size, &source, remote.buffer_addr + offset, remote.rkey)).status ==
+                  mlx5::CompletionStatus::success);
+            const mlx5::ScatterGatherElement into = first.local(131072 + offset, size);
+            mlx5::SendWorkRequest read = write_request(size + 1, &into, remote.buffer_addr + offset, remote.rkey);
+            read.opcode = mlx5::SendOpcode::rdma_read;
+            CHECK(run_signaled(first, read).status == mlx5::CompletionStatus::success);
+            soft::acquire_remote_writes();
+            CHECK(std::memcmp(second.buffer() + offset, first.buffer(), size) == 0);
+            CHECK(std::memcmp(first.buffer() + 131072 + offset, first.buffer(), size) == 0);
+            offset += size;
+        }
+        // Nothing else was written: the byte after the last write is as it was.
+        CHECK(second.buffer()[offset] == 0xee);
+        const std::uint64_t expected = refused ? 0 : std::size(sizes);
+        CHECK(device->zero_hop_writes() == expected);
+        CHECK(device->zero_hop_reads() == expected);
+        CHECK(device->zero_hop_arena_writes() == 0);
+    }
+}

@@ -331,6 +331,14 @@ private:
     // Whether every local piece lies in this device's arena: memory that cannot be unmapped under
     // the copying thread, so a zero-hop move may touch it with plain loads and stores.
     bool in_own_arena(const iovec* pieces, std::size_t count) const;
+    // True when process_vm_readv/writev on this process itself is allowed (probed once, logged
+    // once when refused); under `mutex`.
+    bool self_cross_memory_attach();
+    // A zero-hop move into (write) or out of (read) memory of `target`'s process by cross-memory
+    // attach: a peer's through its pidfd brackets, this process's own (loopback) directly.
+    // 0 or the errno; logs a peer's failure once per connection.
+    int move_zero_hop(const ZeroHopTarget& target, const QueuePairContext& queue_pair, bool write, const iovec* local,
+                      std::size_t local_count, const iovec& remote, std::uint64_t length);
     // The connection to that device when it published its table to us, else nullptr.
     Connection* zero_hop_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
     void handle_frame(Connection& connection, wire::FrameType type, const std::uint8_t* body,
@@ -430,6 +438,10 @@ private:
     // This device's own table read as a peer reads it: zero-hop requests of a QP connected to
     // this device (made on first use, under `mutex`; destroyed before the table it maps).
     std::unique_ptr<PeerTable> self_table_;
+    // Whether this process may move bytes within itself by cross-memory attach (loopback zero-hop
+    // writes and reads of memory outside the arena): probed on first use (self_cross_memory_attach).
+    enum class SelfAttach : std::uint8_t { unknown, allowed, refused };
+    SelfAttach self_attach_ = SelfAttach::unknown;
     TransportMode transport_mode_ = TransportMode::automatic;
     // Payloads from this size up move by cross-memory attach on the same-host path; below it one
     // copy into the frame costs less than the responder's process_vm_readv/writev. Forced to the

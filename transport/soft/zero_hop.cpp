@@ -2,8 +2,9 @@
 // thread executes them itself. It decodes the WQE with the device's decoder (execute_one), makes
 // the responder's checks (perform_request's) against the table the target published
 // (published_table.hpp), moves the bytes (a memcpy when both sides' memory is in arenas,
-// shared_arena.hpp; else process_vm_writev / process_vm_readv), and writes its own CQE. No thread
-// of either process is woken and no frame is sent.
+// shared_arena.hpp; else process_vm_writev / process_vm_readv, on the process itself when the
+// target QP is on this device), and writes its own CQE. No thread of either process is woken and
+// no frame is sent.
 //
 // Only when that is exactly what the request path would have done:
 //   - the QP is an RC QP in RTS with nothing on the request path (no request in flight, no RNR
@@ -15,6 +16,7 @@
 // then refuses it with the NAK and the error CQE it always gave, and memory stays untouched.
 // Zero-hop requests use no PSN (nothing is sent), so the two sides' PSNs stay in step.
 #include <sys/uio.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -180,6 +182,38 @@ void DeviceCore::log_zero_hop_failure(Connection& connection, const QueuePairCon
     }
 }
 
+bool DeviceCore::self_cross_memory_attach() {
+    if (self_attach_ != SelfAttach::unknown) [[likely]]
+        return self_attach_ == SelfAttach::allowed;
+    // The same probe a peer's hello gets (RDMACHAN_SOFT_REFUSE_CMA=1 refuses it too): a seccomp
+    // profile may forbid the system calls even on the caller itself.
+    const std::uint64_t word = 0x5e1f0a77ac4ed;
+    const int error = probe_cross_memory_attach(static_cast<std::uint32_t>(::getpid()), reinterpret_cast<std::uint64_t>(&word), word);
+    self_attach_ = error == 0 ? SelfAttach::allowed : SelfAttach::refused;
+    if (error != 0) {
+        detail::logger().info("software device {}: cross-memory attach within this process refused ({}): a QP connected to "
+                              "this device moves memory outside its arena through the progress thread",
+                              owner_.name(), std::strerror(error));
+    }
+    return error == 0;
+}
+
+int DeviceCore::move_zero_hop(const ZeroHopTarget& target, const QueuePairContext& queue_pair, bool write, const iovec* local,
+                              std::size_t local_count, const iovec& remote, std::uint64_t length) {
+    if (target.connection == nullptr) {
+        // This device itself: its own process, which cannot exit under the call. Memory unmapped
+        // while registered (EFAULT) is left to the loopback path, whose responder reports it.
+        if (!self_cross_memory_attach()) return EPERM;
+        const auto self = static_cast<std::uint32_t>(::getpid());
+        return write ? write_to_process(self, local, local_count, &remote, 1, length)
+                     : read_from_process(self, local, local_count, &remote, 1, length);
+    }
+    const int error = write ? write_to_peer(target.connection->peer_process, local, local_count, &remote, 1, length)
+                            : read_from_peer(target.connection->peer_process, local, local_count, &remote, 1, length);
+    if (error != 0) log_zero_hop_failure(*target.connection, queue_pair, write ? "write into" : "read from", error);
+    return error;
+}
+
 bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request,
                                 const std::vector<std::uint8_t>& payload, const wire::Segment* segments,
                                 std::uint32_t segment_count) {
@@ -220,16 +254,12 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
         count_one(zero_hop_arena_writes);
         return true;
     }
-    // Stable, but the target's memory is not in its arena; or this device itself (the loopback
-    // path moves it).
-    if (length > kZeroHopMaxBytes || target.connection == nullptr) return false;
+    // Stable, but the target's memory is not in its arena: by system call.
+    if (length > kZeroHopMaxBytes) return false;
     const iovec destination{reinterpret_cast<void*>(request.remote_addr), static_cast<std::size_t>(length)};
-    const int error = write_to_peer(target.connection->peer_process, local, local_count, &destination, 1, length);
+    const int error = move_zero_hop(target, queue_pair, true, local, local_count, destination, length);
     use.release();
-    if (error != 0) {
-        log_zero_hop_failure(*target.connection, queue_pair, "write into", error);
-        return false;
-    }
+    if (error != 0) return false;
     count_one(zero_hop_writes);
     return true;
 }
@@ -261,15 +291,12 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
         count_one(zero_hop_arena_reads);
         return true;
     }
-    // Stable, but the target's memory is not in its arena; or this device itself.
-    if (length > kZeroHopMaxBytes || target.connection == nullptr) return false;
+    // Stable, but the target's memory is not in its arena: by system call.
+    if (length > kZeroHopMaxBytes) return false;
     const iovec source{reinterpret_cast<void*>(request.remote_addr), static_cast<std::size_t>(length)};
-    const int error = read_from_peer(target.connection->peer_process, local, local_count, &source, 1, length);
+    const int error = move_zero_hop(target, queue_pair, false, local, local_count, source, length);
     use.release();
-    if (error != 0) {
-        log_zero_hop_failure(*target.connection, queue_pair, "read from", error);
-        return false;
-    }
+    if (error != 0) return false;
     count_one(zero_hop_reads);
     return true;
 }
