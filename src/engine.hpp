@@ -446,7 +446,7 @@ private:
     std::vector<Initiator> initiators_;
     std::shared_ptr<transport::SharedReceiveQueue> shared_receive_queue_;
     std::shared_ptr<transport::DcTarget> target_;
-    std::vector<std::uint8_t> receive_memory_;
+    std::uint8_t* receive_memory_ = nullptr;  // the DC receive buffers, owned by receive_registration_
     transport::Registration receive_registration_;
     std::vector<mlx5::Completion> arrived_;  // by receive buffer
     std::vector<std::uint32_t> arrival_links_;  // by receive buffer: the next in its peer's arrivals

@@ -53,8 +53,11 @@ void Engine::build_dc() {
     // The DCT number exists from RTR on: the endpoint is published after this.
     target_->make_ready(settings_.port, std::min(settings_.mtu, port_.active_mtu), settings_.min_rnr_timer);
 
-    receive_memory_.assign(static_cast<std::size_t>(dc_.receive_buffers) * dc_.receive_size, 0);
-    receive_registration_ = domain_->register_memory(receive_memory_.data(), receive_memory_.size(), transport::kAccessLocalWrite);
+    // From the device: on the software device that is memory its same-host peers map, so their
+    // DC sends land here with a memcpy, on their own thread (zero_hop_receive.cpp).
+    receive_registration_ = domain_->allocate_memory(static_cast<std::size_t>(dc_.receive_buffers) * dc_.receive_size,
+                                                     transport::kAccessLocalWrite);
+    receive_memory_ = receive_registration_.data;
     arrived_.resize(dc_.receive_buffers);
     arrival_links_.assign(dc_.receive_buffers, LinkedIndexQueue::kNone);
     for (std::uint32_t index = 0; index < dc_.receive_buffers; ++index) repost_receive_buffer(index);
@@ -168,7 +171,7 @@ void Engine::recover_failed_initiators() {
 
 void Engine::repost_receive_buffer(std::uint32_t index) {
     const mlx5::ScatterGatherElement element{
-        reinterpret_cast<std::uint64_t>(receive_memory_.data()) + static_cast<std::uint64_t>(index) * dc_.receive_size,
+        reinterpret_cast<std::uint64_t>(receive_memory_) + static_cast<std::uint64_t>(index) * dc_.receive_size,
         dc_.receive_size, receive_registration_.lkey};
     const mlx5::ReceiveWorkRequest request{kReceiveBuffer | index, &element, 1};
     std::uint32_t posted = 0;
@@ -220,7 +223,7 @@ void Engine::match_receives(std::uint32_t index) {
             completion.status = mlx5::CompletionStatus::local_length_error;
         } else if (data_in_buffer && completion.byte_len != 0) {
             std::memcpy(reinterpret_cast<void*>(slot.receive_addr),
-                        receive_memory_.data() + static_cast<std::size_t>(buffer) * dc_.receive_size, completion.byte_len);
+                        receive_memory_ + static_cast<std::size_t>(buffer) * dc_.receive_size, completion.byte_len);
         }
         repost_receive_buffer(buffer);
         finish(slot, completion);

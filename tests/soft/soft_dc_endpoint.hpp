@@ -10,6 +10,8 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -49,15 +51,33 @@ std::optional<mlx5::Completion> wait_for(Queue& queue, mlx5::CompletionTarget& t
     return std::nullopt;
 }
 
+// The endpoints' buffer: `length` bytes from the device's arena (allocated), else `heap` sized
+// to it and registered. `memory` is where the bytes are.
+inline std::shared_ptr<soft::MemoryRegion> allocate_or_register(soft::Device& device,
+                                                                const std::shared_ptr<soft::ProtectionDomain>& domain,
+                                                                std::vector<std::uint8_t>& heap, std::uint32_t length,
+                                                                bool allocated, std::uint8_t*& memory) {
+    if (!allocated) {
+        memory = heap.data();
+        return device.register_memory(domain, heap.data(), heap.size(), kAllAccess);
+    }
+    auto region = device.allocate_memory(domain, length, kAllAccess);
+    if (region == nullptr) throw std::runtime_error("the device's arena refused " + std::to_string(length) + " bytes");
+    memory = reinterpret_cast<std::uint8_t*>(region->addr());
+    return region;
+}
+
 class DcTargetEndpoint {
   public:
     // min_rnr_timer: verbs encoding (1 = 0.01 ms, 31 = 491.52 ms) the DCT asks initiators to
     // wait after an RNR NAK.
+    // allocated: the buffer comes from the device's arena (Device::allocate_memory), where
+    // same-host peers' zero-hop requests move bytes with a memcpy, not from the heap.
     explicit DcTargetEndpoint(std::shared_ptr<soft::Device> device, std::uint64_t key = kDcKey,
-                              std::uint32_t buffer_size = 1 << 20, std::uint8_t min_rnr_timer = 1)
-        : device_(std::move(device)), buffer_(buffer_size) {
+                              std::uint32_t buffer_size = 1 << 20, std::uint8_t min_rnr_timer = 1, bool allocated = false)
+        : device_(std::move(device)), buffer_(allocated ? 0 : buffer_size) {
         domain_ = device_->allocate_protection_domain();
-        region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), kAllAccess);
+        region_ = allocate_or_register(*device_, domain_, buffer_, buffer_size, allocated, memory_);
         srq_ = device_->create_shared_receive_queue(domain_, 63, 1);
         cq_ = device_->create_completion_queue(256);
         soft::DcTargetInit init;
@@ -77,13 +97,11 @@ class DcTargetEndpoint {
     }
 
     DcTargetAddress address() const {
-        return {device_->address_vector(), target_->dctn(),
-                reinterpret_cast<std::uint64_t>(buffer_.data()), region_->rkey()};
+        return {device_->address_vector(), target_->dctn(), reinterpret_cast<std::uint64_t>(memory_), region_->rkey()};
     }
 
     mlx5::PostResult post_receive(std::uint64_t wr_id, std::uint64_t offset, std::uint32_t length) {
-        const mlx5::ScatterGatherElement element{
-            reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
+        const mlx5::ScatterGatherElement element{reinterpret_cast<std::uint64_t>(memory_) + offset, length, region_->lkey()};
         const mlx5::ReceiveWorkRequest request{wr_id, &element, 1};
         return shared_.post(&request, 1, nullptr);
     }
@@ -93,13 +111,14 @@ class DcTargetEndpoint {
         return wait_for(completions_, completion_target_, target_->dctn(), deadline);
     }
 
-    std::uint8_t* buffer() { return buffer_.data(); }
+    std::uint8_t* buffer() { return memory_; }
     soft::DcTarget& target() { return *target_; }
     soft::Device& device() { return *device_; }
 
   private:
     std::shared_ptr<soft::Device> device_;
-    std::vector<std::uint8_t> buffer_;
+    std::vector<std::uint8_t> buffer_;  // empty when the buffer is allocated by the device
+    std::uint8_t* memory_ = nullptr;
     std::shared_ptr<soft::ProtectionDomain> domain_;
     std::shared_ptr<soft::MemoryRegion> region_;
     std::shared_ptr<soft::SharedReceiveQueue> srq_;
@@ -115,11 +134,12 @@ class DcInitiatorEndpoint {
   public:
     // timeout: the verbs local ACK timeout (4.096 us * 2^timeout per try, retry_cnt 3); 17 gives
     // 0.54 s per try, generous for 2 loaded cores.
+    // allocated: as DcTargetEndpoint's.
     explicit DcInitiatorEndpoint(std::shared_ptr<soft::Device> device, std::uint8_t timeout = 17,
-                                 std::uint32_t buffer_size = 1 << 20)
-        : device_(std::move(device)), timeout_(timeout), buffer_(buffer_size) {
+                                 std::uint32_t buffer_size = 1 << 20, bool allocated = false)
+        : device_(std::move(device)), timeout_(timeout), buffer_(allocated ? 0 : buffer_size) {
         domain_ = device_->allocate_protection_domain();
-        region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), kAllAccess);
+        region_ = allocate_or_register(*device_, domain_, buffer_, buffer_size, allocated, memory_);
         cq_ = device_->create_completion_queue(256);
         soft::DcInitiatorInit init;
         init.send_cq = cq_;
@@ -170,10 +190,10 @@ class DcInitiatorEndpoint {
     }
 
     mlx5::ScatterGatherElement local(std::uint64_t offset, std::uint32_t length) const {
-        return {reinterpret_cast<std::uint64_t>(buffer_.data()) + offset, length, region_->lkey()};
+        return {reinterpret_cast<std::uint64_t>(memory_) + offset, length, region_->lkey()};
     }
 
-    std::uint8_t* buffer() { return buffer_.data(); }
+    std::uint8_t* buffer() { return memory_; }
     std::uint16_t lid() const { return device_->lid(); }
     soft::DcInitiator& initiator() { return *initiator_; }
     mlx5::SendQueue& send_queue() { return send_; }
@@ -181,7 +201,8 @@ class DcInitiatorEndpoint {
   private:
     std::shared_ptr<soft::Device> device_;
     std::uint8_t timeout_;
-    std::vector<std::uint8_t> buffer_;
+    std::vector<std::uint8_t> buffer_;  // empty when the buffer is allocated by the device
+    std::uint8_t* memory_ = nullptr;
     std::shared_ptr<soft::ProtectionDomain> domain_;
     std::shared_ptr<soft::MemoryRegion> region_;
     std::shared_ptr<soft::CompletionQueue> cq_;

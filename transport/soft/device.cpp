@@ -289,8 +289,8 @@ std::shared_ptr<SharedReceiveQueue> Device::create_shared_receive_queue(const st
     const std::uint32_t stride = round_up_power_of_two(std::max(32u, mlx5::kSrqNextSegmentSize + 16 * max_sge));
     // One WQE more than max_wr: the free list's tail is a sentinel that is never posted.
     const std::uint32_t count = round_up_power_of_two(max_wr + 1);
-    context->buffer = std::make_unique<AlignedBuffer>(static_cast<std::size_t>(count) * stride);
-    context->doorbell = std::make_unique<AlignedBuffer>(64);
+    context->buffer = std::make_unique<AlignedBuffer>(static_cast<std::size_t>(count) * stride, core_->arena);
+    context->doorbell = std::make_unique<AlignedBuffer>(64, core_->arena);
     for (std::uint32_t i = 0; i < count; ++i) {
         mlx5::store_big16(context->buffer->data + static_cast<std::size_t>(i) * stride + mlx5::kSrqNextWqeIndex,
                           static_cast<std::uint16_t>(i + 1 < count ? i + 1 : 0));

@@ -68,12 +68,27 @@ struct CompletionQueueContext {
 };
 
 struct SharedReceiveQueueContext {
+    // The WQEs, and the 64-byte doorbell block (the record, then the consumption word), from the
+    // arena when it has room: same-host DC initiators then consume WQEs too (zero_hop_receive.cpp).
     std::unique_ptr<AlignedBuffer> buffer;
     std::unique_ptr<AlignedBuffer> doorbell;
     mlx5::SharedReceiveQueueRing ring;
     std::uint32_t protection_domain = 0;
-    std::uint32_t next_index = 0;       // the WQE the device consumes next (follows the links)
-    std::uint16_t consumed = 0;         // WQEs consumed, compared with the 16-bit doorbell counter
+    // Published through a DCT (PublishedTable::publish_queue_pair): peers consume its WQEs under
+    // the receive lock, so the device does too. Under the device mutex.
+    bool peer_consumable = false;
+    // The consumption word (kReceiveConsumedWord of the doorbell block): the WQE consumed next
+    // (following the links) in its high 16 bits, the WQEs consumed (compared with the 16-bit
+    // doorbell counter) in its low 16. One word, so a consumer dying between two stores cannot
+    // leave half a consumption, and the receive journal tells a consumed WQE by it changing.
+    std::uint32_t consumption() const {
+        return __atomic_load_n(ring.doorbell_record + kReceiveConsumedWord, __ATOMIC_ACQUIRE);
+    }
+    std::uint32_t next_index() const { return consumption() >> 16; }
+    std::uint16_t consumed() const { return static_cast<std::uint16_t>(consumption()); }
+    void set_consumption(std::uint32_t next_index, std::uint16_t consumed) {
+        __atomic_store_n(ring.doorbell_record + kReceiveConsumedWord, next_index << 16 | consumed, __ATOMIC_RELEASE);
+    }
 };
 
 // One request the initiator sent and has not seen answered.
@@ -315,6 +330,10 @@ private:
     // no receive consumed, whenever it cannot be done so: the request path then carries it.
     bool zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request, const std::vector<std::uint8_t>& payload,
                           const wire::Segment* segments, std::uint32_t segment_count);
+    // The same from a DCI to a same-host DCT: the WQE is its SRQ's next, taken under the receive
+    // lock. `local`: the message's bytes, in memory that cannot go away.
+    bool zero_hop_shared_receive(QueuePairContext& queue_pair, const wire::Request& request, const iovec* local,
+                                 std::size_t local_count, std::uint64_t length);
     // The target of a zero-hop request of this QP, with the target QP's entry (ready, connected
     // to this QP, with `remote_access` when not 0), or no table. A DCI's target is the DCT its
     // current WQE names: in RTR, with the access key `dc_key` the WQE carries.

@@ -116,10 +116,10 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     const bool signaled = (control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0;
     const std::uint32_t wqebbs = ds == 0 ? 1 : (ds * kSegmentUnit + kSendWqeBasicBlockSize - 1) / kSendWqeBasicBlockSize;
 
-    // On the doorbell thread only a well-formed RC RDMA write, read, write with immediate, send or
-    // atomic may execute (zero_hop.cpp, zero_hop_receive.cpp), or, from send_from_doorbell, a well-formed
-    // RC request (doorbell_requests.cpp); every other WQE stays in the ring, untouched, for the
-    // progress thread.
+    // On the doorbell thread only a well-formed RC or DC RDMA write, read, write with immediate,
+    // send or atomic may execute (zero_hop.cpp, zero_hop_receive.cpp), or, from send_from_doorbell,
+    // a well-formed RC request (doorbell_requests.cpp); every other WQE stays in the ring,
+    // untouched, for the progress thread.
     const bool doorbell_thread = left_for_progress != nullptr;
     // A DCI's WQE switches it to the DCT it names (take_dc_address) before the zero-hop path is
     // tried; a WQE the doorbell thread leaves to the progress thread must find the DCI as it was,
@@ -135,12 +135,12 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         *left_for_progress = true;
         return false;
     };
-    // A DCI's doorbell executes only what can go zero-hop to a DCT: writes, reads and atomics.
+    // A DCI's doorbell executes only what can go zero-hop to a DCT: writes, reads, atomics, and
+    // sends and writes with immediate into its SRQ.
     const bool doorbell_may_execute =
         opcode == kOpcodeRdmaWrite || opcode == kOpcodeRdmaRead || opcode == kOpcodeAtomicCompareAndSwap ||
-        opcode == kOpcodeAtomicFetchAndAdd ||
-        (!dc_initiator && (opcode == kOpcodeRdmaWriteImmediate || opcode == kOpcodeSend || opcode == kOpcodeSendImmediate ||
-                           (doorbell_sends_requests_ && is_request_opcode(opcode))));
+        opcode == kOpcodeAtomicFetchAndAdd || opcode == kOpcodeRdmaWriteImmediate || opcode == kOpcodeSend ||
+        opcode == kOpcodeSendImmediate || (!dc_initiator && doorbell_sends_requests_ && is_request_opcode(opcode));
     if (doorbell_thread && (!doorbell_may_execute || queue_pair.state != QueuePairState::ready_to_send ||
                             (queue_pair.transport != Transport::reliable_connected && !dc_initiator) ||
                             wqe_index != (index & 0xffff) || (qpn_ds >> 8) != queue_pair.qpn || ds < 1)) {

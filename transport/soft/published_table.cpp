@@ -201,18 +201,29 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
     const std::uint32_t held = slot.qpn.load(std::memory_order_relaxed);
     if (held != 0 && held != queue_pair.qpn) return;  // taken: this QP's writes take the request path
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    // Where the receive side lies in the arena, for zero-hop receives: all of it, or none (a DCT
-    // receives through its SRQ: none).
-    const AlignedBuffer* rings = queue_pair.buffer.get();
+    // Where the receive side lies in the arena, for zero-hop receives: all of it, or none. An RC
+    // QP's own receive queue (an RC QP on an SRQ: none); a DCT's SRQ.
     const CompletionQueueContext& receive_cq = *queue_pair.recv_cq;
-    const bool shared_receives = !dc_target && rings != nullptr && queue_pair.srq == nullptr &&
-                                 queue_pair.receive_ring.wqe_count != 0 && rings->arena_offset != 0 &&
+    SharedReceiveQueueContext* const srq = dc_target ? queue_pair.srq : nullptr;
+    const AlignedBuffer* rings = dc_target ? (srq != nullptr ? srq->buffer.get() : nullptr) : queue_pair.buffer.get();
+    const AlignedBuffer* doorbell = dc_target ? (srq != nullptr ? srq->doorbell.get() : nullptr) : queue_pair.buffer.get();
+    const std::uint8_t* receive_queue = dc_target ? (srq != nullptr ? srq->ring.buffer : nullptr) : queue_pair.receive_ring.buffer;
+    const void* doorbell_record = dc_target ? (srq != nullptr ? srq->ring.doorbell_record : nullptr)
+                                            : static_cast<const void*>(queue_pair.receive_ring.doorbell_record);
+    const std::uint32_t receive_wqe_count = dc_target ? (srq != nullptr ? srq->ring.wqe_count : 0) : queue_pair.receive_ring.wqe_count;
+    const std::uint32_t receive_stride = dc_target ? (srq != nullptr ? srq->ring.stride : 0) : queue_pair.receive_ring.stride;
+    const bool shared_receives = rings != nullptr && doorbell != nullptr && (dc_target || queue_pair.srq == nullptr) &&
+                                 receive_wqe_count != 0 && rings->arena_offset != 0 && doorbell->arena_offset != 0 &&
                                  receive_cq.buffer->arena_offset != 0;
     auto offset_in = [](const AlignedBuffer& buffer, const void* address) {
         return buffer.arena_offset + static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(address) - buffer.data);
     };
-    // Before the entry that lets peers write it (both under the device mutex, as every CQE write).
-    if (shared_receives) queue_pair.recv_cq->peer_writable = true;
+    // Before the entry that lets peers write it (both under the device mutex, as every CQE write
+    // and every consumption of an SRQ's WQE).
+    if (shared_receives) {
+        queue_pair.recv_cq->peer_writable = true;
+        if (srq != nullptr) srq->peer_consumable = true;
+    }
     const ReceiveGuard guard(*this);
     write_entry(slot, [&] {
         slot.state.store(static_cast<std::uint32_t>(queue_pair.state), std::memory_order_relaxed);
@@ -226,12 +237,12 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
             slot.remote_gid[i].store(word, std::memory_order_relaxed);
         }
         slot.user_index.store(queue_pair.user_index, std::memory_order_relaxed);
-        slot.receive_wqe_count.store(shared_receives ? queue_pair.receive_ring.wqe_count : 0, std::memory_order_relaxed);
-        slot.receive_stride.store(queue_pair.receive_ring.stride, std::memory_order_relaxed);
-        slot.receive_queue_offset.store(shared_receives ? offset_in(*rings, queue_pair.receive_ring.buffer) : 0,
-                                        std::memory_order_relaxed);
-        slot.doorbell_offset.store(shared_receives ? offset_in(*rings, queue_pair.receive_ring.doorbell_record) : 0,
-                                   std::memory_order_relaxed);
+        slot.receive_wqe_count.store(shared_receives ? receive_wqe_count : 0, std::memory_order_relaxed);
+        slot.receive_stride.store(receive_stride, std::memory_order_relaxed);
+        slot.receive_queue_offset.store(shared_receives ? offset_in(*rings, receive_queue) : 0, std::memory_order_relaxed);
+        slot.doorbell_offset.store(shared_receives ? offset_in(*doorbell, doorbell_record) : 0, std::memory_order_relaxed);
+        slot.receive_protection_domain.store(srq != nullptr ? srq->protection_domain : queue_pair.protection_domain,
+                                             std::memory_order_relaxed);
         slot.receive_cq_offset.store(shared_receives ? offset_in(*receive_cq.buffer, receive_cq.ring.buffer) : 0,
                                      std::memory_order_relaxed);
         slot.receive_cq_doorbell_offset.store(
@@ -380,6 +391,31 @@ bool PeerTable::try_lock_receives() {
                                                          std::memory_order_relaxed);
 }
 
+namespace {
+
+// A spin-wait hint to the CPU (another hardware thread gets the core's resources meanwhile).
+inline void pause_briefly() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+bool PeerTable::lock_receives_briefly() {
+    for (int attempt = 0; attempt < 48; ++attempt) {
+        if (try_lock_receives()) return true;
+        if (attempt < 16) {
+            pause_briefly();
+        } else {
+            std::this_thread::yield();  // the holder may be waiting for this core
+        }
+    }
+    return false;
+}
+
 void PeerTable::unlock_receives() { layout_->receive_lock.store(0, std::memory_order_release); }
 
 void PeerTable::begin_receive(const ReceiveIntent& intent) {
@@ -523,6 +559,7 @@ std::optional<PublishedQueuePairView> PeerTable::read_queue_pair(std::uint32_t q
         view.receive_cqe_size = slot.receive_cqe_size.load(std::memory_order_relaxed);
         view.transport = slot.transport.load(std::memory_order_relaxed);
         view.dc_key = slot.dc_key.load(std::memory_order_relaxed);
+        view.receive_protection_domain = slot.receive_protection_domain.load(std::memory_order_relaxed);
     });
     if (!consistent || view.qpn != qpn) return std::nullopt;
     return view;

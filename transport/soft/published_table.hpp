@@ -27,10 +27,13 @@
 //
 // Zero-hop receives (zero_hop_receive.cpp): a send or an RDMA write with immediate consumes the
 // target's receive WQE and writes the target's CQE. An RC QP's receive queue and doorbell block,
-// and its CQs, live in the target's arena, and its entry says where. Every CQE producer of the
+// a DCT's SRQ and its doorbell block, and their CQs, live in the target's arena, and the entry
+// says where. An SRQ's WQEs are consumed under the lock by everyone, its own device included
+// (many DCIs share it, so no request in flight keeps others away). Every CQE producer of the
 // target (its own device, and each peer completing a zero-hop receive into it) writes under the
 // table's receive lock, a word holding the pid of the process that holds it: a peer takes it only
-// by one compare-and-swap (it never waits: on a busy lock the request path carries the request),
+// by compare-and-swap, a bounded number of times (it never waits longer: on a lock still busy the
+// request path carries the request),
 // the target's device waits for it (a peer holds it for a few loads and stores) and takes it over
 // from a holder whose process has exited. The target also changes a QP's entry under it, so that
 // a peer holding the lock sees a QP that is still ready and has not been flushed. (A robust
@@ -75,8 +78,8 @@ struct PublishedRegionView {
 };
 
 // What an entry of the queue pairs' table is: an RC QP, or a DC target (its number in the same
-// space), which DC initiators write to and read from zero-hop (no receive side: a DCT receives
-// through its SRQ, which stays on the request path).
+// space), which DC initiators write to, read from and send to zero-hop (a DCT's receive side is
+// its SRQ).
 inline constexpr std::uint32_t kPublishedReliableConnected = 0;
 inline constexpr std::uint32_t kPublishedDcTarget = 1;
 
@@ -91,9 +94,11 @@ struct PublishedQueuePairView {
     std::uint32_t remote_qpn = 0;
     std::uint16_t remote_lid = 0;
     std::array<std::uint8_t, 16> remote_gid{};
-    // For zero-hop receives: the QP's receive queue (none when it uses an SRQ or is not in the
-    // arena), its doorbell block, and its receive CQ, as arena offsets plus 1 (0: not there).
+    // For zero-hop receives: an RC QP's receive queue (none when it uses an SRQ or is not in the
+    // arena) or a DCT's SRQ, its doorbell block, and the receive CQ, as arena offsets plus 1 (0:
+    // not there); the protection domain its receive WQEs' keys belong to (an SRQ's own).
     std::uint32_t user_index = 0;
+    std::uint32_t receive_protection_domain = 0;
     std::uint64_t receive_queue_offset = 0;
     std::uint32_t receive_wqe_count = 0;
     std::uint32_t receive_stride = 0;
@@ -140,6 +145,7 @@ struct alignas(64) PublishedQueuePair {
     std::atomic<std::uint64_t> receive_cq_doorbell_offset;
     std::atomic<std::uint32_t> transport;  // kPublishedReliableConnected or kPublishedDcTarget
     std::atomic<std::uint64_t> dc_key;     // a DCT's access key
+    std::atomic<std::uint32_t> receive_protection_domain;
 };
 
 // What a peer's zero-hop receive does under the receive lock, written before its first store
@@ -184,7 +190,7 @@ struct PublishedLayout {
 };
 
 inline constexpr std::uint64_t kPublishedMagic = 0x5244'4d43'5a48'4f50ull;  // "RDMCZHOP"
-inline constexpr std::uint32_t kPublishedVersion = 5;
+inline constexpr std::uint32_t kPublishedVersion = 6;
 
 // The target's side: owns the memfd and writes the entries (caller holds the device mutex).
 class PublishedTable {
@@ -292,6 +298,10 @@ public:
     // The target's receive lock, by one compare-and-swap: false when another holds it (the
     // caller then leaves the request to the request path).
     bool try_lock_receives();
+    // The same, tried again for a while when busy (a few pauses, then up to 32 yields of the
+    // core): the target's device holds the lock from before an answer until its CQE is in, a
+    // system call, and the answer is what lets this initiator go on. False when still busy.
+    bool lock_receives_briefly();
     void unlock_receives();
     // Under the lock: what this process is about to do (see ReceiveJournal), and that it is done.
     void begin_receive(const ReceiveIntent& intent);

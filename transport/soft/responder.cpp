@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -30,11 +31,13 @@ wire::Response answer(const wire::Request& request, wire::ResponseKind kind, std
     return wire::Response{request.source_qpn, request.psn, kind, syndrome, rnr_timer};
 }
 
-// Marks the receive lock as held by this thread for as long as it lives (answer_then_complete).
+// Marks the receive lock as held by this thread for as long as it lives (perform_request); nested,
+// the outer mark stays.
 struct ReceiveLockHeld {
     bool& held;
-    explicit ReceiveLockHeld(bool& flag) : held(flag) { held = true; }
-    ~ReceiveLockHeld() { held = false; }
+    bool before;
+    explicit ReceiveLockHeld(bool& flag) : held(flag), before(flag) { held = true; }
+    ~ReceiveLockHeld() { held = before; }
     ReceiveLockHeld(const ReceiveLockHeld&) = delete;
     ReceiveLockHeld& operator=(const ReceiveLockHeld&) = delete;
 };
@@ -75,10 +78,12 @@ bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffe
     if (queue_pair.srq != nullptr) {
         SharedReceiveQueueContext& srq = *queue_pair.srq;
         const std::uint16_t posted = static_cast<std::uint16_t>(big_to_host32(load_acquire32(srq.ring.doorbell_record)));
-        if (posted == srq.consumed) return false;
-        wqe = srq.ring.buffer + static_cast<std::size_t>(srq.next_index) * srq.ring.stride + kSrqNextSegmentSize;
+        const std::uint32_t consumption = srq.consumption();
+        if (posted == static_cast<std::uint16_t>(consumption)) return false;
+        const std::uint32_t next_index = consumption >> 16;
+        wqe = srq.ring.buffer + static_cast<std::size_t>(next_index) * srq.ring.stride + kSrqNextSegmentSize;
         segments = (srq.ring.stride - kSrqNextSegmentSize) / kDataSegmentSize;
-        buffer.wqe_counter = static_cast<std::uint16_t>(srq.next_index);
+        buffer.wqe_counter = static_cast<std::uint16_t>(next_index);
     } else {
         const ReceiveQueueRing& ring = queue_pair.receive_ring;
         if (ring.wqe_count == 0) return false;
@@ -106,9 +111,10 @@ void DeviceCore::consume_receive(QueuePairContext& queue_pair) {
     if (queue_pair.srq != nullptr) {
         SharedReceiveQueueContext& srq = *queue_pair.srq;
         // The next WQE is wherever this one's link points now (mlx5_wqe_srq_next_seg).
-        const std::uint8_t* wqe = srq.ring.buffer + static_cast<std::size_t>(srq.next_index) * srq.ring.stride;
-        srq.next_index = load_big16(wqe + kSrqNextWqeIndex) & (srq.ring.wqe_count - 1);
-        ++srq.consumed;
+        const std::uint32_t consumption = srq.consumption();
+        const std::uint8_t* wqe = srq.ring.buffer + static_cast<std::size_t>(consumption >> 16) * srq.ring.stride;
+        srq.set_consumption(load_big16(wqe + kSrqNextWqeIndex) & (srq.ring.wqe_count - 1),
+                            static_cast<std::uint16_t>(consumption + 1));
         return;
     }
     // No peer consumes it meanwhile: a zero-hop receive needs nothing in flight on its QP, and
@@ -207,11 +213,20 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     // answer until this CQE is in, so that one cannot come first (the CQE writers do not take the
     // lock again meanwhile).
     auto answer_then_complete = [&](const wire::Response& response, auto&& write_cqe) {
-        const PublishedTable::ReceiveGuard guard(published_table, queue_pair.recv_cq->peer_writable);
+        const PublishedTable::ReceiveGuard guard(published_table, queue_pair.recv_cq->peer_writable && !receive_lock_held_);
         const ReceiveLockHeld held(receive_lock_held_);
         respond(connection, response);
         hold_before_responder_completion();
         write_cqe();
+    };
+    // An SRQ that same-host DC initiators consume too (published through a DCT): the receive lock
+    // is held from before its WQE is read until its CQE is in, so that no peer takes the same WQE.
+    std::optional<PublishedTable::ReceiveGuard> shared_queue_guard;
+    std::optional<ReceiveLockHeld> shared_queue_held;
+    auto lock_shared_receive_queue = [&] {
+        if (queue_pair.srq == nullptr || !queue_pair.srq->peer_consumable) return;
+        shared_queue_guard.emplace(published_table);
+        shared_queue_held.emplace(receive_lock_held_);
     };
     // A consumed receive the message cannot fill: a NAK to the initiator, then the receive's
     // error CQE.
@@ -289,6 +304,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         case kOpcodeRdmaWrite:
         case kOpcodeRdmaWriteImmediate: {
             ReceiveBuffer receive;
+            if (request.opcode == kOpcodeRdmaWriteImmediate) lock_shared_receive_queue();
             if (request.opcode == kOpcodeRdmaWriteImmediate && !peek_receive(queue_pair, receive)) {
                 not_ready();
                 return;
@@ -323,6 +339,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         case kOpcodeSend:
         case kOpcodeSendImmediate: {
             ReceiveBuffer receive;
+            lock_shared_receive_queue();
             if (!peek_receive(queue_pair, receive)) {
                 not_ready();
                 return;

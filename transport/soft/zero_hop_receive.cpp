@@ -32,6 +32,7 @@
 
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/shared_receive_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/completion_ring.hpp"
 #include "transport/soft/device_core.hpp"
@@ -68,6 +69,52 @@ struct Destination {
     std::uint64_t capacity = 0;
 };
 
+// The bytes, in order, filling the destination's pieces from the first (they hold them all).
+void fill(const Destination& destination, const iovec* local, std::size_t local_count) {
+    std::size_t into = 0;
+    std::size_t into_offset = 0;
+    for (std::size_t i = 0; i < local_count; ++i) {
+        const auto* source = static_cast<const std::uint8_t*>(local[i].iov_base);
+        std::size_t left = local[i].iov_len;
+        while (left != 0) {
+            const std::size_t room = destination.pieces[into].iov_len - into_offset;
+            const std::size_t chunk = left < room ? left : room;
+            std::memcpy(static_cast<std::uint8_t*>(destination.pieces[into].iov_base) + into_offset, source, chunk);
+            source += chunk;
+            left -= chunk;
+            into_offset += chunk;
+            if (into_offset == destination.pieces[into].iov_len) {
+                ++into;
+                into_offset = 0;
+            }
+        }
+    }
+}
+
+// Reads a receive WQE's scatter list (`segments` data segments from `scatter`) into
+// `destination`, each piece checked as the responder checks it: in one region of the protection
+// domain with local write access, in the target's arena. The key stays held in `use`.
+bool map_scatter_list(PeerTable& table, const std::uint8_t* scatter, std::uint32_t segments, std::uint32_t protection_domain,
+                      PeerTable::RegionUse& use, Destination& destination) {
+    std::uint32_t key = 0;
+    return for_each_receive_segment(scatter, segments, [&](std::uint32_t lkey, std::uint64_t addr, std::uint32_t piece_length) {
+        if (destination.count == wire::kMaxSegments || (key != 0 && lkey != key)) return false;
+        if (key == 0) {
+            key = lkey;
+            table.use_region(key, use);
+        }
+        const std::optional<PublishedRegionView>& region = use.entry();
+        if (!region || !zero_hop_region_admits(*region, protection_domain, kLocalWrite, addr, piece_length)) {
+            return false;  // a protection error: the request path reports it
+        }
+        std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
+        if (mapped == nullptr) return false;
+        destination.pieces[destination.count++] = {mapped + (addr - region->addr), piece_length};
+        destination.capacity += piece_length;
+        return true;
+    });
+}
+
 }  // namespace
 
 void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds delay, int reached_descriptor) noexcept {
@@ -81,8 +128,8 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
                                   std::uint32_t segment_count) {
     const bool write = request.opcode == kOpcodeRdmaWriteImmediate;
     if (!zero_hop_enabled_ || (!write && request.opcode != kOpcodeSend && request.opcode != kOpcodeSendImmediate)) return false;
-    // A DCT receives through its SRQ: the request path.
-    if (queue_pair.transport != Transport::reliable_connected) return false;
+    const bool dc = queue_pair.transport == Transport::dc_initiator;
+    if (queue_pair.transport != Transport::reliable_connected && !dc) return false;
     // The bytes, in order: the frame's payload (inline data), or the pointer segments.
     std::uint64_t length = payload.size();
     iovec local[wire::kMaxSegments];
@@ -97,6 +144,7 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
         }
         if (!in_own_arena(local, local_count)) return false;  // heap memory could be unmapped under a memcpy
     }
+    if (dc) return zero_hop_shared_receive(queue_pair, request, local, local_count, length);
 
     PublishedQueuePairView target;
     const ZeroHopTarget found = zero_hop_target(queue_pair, write && length != 0 ? kRemoteWrite : 0u, target);
@@ -146,50 +194,16 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
         // The receive WQE's scatter list, read as peek_receive reads it.
         const std::uint8_t* wqe =
             receive_queue + static_cast<std::size_t>(consumed & (target.receive_wqe_count - 1)) * target.receive_stride;
-        std::uint32_t key = 0;
-        const bool admitted = for_each_receive_segment(
-            wqe, target.receive_stride / kDataSegmentSize, [&](std::uint32_t lkey, std::uint64_t addr, std::uint32_t piece_length) {
-                if (destination.count == wire::kMaxSegments || (key != 0 && lkey != key)) return false;
-                if (key == 0) {
-                    key = lkey;
-                    table.use_region(key, use);
-                }
-                const std::optional<PublishedRegionView>& region = use.entry();
-                if (!region || !zero_hop_region_admits(*region, target.protection_domain, kLocalWrite, addr, piece_length)) {
-                    return false;  // a protection error: the request path reports it
-                }
-                std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
-                if (mapped == nullptr) return false;
-                destination.pieces[destination.count++] = {mapped + (addr - region->addr), piece_length};
-                destination.capacity += piece_length;
-                return true;
-            });
-        if (!admitted) return false;
+        if (!map_scatter_list(table, wqe, target.receive_stride / kDataSegmentSize, target.protection_domain, use, destination)) {
+            return false;
+        }
         if (length > destination.capacity) return false;  // a length error: the request path reports it
     }
 
-    // The bytes, in order, filling the destination's pieces from the first.
-    std::size_t into = 0;
-    std::size_t into_offset = 0;
-    for (std::size_t i = 0; i < local_count; ++i) {
-        const auto* source = static_cast<const std::uint8_t*>(local[i].iov_base);
-        std::size_t left = local[i].iov_len;
-        while (left != 0) {
-            const std::size_t room = destination.pieces[into].iov_len - into_offset;
-            const std::size_t chunk = left < room ? left : room;
-            std::memcpy(static_cast<std::uint8_t*>(destination.pieces[into].iov_base) + into_offset, source, chunk);
-            source += chunk;
-            left -= chunk;
-            into_offset += chunk;
-            if (into_offset == destination.pieces[into].iov_len) {
-                ++into;
-                into_offset = 0;
-            }
-        }
-    }
+    fill(destination, local, local_count);
 
     // The receive and the CQE, under the target's receive lock.
-    if (!table.try_lock_receives()) return refused_for_now();
+    if (!table.lock_receives_briefly()) return refused_for_now();
     const CompletionRingView receive_cq{cq_entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
     const std::optional<PublishedQueuePairView> still = table.read_queue_pair(target.qpn);
     if (!still || !zero_hop_ready(*still, queue_pair) || __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) != consumed) {
@@ -219,6 +233,102 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     receive_cq.advance();
     table.end_receive();
     table.unlock_receives();
+    count_one(zero_hop_receives);
+    return true;
+}
+
+bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wire::Request& request, const iovec* local,
+                                         std::size_t local_count, std::uint64_t length) {
+    const bool write = request.opcode == kOpcodeRdmaWriteImmediate;
+    PublishedQueuePairView target;
+    const ZeroHopTarget found = zero_hop_target(queue_pair, write && length != 0 ? kRemoteWrite : 0u, target, request.dc_key);
+    if (found.table == nullptr) return false;
+    PeerTable& table = *found.table;
+    // The DCT's SRQ (its next-WQE segment, then data segments), the SRQ's doorbell block and the
+    // DCT's receive CQ, in its arena. WQE indexes are 16 bits in the consumption word.
+    const std::uint32_t stride = target.receive_stride;
+    if (!power_of_two(target.receive_wqe_count) || target.receive_wqe_count > 65536 ||
+        stride < kSrqNextSegmentSize + kDataSegmentSize || (stride - kSrqNextSegmentSize) % kDataSegmentSize != 0 ||
+        !power_of_two(target.receive_cqe_count) || (target.receive_cqe_size != 64 && target.receive_cqe_size != 128)) {
+        return false;
+    }
+    const std::uint8_t* receive_queue =
+        table.arena_range(target.receive_queue_offset, static_cast<std::uint64_t>(target.receive_wqe_count) * stride);
+    auto* doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.doorbell_offset, 64));
+    std::uint8_t* cq_entries = table.arena_range(target.receive_cq_offset,
+                                                 static_cast<std::uint64_t>(target.receive_cqe_count) * target.receive_cqe_size);
+    auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.receive_cq_doorbell_offset, 64));
+    if (receive_queue == nullptr || doorbell == nullptr || cq_entries == nullptr || cq_doorbell == nullptr) return false;
+    auto refused_for_now = [&queue_pair] {
+        queue_pair.zero_hop_waits_for_answers = true;
+        return false;
+    };
+
+    // A write with immediate's bytes go where its key says, checked as the responder checks it.
+    PeerTable::RegionUse write_use;
+    Destination destination;
+    if (write && length != 0) {
+        table.use_region(request.rkey, write_use);
+        const std::optional<PublishedRegionView>& region = write_use.entry();
+        if (!region || !zero_hop_region_admits(*region, target.protection_domain, kRemoteWrite, request.remote_addr, length)) {
+            return false;
+        }
+        std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
+        if (mapped == nullptr) return false;
+        destination.pieces[destination.count++] = {mapped + (request.remote_addr - region->addr), length};
+    }
+
+    // Many DCIs (and the target's own device) take WQEs from one SRQ: which one is next is known
+    // only under the receive lock, so the WQE is read, filled, consumed and completed under it.
+    if (!table.lock_receives_briefly()) return refused_for_now();
+    struct Unlock {
+        PeerTable& table;
+        ~Unlock() { table.unlock_receives(); }
+    } unlock{table};
+    // The DCT as it is now: still in RTR with this key and this SRQ (moved to ERR or destroyed
+    // meanwhile: the request path carries the request, which the target then drops).
+    const std::optional<PublishedQueuePairView> still = table.read_queue_pair(target.qpn);
+    if (!still || still->transport != kPublishedDcTarget || still->dc_key != request.dc_key ||
+        still->state != static_cast<std::uint32_t>(QueuePairState::ready_to_receive) || still->doorbell_offset != target.doorbell_offset) {
+        return false;
+    }
+    const std::uint32_t consumption = __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE);
+    const auto posted = static_cast<std::uint16_t>(big_to_host32(load_acquire32(doorbell)));
+    if (posted == static_cast<std::uint16_t>(consumption)) return refused_for_now();  // RNR on the request path
+    const std::uint32_t index = consumption >> 16;
+    if (index >= target.receive_wqe_count) return false;
+    const std::uint8_t* wqe = receive_queue + static_cast<std::size_t>(index) * stride;
+    const std::uint32_t next = load_big16(wqe + kSrqNextWqeIndex) & (target.receive_wqe_count - 1);
+    PeerTable::RegionUse scatter_use;
+    if (!write) {
+        if (!map_scatter_list(table, wqe + kSrqNextSegmentSize, (stride - kSrqNextSegmentSize) / kDataSegmentSize,
+                              target.receive_protection_domain, scatter_use, destination)) {
+            return false;
+        }
+        if (length > destination.capacity) return false;  // a length error: the request path reports it
+    }
+    const CompletionRingView receive_cq{cq_entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
+    if (receive_cq.full()) return refused_for_now();
+    fill(destination, local, local_count);
+    std::uint8_t cqe_opcode = kCqeResponderWriteImmediate;
+    if (request.opcode == kOpcodeSend) cqe_opcode = kCqeResponderSend;
+    if (request.opcode == kOpcodeSendImmediate) cqe_opcode = kCqeResponderSendImmediate;
+    const ResponderCompletion completion{cqe_opcode, static_cast<std::uint16_t>(index), static_cast<std::uint32_t>(length),
+                                         request.immediate, queue_pair.qpn, lid, (request.dc_flags & wire::kDcGlobalRoute) != 0,
+                                         target.user_index, target.qpn};
+    // The journal first, as for an RC QP's receive: the consumption word changing is what says
+    // the WQE was consumed.
+    table.begin_receive({consumption, receive_cq.producer_index(), target.receive_cqe_count, target.receive_cqe_size,
+                         target.doorbell_offset, target.receive_cq_offset, target.receive_cq_doorbell_offset, completion});
+    hold_for_test(ZeroHopReceiveStep::journal_written);
+    __atomic_store_n(doorbell + kReceiveConsumedWord, next << 16 | static_cast<std::uint16_t>(consumption + 1), __ATOMIC_RELEASE);
+    hold_for_test(ZeroHopReceiveStep::receive_consumed);
+    std::uint8_t* cqe = receive_cq.claim();
+    fill_responder_cqe(cqe, completion);
+    receive_cq.make_visible(cqe, cqe_opcode);
+    hold_for_test(ZeroHopReceiveStep::completion_visible);
+    receive_cq.advance();
+    table.end_receive();
     count_one(zero_hop_receives);
     return true;
 }
