@@ -17,6 +17,7 @@
 #include "tests/soft/scoped_environment.hpp"
 #include "tests/soft/fill_pattern.hpp"
 #include "tests/soft/soft_dc_endpoint.hpp"
+#include "tests/soft/soft_endpoint.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
@@ -382,4 +383,43 @@ TEST_CASE("DC zero-hop receives: two DCIs, one zero-hop and one on the request p
     MESSAGE(devices[0]->zero_hop_receives() << " of " << kMessages << " went zero-hop");
     CHECK(devices[0]->zero_hop_receives() > 0);
     CHECK(devices[1]->zero_hop_receives() == 0);
+}
+
+TEST_CASE("DC zero-hop receives refused: a message longer than the SRQ's WQE, a wrong DC key and a bad key get the request path's errors") {
+    Environment setting("RDMACHAN_SOFT_ZERO_HOP", "1");
+    DcTargetEndpoint target(soft::Device::open(), kDcKey, 1 << 20, 1, true);
+    auto initiator_device = soft::Device::open();
+    DcInitiatorEndpoint initiator(initiator_device, 17, 1 << 20, true);
+    const DcTargetAddress to = target.address();
+    std::memset(target.buffer(), 0xee, 65536);
+    mlx5::ScatterGatherElement element = initiator.local(0, 64);
+    REQUIRE(complete(initiator, dc_request(mlx5::SendOpcode::rdma_write, 1, &element, to.buffer_addr + 200000, to.rkey), to).status ==
+            mlx5::CompletionStatus::success);
+    SUBCASE("longer than the WQE: the initiator's remote invalid request, the WQE's local length error, the DCT still serving") {
+        REQUIRE(target.post_receive(20, 0, 8) == mlx5::PostResult::ok);
+        const mlx5::Completion sent = complete(initiator, dc_request(mlx5::SendOpcode::send, 2, &element), to);
+        CHECK(sent.status == mlx5::CompletionStatus::remote_invalid_request);
+        const auto received = target.wait_receive();
+        REQUIRE(received.has_value());
+        CHECK(received->wr_id == 20);
+        CHECK(received->status == mlx5::CompletionStatus::local_length_error);
+    }
+    SUBCASE("a wrong DC key: remote access error, no WQE consumed, the violation counted") {
+        REQUIRE(target.post_receive(30, 0, 4096) == mlx5::PostResult::ok);
+        const mlx5::Completion refused = complete(initiator, dc_request(mlx5::SendOpcode::send, 2, &element), to, kDcKey + 1);
+        CHECK(refused.status == mlx5::CompletionStatus::remote_access_error);
+        CHECK(target.target().key_violations() == 1);
+        CHECK_FALSE(target.wait_receive(std::chrono::milliseconds(20)).has_value());
+        CHECK(rdmachan::test::bytes_differing(target.buffer(), 4096, 0xee) == 0);
+    }
+    SUBCASE("a write with immediate through a bad key: remote access error, no WQE consumed, memory untouched") {
+        REQUIRE(target.post_receive(40, 0, 0) == mlx5::PostResult::ok);
+        element = initiator.local(0, 4096);
+        mlx5::SendWorkRequest write = dc_request(mlx5::SendOpcode::rdma_write_with_immediate, 2, &element, to.buffer_addr, to.rkey ^ 0x100);
+        const mlx5::Completion refused = complete(initiator, write, to);
+        CHECK(refused.status == mlx5::CompletionStatus::remote_access_error);
+        CHECK_FALSE(target.wait_receive(std::chrono::milliseconds(20)).has_value());
+        CHECK(rdmachan::test::bytes_differing(target.buffer(), 65536, 0xee) == 0);
+    }
+    CHECK(initiator_device->zero_hop_receives() == 0);
 }

@@ -73,6 +73,20 @@ EndpointOptions arena_endpoint() {
     ::_exit(106);
 }
 
+// Kills the sender once it says it stopped at its step, holding the target device's receive
+// lock; its connection closes and its process has exited, so the device takes the lock over by
+// itself, with nothing of this process asking for it.
+void kill_while_holding_the_lock(ChildProcess& sender, soft::Device& device) {
+    char held = 0;
+    REQUIRE_MESSAGE(read_all(sender.from_child, &held, 1, 10), "the sender never stopped under the receive lock (its send did not go zero-hop)");
+    REQUIRE(held == 'h');
+    REQUIRE(device.receive_lock_holder() == static_cast<std::uint32_t>(sender.pid));
+    sender.kill();
+    CHECK(sender.wait(10) == ChildProcess::ended_by(SIGKILL));
+    REQUIRE(eventually([&] { return device.receive_lock_takeovers() == 1; }));
+    CHECK(device.receive_lock_holder() == 0);
+}
+
 void kill_sender_at(soft::ZeroHopReceiveStep step, bool expect_completion) {
     Environment zero_hop("RDMACHAN_SOFT_ZERO_HOP", "1");
     auto sender = ChildProcess::start("the sender", [step](int from_parent, int to_parent) { held_sender(from_parent, to_parent, step); });
@@ -87,17 +101,7 @@ void kill_sender_at(soft::ZeroHopReceiveStep step, bool expect_completion) {
     sender->send('g', "the go-ahead");
     REQUIRE(sender->receive<char>("the word that it posts") == 'p');
 
-    // Killed while it holds the lock at `step`.
-    char held = 0;
-    REQUIRE_MESSAGE(read_all(sender->from_child, &held, 1, 10), "the sender never stopped under the receive lock (its send did not go zero-hop)");
-    REQUIRE(held == 'h');
-    REQUIRE(device->receive_lock_holder() == static_cast<std::uint32_t>(sender->pid));
-    sender->kill();
-    CHECK(sender->wait(10) == ChildProcess::ended_by(SIGKILL));
-    // Its connection closes and its process has exited: the device takes the lock over by itself,
-    // with nothing of this process asking for it.
-    REQUIRE(eventually([&] { return device->receive_lock_takeovers() == 1; }));
-    CHECK(device->receive_lock_holder() == 0);
+    kill_while_holding_the_lock(*sender, *device);
 
     if (expect_completion) {
         const auto completion = target.wait_receive(std::chrono::seconds(5));
@@ -179,14 +183,7 @@ void kill_dc_sender_at(soft::ZeroHopReceiveStep step, bool expect_completion) {
     REQUIRE(target.post_receive(42, 2 * kMessageBytes, kMessageBytes) == mlx5::PostResult::ok);
     sender->send(target.address(), "the DCT's address");
     REQUIRE(sender->receive<char>("the word that it posts") == 'p');
-    char held = 0;
-    REQUIRE_MESSAGE(read_all(sender->from_child, &held, 1, 10), "the DC sender never stopped under the receive lock (its send did not go zero-hop)");
-    REQUIRE(held == 'h');
-    REQUIRE(device->receive_lock_holder() == static_cast<std::uint32_t>(sender->pid));
-    sender->kill();
-    CHECK(sender->wait(10) == ChildProcess::ended_by(SIGKILL));
-    REQUIRE(eventually([&] { return device->receive_lock_takeovers() == 1; }));
-    CHECK(device->receive_lock_holder() == 0);
+    kill_while_holding_the_lock(*sender, *device);
 
     std::uint64_t next_wr_id = 41;
     if (expect_completion) {

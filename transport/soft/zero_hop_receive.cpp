@@ -91,6 +91,37 @@ void fill(const Destination& destination, const iovec* local, std::size_t local_
     }
 }
 
+// The target's CQE for a request that consumed its receive WQE `wqe_counter`, as the request
+// path's responder writes it.
+ResponderCompletion responder_completion(const wire::Request& request, std::uint32_t wqe_counter, std::uint64_t length,
+                                         std::uint32_t initiator_qpn, std::uint16_t initiator_lid,
+                                         const PublishedQueuePairView& target) {
+    std::uint8_t cqe_opcode = kCqeResponderWriteImmediate;
+    if (request.opcode == kOpcodeSend) cqe_opcode = kCqeResponderSend;
+    if (request.opcode == kOpcodeSendImmediate) cqe_opcode = kCqeResponderSendImmediate;
+    return {cqe_opcode, static_cast<std::uint16_t>(wqe_counter), static_cast<std::uint32_t>(length), request.immediate,
+            initiator_qpn, initiator_lid, (request.dc_flags & wire::kDcGlobalRoute) != 0, target.user_index, target.qpn};
+}
+
+// Under the target's receive lock, the bytes in place: the journal first (if this process dies
+// before it is closed, the target finishes from it), then the consumption word from `before` to
+// `after`, then the CQE, each step a place hold_zero_hop_receives can stop at.
+void consume_and_complete(PeerTable& table, const PublishedQueuePairView& target, const CompletionRingView& receive_cq,
+                          std::uint32_t* consumption_word, std::uint32_t before, std::uint32_t after,
+                          const ResponderCompletion& completion) {
+    table.begin_receive({before, receive_cq.producer_index(), target.receive_cqe_count, target.receive_cqe_size,
+                         target.doorbell_offset, target.receive_cq_offset, target.receive_cq_doorbell_offset, completion});
+    hold_for_test(ZeroHopReceiveStep::journal_written);
+    __atomic_store_n(consumption_word, after, __ATOMIC_RELEASE);
+    hold_for_test(ZeroHopReceiveStep::receive_consumed);
+    std::uint8_t* cqe = receive_cq.claim();
+    fill_responder_cqe(cqe, completion);
+    receive_cq.make_visible(cqe, completion.cqe_opcode);
+    hold_for_test(ZeroHopReceiveStep::completion_visible);
+    receive_cq.advance();
+    table.end_receive();
+}
+
 // Reads a receive WQE's scatter list (`segments` data segments from `scatter`) into
 // `destination`, each piece checked as the responder checks it: in one region of the protection
 // domain with local write access, in the target's arena. The key stays held in `use`.
@@ -214,24 +245,8 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
         table.unlock_receives();
         return refused_for_now();
     }
-    std::uint8_t cqe_opcode = kCqeResponderWriteImmediate;
-    if (request.opcode == kOpcodeSend) cqe_opcode = kCqeResponderSend;
-    if (request.opcode == kOpcodeSendImmediate) cqe_opcode = kCqeResponderSendImmediate;
-    const ResponderCompletion completion{cqe_opcode, static_cast<std::uint16_t>(consumed), static_cast<std::uint32_t>(length),
-                                         request.immediate, queue_pair.qpn, lid, (request.dc_flags & wire::kDcGlobalRoute) != 0,
-                                         target.user_index, target.qpn};
-    // The journal first: if this process dies before end_receive, the target finishes from it.
-    table.begin_receive({consumed, receive_cq.producer_index(), target.receive_cqe_count, target.receive_cqe_size,
-                         target.doorbell_offset, target.receive_cq_offset, target.receive_cq_doorbell_offset, completion});
-    hold_for_test(ZeroHopReceiveStep::journal_written);
-    __atomic_store_n(doorbell + kReceiveConsumedWord, consumed + 1, __ATOMIC_RELEASE);
-    hold_for_test(ZeroHopReceiveStep::receive_consumed);
-    std::uint8_t* cqe = receive_cq.claim();
-    fill_responder_cqe(cqe, completion);
-    receive_cq.make_visible(cqe, cqe_opcode);
-    hold_for_test(ZeroHopReceiveStep::completion_visible);
-    receive_cq.advance();
-    table.end_receive();
+    consume_and_complete(table, target, receive_cq, doorbell + kReceiveConsumedWord, consumed, consumed + 1,
+                         responder_completion(request, consumed, length, queue_pair.qpn, lid, target));
     table.unlock_receives();
     count_one(zero_hop_receives);
     return true;
@@ -310,25 +325,10 @@ bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wir
     const CompletionRingView receive_cq{cq_entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
     if (receive_cq.full()) return refused_for_now();
     fill(destination, local, local_count);
-    std::uint8_t cqe_opcode = kCqeResponderWriteImmediate;
-    if (request.opcode == kOpcodeSend) cqe_opcode = kCqeResponderSend;
-    if (request.opcode == kOpcodeSendImmediate) cqe_opcode = kCqeResponderSendImmediate;
-    const ResponderCompletion completion{cqe_opcode, static_cast<std::uint16_t>(index), static_cast<std::uint32_t>(length),
-                                         request.immediate, queue_pair.qpn, lid, (request.dc_flags & wire::kDcGlobalRoute) != 0,
-                                         target.user_index, target.qpn};
-    // The journal first, as for an RC QP's receive: the consumption word changing is what says
-    // the WQE was consumed.
-    table.begin_receive({consumption, receive_cq.producer_index(), target.receive_cqe_count, target.receive_cqe_size,
-                         target.doorbell_offset, target.receive_cq_offset, target.receive_cq_doorbell_offset, completion});
-    hold_for_test(ZeroHopReceiveStep::journal_written);
-    __atomic_store_n(doorbell + kReceiveConsumedWord, next << 16 | static_cast<std::uint16_t>(consumption + 1), __ATOMIC_RELEASE);
-    hold_for_test(ZeroHopReceiveStep::receive_consumed);
-    std::uint8_t* cqe = receive_cq.claim();
-    fill_responder_cqe(cqe, completion);
-    receive_cq.make_visible(cqe, cqe_opcode);
-    hold_for_test(ZeroHopReceiveStep::completion_visible);
-    receive_cq.advance();
-    table.end_receive();
+    // The consumption word changing is what says the WQE was consumed, as for an RC QP's count.
+    consume_and_complete(table, target, receive_cq, doorbell + kReceiveConsumedWord, consumption,
+                         next << 16 | static_cast<std::uint16_t>(consumption + 1),
+                         responder_completion(request, index, length, queue_pair.qpn, lid, target));
     count_one(zero_hop_receives);
     return true;
 }
