@@ -43,14 +43,14 @@ struct ReceiveLockHeld {
 };
 
 // hold_responder_completions(): how long the responder stops between its answer and its CQE.
-std::atomic<std::int64_t> held_microseconds{0};
-std::atomic<int> held_descriptor{-1};
+std::atomic<std::int64_t> answer_hold_microseconds{0};
+std::atomic<int> answer_hold_descriptor{-1};
 
 }  // namespace
 
 void hold_responder_completions(std::chrono::microseconds delay, int reached_descriptor) noexcept {
-    held_descriptor.store(reached_descriptor, std::memory_order_relaxed);
-    held_microseconds.store(delay.count(), std::memory_order_relaxed);
+    answer_hold_descriptor.store(reached_descriptor, std::memory_order_relaxed);
+    answer_hold_microseconds.store(delay.count(), std::memory_order_relaxed);
 }
 
 // A request that consumes a receive is answered before its CQE is written. A NIC's ACK leaves
@@ -61,11 +61,11 @@ void hold_responder_completions(std::chrono::microseconds delay, int reached_des
 // completion, so this order is one a ConnectX may show too. What the request wrote into memory is
 // released before the answer leaves (respond), as before.
 void DeviceCore::hold_before_responder_completion() {
-    const std::int64_t delay = held_microseconds.load(std::memory_order_relaxed);
+    const std::int64_t delay = answer_hold_microseconds.load(std::memory_order_relaxed);
     if (delay == 0) [[likely]]
         return;
     // Says it is there before it waits, so a test kills the process here and not on its way.
-    if (const int descriptor = held_descriptor.load(std::memory_order_relaxed); descriptor >= 0) {
+    if (const int descriptor = answer_hold_descriptor.load(std::memory_order_relaxed); descriptor >= 0) {
         const char reached = 'h';
         (void)!::write(descriptor, &reached, 1);
     }
