@@ -205,15 +205,24 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
     // QP's own receive queue (an RC QP on an SRQ: none); a DCT's SRQ.
     const CompletionQueueContext& receive_cq = *queue_pair.recv_cq;
     SharedReceiveQueueContext* const srq = dc_target ? queue_pair.srq : nullptr;
-    const AlignedBuffer* rings = dc_target ? (srq != nullptr ? srq->buffer.get() : nullptr) : queue_pair.buffer.get();
-    const AlignedBuffer* doorbell = dc_target ? (srq != nullptr ? srq->doorbell.get() : nullptr) : queue_pair.buffer.get();
-    const std::uint8_t* receive_queue = dc_target ? (srq != nullptr ? srq->ring.buffer : nullptr) : queue_pair.receive_ring.buffer;
-    const void* doorbell_record = dc_target ? (srq != nullptr ? srq->ring.doorbell_record : nullptr)
-                                            : static_cast<const void*>(queue_pair.receive_ring.doorbell_record);
-    const std::uint32_t receive_wqe_count = dc_target ? (srq != nullptr ? srq->ring.wqe_count : 0) : queue_pair.receive_ring.wqe_count;
-    const std::uint32_t receive_stride = dc_target ? (srq != nullptr ? srq->ring.stride : 0) : queue_pair.receive_ring.stride;
-    const bool shared_receives = rings != nullptr && doorbell != nullptr && (dc_target || queue_pair.srq == nullptr) &&
-                                 receive_wqe_count != 0 && rings->arena_offset != 0 && doorbell->arena_offset != 0 &&
+    // The WQEs and the doorbell block, and where in them the queue and the record start.
+    struct {
+        const AlignedBuffer* rings = nullptr;
+        const AlignedBuffer* doorbell = nullptr;
+        const void* queue = nullptr;
+        const void* record = nullptr;
+        std::uint32_t wqe_count = 0;
+        std::uint32_t stride = 0;
+    } side;
+    if (srq != nullptr) {
+        side = {srq->buffer.get(), srq->doorbell.get(), srq->ring.buffer, srq->ring.doorbell_record, srq->ring.wqe_count,
+                srq->ring.stride};
+    } else if (!dc_target) {
+        side = {queue_pair.buffer.get(), queue_pair.buffer.get(), queue_pair.receive_ring.buffer,
+                queue_pair.receive_ring.doorbell_record, queue_pair.receive_ring.wqe_count, queue_pair.receive_ring.stride};
+    }
+    const bool shared_receives = side.rings != nullptr && side.doorbell != nullptr && (dc_target || queue_pair.srq == nullptr) &&
+                                 side.wqe_count != 0 && side.rings->arena_offset != 0 && side.doorbell->arena_offset != 0 &&
                                  receive_cq.buffer->arena_offset != 0;
     auto offset_in = [](const AlignedBuffer& buffer, const void* address) {
         return buffer.arena_offset + static_cast<std::uint64_t>(static_cast<const std::uint8_t*>(address) - buffer.data);
@@ -237,10 +246,10 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
             slot.remote_gid[i].store(word, std::memory_order_relaxed);
         }
         slot.user_index.store(queue_pair.user_index, std::memory_order_relaxed);
-        slot.receive_wqe_count.store(shared_receives ? receive_wqe_count : 0, std::memory_order_relaxed);
-        slot.receive_stride.store(receive_stride, std::memory_order_relaxed);
-        slot.receive_queue_offset.store(shared_receives ? offset_in(*rings, receive_queue) : 0, std::memory_order_relaxed);
-        slot.doorbell_offset.store(shared_receives ? offset_in(*doorbell, doorbell_record) : 0, std::memory_order_relaxed);
+        slot.receive_wqe_count.store(shared_receives ? side.wqe_count : 0, std::memory_order_relaxed);
+        slot.receive_stride.store(side.stride, std::memory_order_relaxed);
+        slot.receive_queue_offset.store(shared_receives ? offset_in(*side.rings, side.queue) : 0, std::memory_order_relaxed);
+        slot.doorbell_offset.store(shared_receives ? offset_in(*side.doorbell, side.record) : 0, std::memory_order_relaxed);
         slot.receive_protection_domain.store(srq != nullptr ? srq->protection_domain : queue_pair.protection_domain,
                                              std::memory_order_relaxed);
         slot.receive_cq_offset.store(shared_receives ? offset_in(*receive_cq.buffer, receive_cq.ring.buffer) : 0,

@@ -28,6 +28,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "transport/mlx5/barriers.hpp"
@@ -122,6 +123,45 @@ void consume_and_complete(PeerTable& table, const PublishedQueuePairView& target
     table.end_receive();
 }
 
+// A write with immediate's destination: the range its key names, checked as the responder checks
+// it (remote write, the target's protection domain), in the target's arena. The key stays held in
+// `use`. False: the request path carries it.
+bool map_write_destination(PeerTable& table, const PublishedQueuePairView& target, const wire::Request& request,
+                           std::uint64_t length, PeerTable::RegionUse& use, Destination& destination) {
+    table.use_region(request.rkey, use);
+    const std::optional<PublishedRegionView>& region = use.entry();
+    if (!region || !zero_hop_region_admits(*region, target.protection_domain, kRemoteWrite, request.remote_addr, length)) {
+        return false;
+    }
+    std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
+    if (mapped == nullptr) return false;
+    destination.pieces[destination.count++] = {mapped + (request.remote_addr - region->addr), length};
+    return true;
+}
+
+// The target's receive side as its entry publishes it, mapped from its arena: the receive queue
+// (an RC QP's or a DCT's SRQ) of `stride`-byte WQEs, its doorbell block and the receive CQ.
+struct ReceiveSide {
+    const std::uint8_t* queue = nullptr;
+    std::uint32_t* doorbell = nullptr;
+    CompletionRingView cq;
+};
+std::optional<ReceiveSide> map_receive_side(PeerTable& table, const PublishedQueuePairView& target) {
+    if (!power_of_two(target.receive_cqe_count) || (target.receive_cqe_size != 64 && target.receive_cqe_size != 128)) {
+        return std::nullopt;
+    }
+    ReceiveSide side;
+    side.queue = table.arena_range(target.receive_queue_offset,
+                                   static_cast<std::uint64_t>(target.receive_wqe_count) * target.receive_stride);
+    side.doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.doorbell_offset, 64));
+    std::uint8_t* entries = table.arena_range(target.receive_cq_offset,
+                                              static_cast<std::uint64_t>(target.receive_cqe_count) * target.receive_cqe_size);
+    auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.receive_cq_doorbell_offset, 64));
+    if (side.queue == nullptr || side.doorbell == nullptr || entries == nullptr || cq_doorbell == nullptr) return std::nullopt;
+    side.cq = {entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
+    return side;
+}
+
 // Reads a receive WQE's scatter list (`segments` data segments from `scatter`) into
 // `destination`, each piece checked as the responder checks it: in one region of the protection
 // domain with local write access, in the target's arena. The key stays held in `use`.
@@ -183,17 +223,12 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     PeerTable& table = *found.table;
     // The target's receive queue, its doorbell block and its receive CQ, in its arena.
     if (!power_of_two(target.receive_wqe_count) || target.receive_stride < kDataSegmentSize ||
-        target.receive_stride % kDataSegmentSize != 0 || !power_of_two(target.receive_cqe_count) ||
-        (target.receive_cqe_size != 64 && target.receive_cqe_size != 128)) {
+        target.receive_stride % kDataSegmentSize != 0) {
         return false;
     }
-    const std::uint8_t* receive_queue = table.arena_range(
-        target.receive_queue_offset, static_cast<std::uint64_t>(target.receive_wqe_count) * target.receive_stride);
-    auto* doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.doorbell_offset, 64));
-    std::uint8_t* cq_entries = table.arena_range(target.receive_cq_offset,
-                                                 static_cast<std::uint64_t>(target.receive_cqe_count) * target.receive_cqe_size);
-    auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.receive_cq_doorbell_offset, 64));
-    if (receive_queue == nullptr || doorbell == nullptr || cq_entries == nullptr || cq_doorbell == nullptr) return false;
+    const std::optional<ReceiveSide> side = map_receive_side(table, target);
+    if (!side) return false;
+    std::uint32_t* const doorbell = side->doorbell;
 
     // The receive WQE this request consumes: posted and not yet consumed, else RNR.
     const std::uint32_t consumed = __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE);
@@ -211,20 +246,11 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     PeerTable::RegionUse use;
     Destination destination;
     if (write) {
-        if (length != 0) {
-            table.use_region(request.rkey, use);
-            const std::optional<PublishedRegionView>& region = use.entry();
-            if (!region || !zero_hop_region_admits(*region, target.protection_domain, kRemoteWrite, request.remote_addr, length)) {
-                return false;
-            }
-            std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
-            if (mapped == nullptr) return false;
-            destination.pieces[destination.count++] = {mapped + (request.remote_addr - region->addr), length};
-        }
+        if (length != 0 && !map_write_destination(table, target, request, length, use, destination)) return false;
     } else {
         // The receive WQE's scatter list, read as peek_receive reads it.
         const std::uint8_t* wqe =
-            receive_queue + static_cast<std::size_t>(consumed & (target.receive_wqe_count - 1)) * target.receive_stride;
+            side->queue + static_cast<std::size_t>(consumed & (target.receive_wqe_count - 1)) * target.receive_stride;
         if (!map_scatter_list(table, wqe, target.receive_stride / kDataSegmentSize, target.protection_domain, use, destination)) {
             return false;
         }
@@ -235,7 +261,7 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
 
     // The receive and the CQE, under the target's receive lock.
     if (!table.lock_receives_briefly()) return refused_for_now();
-    const CompletionRingView receive_cq{cq_entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
+    const CompletionRingView& receive_cq = side->cq;
     const std::optional<PublishedQueuePairView> still = table.read_queue_pair(target.qpn);
     if (!still || !zero_hop_ready(*still, queue_pair) || __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) != consumed) {
         table.unlock_receives();
@@ -263,17 +289,12 @@ bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wir
     // DCT's receive CQ, in its arena. WQE indexes are 16 bits in the consumption word.
     const std::uint32_t stride = target.receive_stride;
     if (!power_of_two(target.receive_wqe_count) || target.receive_wqe_count > 65536 ||
-        stride < kSrqNextSegmentSize + kDataSegmentSize || (stride - kSrqNextSegmentSize) % kDataSegmentSize != 0 ||
-        !power_of_two(target.receive_cqe_count) || (target.receive_cqe_size != 64 && target.receive_cqe_size != 128)) {
+        stride < kSrqNextSegmentSize + kDataSegmentSize || (stride - kSrqNextSegmentSize) % kDataSegmentSize != 0) {
         return false;
     }
-    const std::uint8_t* receive_queue =
-        table.arena_range(target.receive_queue_offset, static_cast<std::uint64_t>(target.receive_wqe_count) * stride);
-    auto* doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.doorbell_offset, 64));
-    std::uint8_t* cq_entries = table.arena_range(target.receive_cq_offset,
-                                                 static_cast<std::uint64_t>(target.receive_cqe_count) * target.receive_cqe_size);
-    auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.receive_cq_doorbell_offset, 64));
-    if (receive_queue == nullptr || doorbell == nullptr || cq_entries == nullptr || cq_doorbell == nullptr) return false;
+    const std::optional<ReceiveSide> side = map_receive_side(table, target);
+    if (!side) return false;
+    std::uint32_t* const doorbell = side->doorbell;
     auto refused_for_now = [&queue_pair] {
         queue_pair.zero_hop_waits_for_answers = true;
         return false;
@@ -282,16 +303,7 @@ bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wir
     // A write with immediate's bytes go where its key says, checked as the responder checks it.
     PeerTable::RegionUse write_use;
     Destination destination;
-    if (write && length != 0) {
-        table.use_region(request.rkey, write_use);
-        const std::optional<PublishedRegionView>& region = write_use.entry();
-        if (!region || !zero_hop_region_admits(*region, target.protection_domain, kRemoteWrite, request.remote_addr, length)) {
-            return false;
-        }
-        std::uint8_t* mapped = table.arena_range(region->arena_offset, region->length);
-        if (mapped == nullptr) return false;
-        destination.pieces[destination.count++] = {mapped + (request.remote_addr - region->addr), length};
-    }
+    if (write && length != 0 && !map_write_destination(table, target, request, length, write_use, destination)) return false;
 
     // Many DCIs (and the target's own device) take WQEs from one SRQ: which one is next is known
     // only under the receive lock, so the WQE is read, filled, consumed and completed under it.
@@ -312,7 +324,7 @@ bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wir
     if (posted == static_cast<std::uint16_t>(consumption)) return refused_for_now();  // RNR on the request path
     const std::uint32_t index = consumption >> 16;
     if (index >= target.receive_wqe_count) return false;
-    const std::uint8_t* wqe = receive_queue + static_cast<std::size_t>(index) * stride;
+    const std::uint8_t* wqe = side->queue + static_cast<std::size_t>(index) * stride;
     const std::uint32_t next = load_big16(wqe + kSrqNextWqeIndex) & (target.receive_wqe_count - 1);
     PeerTable::RegionUse scatter_use;
     if (!write) {
@@ -322,7 +334,7 @@ bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wir
         }
         if (length > destination.capacity) return false;  // a length error: the request path reports it
     }
-    const CompletionRingView receive_cq{cq_entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
+    const CompletionRingView& receive_cq = side->cq;
     if (receive_cq.full()) return refused_for_now();
     fill(destination, local, local_count);
     // The consumption word changing is what says the WQE was consumed, as for an RC QP's count.
