@@ -91,6 +91,9 @@ std::uint64_t Device::zero_hop_reads() const { return core_->zero_hop_reads.load
 std::uint64_t Device::zero_hop_arena_reads() const { return core_->zero_hop_arena_reads.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_atomics() const { return core_->zero_hop_atomics.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_receives() const { return core_->zero_hop_receives.load(std::memory_order_relaxed); }
+std::uint64_t Device::acknowledgements_coalesced() const {
+    return core_->coalesced_acknowledgements.load(std::memory_order_relaxed);
+}
 std::uint32_t Device::zero_hop_holder(std::uint32_t key) const { return core_->published_table.holder_of(key); }
 std::uint32_t Device::receive_lock_holder() const { return core_->published_table.receive_lock_holder(); }
 std::uint64_t Device::receive_lock_takeovers() const { return core_->published_table.receive_lock_takeovers(); }

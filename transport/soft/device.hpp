@@ -391,6 +391,10 @@ public:
     // WQEs this device executed on the thread that rang the doorbell, their requests written to
     // the peer's socket from there (transport/soft/README.md, "Requests from the doorbell thread").
     std::uint64_t requests_from_doorbell() const;
+    // ACKs of plain RDMA writes this device, as responder, did not send because the ACK of a
+    // later write of the same QP, read from the same socket, acknowledged them too
+    // (transport/soft/README.md, "Coalesced acknowledgements").
+    std::uint64_t acknowledgements_coalesced() const;
     // The pid of a peer whose zero-hop write holds this device's region `key` right now (between
     // its checks and the end of its move), or 0: what a deregistration would wait for.
     std::uint32_t zero_hop_holder(std::uint32_t key) const;

@@ -8,7 +8,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <linux/sockios.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -515,17 +517,33 @@ void DeviceCore::write_connection(Connection& connection) {
 }
 
 void DeviceCore::read_connection(Connection& connection) {
-    std::uint8_t chunk[65536];
     // A peer that answers and then closes leaves its last answers in front of the end of the
     // stream: they are handled before the connection is, as a NIC handles packets in order.
     const char* ended = nullptr;
-    while (connection.socket >= 0) {
-        const ssize_t received = ::recv(connection.socket, chunk, sizeof chunk, 0);
+    ConnectionInput& input = connection.input;
+    // A bounded number of reads per wake-up, so that one busy peer does not hold the thread from
+    // the others; epoll is level-triggered, so what is left wakes the thread again.
+    constexpr int kReadsPerTurn = 16;
+    for (int reads = 0; connection.socket >= 0 && reads < kReadsPerTurn; ++reads) {
+        // Room for the rest of a frame already begun, so that one read can complete it.
+        std::size_t wanted = kReadSize;
+        if (input.unread_size() >= sizeof(wire::FrameHeader)) {
+            wire::FrameHeader header;
+            std::memcpy(&header, input.unread(), sizeof header);
+            const std::size_t total = sizeof header + wire::body_size(header.type) + header.payload_length;
+            if (header.payload_length <= wire::kMaxPayload && total > input.unread_size()) {
+                wanted = std::max(wanted, total - input.unread_size());
+            }
+        }
+        std::uint8_t* into = input.room(wanted);
+        const std::size_t asked = input.room_size();
+        const ssize_t received = ::recv(connection.socket, into, asked, 0);
         if (received > 0) {
-            connection.input.insert(connection.input.end(), chunk, chunk + received);
+            input.commit(static_cast<std::size_t>(received));
+            handle_frames(connection);
             // Less than asked for: the socket is empty now, so the recv that would say EAGAIN is
-            // saved (epoll is level-triggered: bytes arriving later wake the thread again).
-            if (static_cast<std::size_t>(received) < sizeof chunk) break;
+            // saved (bytes arriving later wake the thread again).
+            if (static_cast<std::size_t>(received) < asked) break;
             continue;
         }
         if (received < 0 && errno == EINTR) continue;
@@ -533,25 +551,37 @@ void DeviceCore::read_connection(Connection& connection) {
         ended = received == 0 ? "peer closed the connection" : "receive failed";
         break;
     }
-    std::size_t offset = 0;
-    while (connection.socket >= 0 && connection.input.size() - offset >= sizeof(wire::FrameHeader)) {
+    if (ended != nullptr) close_connection(connection, ended);
+}
+
+void DeviceCore::handle_frames(Connection& connection) {
+    ConnectionInput& input = connection.input;
+    // The ACKs of the plain writes among these frames go as one, after the last of them.
+    coalescing_ = &connection;
+    const struct EndCoalescing {
+        DeviceCore& core;
+        Connection& connection;
+        ~EndCoalescing() {
+            core.coalescing_ = nullptr;
+            core.send_held_acknowledgement(connection);
+        }
+    } end_coalescing{*this, connection};
+    while (connection.socket >= 0 && input.unread_size() >= sizeof(wire::FrameHeader)) {
         wire::FrameHeader header;
-        std::memcpy(&header, connection.input.data() + offset, sizeof header);
+        std::memcpy(&header, input.unread(), sizeof header);
         const std::size_t body = wire::body_size(header.type);
         if (header.magic != wire::kMagic || body == 0 || header.payload_length > wire::kMaxPayload) {
             close_connection(connection, "malformed frame from peer");
             return;
         }
         const std::size_t total = sizeof header + body + header.payload_length;
-        if (connection.input.size() - offset < total) break;
-        const std::uint8_t* body_bytes = connection.input.data() + offset + sizeof header;
+        if (input.unread_size() < total) return;
+        const std::uint8_t* body_bytes = input.unread() + sizeof header;
         if (!partitioned_from_everyone.load(std::memory_order_relaxed) || header.type == wire::FrameType::hello) {
             handle_frame(connection, header.type, body_bytes, body_bytes + body, header.payload_length);
         }
-        offset += total;
+        input.consume(total);
     }
-    if (connection.socket >= 0) connection.input.erase(connection.input.begin(), connection.input.begin() + offset);
-    if (ended != nullptr) close_connection(connection, ended);
 }
 
 void DeviceCore::close_connection(Connection& connection, const char* why) {
@@ -559,6 +589,7 @@ void DeviceCore::close_connection(Connection& connection, const char* why) {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, connection.socket, nullptr);
     ::close(connection.socket);
     connection.socket = -1;
+    connection.holds_acknowledgement = false;
     if (!connection.identified) return;
     flight::record(flight::Event::soft_connection_closed, connection.lid, connection.outgoing, flight::text(why));
     detail::logger().info("software device {}: connection to lid {} closed: {}", owner_.name(), connection.lid, why);
@@ -641,8 +672,38 @@ void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, cons
     }
 }
 
+std::size_t DeviceCore::unread_request_bytes() const {
+    std::size_t total = 0;
+    for (const auto& connection : connections_) {
+        int waiting = 0;
+        if (!connection->outgoing && connection->socket >= 0 && ::ioctl(connection->socket, SIOCINQ, &waiting) == 0) total += static_cast<std::size_t>(waiting);
+    }
+    return total;
+}
+
+void DeviceCore::respond_coalescing(Connection& connection, const wire::Response& response) {
+    if (coalescing_ != &connection || connection.socket < 0) {
+        respond(connection, response);
+        return;
+    }
+    if (connection.holds_acknowledgement && connection.held_acknowledgement.destination_qpn != response.destination_qpn) {
+        send_held_acknowledgement(connection);
+    }
+    note_remote_access();  // as respond: released before anything can learn of the write
+    if (connection.holds_acknowledgement) count_one(coalesced_acknowledgements);
+    connection.held_acknowledgement = response;
+    connection.holds_acknowledgement = true;
+}
+
+void DeviceCore::send_held_acknowledgement(Connection& connection) {
+    if (!connection.holds_acknowledgement) return;
+    connection.holds_acknowledgement = false;
+    respond(connection, connection.held_acknowledgement);
+}
+
 void DeviceCore::respond(Connection& connection, const wire::Response& response, const void* payload,
                          std::uint32_t payload_length) {
+    send_held_acknowledgement(connection);  // answers leave in the order of their requests
     // What the request wrote into this process's memory is released before the answer leaves:
     // the initiator may learn of the write from it and tell this process out of band.
     note_remote_access();

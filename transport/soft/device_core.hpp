@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "transport/soft/gid.hpp"
 #include "transport/soft/indirect_keys.hpp"
 #include "transport/soft/published_table.hpp"
+#include "transport/soft/connection_input.hpp"
 #include "transport/soft/shared_arena.hpp"
 #include "transport/soft/reusing_ring.hpp"
 #include "transport/soft/same_host.hpp"
@@ -205,7 +207,10 @@ struct Connection {
     // Outgoing, same host: the peer's published table, mapped (zero-hop writes); else null.
     std::unique_ptr<PeerTable> peer_table;
     bool zero_hop_failure_logged = false;
-    std::vector<std::uint8_t> input;
+    ConnectionInput input;
+    // An acknowledgement held for coalescing (respond_coalescing), not yet sent.
+    bool holds_acknowledgement = false;
+    wire::Response held_acknowledgement{};
     std::vector<std::uint8_t> output;
     std::size_t output_offset = 0;
     bool write_interest = false;  // EPOLLOUT asked for: output is waiting for the socket
@@ -268,6 +273,10 @@ public:
     void open_path_soon(QueuePairContext& queue_pair);
     void wake();
     void close_connections_gracefully();
+    // For tests, with `mutex` held: the bytes received and not yet read (SIOCINQ) on the
+    // connections peers opened, which carry their requests, so that a test can let the device
+    // read requests only once all have arrived.
+    std::size_t unread_request_bytes() const;
 
     // Counts one more in a statistic that only code holding `mutex` writes: one writer at a
     // time, so a plain load and store. A locked add would also make the thread wait until its
@@ -290,6 +299,8 @@ public:
     std::atomic<std::uint64_t> zero_hop_atomics{0};
     // WQEs this device executed on the doorbell thread by send_from_doorbell (doorbell_requests.cpp).
     std::atomic<std::uint64_t> doorbell_requests{0};
+    // Plain-write ACKs not sent because a later ACK of the same QP covered them (respond_coalescing).
+    std::atomic<std::uint64_t> coalesced_acknowledgements{0};
     // Connections to other devices this device began (at RTS in the background, or for a
     // request), those that failed before their hello was answered, and the hellos answered.
     std::atomic<std::uint64_t> connects_started{0};
@@ -312,7 +323,7 @@ private:
     // The zero-hop write (zero_hop.cpp): the responder's checks against the target's published
     // table, the bytes moved with process_vm_writev. False, with nothing moved, whenever it
     // cannot be done so: the request path then carries the write and produces any NAK.
-    bool zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request, const std::vector<std::uint8_t>& payload,
+    bool zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request, std::span<const std::uint8_t> payload,
                         const wire::Segment* segments, std::uint32_t segment_count);
     // The zero-hop read: the same checks (remote read access), the bytes copied into the local
     // targets (memcpy from the target's arena into ours, else process_vm_readv). False, with
@@ -328,7 +339,7 @@ private:
     // The zero-hop receive (zero_hop_receive.cpp): a send or an RDMA write with immediate to a
     // same-host peer, whose receive WQE this thread consumes and whose CQE it writes. False, with
     // no receive consumed, whenever it cannot be done so: the request path then carries it.
-    bool zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request, const std::vector<std::uint8_t>& payload,
+    bool zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request, std::span<const std::uint8_t> payload,
                           const wire::Segment* segments, std::uint32_t segment_count);
     // The same from a DCI to a same-host DCT: the WQE is its SRQ's next, taken under the receive
     // lock. `local`: the message's bytes, in memory that cannot go away.
@@ -379,7 +390,16 @@ private:
     static void hold_before_responder_completion();
     void respond(Connection& connection, const wire::Response& response, const void* payload = nullptr,
                  std::uint32_t payload_length = 0);
+    // The acknowledgement of a plain RDMA write, which an RC responder may coalesce with the
+    // next ones (IB spec 9.7.5.1.1: an ACK acknowledges every earlier request of its QP): while
+    // handle_frames handles the frames of one read, it is held on the connection and replaced by
+    // the next one for the same QP; any other answer on the connection, and the end of the
+    // frames, send it first. Elsewhere it is sent at once.
+    void respond_coalescing(Connection& connection, const wire::Response& response);
+    void send_held_acknowledgement(Connection& connection);
     void complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome);
+    // Completes the plain RDMA writes in flight before `psn`, which an ACK of `psn` acknowledges.
+    void complete_acknowledged_before(QueuePairContext& queue_pair, std::uint32_t psn);
     void fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why);
     void flush_queue_pair(QueuePairContext& queue_pair);
     void service_timers();
@@ -406,6 +426,11 @@ private:
     std::string peer_name(const Connection& connection) const;
     void accept_connections();
     void read_connection(Connection& connection);
+    // Handles the complete frames at the front of the connection's input, in order.
+    void handle_frames(Connection& connection);
+    // The least a read from a socket asks for: larger than the kernel's loopback segments, so a
+    // window of requests is read in few system calls.
+    static constexpr std::size_t kReadSize = 64u << 10;
     void write_connection(Connection& connection);
     // Asks epoll for EPOLLOUT on the connection while output waits for the socket, and stops.
     void watch_output(Connection& connection, bool waiting);
@@ -487,6 +512,8 @@ private:
     // The responder holds the receive lock between an answer and its CQE (perform_request); the
     // CQE writers do not take it again. Under the mutex, as every CQE write.
     bool receive_lock_held_ = false;
+    // The connection whose frames handle_frames is handling: its plain write ACKs are coalesced.
+    Connection* coalescing_ = nullptr;
     // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
     // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one
     // holds, rather than thread_local: in a shared library each thread_local access is a call to

@@ -3,6 +3,7 @@
 // with the CQE a ConnectX writes. Errors move the QP to ERR and flush what follows.
 #include <cstddef>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "src/flight_recorder.hpp"
@@ -55,15 +56,51 @@ bool is_read_or_atomic(std::uint8_t opcode) {
     return opcode == kOpcodeRdmaRead || opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd;
 }
 
-// wire::frame into a request's own buffer: no allocation once it has held a frame this large.
-void build_frame(std::vector<std::uint8_t>& bytes, const wire::Request& request, const void* payload,
-                 std::uint32_t payload_length) {
-    const wire::FrameHeader header{wire::kMagic, payload_length, wire::FrameType::request};
-    bytes.resize(sizeof header + sizeof request + payload_length);
-    std::memcpy(bytes.data(), &header, sizeof header);
-    std::memcpy(bytes.data() + sizeof header, &request, sizeof request);
-    if (payload_length != 0) std::memcpy(bytes.data() + sizeof header + sizeof request, payload, payload_length);
-}
+// A request's payload, gathered behind room for its frame's header and request, so that the frame
+// is built around it in place and handed to the request in flight by a swap, not copied into a
+// second buffer (a 64 KiB write on the TCP path was copied twice on the sending side before
+// the kernel's copy). The buffer given back by the swap, an earlier frame's, is the next
+// payload's: neither allocates once it has held a payload this large.
+class FramePayload {
+public:
+    static constexpr std::size_t kPrefix = sizeof(wire::FrameHeader) + sizeof(wire::Request);
+
+    explicit FramePayload(std::vector<std::uint8_t>& bytes) : bytes_(bytes) { clear(); }
+    // A large payload's capacity is given back when this WQE is done.
+    ~FramePayload() {
+        if (bytes_.capacity() > (1u << 20)) std::vector<std::uint8_t>().swap(bytes_);
+    }
+    FramePayload(const FramePayload&) = delete;
+    FramePayload& operator=(const FramePayload&) = delete;
+
+    void clear() { bytes_.resize(kPrefix); }
+    bool empty() const { return bytes_.size() == kPrefix; }
+    std::size_t size() const { return bytes_.size() - kPrefix; }
+    const std::uint8_t* data() const { return bytes_.data() + kPrefix; }
+    std::span<const std::uint8_t> bytes() const { return {data(), size()}; }
+    void append(const void* from, std::size_t length) {
+        const auto* first = static_cast<const std::uint8_t*>(from);
+        bytes_.insert(bytes_.end(), first, first + length);
+    }
+    // `length` more bytes at the end, for the caller to fill.
+    std::uint8_t* extend(std::size_t length) {
+        const std::size_t old_size = bytes_.size();
+        bytes_.resize(old_size + length);
+        return bytes_.data() + old_size;
+    }
+    // The frame of `request` with this payload, moved into `frame`; this buffer then holds what
+    // `frame` held, emptied.
+    void into_frame(const wire::Request& request, std::vector<std::uint8_t>& frame) {
+        const wire::FrameHeader header{wire::kMagic, static_cast<std::uint32_t>(size()), wire::FrameType::request};
+        std::memcpy(bytes_.data(), &header, sizeof header);
+        std::memcpy(bytes_.data() + sizeof header, &request, sizeof request);
+        frame.swap(bytes_);
+        clear();
+    }
+
+private:
+    std::vector<std::uint8_t>& bytes_;
+};
 
 }  // namespace
 
@@ -243,19 +280,11 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     wire::Segment segments[wire::kMaxSegments];
     std::uint32_t segment_count = 0;
     std::uint64_t referenced_bytes = 0;
-    // A large payload's capacity is given back when this WQE is done.
-    std::vector<std::uint8_t>& payload = decode_payload_;
-    payload.clear();
-    const struct GiveBack {
-        std::vector<std::uint8_t>& buffer;
-        ~GiveBack() {
-            if (buffer.capacity() > (1u << 20)) std::vector<std::uint8_t>().swap(buffer);
-        }
-    } give_back{payload};
+    FramePayload payload(decode_payload_);
     auto copy_referenced = [&] {
         for (std::uint32_t i = 0; i < segment_count; ++i) {
             const auto* bytes = reinterpret_cast<const std::uint8_t*>(segments[i].address);
-            payload.insert(payload.end(), bytes, bytes + segments[i].length);
+            payload.append(bytes, segments[i].length);
         }
         segment_count = 0;
         referenced_bytes = 0;
@@ -284,9 +313,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
             }
             if (by_reference && !is_read_or_atomic(opcode)) copy_referenced();  // inline data follows: keep the order
             by_reference = false;
-            const std::size_t old_size = payload.size();
-            payload.resize(old_size + length);
-            copy_from_send_ring(ring, position + kInlineHeaderSize, payload.data() + old_size, length);
+            copy_from_send_ring(ring, position + kInlineHeaderSize, payload.extend(length), length);
             units += (kInlineHeaderSize + length + kSegmentUnit - 1) / kSegmentUnit;
             position += ((kInlineHeaderSize + length + kSegmentUnit - 1) / kSegmentUnit) * kSegmentUnit;
             continue;
@@ -318,7 +345,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
                     segments[segment_count++] = {reinterpret_cast<std::uint64_t>(piece), piece_length};
                     referenced_bytes += piece_length;
                 } else {
-                    payload.insert(payload.end(), piece, piece + piece_length);
+                    payload.append(piece, piece_length);
                 }
             }
         }
@@ -335,8 +362,8 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         queue_pair.executed += wqebbs;
         if ((request.dc_flags & wire::kDcConnect) != 0) queue_pair.dc_connected = false;
     };
-    if (syndrome == 0 && ((opcode == kOpcodeRdmaWrite && zero_hop_write(queue_pair, request, payload, segments, segment_count)) ||
-                          (consumes_receive && zero_hop_receive(queue_pair, request, payload, segments, segment_count)))) {
+    if (syndrome == 0 && ((opcode == kOpcodeRdmaWrite && zero_hop_write(queue_pair, request, payload.bytes(), segments, segment_count)) ||
+                          (consumes_receive && zero_hop_receive(queue_pair, request, payload.bytes(), segments, segment_count)))) {
         zero_hop_done();
         flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
                        payload.empty() ? referenced_bytes : payload.size());
@@ -382,13 +409,13 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     if (segment_count != 0) {
         request.by_reference = 1;
         in_flight.by_reference = true;
-        payload.resize(segment_count * sizeof(wire::Segment));
-        std::memcpy(payload.data(), segments, payload.size());
+        payload.clear();
+        payload.append(segments, segment_count * sizeof(wire::Segment));
     }
     request.psn = queue_pair.next_psn;
     queue_pair.next_psn = (queue_pair.next_psn + 1) & 0xffffff;
     in_flight.psn = request.psn;
-    build_frame(in_flight.frame, request, payload.data(), static_cast<std::uint32_t>(payload.size()));
+    payload.into_frame(request, in_flight.frame);
     flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, request.psn, request.length);
     if (queue_pair.in_flight.empty()) restart_ack_timer(queue_pair);
     queue_pair.in_flight.commit_back();
@@ -403,6 +430,13 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
     auto found = queue_pairs.find(response.destination_qpn);
     if (found == queue_pairs.end()) return;  // the QP is gone: nothing to complete
     QueuePairContext& queue_pair = *found->second;
+    // An ACK acknowledges its request and every earlier one (IB spec 9.7.5.1.1): a responder
+    // coalesces the ACKs of plain RDMA writes (respond_coalescing). Those earlier requests
+    // complete first, in order; only requests whose answer carries nothing can be covered so.
+    if (response.kind == wire::ResponseKind::ack && queue_pair.state == QueuePairState::ready_to_send &&
+        !queue_pair.in_flight.empty() && queue_pair.in_flight.front().psn != response.psn) {
+        complete_acknowledged_before(queue_pair, response.psn);
+    }
     if (queue_pair.state != QueuePairState::ready_to_send || queue_pair.in_flight.empty() ||
         queue_pair.in_flight.front().psn != response.psn) {
         flight::record(flight::Event::soft_response_ignored, queue_pair.qpn, response.psn, static_cast<std::uint64_t>(queue_pair.state),
@@ -465,6 +499,21 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
         case wire::ResponseKind::negative:
             fail_queue_pair(queue_pair, response.syndrome, "the responder refused the request");
             return;
+    }
+}
+
+void DeviceCore::complete_acknowledged_before(QueuePairContext& queue_pair, std::uint32_t psn) {
+    // The requests in flight have consecutive PSNs from the first one's: the ACK's is among them
+    // when its distance from the first is less than their count, else it is stale or foreign.
+    const std::uint32_t covered = (psn - queue_pair.in_flight.front().psn) & 0xffffff;
+    if (covered >= queue_pair.in_flight.size()) return;
+    for (std::uint32_t i = 0; i < covered; ++i) {
+        if (queue_pair.in_flight.at(i).opcode != kOpcodeRdmaWrite) return;  // its answer is its own: left to the timer
+    }
+    for (std::uint32_t i = 0; i < covered; ++i) {
+        const InFlight& done = queue_pair.in_flight.front();
+        queue_pair.in_flight.pop_front();
+        complete_requester(queue_pair, done, 0);
     }
 }
 

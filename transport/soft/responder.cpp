@@ -326,7 +326,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             performed(0);
             accept();
             if (request.opcode != kOpcodeRdmaWriteImmediate) {
-                respond(connection, answer(request, wire::ResponseKind::ack));
+                respond_coalescing(connection, answer(request, wire::ResponseKind::ack));
                 return;
             }
             consume_receive(queue_pair);

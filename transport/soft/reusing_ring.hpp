@@ -21,6 +21,8 @@ public:
     T& front() { return slots_[head_]; }
     const T& front() const { return slots_[head_]; }
     T& back() { return slots_[index(count_ - 1)]; }
+    // The element `position` places after the first (position < size()).
+    const T& at(std::size_t position) const { return slots_[index(position)]; }
 
     // The slot the next element goes into, holding what an earlier element left there (the caller
     // overwrites every field, reusing the buffers). It joins the ring with commit_back.

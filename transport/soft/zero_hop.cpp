@@ -215,7 +215,7 @@ int DeviceCore::move_zero_hop(const ZeroHopTarget& target, const QueuePairContex
 }
 
 bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request,
-                                const std::vector<std::uint8_t>& payload, const wire::Segment* segments,
+                                std::span<const std::uint8_t> payload, const wire::Segment* segments,
                                 std::uint32_t segment_count) {
     if (!zero_hop_enabled_ || request.opcode != kOpcodeRdmaWrite) return false;
     // The bytes, in order: the frame's payload (inline data came first, or the WQE was mixed),

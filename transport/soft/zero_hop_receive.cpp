@@ -195,7 +195,7 @@ void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds d
 }
 
 bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request,
-                                  const std::vector<std::uint8_t>& payload, const wire::Segment* segments,
+                                  std::span<const std::uint8_t> payload, const wire::Segment* segments,
                                   std::uint32_t segment_count) {
     const bool write = request.opcode == kOpcodeRdmaWriteImmediate;
     if (!zero_hop_enabled_ || (!write && request.opcode != kOpcodeSend && request.opcode != kOpcodeSendImmediate)) return false;
