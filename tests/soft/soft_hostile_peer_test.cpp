@@ -1,0 +1,259 @@
+// The requester side of the software device's wire protocol against a peer that is not a
+// device: the test plays the target over a plain TCP socket (it accepts the initiator's
+// connection, answers its hello, reads its request frames and writes whatever answers the case
+// needs). Answers a target may give (one ACK for several writes) complete the requests they
+// cover, in order; answers no target gives (an ACK that would complete a read without its
+// data, an ACK for a PSN not in flight) complete nothing; a malformed frame closes the
+// connection and fails what was in flight with transport retry exceeded, as a ConnectX reports
+// a peer it can no longer reach (transport/soft/README.md, "Wire protocol" and "Coalesced
+// acknowledgements").
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "tests/soft/scoped_environment.hpp"
+#include "tests/soft/soft_endpoint.hpp"
+#include "transport/soft/wire.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+namespace wire = rdmachan::soft::wire;
+using rdmachan::test::Address;
+using rdmachan::test::Environment;
+using rdmachan::test::SoftEndpoint;
+using rdmachan::test::write_request;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kDeadline = std::chrono::seconds(10);
+
+// A listening socket on 127.0.0.1 standing where a target device would be, and the one
+// connection an initiator device opens to it. Every wait is bounded by kDeadline.
+class FakeTarget {
+public:
+    FakeTarget() {
+        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(listener_ >= 0);
+        sockaddr_in address{};
+        address.sin_family = AF_INET;
+        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+        REQUIRE(::listen(listener_, 4) == 0);
+        socklen_t length = sizeof address;
+        REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+        port_ = ntohs(address.sin_port);
+    }
+    ~FakeTarget() {
+        if (connection_ >= 0) ::close(connection_);
+        ::close(listener_);
+    }
+    FakeTarget(const FakeTarget&) = delete;
+    FakeTarget& operator=(const FakeTarget&) = delete;
+
+    // How an initiator names this target: GID ::ffff:127.0.0.1, LID the port.
+    Address address(std::uint32_t qpn) const {
+        Address address{};
+        address.gid[10] = 0xff;
+        address.gid[11] = 0xff;
+        address.gid[12] = 127;
+        address.gid[15] = 1;
+        address.lid = port_;
+        address.qpn = qpn;
+        return address;
+    }
+
+    // Accepts the initiator's connection and answers its hello as a device on another host.
+    void accept_and_answer_hello() {
+        REQUIRE(wait_for(listener_, POLLIN));
+        connection_ = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+        REQUIRE(connection_ >= 0);
+        const Frame hello = read_frame();
+        REQUIRE(hello.header.type == wire::FrameType::hello);
+        wire::Hello reply{};
+        const Address self = address(0);
+        std::memcpy(reply.gid, self.gid, 16);
+        reply.lid = port_;
+        reply.same_host_flags = wire::kHelloReply;  // no host identity: the TCP path
+        reply.published_table = -1;
+        send_bytes(wire::frame(wire::FrameType::hello, reply));
+    }
+
+    struct Frame {
+        wire::FrameHeader header{};
+        std::vector<std::uint8_t> body;
+        std::vector<std::uint8_t> payload;
+        wire::Request request() const {
+            wire::Request request{};
+            REQUIRE(header.type == wire::FrameType::request);
+            std::memcpy(&request, body.data(), sizeof request);
+            return request;
+        }
+    };
+
+    Frame read_frame() {
+        Frame frame;
+        read_exact(&frame.header, sizeof frame.header);
+        REQUIRE(frame.header.magic == wire::kMagic);
+        frame.body.resize(wire::body_size(frame.header.type));
+        REQUIRE(!frame.body.empty());
+        read_exact(frame.body.data(), frame.body.size());
+        frame.payload.resize(frame.header.payload_length);
+        read_exact(frame.payload.data(), frame.payload.size());
+        return frame;
+    }
+
+    void answer(const wire::Request& request, std::uint32_t psn, const void* payload = nullptr, std::uint32_t length = 0) {
+        wire::Response response{};
+        response.destination_qpn = request.source_qpn;
+        response.psn = psn;
+        response.kind = wire::ResponseKind::ack;
+        send_bytes(wire::frame(wire::FrameType::response, response, payload, length));
+    }
+
+    void send_bytes(const std::vector<std::uint8_t>& bytes) {
+        std::size_t sent = 0;
+        while (sent < bytes.size()) {
+            REQUIRE(wait_for(connection_, POLLOUT));
+            const ssize_t written = ::send(connection_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+            REQUIRE(written > 0);
+            sent += static_cast<std::size_t>(written);
+        }
+    }
+
+private:
+    static bool wait_for(int descriptor, short events) {
+        pollfd entry{descriptor, events, 0};
+        const int milliseconds = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(kDeadline).count());
+        return ::poll(&entry, 1, milliseconds) == 1;
+    }
+    void read_exact(void* into, std::size_t length) {
+        auto* bytes = static_cast<std::uint8_t*>(into);
+        std::size_t got = 0;
+        while (got < length) {
+            REQUIRE(wait_for(connection_, POLLIN));
+            const ssize_t received = ::recv(connection_, bytes + got, length - got, 0);
+            REQUIRE(received > 0);
+            got += static_cast<std::size_t>(received);
+        }
+    }
+
+    int listener_ = -1;
+    int connection_ = -1;
+    std::uint16_t port_ = 0;
+};
+
+// An initiator on a software device, connected over TCP to the fake target's QP 0x4242.
+struct Initiator {
+    Environment transport{"RDMACHAN_SOFT_TRANSPORT", "tcp"};
+    std::shared_ptr<soft::Device> device = soft::Device::open();
+    SoftEndpoint endpoint{device};
+
+    explicit Initiator(FakeTarget& target) {
+        endpoint.connect(target.address(0x4242));
+        target.accept_and_answer_hello();
+    }
+};
+
+constexpr std::uint64_t kRemoteBase = 0x10000;
+constexpr std::uint32_t kRemoteKey = 0x77;
+
+}  // namespace
+
+TEST_CASE("hostile peer: an ACK that would complete a read without its data completes nothing") {
+    FakeTarget target;
+    Initiator initiator(target);
+    SoftEndpoint& endpoint = initiator.endpoint;
+    const mlx5::ScatterGatherElement eight = endpoint.local(0, 8);
+    const mlx5::ScatterGatherElement into = endpoint.local(4096, 64);
+    std::memset(endpoint.buffer() + 4096, 0, 64);
+    mlx5::SendWorkRequest requests[3] = {
+        write_request(1, &eight, kRemoteBase, kRemoteKey),
+        write_request(2, &into, kRemoteBase + 64, kRemoteKey),
+        write_request(3, &eight, kRemoteBase + 128, kRemoteKey),
+    };
+    requests[1].opcode = mlx5::SendOpcode::rdma_read;
+    REQUIRE(endpoint.post(requests, 3) == mlx5::PostResult::ok);
+    wire::Request sent[3];
+    for (auto& request : sent) request = target.read_frame().request();
+    CHECK(sent[1].psn == ((sent[0].psn + 1) & 0xffffff));
+    CHECK(sent[2].psn == ((sent[0].psn + 2) & 0xffffff));
+
+    // The third request's ACK first: it would cover the read, which needs its own answer.
+    target.answer(sent[2], sent[2].psn);
+    // Then the answers a target gives, in order: whatever the forged ACK had completed would
+    // leave these stale, and the read would have completed with no data.
+    std::uint8_t data[64];
+    for (int b = 0; b < 64; ++b) data[b] = static_cast<std::uint8_t>(0xc0 + b);
+    target.answer(sent[0], sent[0].psn);
+    target.answer(sent[1], sent[1].psn, data, sizeof data);
+    target.answer(sent[2], sent[2].psn);
+
+    const mlx5::CompletionOpcode expected[3] = {mlx5::CompletionOpcode::rdma_write, mlx5::CompletionOpcode::rdma_read,
+                                                mlx5::CompletionOpcode::rdma_write};
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        const auto completion = endpoint.wait_send();
+        REQUIRE(completion.has_value());
+        CHECK(completion->status == mlx5::CompletionStatus::success);
+        CHECK(completion->wr_id == i + 1);
+        CHECK(completion->opcode == expected[i]);
+    }
+    CHECK(std::memcmp(endpoint.buffer() + 4096, data, sizeof data) == 0);
+}
+
+TEST_CASE("hostile peer: one ACK for several writes completes each, in order; one for a PSN not in flight completes none") {
+    FakeTarget target;
+    Initiator initiator(target);
+    SoftEndpoint& endpoint = initiator.endpoint;
+    const mlx5::ScatterGatherElement eight = endpoint.local(0, 8);
+    mlx5::SendWorkRequest writes[4];
+    for (std::uint32_t i = 0; i < 4; ++i) writes[i] = write_request(10 + i, &eight, kRemoteBase + 64 * i, kRemoteKey);
+    REQUIRE(endpoint.post(writes, 4) == mlx5::PostResult::ok);
+    wire::Request sent[4];
+    for (auto& request : sent) request = target.read_frame().request();
+
+    // Beyond the last request in flight, and behind the first: neither is an ACK of these.
+    target.answer(sent[0], (sent[3].psn + 1) & 0xffffff);
+    target.answer(sent[0], (sent[0].psn - 1) & 0xffffff);
+    // The third's ACK covers the first two; the fourth's is its own.
+    target.answer(sent[2], sent[2].psn);
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        const auto completion = endpoint.wait_send();
+        REQUIRE(completion.has_value());
+        CHECK(completion->status == mlx5::CompletionStatus::success);
+        CHECK(completion->wr_id == 10 + i);
+    }
+    // The two foreign ACKs came before the covering one on the same stream: had either
+    // completed anything, the fourth write would have completed by now too.
+    CHECK_FALSE(endpoint.wait_send(std::chrono::milliseconds(0)).has_value());
+    target.answer(sent[3], sent[3].psn);
+    const auto last = endpoint.wait_send();
+    REQUIRE(last.has_value());
+    CHECK(last->status == mlx5::CompletionStatus::success);
+    CHECK(last->wr_id == 13);
+}
+
+TEST_CASE("hostile peer: a malformed frame closes the connection and fails the requests in flight") {
+    FakeTarget target;
+    Initiator initiator(target);
+    SoftEndpoint& endpoint = initiator.endpoint;
+    const mlx5::ScatterGatherElement eight = endpoint.local(0, 8);
+    const mlx5::SendWorkRequest write = write_request(20, &eight, kRemoteBase, kRemoteKey);
+    REQUIRE(endpoint.post(&write, 1) == mlx5::PostResult::ok);
+    (void)target.read_frame();
+    const std::vector<std::uint8_t> garbage(sizeof(wire::FrameHeader) + sizeof(wire::Response), 0x5a);  // no magic
+    target.send_bytes(garbage);
+    const auto completion = endpoint.wait_send();
+    REQUIRE(completion.has_value());
+    CHECK(completion->wr_id == 20);
+    CHECK(completion->status == mlx5::CompletionStatus::transport_retry_exceeded);
+}
