@@ -1,6 +1,6 @@
 // Coalesced acknowledgements on the TCP path (transport/soft/README.md, "Coalesced
-// acknowledgements"): the responder answers the plain RDMA writes it reads from one socket read
-// with one ACK, the last write's, which acknowledges the earlier ones too (IB spec 9.7.5.1.1);
+// acknowledgements"): the responder answers the plain RDMA writes it reads from a socket in one
+// turn with one ACK, the last write's, which acknowledges the earlier ones too (IB spec 9.7.5.1.1);
 // the requester completes them all, in order. Any other answer leaves after the ACK it would
 // otherwise overtake.
 //
@@ -50,9 +50,9 @@ constexpr std::size_t frame_bytes(std::size_t payload) {
 }
 
 // Posts `requests` with one doorbell while the target's progress thread cannot read, waits
-// until their `bytes` frames are all in the target's socket (the kernel may hold a small send
-// back until the one before it has left: TCP autocorking), then lets the target read them, in
-// one read.
+// until their `bytes` frames are all in the target's socket (waiting until they are in flight is
+// not enough: the sender's kernel holds back what a fresh connection's receive window, 64 KiB,
+// does not admit before the receiver reads), then lets the target read them, in one turn.
 void post_arriving_together(Pair& pair, const mlx5::SendWorkRequest* requests, std::uint32_t count, std::size_t bytes) {
     soft::DeviceCore& target = pair.target_device->core();
     std::unique_lock held(target.mutex);
@@ -70,7 +70,7 @@ TEST_CASE("coalesced acknowledgements: writes read together are answered by one 
     SoftEndpoint& initiator = pair.initiator;
     constexpr std::uint32_t kWrites = 16;
     // Sixteen frames well inside the 64 KiB a fresh connection's receive window admits before
-    // the receiver reads: all arrive while the target's thread is held.
+    // the receiver reads: all arrive while the target's thread is held (4 KiB writes did not).
     constexpr std::uint32_t kBytes = 2048;
     std::memset(pair.target.buffer(), 0, kWrites * kBytes);
     for (std::uint32_t w = 0; w < kWrites; ++w) std::memset(initiator.buffer() + w * kBytes, static_cast<int>(w + 1), kBytes);
@@ -95,7 +95,7 @@ TEST_CASE("coalesced acknowledgements: writes read together are answered by one 
         CHECK(pair.target.buffer()[w * kBytes] == w + 1);
         CHECK(pair.target.buffer()[w * kBytes + kBytes - 1] == w + 1);
     }
-    // Sixteen writes in one read: the first fifteen ACKs were covered by the last one.
+    // Sixteen writes in one turn: the first fifteen ACKs were covered by the last one.
     CHECK(pair.target_device->acknowledgements_coalesced() - coalesced_before == kWrites - 1);
 }
 

@@ -4,7 +4,8 @@
 // A std::vector with a stack chunk in front of it cost two more copies of every payload (the
 // chunk into the vector, and the erase that moved a partial frame after each read); on the TCP
 // path a 64 KiB write paid them on the receiving device's thread, beside the copy into memory.
-// It allocates only to grow past the largest frame it held (plus one read).
+// It allocates only to grow past the largest frame it held (plus one read): a connection that
+// carries only small frames keeps kInitialCapacity.
 #pragma once
 
 #include <cstddef>
@@ -47,7 +48,7 @@ public:
         if (begin_ == end_) begin_ = end_ = 0;  // empty: the next read starts at the front
     }
 
-    static constexpr std::size_t kInitialCapacity = 256u << 10;
+    static constexpr std::size_t kInitialCapacity = 4u << 10;
 
 private:
     std::unique_ptr<std::uint8_t[]> bytes_;

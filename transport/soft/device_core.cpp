@@ -521,12 +521,26 @@ void DeviceCore::read_connection(Connection& connection) {
     // stream: they are handled before the connection is, as a NIC handles packets in order.
     const char* ended = nullptr;
     ConnectionInput& input = connection.input;
+    // The ACKs of the plain writes among the frames of this turn go as one, after the last.
+    coalescing_ = &connection;
+    const struct EndCoalescing {
+        DeviceCore& core;
+        Connection& connection;
+        ~EndCoalescing() {
+            core.coalescing_ = nullptr;
+            core.send_held_acknowledgement(connection);
+        }
+    } end_coalescing{*this, connection};
     // A bounded number of reads per wake-up, so that one busy peer does not hold the thread from
     // the others; epoll is level-triggered, so what is left wakes the thread again.
     constexpr int kReadsPerTurn = 16;
+    std::size_t asked = 0;
     for (int reads = 0; connection.socket >= 0 && reads < kReadsPerTurn; ++reads) {
-        // Room for the rest of a frame already begun, so that one read can complete it.
-        std::size_t wanted = kReadSize;
+        // A connection that carries little keeps a small buffer (thousands of them may be open);
+        // one whose read filled what it asked for gets twice the room for the next, up to
+        // kLargestRead, and room for the rest of a frame already begun, so one read can end it.
+        std::size_t wanted = kSmallestRead;
+        if (reads > 0) wanted = std::max(wanted, std::min(2 * asked, kLargestRead));
         if (input.unread_size() >= sizeof(wire::FrameHeader)) {
             wire::FrameHeader header;
             std::memcpy(&header, input.unread(), sizeof header);
@@ -536,7 +550,7 @@ void DeviceCore::read_connection(Connection& connection) {
             }
         }
         std::uint8_t* into = input.room(wanted);
-        const std::size_t asked = input.room_size();
+        asked = input.room_size();
         const ssize_t received = ::recv(connection.socket, into, asked, 0);
         if (received > 0) {
             input.commit(static_cast<std::size_t>(received));
@@ -556,16 +570,6 @@ void DeviceCore::read_connection(Connection& connection) {
 
 void DeviceCore::handle_frames(Connection& connection) {
     ConnectionInput& input = connection.input;
-    // The ACKs of the plain writes among these frames go as one, after the last of them.
-    coalescing_ = &connection;
-    const struct EndCoalescing {
-        DeviceCore& core;
-        Connection& connection;
-        ~EndCoalescing() {
-            core.coalescing_ = nullptr;
-            core.send_held_acknowledgement(connection);
-        }
-    } end_coalescing{*this, connection};
     while (connection.socket >= 0 && input.unread_size() >= sizeof(wire::FrameHeader)) {
         wire::FrameHeader header;
         std::memcpy(&header, input.unread(), sizeof header);

@@ -392,9 +392,9 @@ private:
                  std::uint32_t payload_length = 0);
     // The acknowledgement of a plain RDMA write, which an RC responder may coalesce with the
     // next ones (IB spec 9.7.5.1.1: an ACK acknowledges every earlier request of its QP): while
-    // handle_frames handles the frames of one read, it is held on the connection and replaced by
-    // the next one for the same QP; any other answer on the connection, and the end of the
-    // frames, send it first. Elsewhere it is sent at once.
+    // read_connection handles the frames of one turn of reads, it is held on the connection and
+    // replaced by the next one for the same QP; any other answer on the connection, and the end
+    // of the turn, send it first. Elsewhere it is sent at once.
     void respond_coalescing(Connection& connection, const wire::Response& response);
     void send_held_acknowledgement(Connection& connection);
     void complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome);
@@ -428,9 +428,11 @@ private:
     void read_connection(Connection& connection);
     // Handles the complete frames at the front of the connection's input, in order.
     void handle_frames(Connection& connection);
-    // The least a read from a socket asks for: larger than the kernel's loopback segments, so a
-    // window of requests is read in few system calls.
-    static constexpr std::size_t kReadSize = 64u << 10;
+    // How much room a read from a socket asks for (read_connection): at least the smallest, up
+    // to the largest while reads fill what they ask, so that a window of requests is read in
+    // few system calls while an idle connection holds little memory.
+    static constexpr std::size_t kSmallestRead = 4u << 10;
+    static constexpr std::size_t kLargestRead = 256u << 10;
     void write_connection(Connection& connection);
     // Asks epoll for EPOLLOUT on the connection while output waits for the socket, and stops.
     void watch_output(Connection& connection, bool waiting);
@@ -512,7 +514,7 @@ private:
     // The responder holds the receive lock between an answer and its CQE (perform_request); the
     // CQE writers do not take it again. Under the mutex, as every CQE write.
     bool receive_lock_held_ = false;
-    // The connection whose frames handle_frames is handling: its plain write ACKs are coalesced.
+    // The connection whose frames read_connection is handling: its plain write ACKs are coalesced.
     Connection* coalescing_ = nullptr;
     // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
     // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one
