@@ -8,6 +8,7 @@
 #include "src/engine.hpp"
 #include "src/multi_channel_bootstrap.hpp"
 #include "src/operations.hpp"
+#include "src/peer_regions.hpp"
 
 namespace rdmachan {
 

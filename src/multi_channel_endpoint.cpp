@@ -5,6 +5,7 @@
 #include "handshake/peer_watch.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "src/engine.hpp"
+#include "src/peer_regions.hpp"
 
 namespace rdmachan {
 namespace {
@@ -65,7 +66,10 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
     // RC: the queue pair each peer made for this rank (one entry per peer, not a world x world
     // table: at thousands of ranks that would be gigabytes).
     std::vector<ChannelEndpoint> remotes(engine_->dc_mode() ? 0 : world);
-    std::vector<std::map<std::string, RemoteRegion>> regions(world);
+    auto regions = std::make_unique<detail::PeerRegions>();
+    std::size_t region_count = 0;
+    for (const Endpoint& endpoint : table) region_count += endpoint.regions.size();
+    regions->reserve(region_count);
     for (std::uint32_t peer = 0; peer < world; ++peer) {
         const Endpoint& theirs = table[peer];
         try {
@@ -76,7 +80,7 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
         if (theirs.rank != peer) {
             throw Error(me + ": table entry " + std::to_string(peer) + " is the endpoint of " + rank_text(theirs.rank));
         }
-        regions[peer] = theirs.regions;
+        regions->set(peer, theirs.regions);
         if (engine_->dc_mode()) {
             if (theirs.dc.empty() || theirs.dci.empty()) {
                 throw Error(me + ": " + rank_text(peer) + " published no DC target or no DC initiators (is it in RC mode?)");
@@ -148,9 +152,9 @@ MultiChannel PreparedMultiChannel::connect(RendezvousSettings settings) && {
 
 PeerRemoteMemoryRegion MultiChannel::remote_region(std::uint32_t peer, const std::string& name) const {
     check_peer("MultiChannel::remote_region", peer);
-    if (peer < remote_regions_.size()) {
-        if (auto found = remote_regions_[peer].find(name); found != remote_regions_[peer].end()) {
-            return {peer, RemoteMemoryRegion{found->second.addr, found->second.length, found->second.rkey}};
+    if (remote_regions_ != nullptr) {
+        if (const RemoteRegion* found = remote_regions_->find(peer, name); found != nullptr) {
+            return {peer, RemoteMemoryRegion{found->addr, found->length, found->rkey}};
         }
     }
     throw Error("MultiChannel::remote_region: rank " + std::to_string(peer) + " published no region named '" + name + "'");

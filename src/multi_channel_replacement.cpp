@@ -4,6 +4,7 @@
 #include "rdmachan/multi_channel.hpp"
 #include "handshake/peer_watch.hpp"
 #include "src/engine.hpp"
+#include "src/peer_regions.hpp"
 
 namespace rdmachan {
 namespace {
@@ -79,7 +80,7 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
             case RendezvousEvent::Kind::replacement:
                 // The server accepts a replacement only for a rank whose process has gone.
                 report_failure(event.rank, "a new process replaced it");
-                life.pending = std::move(event.endpoint);
+                life.pending = std::make_unique<Endpoint>(std::move(event.endpoint));
                 life.connecting.reset();
                 events.push_back({PeerEvent::Kind::replacement_available, event.rank, event.session, {}});
                 break;
@@ -149,7 +150,7 @@ void MultiChannel::reconnect(std::uint32_t peer) {
     } catch (const Error& error) {
         throw Error(me + ": " + error.what());
     }
-    if (peer < remote_regions_.size()) remote_regions_[peer] = replacement.regions;
+    if (remote_regions_ != nullptr) remote_regions_->set(peer, replacement.regions);
     life.connecting = replacement.session;
     watch_->acknowledge_replacement(peer, replacement.session, mine);
 }

@@ -39,6 +39,7 @@ namespace rdmachan {
 namespace detail {
 class PmixSession;
 class PeerWatch;
+class PeerRegions;
 }
 
 // How a MultiChannel reaches its peers. Reliable connected: one RC queue pair per peer
@@ -257,7 +258,9 @@ private:
     struct PeerLife {
         std::uint64_t session = 0;         // the connected process
         bool failure_reported = false;
-        std::optional<Endpoint> pending;   // a replacement not yet reconnected
+        // A replacement not yet reconnected; behind a pointer because an Endpoint kept in place
+        // would cost every peer its size, at thousands of peers (docs/SCALE.md).
+        std::unique_ptr<Endpoint> pending;
         std::optional<std::uint64_t> connecting;  // reconnected, waiting for `ready`
     };
     std::shared_ptr<detail::PeerWatch> watch_;  // with replacement enabled: the rendezvous's or PMIx's
@@ -270,7 +273,7 @@ private:
     std::shared_ptr<detail::Engine> engine_;
     std::uint32_t rank_ = 0;
     std::vector<WorkBatch::Entry> scratch_;
-    std::vector<std::map<std::string, RemoteRegion>> remote_regions_;  // by peer
+    std::unique_ptr<detail::PeerRegions> remote_regions_;  // what each peer published
 };
 
 class PreparedMultiChannel {
