@@ -1,12 +1,13 @@
-// The requester side of the software device's wire protocol against a peer that is not a
-// device: the test plays the target over a plain TCP socket (it accepts the initiator's
-// connection, answers its hello, reads its request frames and writes whatever answers the case
-// needs). Answers a target may give (one ACK for several writes) complete the requests they
+// The software device's wire protocol against a peer that is not a device. As the target over a
+// plain TCP socket, the test accepts an initiator device's connection, answers its hello, reads
+// its request frames and writes whatever answers the case needs; as an initiator, it connects to
+// a target device, says hello with or without the flag that accepts coalesced ACKs, and reads
+// the answers to its writes. Answers a target may give (one ACK for several writes) complete the requests they
 // cover, in order; answers no target gives (an ACK that would complete a read without its
 // data, an ACK for a PSN not in flight) complete nothing; a malformed frame closes the
 // connection and fails what was in flight with transport retry exceeded, as a ConnectX reports
-// a peer it can no longer reach (transport/soft/README.md, "Wire protocol" and "Coalesced
-// acknowledgements").
+// a peer it can no longer reach; a target coalesces ACKs only for an initiator that said it
+// accepts them (transport/soft/README.md, "Wire protocol" and "Coalesced acknowledgements").
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -22,6 +23,7 @@
 
 #include "tests/soft/scoped_environment.hpp"
 #include "tests/soft/soft_endpoint.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/wire.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -37,67 +39,69 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr auto kDeadline = std::chrono::seconds(10);
 
-// A listening socket on 127.0.0.1 standing where a target device would be, and the one
-// connection an initiator device opens to it. Every wait is bounded by kDeadline.
-class FakeTarget {
-public:
-    FakeTarget() {
-        listener_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        REQUIRE(listener_ >= 0);
+bool wait_for(int descriptor, short events) {
+    pollfd entry{descriptor, events, 0};
+    const int milliseconds = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(kDeadline).count());
+    return ::poll(&entry, 1, milliseconds) == 1;
+}
+
+// A listening socket on 127.0.0.1; its port is the LID a device that is not one answers to.
+struct Listener {
+    int descriptor = -1;
+    std::uint16_t port = 0;
+    Listener() {
+        descriptor = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        REQUIRE(descriptor >= 0);
         sockaddr_in address{};
         address.sin_family = AF_INET;
         address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-        REQUIRE(::listen(listener_, 4) == 0);
+        REQUIRE(::bind(descriptor, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+        REQUIRE(::listen(descriptor, 4) == 0);
         socklen_t length = sizeof address;
-        REQUIRE(::getsockname(listener_, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-        port_ = ntohs(address.sin_port);
+        REQUIRE(::getsockname(descriptor, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+        port = ntohs(address.sin_port);
     }
-    ~FakeTarget() {
-        if (connection_ >= 0) ::close(connection_);
-        ::close(listener_);
-    }
-    FakeTarget(const FakeTarget&) = delete;
-    FakeTarget& operator=(const FakeTarget&) = delete;
+    ~Listener() { ::close(descriptor); }
+    Listener(const Listener&) = delete;
+    Listener& operator=(const Listener&) = delete;
+};
 
-    // How an initiator names this target: GID ::ffff:127.0.0.1, LID the port.
-    Address address(std::uint32_t qpn) const {
-        Address address{};
-        address.gid[10] = 0xff;
-        address.gid[11] = 0xff;
-        address.gid[12] = 127;
-        address.gid[15] = 1;
-        address.lid = port_;
-        address.qpn = qpn;
-        return address;
-    }
+// How a device on 127.0.0.1 is named: GID ::ffff:127.0.0.1, LID its port.
+Address loopback_address(std::uint16_t port, std::uint32_t qpn) {
+    Address address{};
+    address.gid[10] = 0xff;
+    address.gid[11] = 0xff;
+    address.gid[12] = 127;
+    address.gid[15] = 1;
+    address.lid = port;
+    address.qpn = qpn;
+    return address;
+}
 
-    // Accepts the initiator's connection and answers its hello as a device on another host.
-    void accept_and_answer_hello() {
-        REQUIRE(wait_for(listener_, POLLIN));
-        connection_ = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-        REQUIRE(connection_ >= 0);
-        const Frame hello = read_frame();
-        REQUIRE(hello.header.type == wire::FrameType::hello);
-        wire::Hello reply{};
-        const Address self = address(0);
-        std::memcpy(reply.gid, self.gid, 16);
-        reply.lid = port_;
-        reply.same_host_flags = wire::kHelloReply;  // no host identity: the TCP path
-        reply.published_table = -1;
-        send_bytes(wire::frame(wire::FrameType::hello, reply));
+// One connection carrying frames; every wait is bounded by kDeadline.
+class FrameSocket {
+public:
+    FrameSocket() = default;
+    explicit FrameSocket(int descriptor) : descriptor_(descriptor) {}
+    ~FrameSocket() {
+        if (descriptor_ >= 0) ::close(descriptor_);
     }
+    FrameSocket(const FrameSocket&) = delete;
+    FrameSocket& operator=(const FrameSocket&) = delete;
+    void adopt(int descriptor) { descriptor_ = descriptor; }
 
     struct Frame {
         wire::FrameHeader header{};
         std::vector<std::uint8_t> body;
         std::vector<std::uint8_t> payload;
-        wire::Request request() const {
-            wire::Request request{};
-            REQUIRE(header.type == wire::FrameType::request);
-            std::memcpy(&request, body.data(), sizeof request);
-            return request;
+        template <typename Body>
+        Body as(wire::FrameType type) const {
+            Body parsed{};
+            REQUIRE(header.type == type);
+            std::memcpy(&parsed, body.data(), sizeof parsed);
+            return parsed;
         }
+        wire::Request request() const { return as<wire::Request>(wire::FrameType::request); }
     };
 
     Frame read_frame() {
@@ -111,6 +115,56 @@ public:
         read_exact(frame.payload.data(), frame.payload.size());
         return frame;
     }
+    // True when nothing more arrives within `wait`.
+    bool quiet_for(std::chrono::milliseconds wait) {
+        pollfd entry{descriptor_, POLLIN, 0};
+        return ::poll(&entry, 1, static_cast<int>(wait.count())) == 0;
+    }
+    void send_bytes(const std::vector<std::uint8_t>& bytes) {
+        std::size_t sent = 0;
+        while (sent < bytes.size()) {
+            REQUIRE(wait_for(descriptor_, POLLOUT));
+            const ssize_t written = ::send(descriptor_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+            REQUIRE(written > 0);
+            sent += static_cast<std::size_t>(written);
+        }
+    }
+
+private:
+    void read_exact(void* into, std::size_t length) {
+        auto* bytes = static_cast<std::uint8_t*>(into);
+        std::size_t got = 0;
+        while (got < length) {
+            REQUIRE(wait_for(descriptor_, POLLIN));
+            const ssize_t received = ::recv(descriptor_, bytes + got, length - got, 0);
+            REQUIRE(received > 0);
+            got += static_cast<std::size_t>(received);
+        }
+    }
+    int descriptor_ = -1;
+};
+
+// Stands where a target device would be: accepts the one connection an initiator device opens.
+class FakeTarget : public FrameSocket {
+public:
+    Address address(std::uint32_t qpn) const { return loopback_address(listener_.port, qpn); }
+
+    // Accepts the initiator's connection and answers its hello as a device on another host.
+    void accept_and_answer_hello() {
+        REQUIRE(wait_for(listener_.descriptor, POLLIN));
+        const int connection = ::accept4(listener_.descriptor, nullptr, nullptr, SOCK_CLOEXEC);
+        REQUIRE(connection >= 0);
+        adopt(connection);
+        const Frame hello = read_frame();
+        REQUIRE(hello.header.type == wire::FrameType::hello);
+        wire::Hello reply{};
+        const Address self = address(0);
+        std::memcpy(reply.gid, self.gid, 16);
+        reply.lid = listener_.port;
+        reply.same_host_flags = wire::kHelloReply;  // no host identity: the TCP path
+        reply.published_table = -1;
+        send_bytes(wire::frame(wire::FrameType::hello, reply));
+    }
 
     void answer(const wire::Request& request, std::uint32_t psn, const void* payload = nullptr, std::uint32_t length = 0) {
         wire::Response response{};
@@ -120,36 +174,8 @@ public:
         send_bytes(wire::frame(wire::FrameType::response, response, payload, length));
     }
 
-    void send_bytes(const std::vector<std::uint8_t>& bytes) {
-        std::size_t sent = 0;
-        while (sent < bytes.size()) {
-            REQUIRE(wait_for(connection_, POLLOUT));
-            const ssize_t written = ::send(connection_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
-            REQUIRE(written > 0);
-            sent += static_cast<std::size_t>(written);
-        }
-    }
-
 private:
-    static bool wait_for(int descriptor, short events) {
-        pollfd entry{descriptor, events, 0};
-        const int milliseconds = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(kDeadline).count());
-        return ::poll(&entry, 1, milliseconds) == 1;
-    }
-    void read_exact(void* into, std::size_t length) {
-        auto* bytes = static_cast<std::uint8_t*>(into);
-        std::size_t got = 0;
-        while (got < length) {
-            REQUIRE(wait_for(connection_, POLLIN));
-            const ssize_t received = ::recv(connection_, bytes + got, length - got, 0);
-            REQUIRE(received > 0);
-            got += static_cast<std::size_t>(received);
-        }
-    }
-
-    int listener_ = -1;
-    int connection_ = -1;
-    std::uint16_t port_ = 0;
+    Listener listener_;
 };
 
 // An initiator on a software device, connected over TCP to the fake target's QP 0x4242.
@@ -256,4 +282,77 @@ TEST_CASE("hostile peer: a malformed frame closes the connection and fails the r
     REQUIRE(completion.has_value());
     CHECK(completion->wr_id == 20);
     CHECK(completion->status == mlx5::CompletionStatus::transport_retry_exceeded);
+}
+
+namespace {
+
+// Three 8-byte writes from a fake initiator (QP 0x5151 at the listener's LID) to a target device's
+// QP, sent after its hello in one system call, so that the device reads them in one turn; returns
+// the ACKs' PSNs in the order they came, once `expected` have come.
+std::vector<std::uint32_t> acknowledged_writes(bool accepts_coalesced, std::size_t expected) {
+    Environment transport("RDMACHAN_SOFT_TRANSPORT", "tcp");
+    Listener initiator_port;  // where the target's own connection to the initiator goes; never answered
+    auto device = soft::Device::open();
+    SoftEndpoint target(device);
+    std::memset(target.buffer(), 0, 256);
+    constexpr std::uint32_t kInitiatorQp = 0x5151;
+    target.connect(loopback_address(initiator_port.port, kInitiatorQp));
+
+    const int descriptor = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(descriptor >= 0);
+    FrameSocket connection(descriptor);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(device->lid());
+    REQUIRE(::connect(descriptor, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+
+    wire::Hello hello{};
+    const Address self = loopback_address(initiator_port.port, kInitiatorQp);
+    std::memcpy(hello.gid, self.gid, 16);
+    hello.lid = initiator_port.port;
+    hello.same_host_flags = accepts_coalesced ? wire::kAcceptsCoalescedAcks : 0;
+    hello.published_table = -1;
+    std::vector<std::uint8_t> bytes = wire::frame(wire::FrameType::hello, hello);
+    const Address where = target.address();
+    for (std::uint32_t i = 0; i < 3; ++i) {
+        wire::Request write{};
+        write.source_qpn = kInitiatorQp;
+        write.destination_qpn = where.qpn;
+        write.psn = 0x1000 + i;  // the target's rq_psn (SoftEndpoint::connect)
+        write.opcode = mlx5::kOpcodeRdmaWrite;
+        write.remote_addr = where.buffer_addr + 64 * i;
+        write.rkey = where.rkey;
+        write.length = 8;
+        const std::uint8_t payload[8] = {static_cast<std::uint8_t>(0xa1 + i), 2, 3, 4, 5, 6, 7, 8};
+        const std::vector<std::uint8_t> frame = wire::frame(wire::FrameType::request, write, payload, sizeof payload);
+        bytes.insert(bytes.end(), frame.begin(), frame.end());
+    }
+    connection.send_bytes(bytes);
+
+    const FrameSocket::Frame reply = connection.read_frame();
+    CHECK((reply.as<wire::Hello>(wire::FrameType::hello).same_host_flags & wire::kHelloReply) != 0);
+    std::vector<std::uint32_t> psns;
+    while (psns.size() < expected) {
+        const wire::Response response = connection.read_frame().as<wire::Response>(wire::FrameType::response);
+        CHECK(response.kind == wire::ResponseKind::ack);
+        CHECK(response.destination_qpn == kInitiatorQp);
+        psns.push_back(response.psn);
+    }
+    // Nothing after: the ACKs counted are all the target sends for these writes.
+    CHECK(connection.quiet_for(std::chrono::milliseconds(100)));
+    soft::acquire_remote_writes();
+    for (std::uint32_t i = 0; i < 3; ++i) CHECK(target.buffer()[64 * i] == 0xa1 + i);
+    return psns;
+}
+
+}  // namespace
+
+TEST_CASE("hostile peer: a target coalesces the ACKs of an initiator that accepts them, and only of one") {
+    SUBCASE("the initiator's hello says it accepts coalesced ACKs: one ACK, the last write's") {
+        CHECK(acknowledged_writes(true, 1) == std::vector<std::uint32_t>{0x1002});
+    }
+    SUBCASE("a hello without the flag, as from an earlier device: one ACK per write, in order") {
+        CHECK(acknowledged_writes(false, 3) == std::vector<std::uint32_t>{0x1000, 0x1001, 0x1002});
+    }
 }

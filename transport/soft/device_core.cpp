@@ -686,7 +686,7 @@ std::size_t DeviceCore::unread_request_bytes() const {
 }
 
 void DeviceCore::respond_coalescing(Connection& connection, const wire::Response& response) {
-    if (coalescing_ != &connection || connection.socket < 0) {
+    if (coalescing_ != &connection || connection.socket < 0 || !connection.accepts_coalesced_acknowledgements) {
         respond(connection, response);
         return;
     }

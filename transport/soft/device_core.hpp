@@ -208,6 +208,10 @@ struct Connection {
     std::unique_ptr<PeerTable> peer_table;
     bool zero_hop_failure_logged = false;
     ConnectionInput input;
+    // Incoming: the caller's hello said it completes the writes an ACK covers (wire.hpp); only
+    // then are the ACKs of its writes coalesced, so a device of an earlier version still gets one
+    // per request.
+    bool accepts_coalesced_acknowledgements = false;
     // An acknowledgement held for coalescing (respond_coalescing), not yet sent.
     bool holds_acknowledgement = false;
     wire::Response held_acknowledgement{};

@@ -24,6 +24,7 @@ wire::Hello DeviceCore::make_hello(std::uint8_t flags) const {
     hello.pid = identity.pid;
     hello.published_table = -1;
     if ((flags & wire::kHelloReply) == 0 && transport_mode_ != TransportMode::tcp) hello.same_host_flags |= wire::kOffersSameHost;
+    if ((flags & wire::kHelloReply) == 0) hello.same_host_flags |= wire::kAcceptsCoalescedAcks;
     // Both ways: each side checks, by reading it, that the pid it holds a pidfd for is the peer's.
     hello.probe_address = reinterpret_cast<std::uint64_t>(&probe_word_);
     hello.probe_value = probe_word_;
@@ -51,6 +52,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
         std::memcpy(connection.gid.data(), hello.gid, 16);
         connection.lid = hello.lid;
         connection.identified = true;
+        connection.accepts_coalesced_acknowledgements = (hello.same_host_flags & wire::kAcceptsCoalescedAcks) != 0;
         std::uint8_t flags = wire::kHelloReply;
         wire::Hello reply{};
         std::int32_t refusal = 0;

@@ -55,6 +55,9 @@ enum HelloFlag : std::uint8_t {
     kOffersSameHost = 1u << 1,       // caller: may use the same-host path (RDMACHAN_SOFT_TRANSPORT is not tcp)
     kSameHost = 1u << 2,             // reply: the caller is on this host (boot, user, namespaces)
     kCrossMemoryAttach = 1u << 3,    // reply: payloads may be moved by reference with process_vm_*
+    // caller: an ACK completes every earlier plain RDMA write of its QP too, so the responder may
+    // coalesce them (a device without this flag expects one ACK per request)
+    kAcceptsCoalescedAcks = 1u << 4,
 };
 
 // A request whose payload is moved by cross-memory attach carries, instead of the bytes, where
