@@ -5,10 +5,10 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <linux/sockios.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -516,6 +517,28 @@ void DeviceCore::write_connection(Connection& connection) {
     watch_output(connection, false);
 }
 
+namespace {
+
+// The frame at the front of a connection's input, once its header is in: the header and the
+// frame's whole size (meaningful only when well formed).
+struct FrontFrame {
+    wire::FrameHeader header;
+    std::size_t size;
+    bool well_formed() const {
+        return header.magic == wire::kMagic && wire::body_size(header.type) != 0 && header.payload_length <= wire::kMaxPayload;
+    }
+};
+
+std::optional<FrontFrame> front_frame(const ConnectionInput& input) {
+    if (input.unread_size() < sizeof(wire::FrameHeader)) return std::nullopt;
+    FrontFrame front;
+    std::memcpy(&front.header, input.unread(), sizeof front.header);
+    front.size = sizeof front.header + wire::body_size(front.header.type) + front.header.payload_length;
+    return front;
+}
+
+}  // namespace
+
 void DeviceCore::read_connection(Connection& connection) {
     // A peer that answers and then closes leaves its last answers in front of the end of the
     // stream: they are handled before the connection is, as a NIC handles packets in order.
@@ -541,13 +564,8 @@ void DeviceCore::read_connection(Connection& connection) {
         // kLargestRead, and room for the rest of a frame already begun, so one read can end it.
         std::size_t wanted = kSmallestRead;
         if (reads > 0) wanted = std::max(wanted, std::min(2 * asked, kLargestRead));
-        if (input.unread_size() >= sizeof(wire::FrameHeader)) {
-            wire::FrameHeader header;
-            std::memcpy(&header, input.unread(), sizeof header);
-            const std::size_t total = sizeof header + wire::body_size(header.type) + header.payload_length;
-            if (header.payload_length <= wire::kMaxPayload && total > input.unread_size()) {
-                wanted = std::max(wanted, total - input.unread_size());
-            }
+        if (const std::optional<FrontFrame> front = front_frame(input); front && front->well_formed() && front->size > input.unread_size()) {
+            wanted = std::max(wanted, front->size - input.unread_size());
         }
         std::uint8_t* into = input.room(wanted);
         asked = input.room_size();
@@ -570,21 +588,20 @@ void DeviceCore::read_connection(Connection& connection) {
 
 void DeviceCore::handle_frames(Connection& connection) {
     ConnectionInput& input = connection.input;
-    while (connection.socket >= 0 && input.unread_size() >= sizeof(wire::FrameHeader)) {
-        wire::FrameHeader header;
-        std::memcpy(&header, input.unread(), sizeof header);
-        const std::size_t body = wire::body_size(header.type);
-        if (header.magic != wire::kMagic || body == 0 || header.payload_length > wire::kMaxPayload) {
+    while (connection.socket >= 0) {
+        const std::optional<FrontFrame> front = front_frame(input);
+        if (!front) return;
+        if (!front->well_formed()) {
             close_connection(connection, "malformed frame from peer");
             return;
         }
-        const std::size_t total = sizeof header + body + header.payload_length;
-        if (input.unread_size() < total) return;
+        if (input.unread_size() < front->size) return;
+        const wire::FrameHeader& header = front->header;
         const std::uint8_t* body_bytes = input.unread() + sizeof header;
         if (!partitioned_from_everyone.load(std::memory_order_relaxed) || header.type == wire::FrameType::hello) {
-            handle_frame(connection, header.type, body_bytes, body_bytes + body, header.payload_length);
+            handle_frame(connection, header.type, body_bytes, body_bytes + wire::body_size(header.type), header.payload_length);
         }
-        input.consume(total);
+        input.consume(front->size);
     }
 }
 

@@ -10,8 +10,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -19,11 +19,11 @@
 #include <sys/uio.h>
 
 #include "transport/soft/completion_ring.hpp"
+#include "transport/soft/connection_input.hpp"
 #include "transport/soft/device.hpp"
 #include "transport/soft/gid.hpp"
 #include "transport/soft/indirect_keys.hpp"
 #include "transport/soft/published_table.hpp"
-#include "transport/soft/connection_input.hpp"
 #include "transport/soft/shared_arena.hpp"
 #include "transport/soft/reusing_ring.hpp"
 #include "transport/soft/same_host.hpp"
