@@ -57,4 +57,12 @@ public:
     Address remote{};  // the target's buffer and rkey, as the initiator addresses them
 };
 
+// Two devices in this process, RC QPs connected over TCP (the same-host path forced off), the
+// initiator's path to the target settled by a first request.
+struct TcpDevicePair : DevicePair {
+    explicit TcpDevicePair(const EndpointOptions& options = {}) : DevicePair({"tcp", nullptr, options, options}) {
+        REQUIRE(settle_path(initiator, remote));
+    }
+};
+
 }  // namespace rdmachan::test

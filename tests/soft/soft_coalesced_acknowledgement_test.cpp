@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "tests/soft/device_pair.hpp"
 #include "tests/soft/eventually.hpp"
@@ -20,16 +21,15 @@
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
-using rdmachan::test::DevicePair;
-using rdmachan::test::EndpointOptions;
+using rdmachan::test::expect_send_completions;
 using rdmachan::test::SoftEndpoint;
+using rdmachan::test::TcpDevicePair;
 using rdmachan::test::write_request;
 
 namespace {
 
-struct Pair : DevicePair {
-    Pair() : DevicePair({"tcp", nullptr, EndpointOptions{}, EndpointOptions{}}) {
-        REQUIRE(rdmachan::test::settle_path(initiator, remote));
+struct Pair : TcpDevicePair {
+    Pair() {
         // The target's own connection to the initiator (opened when its QP reached RTS) settled
         // too: nothing of its set-up is left for the target's thread while the test holds it.
         REQUIRE(rdmachan::test::eventually([&] { return target_device->paths_settled() >= 1; }));
@@ -83,13 +83,8 @@ TEST_CASE("coalesced acknowledgements: writes read together are answered by one 
     const std::uint64_t coalesced_before = pair.target_device->acknowledgements_coalesced();
     post_arriving_together(pair, writes, kWrites, kWrites * frame_bytes(kBytes));
 
-    for (std::uint32_t w = 0; w < kWrites; ++w) {
-        const auto completion = initiator.wait_send();
-        REQUIRE(completion.has_value());
-        CHECK(completion->status == mlx5::CompletionStatus::success);
-        CHECK(completion->wr_id == 100 + w);
-        CHECK(completion->opcode == mlx5::CompletionOpcode::rdma_write);
-    }
+    const std::vector<mlx5::CompletionOpcode> all_writes(kWrites, mlx5::CompletionOpcode::rdma_write);
+    expect_send_completions(initiator, 100, all_writes);
     soft::acquire_remote_writes();
     for (std::uint32_t w = 0; w < kWrites; ++w) {
         CHECK(pair.target.buffer()[w * kBytes] == w + 1);
@@ -127,13 +122,7 @@ TEST_CASE("coalesced acknowledgements: a read and a send between writes are answ
     const mlx5::CompletionOpcode expected[6] = {mlx5::CompletionOpcode::rdma_write, mlx5::CompletionOpcode::rdma_write,
                                                 mlx5::CompletionOpcode::rdma_read,  mlx5::CompletionOpcode::rdma_write,
                                                 mlx5::CompletionOpcode::send,       mlx5::CompletionOpcode::rdma_write};
-    for (std::uint64_t i = 0; i < 6; ++i) {
-        const auto completion = initiator.wait_send();
-        REQUIRE(completion.has_value());
-        CHECK(completion->status == mlx5::CompletionStatus::success);
-        CHECK(completion->wr_id == i + 1);
-        CHECK(completion->opcode == expected[i]);
-    }
+    expect_send_completions(initiator, 1, expected);
     CHECK(initiator.buffer()[4096] == 0xa0);
     CHECK(initiator.buffer()[4096 + 63] == 0xa0 + 63);
     const auto received = target.wait_receive();

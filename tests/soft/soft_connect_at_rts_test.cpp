@@ -5,10 +5,6 @@
 // request needs it, which then completes with transport retry exceeded; QPs connected to their
 // own device open no connection; the progress thread's polling window is checked and works.
 #include <doctest/doctest.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -17,6 +13,7 @@
 
 #include "tests/soft/device_pair.hpp"
 #include "tests/soft/eventually.hpp"
+#include "tests/soft/loopback_port.hpp"
 #include "tests/soft/scoped_environment.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
@@ -26,38 +23,10 @@ using rdmachan::test::bytes_differing;
 using rdmachan::test::DevicePair;
 using rdmachan::test::EndpointOptions;
 using rdmachan::test::eventually;
+using rdmachan::test::LoopbackPort;
 using rdmachan::test::run_signaled;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
-
-namespace {
-
-
-// A TCP port on 127.0.0.1 bound and not listening, for the object's lifetime: a connect to it is
-// refused, and no other socket can take the port meanwhile.
-class RefusingPort {
-public:
-    RefusingPort() : socket_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
-        REQUIRE(socket_ >= 0);
-        sockaddr_in address{};
-        address.sin_family = AF_INET;
-        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(::bind(socket_, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-        socklen_t length = sizeof address;
-        REQUIRE(::getsockname(socket_, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-        port_ = ntohs(address.sin_port);
-    }
-    ~RefusingPort() { ::close(socket_); }
-    RefusingPort(const RefusingPort&) = delete;
-    RefusingPort& operator=(const RefusingPort&) = delete;
-    std::uint16_t port() const { return port_; }
-
-private:
-    int socket_;
-    std::uint16_t port_ = 0;
-};
-
-}  // namespace
 
 TEST_CASE("an RC QP at RTS settles the path to its remote device before any request, and the first write goes zero-hop") {
     DevicePair pair;  // both QPs at RTS, nothing posted
@@ -78,7 +47,7 @@ TEST_CASE("an RC QP at RTS settles the path to its remote device before any requ
 }
 
 TEST_CASE("a remote device that does not exist: the connect at RTS fails quietly, and the first request completes with transport retry exceeded") {
-    const RefusingPort nowhere_port;
+    const LoopbackPort nowhere_port(LoopbackPort::Mode::refusing);
     auto device = soft::Device::open();
     EndpointOptions options;
     options.timeout = 10;  // 4 ms per try

@@ -17,7 +17,6 @@ namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::Address;
 using rdmachan::test::bytes_differing;
-using rdmachan::test::DevicePair;
 using rdmachan::test::EndpointOptions;
 using rdmachan::test::run_signaled;
 using rdmachan::test::ScopedPartition;
@@ -26,14 +25,9 @@ using rdmachan::test::write_request;
 
 namespace {
 
-// Two devices in this process, RC QPs connected over TCP (the same-host path forced off). The
-// first request opens the connection (the progress thread's job); later ones may go from the
-// doorbell thread.
-struct Pair : DevicePair {
-    explicit Pair(const EndpointOptions& options = {}) : DevicePair({"tcp", nullptr, options, options}) {
-        REQUIRE(rdmachan::test::settle_path(initiator, remote));
-    }
-};
+// The first request (settling the path) opens the connection, the progress thread's job; later
+// ones may go from the doorbell thread.
+using Pair = rdmachan::test::TcpDevicePair;
 
 }  // namespace
 

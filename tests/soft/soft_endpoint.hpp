@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -230,6 +231,19 @@ inline mlx5::SendWorkRequest send_request(std::uint64_t wr_id, const mlx5::Scatt
     request.sg_list = elements;
     request.num_sge = count;
     return request;
+}
+
+// Waits for the next send completions, one per entry of `opcodes`: each successful, with the
+// wr_ids first_wr_id, first_wr_id + 1, ... in that order, and that entry's opcode.
+inline void expect_send_completions(SoftEndpoint& endpoint, std::uint64_t first_wr_id,
+                                    std::span<const mlx5::CompletionOpcode> opcodes) {
+    for (std::size_t i = 0; i < opcodes.size(); ++i) {
+        const auto completion = endpoint.wait_send();
+        REQUIRE(completion.has_value());
+        CHECK(completion->status == mlx5::CompletionStatus::success);
+        CHECK(completion->wr_id == first_wr_id + i);
+        CHECK(completion->opcode == opcodes[i]);
+    }
 }
 
 // Posts `request` signaled and waits for its completion (the endpoint's default deadline).

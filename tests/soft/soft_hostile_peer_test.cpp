@@ -21,6 +21,7 @@
 #include <cstring>
 #include <vector>
 
+#include "tests/soft/loopback_port.hpp"
 #include "tests/soft/scoped_environment.hpp"
 #include "tests/soft/soft_endpoint.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
@@ -31,6 +32,8 @@ namespace soft = rdmachan::soft;
 namespace wire = rdmachan::soft::wire;
 using rdmachan::test::Address;
 using rdmachan::test::Environment;
+using rdmachan::test::expect_send_completions;
+using rdmachan::test::LoopbackPort;
 using rdmachan::test::SoftEndpoint;
 using rdmachan::test::write_request;
 
@@ -44,27 +47,6 @@ bool wait_for(int descriptor, short events) {
     const int milliseconds = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(kDeadline).count());
     return ::poll(&entry, 1, milliseconds) == 1;
 }
-
-// A listening socket on 127.0.0.1; its port is the LID a device that is not one answers to.
-struct Listener {
-    int descriptor = -1;
-    std::uint16_t port = 0;
-    Listener() {
-        descriptor = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        REQUIRE(descriptor >= 0);
-        sockaddr_in address{};
-        address.sin_family = AF_INET;
-        address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        REQUIRE(::bind(descriptor, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-        REQUIRE(::listen(descriptor, 4) == 0);
-        socklen_t length = sizeof address;
-        REQUIRE(::getsockname(descriptor, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-        port = ntohs(address.sin_port);
-    }
-    ~Listener() { ::close(descriptor); }
-    Listener(const Listener&) = delete;
-    Listener& operator=(const Listener&) = delete;
-};
 
 // How a device on 127.0.0.1 is named: GID ::ffff:127.0.0.1, LID its port.
 Address loopback_address(std::uint16_t port, std::uint32_t qpn) {
@@ -147,12 +129,12 @@ private:
 // Stands where a target device would be: accepts the one connection an initiator device opens.
 class FakeTarget : public FrameSocket {
 public:
-    Address address(std::uint32_t qpn) const { return loopback_address(listener_.port, qpn); }
+    Address address(std::uint32_t qpn) const { return loopback_address(listener_.port(), qpn); }
 
     // Accepts the initiator's connection and answers its hello as a device on another host.
     void accept_and_answer_hello() {
-        REQUIRE(wait_for(listener_.descriptor, POLLIN));
-        const int connection = ::accept4(listener_.descriptor, nullptr, nullptr, SOCK_CLOEXEC);
+        REQUIRE(wait_for(listener_.descriptor(), POLLIN));
+        const int connection = ::accept4(listener_.descriptor(), nullptr, nullptr, SOCK_CLOEXEC);
         REQUIRE(connection >= 0);
         adopt(connection);
         const Frame hello = read_frame();
@@ -160,7 +142,7 @@ public:
         wire::Hello reply{};
         const Address self = address(0);
         std::memcpy(reply.gid, self.gid, 16);
-        reply.lid = listener_.port;
+        reply.lid = listener_.port();
         reply.same_host_flags = wire::kHelloReply;  // no host identity: the TCP path
         reply.published_table = -1;
         send_bytes(wire::frame(wire::FrameType::hello, reply));
@@ -175,7 +157,7 @@ public:
     }
 
 private:
-    Listener listener_;
+    LoopbackPort listener_{LoopbackPort::Mode::listening};
 };
 
 // An initiator on a software device, connected over TCP to the fake target's QP 0x4242.
@@ -226,13 +208,7 @@ TEST_CASE("hostile peer: an ACK that would complete a read without its data comp
 
     const mlx5::CompletionOpcode expected[3] = {mlx5::CompletionOpcode::rdma_write, mlx5::CompletionOpcode::rdma_read,
                                                 mlx5::CompletionOpcode::rdma_write};
-    for (std::uint64_t i = 0; i < 3; ++i) {
-        const auto completion = endpoint.wait_send();
-        REQUIRE(completion.has_value());
-        CHECK(completion->status == mlx5::CompletionStatus::success);
-        CHECK(completion->wr_id == i + 1);
-        CHECK(completion->opcode == expected[i]);
-    }
+    expect_send_completions(endpoint, 1, expected);
     CHECK(std::memcmp(endpoint.buffer() + 4096, data, sizeof data) == 0);
 }
 
@@ -252,12 +228,9 @@ TEST_CASE("hostile peer: one ACK for several writes completes each, in order; on
     target.answer(sent[0], (sent[0].psn - 1) & 0xffffff);
     // The third's ACK covers the first two; the fourth's is its own.
     target.answer(sent[2], sent[2].psn);
-    for (std::uint64_t i = 0; i < 3; ++i) {
-        const auto completion = endpoint.wait_send();
-        REQUIRE(completion.has_value());
-        CHECK(completion->status == mlx5::CompletionStatus::success);
-        CHECK(completion->wr_id == 10 + i);
-    }
+    const mlx5::CompletionOpcode three_writes[3] = {mlx5::CompletionOpcode::rdma_write, mlx5::CompletionOpcode::rdma_write,
+                                                    mlx5::CompletionOpcode::rdma_write};
+    expect_send_completions(endpoint, 10, three_writes);
     // The two foreign ACKs came before the covering one on the same stream: had either
     // completed anything, the fourth write would have completed by now too.
     CHECK_FALSE(endpoint.wait_send(std::chrono::milliseconds(0)).has_value());
@@ -291,12 +264,12 @@ namespace {
 // the ACKs' PSNs in the order they came, once `expected` have come.
 std::vector<std::uint32_t> acknowledged_writes(bool accepts_coalesced, std::size_t expected) {
     Environment transport("RDMACHAN_SOFT_TRANSPORT", "tcp");
-    Listener initiator_port;  // where the target's own connection to the initiator goes; never answered
+    const LoopbackPort initiator_port(LoopbackPort::Mode::listening);  // where the target's own connection to the initiator goes; never answered
     auto device = soft::Device::open();
     SoftEndpoint target(device);
     std::memset(target.buffer(), 0, 256);
     constexpr std::uint32_t kInitiatorQp = 0x5151;
-    target.connect(loopback_address(initiator_port.port, kInitiatorQp));
+    target.connect(loopback_address(initiator_port.port(), kInitiatorQp));
 
     const int descriptor = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     REQUIRE(descriptor >= 0);
@@ -308,9 +281,9 @@ std::vector<std::uint32_t> acknowledged_writes(bool accepts_coalesced, std::size
     REQUIRE(::connect(descriptor, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
 
     wire::Hello hello{};
-    const Address self = loopback_address(initiator_port.port, kInitiatorQp);
+    const Address self = loopback_address(initiator_port.port(), kInitiatorQp);
     std::memcpy(hello.gid, self.gid, 16);
-    hello.lid = initiator_port.port;
+    hello.lid = initiator_port.port();
     hello.same_host_flags = accepts_coalesced ? wire::kAcceptsCoalescedAcks : 0;
     hello.published_table = -1;
     std::vector<std::uint8_t> bytes = wire::frame(wire::FrameType::hello, hello);
