@@ -31,6 +31,7 @@ namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 namespace wire = rdmachan::soft::wire;
 using rdmachan::test::Address;
+using rdmachan::test::EndpointOptions;
 using rdmachan::test::Environment;
 using rdmachan::test::expect_send_completions;
 using rdmachan::test::LoopbackPort;
@@ -161,10 +162,18 @@ private:
 };
 
 // An initiator on a software device, connected over TCP to the fake target's QP 0x4242.
+// Its ACK timeout is 69 s a try: within a case's waits (10 s) a request can only complete or
+// fail through what the fake target sends, never through the timer.
+EndpointOptions patient() {
+    EndpointOptions options;
+    options.timeout = 24;
+    return options;
+}
+
 struct Initiator {
     Environment transport{"RDMACHAN_SOFT_TRANSPORT", "tcp"};
     std::shared_ptr<soft::Device> device = soft::Device::open();
-    SoftEndpoint endpoint{device};
+    SoftEndpoint endpoint{device, patient()};
 
     explicit Initiator(FakeTarget& target) {
         endpoint.connect(target.address(0x4242));
