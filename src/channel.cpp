@@ -308,6 +308,7 @@ PendingWork Channel::post_batch(const WorkBatch& batch) {
 WorkResult Channel::execute(const WorkBatch& batch) { return post_batch(batch).wait(); }
 PeerCounters Channel::counters() const { return core_->counters(0); }
 std::string Channel::device_name() const { return core_->device_name(); }
+bool Channel::progress() { return core_->progress(); }
 
 WorkResult Channel::send(const LocalSlice& local, std::optional<std::uint32_t> immediate) { return post_send(local, immediate).wait(); }
 WorkResult Channel::receive(const LocalSlice& local) { return post_receive(local).wait(); }

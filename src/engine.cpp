@@ -535,6 +535,15 @@ bool Engine::poll_once() {
 // Spin briefly, then yield, then sleep: 16 processes on 2 cores must all make progress.
 void Engine::backoff(std::uint32_t& round) const {
     ++round;
+    // A software device reads its sockets here rather than waking its own thread for each frame,
+    // while this thread polls; once it starts sleeping between polls, the device's own thread
+    // takes them back (a sleeping caller would hold every frame until its next poll).
+    const std::uint32_t polling_rounds = settings_.spin_polls + settings_.yield_polls;
+    if (round <= polling_rounds) {
+        if (device_->progress()) return;
+    } else if (round == polling_rounds + 1) {
+        device_->stop_progress();
+    }
     if (round <= settings_.spin_polls) return;
     if (round - settings_.spin_polls <= settings_.yield_polls) {
         std::this_thread::yield();

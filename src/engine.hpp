@@ -92,6 +92,7 @@ public:
     std::uint32_t peer_count() const { return static_cast<std::uint32_t>(peers_.size()); }
     const transport::PortIdentity& port() const { return port_; }
     std::string device_name() const { return device_->name(); }
+    bool progress() { return device_->progress(); }
     // DC: one endpoint per process (any peer index gives it); RC: the queue pair for that peer.
     const ChannelEndpoint& local_endpoint(std::uint32_t peer) const { return rc_queues_[dc_.enabled ? 0 : peer].local; }
     const ChannelEndpoint& remote_endpoint(std::uint32_t peer) const { return rc_queues_[dc_.enabled ? 0 : peer].remote; }

@@ -186,6 +186,13 @@ public:
     // gid_index: the caller's choice, or the device's best GID for this port when not given.
     virtual PortIdentity port_identity(std::uint8_t port, std::optional<std::uint8_t> gid_index) const = 0;
     virtual std::shared_ptr<ProtectionDomain> allocate_protection_domain() = 0;
+    // A thread that waits lends itself to the device: the software device reads and handles what
+    // came over its TCP connections (so no thread of its own needs waking); a NIC needs nothing.
+    // Never blocks. True if it did something.
+    virtual bool progress() noexcept { return false; }
+    // The caller will not call progress() for a while (it is about to sleep): the device's own
+    // thread takes over at once rather than when the caller's hold runs out.
+    virtual void stop_progress() noexcept {}
 };
 
 // request: "auto" | "soft" | a verbs device name. "auto" also reads RDMACHAN_DEVICE, then picks

@@ -240,6 +240,12 @@ public:
     bool healthy() const;      // false once the QP is in ERR
     PeerCounters counters() const;
     std::string device_name() const;
+    // For a thread that waits for memory a peer writes (a one-sided write's target), between its
+    // looks at that memory: on the software device, reads and handles what came over TCP on this
+    // thread, so the frame needs no wake-up of the device's own thread (its waits for
+    // completions do this already); a NIC needs nothing, and it returns false at once. Never
+    // blocks; true if it handled something.
+    bool progress();
 
     // A region the peer published under `name` (only after PreparedChannel::connect);
     // rdmachan::Error naming it if the peer published none.

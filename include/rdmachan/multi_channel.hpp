@@ -224,6 +224,8 @@ public:
     PeerCounters counters(std::uint32_t peer) const;
     std::string peer_name(std::uint32_t peer) const;
     std::string device_name() const;
+    // As Channel::progress.
+    bool progress();
     // A region the peer published under `name` (PreparedMultiChannel::publish_region), as
     // learned in the handshake; rdmachan::Error naming the peer and the name if there is none.
     PeerRemoteMemoryRegion remote_region(std::uint32_t peer, const std::string& name) const;

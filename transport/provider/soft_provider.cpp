@@ -235,6 +235,9 @@ public:
         return std::make_shared<SoftProtectionDomain>(device_, device_->allocate_protection_domain());
     }
 
+    bool progress() noexcept override { return device_->progress() != 0; }
+    void stop_progress() noexcept override { device_->stop_progress(); }
+
 private:
     std::shared_ptr<soft::Device> device_;
 };

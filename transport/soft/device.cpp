@@ -94,6 +94,9 @@ std::uint64_t Device::zero_hop_receives() const { return core_->zero_hop_receive
 std::uint64_t Device::acknowledgements_coalesced() const {
     return core_->coalesced_acknowledgements.load(std::memory_order_relaxed);
 }
+int Device::progress() { return core_->progress_from_caller(); }
+void Device::stop_progress() { core_->stop_progress_from_caller(); }
+std::uint64_t Device::caller_progress_turns() const { return core_->caller_progress_turns.load(std::memory_order_relaxed); }
 std::uint32_t Device::zero_hop_holder(std::uint32_t key) const { return core_->published_table.holder_of(key); }
 std::uint32_t Device::receive_lock_holder() const { return core_->published_table.receive_lock_holder(); }
 std::uint64_t Device::receive_lock_takeovers() const { return core_->published_table.receive_lock_takeovers(); }

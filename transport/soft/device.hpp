@@ -395,6 +395,15 @@ public:
     // later write of the same QP, read from the same socket, acknowledged them too
     // (transport/soft/README.md, "Coalesced acknowledgements").
     std::uint64_t acknowledgements_coalesced() const;
+    // Lends the calling thread to the device: while frames come over its TCP connections, reads
+    // and handles what arrived (transport/soft/README.md, "Progress from the caller's thread").
+    // Never blocks; returns how many connections it handled (0 also when another thread is at it).
+    int progress();
+    // The caller stops calling progress() (it is about to sleep): the progress thread watches the
+    // connections again at once instead of when the caller's hold runs out.
+    void stop_progress();
+    // progress() calls that handled something.
+    std::uint64_t caller_progress_turns() const;
     // The pid of a peer whose zero-hop write holds this device's region `key` right now (between
     // its checks and the end of its move), or 0: what a deregistration would wait for.
     std::uint32_t zero_hop_holder(std::uint32_t key) const;

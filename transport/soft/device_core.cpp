@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
@@ -174,6 +175,7 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(own
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_socket_, &event);
     event.data.u64 = kEventTag;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &event);
+    open_connections_set();
     open_ack_timer();
     thread_ = std::thread([this] { run(); });
 }
@@ -187,6 +189,7 @@ DeviceCore::~DeviceCore() {
     ::close(event_fd_);
     close_ack_timer();
     if (lock_holder_watch_ >= 0) ::close(lock_holder_watch_);
+    ::close(connections_epoll_fd_);
     ::close(epoll_fd_);
 }
 
@@ -195,6 +198,10 @@ DeviceCore::~DeviceCore() {
 // sent last. A ConnectX keeps answering until its QPs are destroyed; the equivalent here is to
 // stop writing, read what is still coming (briefly), then close.
 void DeviceCore::close_connections_gracefully() {
+    {
+        std::lock_guard lock(mutex);
+        send_held_acknowledgements();
+    }
     std::vector<pollfd> sockets;
     for (auto& connection : connections_) {
         if (connection->socket < 0) continue;
@@ -275,6 +282,7 @@ void DeviceCore::run() {
         bool busy = false;
         {
             std::lock_guard lock(mutex);
+            send_held_acknowledgements();
             for (const auto& [remote_gid, remote_lid] : paths_to_open_) {
                 connection_to(remote_gid, remote_lid, ConnectWait::background);
             }
@@ -292,6 +300,12 @@ void DeviceCore::run() {
                 handle_frame(self, header->type, body, body + wire::body_size(header->type), header->payload_length);
             }
             deadline = next_timer();
+            // Callers of progress() hold the connections: this thread takes them back when the
+            // callers' hold runs out (settle_connections_holder), so it wakes up then.
+            if (!connections_attached_) {
+                const Clock::time_point held_until = connections_held_until();
+                if (deadline == Clock::time_point{} || held_until < deadline) deadline = held_until;
+            }
             sleeping_.store(true);
             // More work already waiting: still look at the sockets (timeout 0), so a stream of
             // doorbells can never starve the responses and requests from peers.
@@ -301,8 +315,10 @@ void DeviceCore::run() {
         if (busy) {
             timeout_ms = 0;
         } else if (deadline != Clock::time_point{}) {
-            const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-            timeout_ms = wait <= 0 ? 0 : static_cast<int>(std::min<long long>(wait + 1, 1000));
+            // Rounded up: a deadline less than a millisecond away must not become a zero timeout,
+            // which would make this thread spin until it passes.
+            const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
+            timeout_ms = wait <= 0 ? 0 : static_cast<int>(std::min<long long>((wait + 999) / 1000, 1000));
         }
         const int ready = wait_for_events(events, timeout_ms, poll_until);
         sleeping_.store(false);
@@ -319,24 +335,40 @@ void DeviceCore::run() {
                 ack_timer_fired();
             } else if (tag == kLockHolderTag) {
                 lock_holder_exited();
-            } else {
-                Connection* connection = reinterpret_cast<Connection*>(tag);
-                if (connection->connecting) {
-                    // Writable or failed: the background connect ended, one way or the other.
-                    finish_connect(*connection);
-                    if (connection->socket >= 0 && (events[i].events & EPOLLIN) != 0) read_connection(*connection);
-                    continue;
-                }
-                if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) read_connection(*connection);
-                if (connection->socket >= 0 && (events[i].events & EPOLLOUT) != 0) write_connection(*connection);
             }
         }
+        // The connections' events: through the outer set when it watches them; when callers of
+        // progress() hold them (caller_progress.cpp), still looked at while this thread is awake.
+        poll_connections();
+        if (!connections_attached_) settle_connections_holder();
         // Timers after the sockets: a response already waiting in a socket is never mistaken for a
         // missing one.
         service_timers();
-        // Connections closed while handling events are removed here, after no event refers to them.
-        std::erase_if(connections_, [](const std::unique_ptr<Connection>& connection) { return connection->socket < 0; });
+        remove_closed_connections();
     }
+}
+
+int DeviceCore::poll_connections() {
+    epoll_event events[kMaxEvents];
+    const int ready = ::epoll_wait(connections_epoll_fd_, events, kMaxEvents, 0);
+    for (int i = 0; i < ready; ++i) {
+        Connection* connection = reinterpret_cast<Connection*>(events[i].data.u64);
+        if (connection->connecting) {
+            // Writable or failed: the background connect ended, one way or the other.
+            finish_connect(*connection);
+            if (connection->socket >= 0 && (events[i].events & EPOLLIN) != 0) read_connection(*connection);
+            continue;
+        }
+        if ((events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) read_connection(*connection);
+        if (connection->socket >= 0 && (events[i].events & EPOLLOUT) != 0) write_connection(*connection);
+    }
+    return ready < 0 ? 0 : ready;
+}
+
+void DeviceCore::remove_closed_connections() {
+    // Called after the events that may refer to them were handled, under the same hold of the mutex.
+    std::erase_if(held_acknowledgements_, [](const Connection* connection) { return connection->socket < 0; });
+    std::erase_if(connections_, [](const std::unique_ptr<Connection>& connection) { return connection->socket < 0; });
 }
 
 void DeviceCore::accept_connections() {
@@ -349,7 +381,7 @@ void DeviceCore::accept_connections() {
         epoll_event event{};
         event.events = EPOLLIN;
         event.data.u64 = reinterpret_cast<std::uint64_t>(connection.get());
-        ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket, &event);
+        ::epoll_ctl(connections_epoll_fd_, EPOLL_CTL_ADD, socket, &event);
         connections_.push_back(std::move(connection));
     }
 }
@@ -413,7 +445,7 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
     epoll_event event{};
     event.events = connecting ? EPOLLIN | EPOLLOUT : EPOLLIN;
     event.data.u64 = reinterpret_cast<std::uint64_t>(connection.get());
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, socket, &event);
+    ::epoll_ctl(connections_epoll_fd_, EPOLL_CTL_ADD, socket, &event);
     queue_output(*connection, wire::frame(wire::FrameType::hello, make_hello(0)));
     connection->awaiting_reply = true;
     connections_.push_back(std::move(connection));
@@ -492,7 +524,7 @@ void DeviceCore::watch_output(Connection& connection, bool waiting) {
     epoll_event event{};
     event.events = waiting ? EPOLLIN | EPOLLOUT : EPOLLIN;
     event.data.u64 = reinterpret_cast<std::uint64_t>(&connection);
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, connection.socket, &event);
+    ::epoll_ctl(connections_epoll_fd_, EPOLL_CTL_MOD, connection.socket, &event);
     connection.write_interest = waiting;
 }
 
@@ -551,7 +583,7 @@ void DeviceCore::read_connection(Connection& connection) {
         Connection& connection;
         ~EndCoalescing() {
             core.coalescing_ = nullptr;
-            core.send_held_acknowledgement(connection);
+            core.end_acknowledgement_turn(connection);
         }
     } end_coalescing{*this, connection};
     // A bounded number of reads per wake-up, so that one busy peer does not hold the thread from
@@ -571,6 +603,7 @@ void DeviceCore::read_connection(Connection& connection) {
         asked = input.room_size();
         const ssize_t received = ::recv(connection.socket, into, asked, 0);
         if (received > 0) {
+            last_input_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
             input.commit(static_cast<std::size_t>(received));
             handle_frames(connection);
             // Less than asked for: the socket is empty now, so the recv that would say EAGAIN is
@@ -607,7 +640,7 @@ void DeviceCore::handle_frames(Connection& connection) {
 
 void DeviceCore::close_connection(Connection& connection, const char* why) {
     if (connection.socket < 0) return;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, connection.socket, nullptr);
+    ::epoll_ctl(connections_epoll_fd_, EPOLL_CTL_DEL, connection.socket, nullptr);
     ::close(connection.socket);
     connection.socket = -1;
     connection.holds_acknowledgement = false;
@@ -714,6 +747,21 @@ void DeviceCore::respond_coalescing(Connection& connection, const wire::Response
     if (connection.holds_acknowledgement) count_one(coalesced_acknowledgements);
     connection.held_acknowledgement = response;
     connection.holds_acknowledgement = true;
+}
+
+void DeviceCore::end_acknowledgement_turn(Connection& connection) {
+    if (!defer_acknowledgements_ || !connection.holds_acknowledgement || connection.socket < 0) {
+        send_held_acknowledgement(connection);
+        return;
+    }
+    if (std::find(held_acknowledgements_.begin(), held_acknowledgements_.end(), &connection) == held_acknowledgements_.end()) {
+        held_acknowledgements_.push_back(&connection);
+    }
+}
+
+void DeviceCore::send_held_acknowledgements() {
+    for (Connection* connection : held_acknowledgements_) send_held_acknowledgement(*connection);
+    held_acknowledgements_.clear();
 }
 
 void DeviceCore::send_held_acknowledgement(Connection& connection) {

@@ -248,6 +248,11 @@ public:
     // the peer's socket (doorbell_requests.cpp). False when something is left for the progress
     // thread, as above.
     bool send_from_doorbell(QueuePairContext& queue_pair);
+    // Lends the calling thread to the device (caller_progress.cpp): while frames come over its
+    // connections, reads and handles them here, so that a thread waiting for one needs no
+    // wake-up of the progress thread. Never waits for the mutex. Returns the sockets handled.
+    int progress_from_caller();
+    void stop_progress_from_caller();
 
     std::mutex mutex;
     // Memory this device allocates for its users and for its RC rings, which same-host peers map
@@ -305,6 +310,8 @@ public:
     std::atomic<std::uint64_t> doorbell_requests{0};
     // Plain-write ACKs not sent because a later ACK of the same QP covered them (respond_coalescing).
     std::atomic<std::uint64_t> coalesced_acknowledgements{0};
+    // progress() calls that read and handled a connection's events (caller_progress.cpp).
+    std::atomic<std::uint64_t> caller_progress_turns{0};
     // Connections to other devices this device began (at RTS in the background, or for a
     // request), those that failed before their hello was answered, and the hellos answered.
     std::atomic<std::uint64_t> connects_started{0};
@@ -401,6 +408,11 @@ private:
     // of the turn, send it first. Elsewhere it is sent at once.
     void respond_coalescing(Connection& connection, const wire::Response& response);
     void send_held_acknowledgement(Connection& connection);
+    // The end of a turn of reads from `connection`: its held ACK goes now, or, while a caller of
+    // progress() reads (caller_progress.cpp), waits in held_acknowledgements_ for the next
+    // send_held_acknowledgements, so the caller first sees what the frames wrote and can answer.
+    void end_acknowledgement_turn(Connection& connection);
+    void send_held_acknowledgements();
     void complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome);
     // Completes the plain RDMA writes in flight before `psn`, which an ACK of `psn` acknowledges.
     void complete_acknowledged_before(QueuePairContext& queue_pair, std::uint32_t psn);
@@ -485,6 +497,27 @@ private:
     std::atomic<bool> stopping_{false};
     std::atomic<bool> doorbells_pending_{false};
     std::vector<std::unique_ptr<Connection>> connections_;
+    // The connections' sockets are in their own epoll set (caller_progress.cpp). The progress
+    // thread watches it through epoll_fd_ while attached; while callers of progress() poll it
+    // themselves it is detached, so an arriving frame wakes no thread. Under `mutex`.
+    int connections_epoll_fd_ = -1;
+    bool connections_attached_ = true;
+    static constexpr std::uint64_t kConnectionsTag = ~0ull - 4;
+    // Until when the callers hold the connections (steady clock ticks): each progress() call
+    // that polls extends it; past it, the progress thread attaches the set again.
+    std::atomic<std::int64_t> connections_held_until_{0};
+    // When a connection last brought bytes (steady clock ticks): progress() polls the sockets
+    // only while traffic comes over them.
+    std::atomic<std::int64_t> last_input_{0};
+    bool caller_progress_enabled_ = true;
+    void open_connections_set();
+    void attach_connections(bool attached);
+    Clock::time_point connections_held_until() const {
+        return Clock::time_point(Clock::duration(connections_held_until_.load(std::memory_order_relaxed)));
+    }
+    void settle_connections_holder();
+    int poll_connections();
+    void remove_closed_connections();
     // This device's own table read as a peer reads it: zero-hop requests of a QP connected to
     // this device (made on first use, under `mutex`; destroyed before the table it maps).
     std::unique_ptr<PeerTable> self_table_;
@@ -520,6 +553,9 @@ private:
     bool receive_lock_held_ = false;
     // The connection whose frames read_connection is handling: its plain write ACKs are coalesced.
     Connection* coalescing_ = nullptr;
+    // Set while progress_from_caller reads; the connections whose ACK it left held (under `mutex`).
+    bool defer_acknowledgements_ = false;
+    std::vector<Connection*> held_acknowledgements_;
     // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
     // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one
     // holds, rather than thread_local: in a shared library each thread_local access is a call to

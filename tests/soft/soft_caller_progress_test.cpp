@@ -1,0 +1,197 @@
+// Progress from the caller's thread (transport/soft/README.md, "Progress from the caller's
+// thread"): a thread that calls Device::progress() reads and handles what comes over the
+// device's TCP connections itself; when it stops, the device's own thread takes them back
+// within the hold, with any ACK the caller left held.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "tests/soft/device_pair.hpp"
+#include "tests/soft/eventually.hpp"
+#include "tests/soft/scoped_environment.hpp"
+
+namespace {
+
+using namespace rdmachan;
+using namespace rdmachan::test;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint32_t kBytes = 64;
+
+// An 8-bit pattern for write number `index`, never 0 (the buffers start zeroed).
+std::uint8_t pattern(std::uint32_t index) { return static_cast<std::uint8_t>(index % 251 + 1); }
+
+// Posts write number `index` of kBytes from the initiator's buffer to the target's, at an offset
+// of its own.
+void post_write(TcpDevicePair& pair, std::uint32_t index) {
+    const std::uint64_t offset = static_cast<std::uint64_t>(index % 64) * kBytes;
+    std::memset(pair.initiator.buffer() + offset, pattern(index), kBytes);
+    const mlx5::ScatterGatherElement source = pair.initiator.local(offset, kBytes);
+    mlx5::SendWorkRequest write = write_request(index, &source, pair.remote.buffer_addr + offset, pair.remote.rkey);
+    write.flags |= mlx5::kSendSignaled;
+    REQUIRE(pair.initiator.post(&write, 1) == mlx5::PostResult::ok);
+}
+
+// Polls the initiator's send CQ, lending this thread to its device between polls, as the
+// channels' waits do.
+std::optional<mlx5::Completion> wait_send_progressing(TcpDevicePair& pair, std::chrono::milliseconds deadline) {
+    const auto until = Clock::now() + deadline;
+    mlx5::Completion completion;
+    while (Clock::now() < until) {
+        if (pair.initiator.poll_send(&completion, 1) == 1) return completion;
+        pair.initiator_device->progress();
+    }
+    return std::nullopt;
+}
+
+// Posts writes until one of them was read by a progress() call on this thread (the target's
+// device thread, awake at the end of a hold, may read one first), then stops calling it.
+// Returns that write's index, or nothing if no call read one.
+std::optional<std::uint32_t> write_read_by_caller(TcpDevicePair& pair, std::uint32_t first_index) {
+    for (std::uint32_t index = first_index; index < first_index + 20; ++index) {
+        // Traffic came (the path's first read, or the write before): this call takes the
+        // sockets from the device thread, so the write's frame wakes nobody.
+        pair.target_device->progress();
+        const std::uint64_t turns = pair.target_device->caller_progress_turns();
+        post_write(pair, index);
+        const std::uint8_t* landed = pair.target.buffer() + static_cast<std::uint64_t>(index % 64) * kBytes;
+        const auto until = Clock::now() + std::chrono::seconds(5);
+        while (bytes_differing(landed, kBytes, pattern(index)) != 0) {
+            REQUIRE(Clock::now() < until);
+            pair.target_device->progress();
+        }
+        if (pair.target_device->caller_progress_turns() != turns) return index;
+        // The device thread read it (with no traffic yet, progress() leaves the sockets to it):
+        // take its completion and try again.
+        const auto completion = pair.initiator.wait_send();
+        REQUIRE(completion.has_value());
+        CHECK(completion->status == mlx5::CompletionStatus::success);
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+TEST_CASE("progress() on the target's thread reads the initiator's writes, and on the initiator's its ACKs") {
+    TcpDevicePair pair;
+    std::atomic<bool> stop{false};
+    std::thread target_caller([&] {
+        while (!stop.load()) pair.target_device->progress();
+    });
+    constexpr std::uint32_t kWrites = 200;
+    for (std::uint32_t index = 0; index < kWrites; ++index) {
+        post_write(pair, index);
+        const auto completion = wait_send_progressing(pair, std::chrono::seconds(10));
+        REQUIRE(completion.has_value());
+        CHECK(completion->status == mlx5::CompletionStatus::success);
+        CHECK(completion->wr_id == index);
+        const std::uint64_t offset = static_cast<std::uint64_t>(index % 64) * kBytes;
+        CHECK(bytes_differing(pair.target.buffer() + offset, kBytes, pattern(index)) == 0);
+    }
+    stop.store(true);
+    target_caller.join();
+    // Both callers read frames. How many: on an idle machine nearly all (the device threads are
+    // awake only at the ends of holds); on a loaded one a caller preempted for longer than the
+    // hold hands the sockets back, and the device thread reads the next frames.
+    MESSAGE("of ", kWrites, " writes, progress() calls that read a frame: target ", pair.target_device->caller_progress_turns(),
+            ", initiator ", pair.initiator_device->caller_progress_turns());
+    CHECK(pair.target_device->caller_progress_turns() > 0);
+    CHECK(pair.initiator_device->caller_progress_turns() > 0);
+}
+
+TEST_CASE("after the caller stops calling progress(), the device's thread handles what comes, before any retransmission") {
+    TcpDevicePair pair;  // ACK timeout 0.54 s a try
+    const std::optional<std::uint32_t> read = write_read_by_caller(pair, 0);
+    REQUIRE(read.has_value());
+    const auto first = pair.initiator.wait_send();
+    REQUIRE(first.has_value());
+    CHECK(first->wr_id == *read);
+    // Nobody on the target's side calls progress() from here on; its device thread must take
+    // the connections back when the hold ends, not leave the next write to a retransmission.
+    const auto posted = Clock::now();
+    post_write(pair, 100);
+    const auto completion = pair.initiator.wait_send(std::chrono::seconds(5));
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::success);
+    CHECK(completion->wr_id == 100);
+    CHECK(Clock::now() - posted < std::chrono::milliseconds(400));
+    CHECK(bytes_differing(pair.target.buffer() + (100 % 64) * kBytes, kBytes, pattern(100)) == 0);
+}
+
+TEST_CASE("an ACK a caller left held goes when the device's thread takes the connections back") {
+    TcpDevicePair pair;
+    // The caller read the write and left its ACK held (so it could answer first); it then calls
+    // nothing more.
+    const auto posted = Clock::now();
+    const std::optional<std::uint32_t> read = write_read_by_caller(pair, 0);
+    REQUIRE(read.has_value());
+    CHECK(bytes_differing(pair.target.buffer() + (*read % 64) * kBytes, kBytes, pattern(*read)) == 0);
+    const auto completion = pair.initiator.wait_send(std::chrono::seconds(5));
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::success);
+    CHECK(completion->wr_id == *read);
+    // Within the hold, not after the initiator's ACK timeout (0.54 s) retransmitted it.
+    CHECK(Clock::now() - posted < std::chrono::milliseconds(400));
+}
+
+TEST_CASE("stop_progress() hands the connections back at once") {
+    TcpDevicePair pair;
+    const std::optional<std::uint32_t> read = write_read_by_caller(pair, 0);
+    REQUIRE(read.has_value());
+    REQUIRE(pair.initiator.wait_send().has_value());
+    pair.target_device->stop_progress();
+    const std::uint64_t turns = pair.target_device->caller_progress_turns();
+    post_write(pair, 100);
+    const auto completion = pair.initiator.wait_send(std::chrono::seconds(5));
+    REQUIRE(completion.has_value());
+    CHECK(completion->wr_id == 100);
+    CHECK(pair.target_device->caller_progress_turns() == turns);
+}
+
+TEST_CASE("an RNR NAK read by a caller is still retried by the device's thread") {
+    TcpDevicePair pair;  // rnr_retry 7: retried until a receive is posted
+    const mlx5::ScatterGatherElement source = pair.initiator.local(0, 32);
+    std::memset(pair.initiator.buffer(), 0x5a, 32);
+    mlx5::SendWorkRequest send = send_request(7, &source, 1, mlx5::SendOpcode::send);
+    REQUIRE(pair.initiator.post(&send, 1) == mlx5::PostResult::ok);
+    // The initiator's thread reads the NAKs for a while, then the target posts its receive.
+    const auto until = Clock::now() + std::chrono::milliseconds(50);
+    while (Clock::now() < until) pair.initiator_device->progress();
+    REQUIRE(pair.target.post_receive(1, 0, 64) == mlx5::PostResult::ok);
+    const auto completion = wait_send_progressing(pair, std::chrono::seconds(5));
+    REQUIRE(completion.has_value());
+    CHECK(completion->status == mlx5::CompletionStatus::success);
+    CHECK(completion->wr_id == 7);
+    const auto received = pair.target.wait_receive();
+    REQUIRE(received.has_value());
+    CHECK(received->byte_len == 32);
+    CHECK(bytes_differing(pair.target.buffer(), 32, 0x5a) == 0);
+}
+
+TEST_CASE("RDMACHAN_SOFT_CALLER_PROGRESS: 0 leaves everything to the device's thread; another value names the variable") {
+    SUBCASE("0") {
+        Environment off("RDMACHAN_SOFT_CALLER_PROGRESS", "0");
+        TcpDevicePair pair;
+        for (std::uint32_t index = 0; index < 20; ++index) {
+            post_write(pair, index);
+            const auto completion = wait_send_progressing(pair, std::chrono::seconds(10));
+            REQUIRE(completion.has_value());
+            CHECK(completion->status == mlx5::CompletionStatus::success);
+            pair.target_device->progress();
+        }
+        CHECK(pair.initiator_device->caller_progress_turns() == 0);
+        CHECK(pair.target_device->caller_progress_turns() == 0);
+    }
+    SUBCASE("a bad value") {
+        Environment bad("RDMACHAN_SOFT_CALLER_PROGRESS", "yes");
+        try {
+            (void)soft::Device::open();
+            FAIL("the device opened with RDMACHAN_SOFT_CALLER_PROGRESS=yes");
+        } catch (const soft::SoftDeviceError& error) {
+            CHECK(std::string(error.what()).find("RDMACHAN_SOFT_CALLER_PROGRESS = 'yes'") != std::string::npos);
+        }
+    }
+}
