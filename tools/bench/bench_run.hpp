@@ -19,7 +19,9 @@ struct Row {
     std::uint32_t bytes = 0;
     std::uint32_t iterations = 0;
     // Latency (microseconds; one-way = half the round trip for write and send ping-pong, the
-    // whole operation for read, as perftest reports them).
+    // whole operation for read, as perftest reports them). A write's round trip runs from its
+    // post to the answer's marker; its own completion is taken after, before the next write, as
+    // ucx_perftest's put ping-pong does with its one outstanding put.
     double t_min = 0, t_max = 0, t_typical = 0, t_average = 0, t_stdev = 0, t_p99 = 0;
     // Bandwidth (MB/s = 10^6 bytes per second) and message rate (millions per second).
     double bw_peak = 0, bw_average = 0, message_rate = 0;
