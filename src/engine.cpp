@@ -536,12 +536,12 @@ bool Engine::poll_once() {
 void Engine::backoff(std::uint32_t& round) const {
     ++round;
     // A software device reads its sockets here rather than waking its own thread for each frame,
-    // while this thread polls; once it starts sleeping between polls, the device's own thread
-    // takes them back (a sleeping caller would hold every frame until its next poll).
-    const std::uint32_t polling_rounds = settings_.spin_polls + settings_.yield_polls;
-    if (round <= polling_rounds) {
+    // while this thread spins; once it starts giving the core away (yields, then sleeps), the
+    // device's own thread takes them back: a thread that yields on a busy machine may not run
+    // again for a scheduler slice, and would hold every frame until then.
+    if (round <= settings_.spin_polls) {
         if (device_->progress()) return;
-    } else if (round == polling_rounds + 1) {
+    } else if (round == settings_.spin_polls + 1) {
         device_->stop_progress();
     }
     if (round <= settings_.spin_polls) return;
