@@ -108,8 +108,11 @@ int DeviceCore::progress_from_caller() {
 
 void DeviceCore::stop_progress_from_caller() {
     if (connections_held_until() <= Clock::now()) return;  // nobody holds them: nothing to hand back
-    std::lock_guard lock(mutex);
     connections_held_until_.store(0, std::memory_order_relaxed);
+    // Never a wait: whoever holds the mutex, the progress thread puts the set back when it next
+    // runs, which is by the end of the hold at the latest.
+    std::unique_lock lock(mutex, std::try_to_lock);
+    if (!lock.owns_lock()) return;
     attach_connections(true);
     send_held_acknowledgements();
 }
