@@ -205,3 +205,53 @@ TEST_CASE("RDMACHAN_SOFT_CALLER_PROGRESS: 0 leaves everything to the device's th
         }
     }
 }
+
+// One side's waits as the channels' are: a few progress() calls while spinning, then
+// stop_progress() and only looks at the CQ (what the engine does when it starts to yield).
+void run_handovers(const char* doorbell_requests) {
+    Environment doorbells("RDMACHAN_SOFT_DOORBELL_REQUESTS", doorbell_requests);
+    TcpDevicePair pair;
+    std::atomic<bool> stop{false};
+    std::thread target_caller([&] {
+        std::uint32_t state = 12345;
+        while (!stop.load()) {
+            state = state * 1103515245 + 12345;
+            for (std::uint32_t i = 0; i < (state >> 16) % 8; ++i) pair.target_device->progress();
+            pair.target_device->stop_progress();
+            if ((state >> 20) % 4 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        }
+    });
+    std::uint32_t state = 777;
+    constexpr std::uint32_t kWrites = 20000;
+    for (std::uint32_t index = 0; index < kWrites; ++index) {
+        post_write(pair, index);
+        mlx5::Completion completion;
+        state = state * 1103515245 + 12345;
+        std::uint32_t spins = (state >> 16) % 8;
+        bool completed = false;
+        const auto until = Clock::now() + std::chrono::seconds(5);
+        while (!completed && Clock::now() < until) {
+            completed = pair.initiator.poll_send(&completion, 1) == 1;
+            if (completed) break;
+            if (spins > 0) {
+                pair.initiator_device->progress();
+                if (--spins == 0) pair.initiator_device->stop_progress();
+            } else {
+                std::this_thread::yield();
+            }
+        }
+        REQUIRE_MESSAGE(completed, "write ", index, " did not complete within 5 s");
+        CHECK(completion.status == mlx5::CompletionStatus::success);
+        CHECK(completion.wr_id == index);
+    }
+    stop.store(true);
+    target_caller.join();
+}
+
+TEST_CASE("callers that start and stop progress() at random while both devices' threads work: every write completes") {
+    // The sockets change hands often, also while a device thread executes a doorbell (always,
+    // with the doorbell thread's requests off) or sleeps. A hand-over that left them to nobody
+    // shows as a write that never completes.
+    SUBCASE("requests from the doorbell thread") { run_handovers("1"); }
+    SUBCASE("every request from the device's thread") { run_handovers("0"); }
+}

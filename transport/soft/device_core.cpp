@@ -302,6 +302,9 @@ void DeviceCore::run() {
             deadline = next_timer();
             // Callers of progress() hold the connections: this thread takes them back when the
             // callers' hold runs out (settle_connections_holder), so it wakes up then.
+            // A hold already over (stop_progress leaves it at 0, the "no deadline" time point)
+            // is settled here, never slept on.
+            if (!connections_attached_) settle_connections_holder();
             if (!connections_attached_) {
                 const Clock::time_point held_until = connections_held_until();
                 if (deadline == Clock::time_point{} || held_until < deadline) deadline = held_until;
