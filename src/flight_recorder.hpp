@@ -31,6 +31,7 @@ enum class Event : std::uint16_t {
     soft_qp_state,           // qpn, from, to
     soft_qp_error,           // qpn, why (text)
     soft_connection_closed,  // lid, outgoing, why (text)
+    soft_connections_holder, // attached (1: the progress thread watches them), why (text)
     // The channel core (the engine, on the application's thread).
     channel_post_send,       // peer, qpn, ticket, requests, first request's opcode
     channel_post_receive,    // peer, qpn, ticket, length

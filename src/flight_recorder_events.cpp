@@ -28,6 +28,7 @@ constexpr EventDescription kEvents[] = {
     {"soft.qp_state", {{"qpn", F::hex}, {"from", F::qp_state}, {"to", F::qp_state}}},
     {"soft.qp_error", {{"qpn", F::hex}, {"why", F::text}}},
     {"soft.connection_closed", {{"lid", F::decimal}, {"outgoing", F::decimal}, {"why", F::text}}},
+    {"soft.connections_holder", {{"attached", F::decimal}, {"why", F::text}}},
     {"channel.post_send",
      {{"peer", F::decimal}, {"qpn", F::hex}, {"ticket", F::hex}, {"requests", F::decimal}, {"first", F::work_request}}},
     {"channel.post_receive", {{"peer", F::decimal}, {"qpn", F::hex}, {"ticket", F::hex}, {"length", F::decimal}}},

@@ -30,6 +30,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "src/flight_recorder.hpp"
 #include "transport/soft/device_core.hpp"
 
 namespace rdmachan::soft {
@@ -55,20 +56,21 @@ void DeviceCore::open_connections_set() {
         throw SoftDeviceError(std::string("software device: epoll_create1 failed: ") + std::strerror(errno));
     }
     connections_attached_ = false;
-    attach_connections(true);
+    attach_connections(true, "the device opened");
 }
 
-void DeviceCore::attach_connections(bool attached) {
+void DeviceCore::attach_connections(bool attached, const char* why) {
     if (connections_attached_ == attached) return;
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.u64 = kConnectionsTag;
     if (::epoll_ctl(epoll_fd_, attached ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, connections_epoll_fd_, &event) != 0) return;
     connections_attached_ = attached;
+    flight::record(flight::Event::soft_connections_holder, attached, flight::text(why));
 }
 
 void DeviceCore::settle_connections_holder() {
-    if (Clock::now() >= connections_held_until()) attach_connections(true);
+    if (Clock::now() >= connections_held_until()) attach_connections(true, "the callers' hold ended");
 }
 
 int DeviceCore::progress_from_caller() {
@@ -82,7 +84,7 @@ int DeviceCore::progress_from_caller() {
     if (!lock.owns_lock()) return 0;
     send_held_acknowledgements();
     if (!traffic) {
-        attach_connections(true);
+        attach_connections(true, "no traffic on the connections");
         connections_held_until_.store(0, std::memory_order_relaxed);
         return 0;
     }
@@ -90,7 +92,7 @@ int DeviceCore::progress_from_caller() {
     if (connections_attached_) {
         // The progress thread may be asleep with no deadline: the timer wakes it when the hold
         // runs out, and from then on it sleeps no longer than the hold (run()).
-        attach_connections(false);
+        attach_connections(false, "a caller polls them");
         arm_ack_timer(now + kHold);
     }
     defer_acknowledgements_ = true;
@@ -113,7 +115,7 @@ void DeviceCore::stop_progress_from_caller() {
     // runs, which is by the end of the hold at the latest.
     std::unique_lock lock(mutex, std::try_to_lock);
     if (!lock.owns_lock()) return;
-    attach_connections(true);
+    attach_connections(true, "stop_progress");
     send_held_acknowledgements();
 }
 

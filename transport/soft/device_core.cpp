@@ -302,12 +302,17 @@ void DeviceCore::run() {
             deadline = next_timer();
             // Callers of progress() hold the connections: this thread takes them back when the
             // callers' hold runs out (settle_connections_holder), so it wakes up then.
-            // A hold already over (stop_progress leaves it at 0, the "no deadline" time point)
-            // is settled here, never slept on.
-            if (!connections_attached_) settle_connections_holder();
+            // The hold is read once: stop_progress may clear it (to 0, which as a deadline would
+            // read as none) at any time, also between two reads. A hold already over is settled
+            // here, never slept on; if the set cannot be put back, this thread tries again in a
+            // millisecond.
             if (!connections_attached_) {
                 const Clock::time_point held_until = connections_held_until();
-                if (deadline == Clock::time_point{} || held_until < deadline) deadline = held_until;
+                if (Clock::now() >= held_until) attach_connections(true, "the callers' hold ended");
+                if (!connections_attached_) {
+                    const Clock::time_point wake_at = std::max(held_until, Clock::now() + std::chrono::milliseconds(1));
+                    if (deadline == Clock::time_point{} || wake_at < deadline) deadline = wake_at;
+                }
             }
             sleeping_.store(true);
             // More work already waiting: still look at the sockets (timeout 0), so a stream of

@@ -511,7 +511,7 @@ private:
     std::atomic<std::int64_t> last_input_{0};
     bool caller_progress_enabled_ = true;
     void open_connections_set();
-    void attach_connections(bool attached);
+    void attach_connections(bool attached, const char* why);
     Clock::time_point connections_held_until() const {
         return Clock::time_point(Clock::duration(connections_held_until_.load(std::memory_order_relaxed)));
     }
