@@ -127,6 +127,7 @@ std::uint32_t run_pair(ChildBody child_body, ParentBody parent) {
 // while frames are on the way; each side writes into the other's slot and polls its own.
 constexpr std::uint32_t kPingPongSizes[] = {8, 65536, 524288};
 constexpr std::size_t kSlot = 524288;
+constexpr std::uint32_t kSteps = 6000;
 
 bool ping_pong_step(Channel& channel, MemoryRegion& region, const RemoteMemoryRegion& remote, std::uint32_t index,
                     bool first_writes) {
@@ -179,7 +180,6 @@ TEST_CASE("a ping-pong of writes polled with progress() over TCP, as rdmachan-be
     // Both sides hand the sockets between their threads at every step (the channel's waits stop
     // reading them when they stop spinning), while both devices' threads work: a hand-over that
     // left them to nobody shows as a write that never arrives.
-    constexpr std::uint32_t kSteps = 6000;
     const std::uint32_t answered = run_pair(
         [](Channel& channel, MemoryRegion& region) -> std::optional<std::uint32_t> {
             const RemoteMemoryRegion remote = channel.remote_region("memory");
