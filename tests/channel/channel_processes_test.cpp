@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "rdmachan/channel.hpp"
+#include "tests/channel/process_pair_settings.hpp"
 #include "transport/soft/device.hpp"
 
 using namespace rdmachan;
@@ -50,14 +51,7 @@ int target(int port_pipe, int done_pipe, bool allocated) try {
     auto* memory = static_cast<std::uint8_t*>(region.data());
     EXPECT(!allocated || allocated_well(region), "allocated memory: page aligned, zeroed, the length asked");
     prepared.publish_region("memory", region);
-    PairwiseSettings settings;
-    settings.role = PairwiseSettings::Role::listen;
-    settings.token = kToken;
-    settings.timeout = std::chrono::seconds(20);
-    settings.on_listening = [&](std::uint16_t port) {
-        if (write(port_pipe, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) std::_Exit(3);
-    };
-    Channel channel = std::move(prepared).connect(settings);
+    Channel channel = std::move(prepared).connect(test::listening_settings(kToken, port_pipe));
 
     // 1. Blocking receive with immediate, echoed back with another immediate.
     WorkResult first = channel.receive(region.slice(32768, 4096));
@@ -125,12 +119,7 @@ void every_operation(bool allocated) {
     MemoryRegion region = allocated ? prepared.allocate_memory(kMemory) : prepared.register_memory(heap.data(), heap.size());
     auto* memory = static_cast<std::uint8_t*>(region.data());
     CHECK((!allocated || allocated_well(region)));
-    PairwiseSettings settings;
-    settings.role = PairwiseSettings::Role::connect;
-    settings.port = port;
-    settings.token = kToken;
-    settings.timeout = std::chrono::seconds(20);
-    Channel channel = std::move(prepared).connect(settings);
+    Channel channel = std::move(prepared).connect(test::connecting_settings(kToken, port));
     const RemoteMemoryRegion remote = channel.remote_region("memory");
     CHECK(remote.length == kMemory);
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "rdmachan/channel.hpp"
+#include "tests/channel/process_pair_settings.hpp"
 
 using namespace rdmachan;
 
@@ -55,14 +56,7 @@ int child(int port_pipe, int result_pipe, int end_pipe, Body body) try {
     PreparedChannel prepared = ChannelBuilder().deadline(std::chrono::seconds(10)).build();
     MemoryRegion region = prepared.allocate_memory(kMemory);
     prepared.publish_region("memory", region);
-    PairwiseSettings settings;
-    settings.role = PairwiseSettings::Role::listen;
-    settings.token = kToken;
-    settings.timeout = std::chrono::seconds(20);
-    settings.on_listening = [&](std::uint16_t port) {
-        if (write(port_pipe, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) std::_Exit(3);
-    };
-    Channel channel = std::move(prepared).connect(settings);
+    Channel channel = std::move(prepared).connect(test::listening_settings(kToken, port_pipe));
     const std::optional<std::uint32_t> result = body(channel, region);
     if (!result) return 1;
     if (write(result_pipe, &*result, sizeof *result) != static_cast<ssize_t>(sizeof *result)) return 4;
@@ -102,12 +96,7 @@ std::uint32_t run_pair(ChildBody child_body, ParentBody parent) {
         PreparedChannel prepared = ChannelBuilder().deadline(std::chrono::seconds(10)).build();
         MemoryRegion region = prepared.allocate_memory(kMemory);
         prepared.publish_region("memory", region);
-        PairwiseSettings settings;
-        settings.role = PairwiseSettings::Role::connect;
-        settings.port = port;
-        settings.token = kToken;
-        settings.timeout = std::chrono::seconds(20);
-        Channel channel = std::move(prepared).connect(settings);
+        Channel channel = std::move(prepared).connect(test::connecting_settings(kToken, port));
         parent(channel, region);
         REQUIRE(read(result_pipe[0], &result, sizeof result) == static_cast<ssize_t>(sizeof result));
         close(end_pipe[1]);
