@@ -22,7 +22,7 @@ namespace {
 
 constexpr std::size_t kMemory = 1024 * 1024;
 constexpr std::size_t kBytes = 256;
-constexpr std::uint32_t kWrites = 200;  // each into a slot of its own: the initiator does not wait for the target
+constexpr std::uint32_t kWrites = 1000;  // each into a slot of its own: the initiator does not wait for the target
 static_assert(kWrites * kBytes <= kMemory);
 const char* const kToken = "channel-progress-test";
 
