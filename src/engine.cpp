@@ -540,11 +540,10 @@ void Engine::backoff(std::uint32_t& round) const {
     // device's own thread takes them back: a thread that yields on a busy machine may not run
     // again for a scheduler slice, and would hold every frame until then.
     if (round <= settings_.spin_polls) {
-        if (device_->progress()) return;
-    } else if (round == settings_.spin_polls + 1) {
-        device_->stop_progress();
+        device_->progress();
+        return;
     }
-    if (round <= settings_.spin_polls) return;
+    if (round == settings_.spin_polls + 1) device_->stop_progress();
     if (round - settings_.spin_polls <= settings_.yield_polls) {
         std::this_thread::yield();
         return;

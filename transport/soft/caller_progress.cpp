@@ -26,6 +26,7 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -69,8 +70,15 @@ void DeviceCore::attach_connections(bool attached, const char* why) {
     flight::record(flight::Event::soft_connections_holder, attached, flight::text(why));
 }
 
-void DeviceCore::settle_connections_holder() {
-    if (Clock::now() >= connections_held_until()) attach_connections(true, "the callers' hold ended");
+Clock::time_point DeviceCore::settle_connections_holder() {
+    if (connections_attached_) return {};
+    // The hold is read once: stop_progress may clear it (to 0, which as a deadline would read as
+    // none) at any time, also between two reads.
+    const Clock::time_point held_until = connections_held_until();
+    if (Clock::now() >= held_until) attach_connections(true, "the callers' hold ended");
+    if (connections_attached_) return {};
+    // Still the callers' (or the set could not be put back: then again in a millisecond).
+    return std::max(held_until, Clock::now() + std::chrono::milliseconds(1));
 }
 
 int DeviceCore::progress_from_caller() {

@@ -300,19 +300,11 @@ void DeviceCore::run() {
                 handle_frame(self, header->type, body, body + wire::body_size(header->type), header->payload_length);
             }
             deadline = next_timer();
-            // Callers of progress() hold the connections: this thread takes them back when the
-            // callers' hold runs out (settle_connections_holder), so it wakes up then.
-            // The hold is read once: stop_progress may clear it (to 0, which as a deadline would
-            // read as none) at any time, also between two reads. A hold already over is settled
-            // here, never slept on; if the set cannot be put back, this thread tries again in a
-            // millisecond.
-            if (!connections_attached_) {
-                const Clock::time_point held_until = connections_held_until();
-                if (Clock::now() >= held_until) attach_connections(true, "the callers' hold ended");
-                if (!connections_attached_) {
-                    const Clock::time_point wake_at = std::max(held_until, Clock::now() + std::chrono::milliseconds(1));
-                    if (deadline == Clock::time_point{} || wake_at < deadline) deadline = wake_at;
-                }
+            // Callers of progress() hold the connections: a hold already over is settled here,
+            // never slept on; otherwise this thread wakes when it runs out.
+            if (const Clock::time_point wake_at = settle_connections_holder();
+                wake_at != Clock::time_point{} && (deadline == Clock::time_point{} || wake_at < deadline)) {
+                deadline = wake_at;
             }
             sleeping_.store(true);
             // More work already waiting: still look at the sockets (timeout 0), so a stream of
@@ -348,7 +340,7 @@ void DeviceCore::run() {
         // The connections' events: through the outer set when it watches them; when callers of
         // progress() hold them (caller_progress.cpp), still looked at while this thread is awake.
         poll_connections();
-        if (!connections_attached_) settle_connections_holder();
+        settle_connections_holder();
         // Timers after the sockets: a response already waiting in a socket is never mistaken for a
         // missing one.
         service_timers();

@@ -515,7 +515,9 @@ private:
     Clock::time_point connections_held_until() const {
         return Clock::time_point(Clock::duration(connections_held_until_.load(std::memory_order_relaxed)));
     }
-    void settle_connections_holder();
+    // Puts the set back into the progress thread's once the callers' hold is over; returns when
+    // to look again if the callers still hold it, else the zero time point.
+    Clock::time_point settle_connections_holder();
     int poll_connections();
     void remove_closed_connections();
     // This device's own table read as a peer reads it: zero-hop requests of a QP connected to
