@@ -19,9 +19,10 @@ class PmixSession {
     using Clock = std::chrono::steady_clock;
 
     // PMIx_Init (reference counted by libpmix, so several sessions may coexist), then this
-    // process's rank and the job size. Throws rdmachan::Error naming PMIx_Init's return code
-    // (PMIx_Error_string) or the missing job information.
-    static std::shared_ptr<PmixSession> open();
+    // process's rank and the job size, all before `deadline`. Throws rdmachan::Error naming
+    // PMIx_Init's return code (PMIx_Error_string), a PMIx_Init that did not return by the
+    // deadline (pmix_waits.hpp), or the missing job information.
+    static std::shared_ptr<PmixSession> open(Clock::time_point deadline);
     ~PmixSession();  // PMIx_Finalize
     PmixSession(const PmixSession&) = delete;
     PmixSession& operator=(const PmixSession&) = delete;
@@ -58,7 +59,7 @@ class PmixSession {
     // launcher, e.g. the one a replacement replaces); throws naming job, rank and key.
     std::string get(const std::string& job, std::uint32_t rank, const std::string& key, Clock::time_point deadline);
     // The number of processes of namespace `job` (PMIX_JOB_SIZE); throws naming the job.
-    std::uint32_t job_size(const std::string& job);
+    std::uint32_t job_size(const std::string& job, Clock::time_point deadline);
     // PMIx_Spawn of one process running `command` (command[0] is the program) with `environment`
     // ("NAME=value") added to what the launcher gives it; returns the new namespace.
     std::string spawn(const std::vector<std::string>& command, const std::vector<std::string>& environment);

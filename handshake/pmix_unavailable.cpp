@@ -13,7 +13,7 @@ namespace {
 }
 }  // namespace
 
-std::shared_ptr<PmixSession> PmixSession::open() { unavailable(); }
+std::shared_ptr<PmixSession> PmixSession::open(Clock::time_point) { unavailable(); }
 PmixSession::PmixSession(std::unique_ptr<State> state) : state_(std::move(state)) {}
 PmixSession::~PmixSession() = default;
 std::uint32_t PmixSession::rank() const { unavailable(); }
@@ -27,7 +27,7 @@ std::uint64_t PmixSession::last_exchange_sequence() const { unavailable(); }
 void PmixSession::publish(const std::string&, const std::string&) { unavailable(); }
 std::vector<std::optional<std::string>> PmixSession::lookup(const std::vector<std::string>&) { unavailable(); }
 std::string PmixSession::get(const std::string&, std::uint32_t, const std::string&, Clock::time_point) { unavailable(); }
-std::uint32_t PmixSession::job_size(const std::string&) { unavailable(); }
+std::uint32_t PmixSession::job_size(const std::string&, Clock::time_point) { unavailable(); }
 std::string PmixSession::spawn(const std::vector<std::string>&, const std::vector<std::string>&) { unavailable(); }
 void PmixSession::set_replaces(Replaces) { unavailable(); }
 PmixSession::ProcessState PmixSession::process_state(const std::string&, std::uint32_t) { unavailable(); }

@@ -28,6 +28,8 @@ if [ "$build_only" -eq 0 ]; then
         iproute2 valgrind clang python3
         # mpirun (Open MPI, a PMIx launcher): the PMIx bootstrap's tests and the demo under it.
         openmpi-bin
+        # A stuck mpirun job's stacks, printed by tests/pmix/run_replacement_mpirun.sh.
+        gdb
         # The soft-RoCE VM tests (tests/vm): qemu boots Debian's kernel with an initramfs of ours.
         qemu-system-x86 busybox-static cpio kmod xz-utils
     )

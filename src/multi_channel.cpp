@@ -98,7 +98,7 @@ MultiChannelBuilder& MultiChannelBuilder::bootstrap(Bootstrap value) {
 
 PreparedMultiChannel MultiChannelBuilder::build() const {
     // Under PMIx, rank and world size come from the launcher (src/multi_channel_bootstrap.cpp).
-    detail::BootstrapIdentity identity = detail::bootstrap_identity(bootstrap_, rank_, world_size_);
+    detail::BootstrapIdentity identity = detail::bootstrap_identity(bootstrap_, rank_, world_size_, settings_.deadline);
     if (!identity.world_size.has_value()) throw Error("MultiChannelBuilder::build: world_size is not set");
 
     if (!identity.rank.has_value()) throw Error("MultiChannelBuilder::build: rank is not set");

@@ -13,7 +13,7 @@ namespace rdmachan {
 namespace detail {
 
 BootstrapIdentity bootstrap_identity(Bootstrap requested, std::optional<std::uint32_t> rank,
-                                     std::optional<std::uint32_t> world_size) {
+                                     std::optional<std::uint32_t> world_size, std::chrono::milliseconds deadline) {
     BootstrapIdentity identity{};
     try {
         identity.choice = choose_bootstrap(requested);
@@ -23,8 +23,9 @@ BootstrapIdentity bootstrap_identity(Bootstrap requested, std::optional<std::uin
     identity.rank = rank;
     identity.world_size = world_size;
     if (identity.choice.bootstrap != Bootstrap::pmix) return identity;
+    const PmixSession::Clock::time_point until = PmixSession::Clock::now() + deadline;
     try {
-        identity.pmix = PmixSession::open();
+        identity.pmix = PmixSession::open(until);
     } catch (const Error& error) {
         throw Error("MultiChannelBuilder::build (bootstrap " + identity.choice.reason + "): " + error.what());
     }
@@ -35,7 +36,7 @@ BootstrapIdentity bootstrap_identity(Bootstrap requested, std::optional<std::uin
     if (const char* replaces_text = std::getenv(kPmixReplacesVariable); replaces_text != nullptr) {
         try {
             PmixSession::Replaces replaces = parse_pmix_replaces(replaces_text);
-            pmix_world = identity.pmix->job_size(replaces.job);
+            pmix_world = identity.pmix->job_size(replaces.job, until);
             if (replaces.rank >= pmix_world) {
                 throw Error(std::string(kPmixReplacesVariable) + " names rank " + std::to_string(replaces.rank) +
                             ", outside namespace " + replaces.job + "'s " + std::to_string(pmix_world) + " ranks");

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     const bool synthetic = argc > 1 && std::strcmp(argv[1], "--synthetic") == 0;
     std::uint32_t rank = 0;
     try {
-        const std::shared_ptr<rdmachan::detail::PmixSession> session = rdmachan::detail::PmixSession::open();
+        const std::shared_ptr<rdmachan::detail::PmixSession> session = rdmachan::detail::PmixSession::open(rdmachan::detail::PmixSession::Clock::now() + std::chrono::seconds(60));
         rank = session->rank();
         const std::uint32_t world = session->world_size();
         const Clock::time_point deadline = Clock::now() + std::chrono::seconds(120);

@@ -2,6 +2,8 @@
 // `mpirun --enable-recovery` (which keeps the job alive when a rank dies, and exits 0 whatever
 // its ranks return: so each process writes its verdict to a file in --results, and the script
 // counts them). Scenarios (the victim is rank 1; rank 0 starts the replacements):
+// A victim dies by SIGKILL once mpirun's PMIx server let go of its PMIx connection
+// (die_after_launcher.hpp says why).
 //   replace --mode rc|dc [--twice]  the victim is killed mid-run; rank 0 sees it fail and starts
 //       a new process for its rank (MultiChannel::spawn_replacement); every survivor reconnects
 //       it while its writes to the other survivors go on; then everyone writes, sends and
@@ -36,6 +38,7 @@
 #include "handshake/pmix_replacement.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "tests/multi_channel/replacement_layout.hpp"
+#include "tests/pmix/die_after_launcher.hpp"
 
 namespace {
 
@@ -308,7 +311,7 @@ int first_generation(const Options& options) {
     try {
         Process self = start(options.mode, PeerReplacement::enabled);
         first_round(self, raw.self);
-        if (rank == kVictim) raise(SIGKILL);
+        if (rank == kVictim) pmix_test::die_after_launcher_let_go();
         await_replacement(self, options, 2);
         exchange_with_everyone(self, 1, 2);
         if (options.twice) {
@@ -332,7 +335,7 @@ int replacement(const Options& options) {
         exchange_with_everyone(self, options.generation, options.generation);
         if (options.generation == 2 && options.twice) {
             verdict(options, role, rank, {});
-            raise(SIGKILL);  // gone too, after a completed exchange
+            pmix_test::die_after_launcher_let_go();  // gone too, after a completed exchange
         }
         return verdict(options, role, rank, {});
     } catch (const std::exception& error) {
@@ -348,7 +351,7 @@ int disabled(const Options& options) {
     try {
         Process self = start(options.mode, PeerReplacement::disabled);
         first_round(self, raw.self);
-        if (rank == kVictim) raise(SIGKILL);
+        if (rank == kVictim) pmix_test::die_after_launcher_let_go();
         const std::vector<PeerTransfer> to_victim = write_shares(self, 1, {kVictim});
         bool failed = false;
         const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
@@ -416,12 +419,12 @@ int stale(const Options& options) {
     try {
         Process self = start(options.mode, PeerReplacement::enabled);
         first_round(self, raw.self);
-        if (rank == kVictim) raise(SIGKILL);
+        if (rank == kVictim) pmix_test::die_after_launcher_let_go();
         const std::uint64_t old_session = self.channels.peer_session(kVictim);
         if (rank == 0) {
             // Once the launcher knows the victim died: the survivors offer an announcement only
             // for a rank whose process ended, and ignore one that came too early for good.
-            const std::shared_ptr<detail::PmixSession> session = detail::PmixSession::open();
+            const std::shared_ptr<detail::PmixSession> session = detail::PmixSession::open(detail::PmixSession::Clock::now() + kPhaseDeadline);
             const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
             while (!session->process_state(raw.self.nspace, kVictim).ended) {
                 expect(std::chrono::steady_clock::now() < until, "the launcher saw the victim end before the deadline");
@@ -501,7 +504,7 @@ int impostor(const Options& options) {
         if (rank == 0) {
             publish_announcement(raw.self, kAlive, 0x5eed000000000002ull);
             const std::string key = detail::pmix_acknowledgement_key(raw.self.nspace, 1, 1, kAlive);
-            const std::shared_ptr<detail::PmixSession> session = detail::PmixSession::open();
+            const std::shared_ptr<detail::PmixSession> session = detail::PmixSession::open(detail::PmixSession::Clock::now() + kPhaseDeadline);
             std::string refusal;
             quiet_until(
                 self,

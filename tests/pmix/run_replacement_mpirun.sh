@@ -29,7 +29,19 @@ if kill -0 "$launcher" 2>/dev/null; then
         for task in /proc/"$pid"/task/*; do
             echo "    thread ${task##*/} ($(cat "$task/comm" 2>/dev/null)): state $(awk '{print $3}' "$task/stat" 2>/dev/null), waiting in $(cat "$task/wchan" 2>/dev/null)" >&2
         done
+        # The kernel's wait channel says that a thread waits, not for what: with gdb at hand, the
+        # user-space stacks of the job's own processes too.
+        if command -v gdb >/dev/null && [ "$pid" != "$launcher" ] && grep -q "$(basename "$program")" "/proc/$pid/cmdline" 2>/dev/null; then
+            timeout 60 gdb -batch -nx -p "$pid" -ex "thread apply all bt 30" 2>/dev/null | grep -E '^(Thread|#)' | sed 's/^/      /' >&2
+        fi
     done
+    # mpirun's side: the descriptors each of its epoll sets watches, and its sockets' queues
+    # (a request that sits unread on a socket no set watches: handshake/README.md, "A launcher
+    # that never answers").
+    for info in /proc/"$launcher"/fdinfo/*; do
+        grep -q '^tfd' "$info" 2>/dev/null && echo "  mpirun epoll set ${info##*/} watches:$(grep -o 'tfd: *[0-9]*' "$info" | tr -s ' ' | cut -d' ' -f2 | tr '\n' ' ')" >&2
+    done
+    command -v ss >/dev/null && ss -tanp 2>/dev/null | grep "pid=$launcher," | sed 's/^/  /' >&2
     ls "$results" >&2
     kill -TERM "$launcher" 2>/dev/null
     sleep 2
