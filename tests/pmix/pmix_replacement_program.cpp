@@ -1,9 +1,9 @@
 // Peer replacement under the PMIx bootstrap, run by tests/pmix/run_replacement_mpirun.sh under
 // `mpirun --enable-recovery` (which keeps the job alive when a rank dies, and exits 0 whatever
 // its ranks return: so each process writes its verdict to a file in --results, and the script
-// counts them). Scenarios (the victim is rank 1; rank 0 starts the replacements):
-// A victim dies by SIGKILL once mpirun's PMIx server let go of its PMIx connection
-// (die_after_launcher.hpp says why).
+// counts them). A victim dies by SIGKILL once mpirun's PMIx server let go of its PMIx connection
+// (die_after_launcher.hpp says why). Scenarios (the victim is rank 1; rank 0 starts the
+// replacements):
 //   replace --mode rc|dc [--twice]  the victim is killed mid-run; rank 0 sees it fail and starts
 //       a new process for its rank (MultiChannel::spawn_replacement); every survivor reconnects
 //       it while its writes to the other survivors go on; then everyone writes, sends and
