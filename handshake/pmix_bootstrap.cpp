@@ -40,10 +40,9 @@ void fence(const PmixSession::State& state, bool collect, PmixSession::Clock::ti
     int seconds = timeout_seconds(left);
     PMIX_INFO_LOAD(&fence_wait->info[0], PMIX_COLLECT_DATA, &collect_data, PMIX_BOOL);
     PMIX_INFO_LOAD(&fence_wait->info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
-    const std::shared_ptr<OperationWait> wait = fence_wait;
-    auto* holder = new std::shared_ptr<OperationWait>(wait);
-    const pmix_status_t started = PMIx_Fence_nb(&fence_wait->everyone, 1, fence_wait->info, 2, operation_finished, holder);
-    const pmix_status_t status = await_operation(started, holder, wait, deadline + std::chrono::seconds(2));
+    const pmix_status_t status = call_and_wait(fence_wait, deadline + std::chrono::seconds(2), [&](void* data) {
+        return PMIx_Fence_nb(&fence_wait->everyone, 1, fence_wait->info, 2, operation_finished, data);
+    });
     if (status == PMIX_ERR_TIMEOUT) {
         throw Error(me + ": the fence " + what + " did not complete within its deadline (" +
                     std::to_string(left.count()) +

@@ -17,6 +17,13 @@ namespace {
 
 constexpr std::chrono::seconds kLauncherAnswer{60};
 
+std::string no_answer() { return "no answer from the launcher within " + std::to_string(kLauncherAnswer.count()) + " s"; }
+
+// This process as the errors name it.
+std::string who(const PmixSession::State& state) {
+    return "PMIx (namespace " + state.job + ", rank " + std::to_string(state.self.rank) + ")";
+}
+
 // Each wait keeps what it gave libpmix until libpmix is done with it (the callback may come
 // after this process stopped waiting), and what the callback found.
 struct PublishWait : OperationWait {
@@ -41,22 +48,8 @@ struct SpawnWait : OperationWait {
     ~SpawnWait() { PMIX_APP_DESTRUCT(&app); }  // frees cmd, argv and env with free()
 };
 
-// Marks the wait done with `status`, after `fill` read the callback's data under its lock.
-template <typename Wait, typename Fill>
-void finish(void* data, pmix_status_t status, Fill&& fill) {
-    auto* holder = static_cast<std::shared_ptr<OperationWait>*>(data);
-    {
-        const std::lock_guard<std::mutex> lock((*holder)->mutex);
-        fill(static_cast<Wait&>(**holder));
-        (*holder)->status = status;
-        (*holder)->done = true;
-    }
-    (*holder)->done_changed.notify_all();
-    delete holder;
-}
-
 void lookup_finished(pmix_status_t status, pmix_pdata_t data[], std::size_t count, void* context) {
-    finish<LookupWait>(context, status, [&](LookupWait& wait) {
+    finish_operation<LookupWait>(context, status, [&](LookupWait& wait) {
         for (std::size_t index = 0; index < count; ++index) {
             if (data[index].value.type == PMIX_STRING && data[index].value.data.string != nullptr) {
                 wait.value = std::string(data[index].value.data.string);
@@ -67,7 +60,7 @@ void lookup_finished(pmix_status_t status, pmix_pdata_t data[], std::size_t coun
 
 void query_finished(pmix_status_t status, pmix_info_t* results, std::size_t result_count, void* context,
                     pmix_release_cbfunc_t release, void* release_context) {
-    finish<QueryWait>(context, status, [&](QueryWait& wait) {
+    finish_operation<QueryWait>(context, status, [&](QueryWait& wait) {
         auto take = [&](const pmix_proc_info_t& info) {
             if (info.proc.rank != wait.rank) return;
             // Every state above PMIX_PROC_STATE_UNTERMINATED is one of an ended process.
@@ -93,7 +86,7 @@ void query_finished(pmix_status_t status, pmix_info_t* results, std::size_t resu
 }
 
 void spawn_finished(pmix_status_t status, pmix_nspace_t job, void* context) {
-    finish<SpawnWait>(context, status, [&](SpawnWait& wait) {
+    finish_operation<SpawnWait>(context, status, [&](SpawnWait& wait) {
         if (job != nullptr) wait.job = std::string(job, strnlen(job, PMIX_MAX_NSLEN));
     });
 }
@@ -107,14 +100,13 @@ char** string_array(const std::vector<std::string>& texts) {
 }  // namespace
 
 void PmixSession::publish(const std::string& key, const std::string& value) {
-    const std::string me = "PMIx (namespace " + state_->job + ", rank " + std::to_string(state_->self.rank) + ")";
+    const std::string me = who(*state_);
     auto publish_wait = std::make_shared<PublishWait>();
     PMIX_INFO_LOAD(&publish_wait->info, key.c_str(), value.c_str(), PMIX_STRING);  // copies both
-    const std::shared_ptr<OperationWait> wait = publish_wait;
-    auto* holder = new std::shared_ptr<OperationWait>(wait);
-    const pmix_status_t started = PMIx_Publish_nb(&publish_wait->info, 1, operation_finished, holder);
-    const pmix_status_t status = await_operation(started, holder, wait, Clock::now() + kLauncherAnswer);
-    if (status == PMIX_ERR_TIMEOUT) throw Error(me + ": PMIx_Publish of key '" + key + "': no answer from the launcher within 60 s");
+    const pmix_status_t status = call_and_wait(publish_wait, Clock::now() + kLauncherAnswer, [&](void* data) {
+        return PMIx_Publish_nb(&publish_wait->info, 1, operation_finished, data);
+    });
+    if (status == PMIX_ERR_TIMEOUT) throw Error(me + ": PMIx_Publish of key '" + key + "': " + no_answer());
     if (status != PMIX_SUCCESS) throw Error(me + ": PMIx_Publish of key '" + key + "' failed: " + status_text(status));
 }
 
@@ -125,17 +117,16 @@ std::vector<std::optional<std::string>> PmixSession::lookup(const std::vector<st
     // it builds (a few dozen bytes per call, and a watch looks up every few tens of ms for the
     // life of the job); this array is ours, and PMIx_Lookup_nb has packed it when it returns.
     std::vector<std::optional<std::string>> values(keys.size());
-    const std::string me = "PMIx (namespace " + state_->job + ", rank " + std::to_string(state_->self.rank) + ")";
+    const std::string me = who(*state_);
     for (std::size_t index = 0; index < keys.size(); ++index) {
         std::string key = keys[index];
         char* key_array[] = {key.data(), nullptr};
         auto lookup_wait = std::make_shared<LookupWait>();
-        const std::shared_ptr<OperationWait> wait = lookup_wait;
-        auto* holder = new std::shared_ptr<OperationWait>(wait);
         // Without PMIX_WAIT the data server answers at once with what it has.
-        const pmix_status_t started = PMIx_Lookup_nb(key_array, nullptr, 0, lookup_finished, holder);
-        const pmix_status_t status = await_operation(started, holder, wait, Clock::now() + kLauncherAnswer);
-        if (status == PMIX_ERR_TIMEOUT) throw Error(me + ": PMIx_Lookup_nb of '" + key + "': no answer from the launcher within 60 s");
+        const pmix_status_t status = call_and_wait(lookup_wait, Clock::now() + kLauncherAnswer, [&](void* data) {
+            return PMIx_Lookup_nb(key_array, nullptr, 0, lookup_finished, data);
+        });
+        if (status == PMIX_ERR_TIMEOUT) throw Error(me + ": PMIx_Lookup_nb of '" + key + "': " + no_answer());
         if (status != PMIX_SUCCESS && status != PMIX_ERR_NOT_FOUND) {
             throw Error(me + ": PMIx_Lookup_nb of '" + key + "' failed: " + status_text(status));
         }
@@ -158,11 +149,10 @@ PmixSession::ProcessState PmixSession::process_state(const std::string& job, std
     PMIX_INFO_CREATE(query.qualifiers, 1);
     query.nqual = 1;
     PMIX_INFO_LOAD(&query.qualifiers[0], PMIX_NSPACE, job.c_str(), PMIX_STRING);
-    const std::shared_ptr<OperationWait> wait = query_wait;
-    auto* holder = new std::shared_ptr<OperationWait>(wait);
-    const pmix_status_t started = PMIx_Query_info_nb(&query, 1, query_finished, holder);
-    const pmix_status_t status = await_operation(started, holder, wait, Clock::now() + kLauncherAnswer);
-    if (status == PMIX_ERR_TIMEOUT) throw Error(what + ": PMIx_Query_info(" PMIX_QUERY_PROC_TABLE "): no answer from the launcher within 60 s");
+    const pmix_status_t status = call_and_wait(query_wait, Clock::now() + kLauncherAnswer, [&](void* data) {
+        return PMIx_Query_info_nb(&query, 1, query_finished, data);
+    });
+    if (status == PMIX_ERR_TIMEOUT) throw Error(what + ": PMIx_Query_info(" PMIX_QUERY_PROC_TABLE "): " + no_answer());
     if (status != PMIX_SUCCESS) throw Error(what + ": PMIx_Query_info(" PMIX_QUERY_PROC_TABLE "): " + status_text(status));
     const std::lock_guard<std::mutex> lock(query_wait->mutex);
     if (!query_wait->found) throw Error(what + ": the launcher's process table has no such rank");
@@ -171,7 +161,7 @@ PmixSession::ProcessState PmixSession::process_state(const std::string& job, std
 
 std::string PmixSession::spawn(const std::vector<std::string>& command, const std::vector<std::string>& environment) {
     if (command.empty()) throw Error("PMIx_Spawn: no command given");
-    const std::string me = "PMIx (namespace " + state_->job + ", rank " + std::to_string(state_->self.rank) + ")";
+    const std::string me = who(*state_);
     auto spawn_wait = std::make_shared<SpawnWait>();
     pmix_app_t& app = spawn_wait->app;
     PMIX_APP_CONSTRUCT(&app);
@@ -179,13 +169,12 @@ std::string PmixSession::spawn(const std::vector<std::string>& command, const st
     app.argv = string_array(command);
     app.env = string_array(environment);
     app.maxprocs = 1;
-    const std::shared_ptr<OperationWait> wait = spawn_wait;
-    auto* holder = new std::shared_ptr<OperationWait>(wait);
-    const pmix_status_t started = PMIx_Spawn_nb(nullptr, 0, &app, 1, spawn_finished, holder);
-    const pmix_status_t status = await_operation(started, holder, wait, Clock::now() + kLauncherAnswer);
+    const pmix_status_t status = call_and_wait(spawn_wait, Clock::now() + kLauncherAnswer, [&](void* data) {
+        return PMIx_Spawn_nb(nullptr, 0, &app, 1, spawn_finished, data);
+    });
     if (status == PMIX_ERR_TIMEOUT) {
         throw Error(me + ": PMIx_Spawn of '" + command.front() +
-                    "': no answer from the launcher within 60 s (the process may still start)");
+                    "': " + no_answer() + " (the process may still start)");
     }
     if (status != PMIX_SUCCESS) throw Error(me + ": PMIx_Spawn of '" + command.front() + "' failed: " + status_text(status));
     const std::lock_guard<std::mutex> lock(spawn_wait->mutex);

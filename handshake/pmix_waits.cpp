@@ -12,12 +12,8 @@ namespace rdmachan::detail {
 namespace {
 
 // One PMIx_Init on its helper thread.
-struct InitializeWait {
-    std::mutex mutex;
-    std::condition_variable done_changed;
-    bool done = false;
+struct InitializeWait : OperationWait {
     bool abandoned = false;  // the caller stopped waiting: the helper finalizes what it opened
-    pmix_status_t status = PMIX_SUCCESS;
     pmix_proc_t self{};
 };
 
@@ -75,14 +71,7 @@ void initialize_pmix(pmix_proc_t& self, std::chrono::steady_clock::time_point de
 }
 
 void operation_finished(pmix_status_t status, void* data) {
-    auto* holder = static_cast<std::shared_ptr<OperationWait>*>(data);
-    {
-        const std::lock_guard<std::mutex> lock((*holder)->mutex);
-        (*holder)->done = true;
-        (*holder)->status = status;
-    }
-    (*holder)->done_changed.notify_all();
-    delete holder;
+    finish_operation<OperationWait>(data, status, [](OperationWait&) {});
 }
 
 pmix_status_t await_operation(pmix_status_t started, std::shared_ptr<OperationWait>* holder,
