@@ -23,7 +23,7 @@ cd "$repository"
 # The code each block measures: the measuring script, the benchmark, and every layer the
 # measured calls run through.
 declare -A measured_paths=(
-    [instruction-counts]="scripts/instruction_counts.sh tests/mlx5/data_path_benchmark.cpp tests/mlx5/data_path_fixture.hpp tests/mlx5/send_reference.hpp tests/channel/channel_instruction_benchmark.cpp transport/mlx5 transport/provider transport/soft transport/device_interface.hpp src include/rdmachan"
+    [instruction-counts]="scripts/instruction_counts.sh tests/mlx5/data_path_benchmark.cpp tests/mlx5/data_path_fixture.hpp tests/mlx5/send_reference.hpp tests/channel/channel_instruction_benchmark.cpp tests/libmlx5 transport/mlx5 transport/provider transport/soft transport/device_interface.hpp src include/rdmachan"
     [sweep]="scripts/bench_sweep.sh tools/bench transport src include/rdmachan handshake"
     [ucx]="scripts/compare_ucx.sh tools/bench transport src include/rdmachan handshake"
     [demo]="scripts/demo_throughput.sh examples transport src include/rdmachan handshake"

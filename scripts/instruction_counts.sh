@@ -4,7 +4,10 @@
 #   - the raw mlx5 data path (mlx5_data_path_benchmark: SendQueue::post, CompletionQueue::poll);
 #   - through the public API (channel_instruction_benchmark: Channel::post_write and a 16-write
 #     WorkBatch down to the doorbell, and PendingWork::poll delivering the completion, through
-#     the engine, the provider and the real resolver, on the software device).
+#     the engine, the provider and the real resolver, on the software device);
+#   - libmlx5's own ibv_post_send and ibv_poll_cq for the same two rows (libmlx5_instruction_benchmark:
+#     Debian's libibverbs and libmlx5 as installed, over a fake uverbs device), printed beside the
+#     API's figures.
 # Prints the markdown tables that docs/PERFORMANCE.md quotes.
 #   scripts/instruction_counts.sh [build-dir]     (default: build-perf-o3)
 set -euo pipefail
@@ -17,6 +20,8 @@ operations="${OPERATIONS:-1000000}"
 
 "$source_dir/scripts/build_release.sh" "$build_dir" mlx5_data_path_benchmark
 "$source_dir/scripts/build_release.sh" "$build_dir" channel_instruction_benchmark
+"$source_dir/scripts/build_release.sh" "$build_dir" libmlx5_instruction_benchmark
+libmlx5_benchmark="$build_dir/tests/libmlx5/libmlx5_instruction_benchmark"
 benchmark="$build_dir/tests/mlx5/mlx5_data_path_benchmark"
 api_benchmark="$build_dir/tests/channel/channel_instruction_benchmark"
 api_operations="${API_OPERATIONS:-2000}"
@@ -39,5 +44,13 @@ echo
 valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured_*' \
     --compress-strings=no --compress-pos=no --callgrind-out-file="$out_dir/api.out" "$api_benchmark" --operations "$api_operations" \
     2>"$out_dir/api-valgrind.log" || { cat "$out_dir/api-valgrind.log" >&2; exit 1; }
+
+# libmlx5's post and poll, counted the same way.
+valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured_*' \
+    --callgrind-out-file="$out_dir/libmlx5.out" "$libmlx5_benchmark" --operations "$api_operations" \
+    2>"$out_dir/libmlx5-valgrind.log" || { cat "$out_dir/libmlx5-valgrind.log" >&2; exit 1; }
+read -r -a libmlx5_totals <<<"$("$libmlx5_benchmark" --totals "$out_dir/libmlx5.out")"
 echo
-"$api_benchmark" --table "$out_dir/api.out"
+"$api_benchmark" --table "$out_dir/api.out" --libmlx5 "${libmlx5_totals[@]}"
+echo
+"$libmlx5_benchmark" --table "$out_dir/libmlx5.out"

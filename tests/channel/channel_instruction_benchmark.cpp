@@ -3,7 +3,11 @@
 //
 //   channel_instruction_benchmark [--operations N]   run the measurements (under callgrind, or
 //                                                    natively as a functional check)
-//   channel_instruction_benchmark --table OUT-FILE   print the table from the dumps of such a run
+//   channel_instruction_benchmark --table OUT-FILE [--libmlx5 SINGLE BATCH]
+//                                                    print the table from the dumps of such a run;
+//                                                    with libmlx5's post + completion per write for
+//                                                    the two rows (libmlx5_instruction_benchmark
+//                                                    --totals), side by side
 //
 // Counted: only the measured_* functions (callgrind --collect-atstart=no
 // --toggle-collect='*measured_*'), each one public call on the calling thread — Channel::post_write
@@ -184,7 +188,7 @@ struct Dump {
     std::uint64_t inclusive[callee_count] = {};
 };
 
-int print_table(const std::string& out_file) {
+int print_table(const std::string& out_file, const std::vector<double>& libmlx5) {
     std::map<std::string, Dump> measured;  // row -> its dump
     for (int part = 1;; ++part) {
         std::ifstream input(out_file + "." + std::to_string(part));
@@ -236,16 +240,21 @@ int print_table(const std::string& out_file) {
         figures.layers_found = post_dump.inclusive[ring_post] != 0 && poll_dump.inclusive[ring_poll] != 0;
         return figures;
     };
+    const bool compared = libmlx5.size() == std::size(kRows);
     std::printf("| through the public API | post, to the doorbell | completion delivered to its handle | "
-                "post + completion | target | software device's doorbell call (not counted) |\n");
-    std::printf("|---|---:|---:|---:|---:|---:|\n");
+                "post + completion | target | software device's doorbell call (not counted)%s |\n",
+                compared ? " | libmlx5's ibv_post_send + ibv_poll_cq, measured | rdmachan / libmlx5" : "");
+    std::printf("|---|---:|---:|---:|---:|---:%s|\n", compared ? "|---:|---:" : "");
     int missed = 0;
-    for (const Row& row : kRows) {
+    for (std::size_t index = 0; index < std::size(kRows); ++index) {
+        const Row& row = kRows[index];
         const Figures figures = figures_of(row);
         const bool met = figures.total <= row.target;
         missed += !met;
-        std::printf("| %s | %.1f | %.1f | %.1f | <= %.0f%s | %.1f |\n", row.label, figures.post, figures.poll, figures.total,
+        std::printf("| %s | %.1f | %.1f | %.1f | <= %.0f%s | %.1f |", row.label, figures.post, figures.poll, figures.total,
                     row.target, met ? "" : " (missed)", figures.doorbell);
+        if (compared) std::printf(" %.1f | %.2fx |", libmlx5[index], figures.total / libmlx5[index]);
+        std::printf("\n");
     }
     std::printf("\n%d of %zu targets met; instructions per write, counted over %llu writes per row on the "
                 "calling thread only.\n",
@@ -277,11 +286,31 @@ int print_table(const std::string& out_file) {
 int main(int argc, char** argv) {
     std::uint64_t operations = 1000;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--table") == 0 && i + 1 < argc) return print_table(argv[i + 1]);
+        if (std::strcmp(argv[i], "--table") == 0 && i + 1 < argc) {
+            std::vector<double> libmlx5;
+            if (i + 2 < argc && std::strcmp(argv[i + 2], "--libmlx5") == 0) {
+                for (int figure = i + 3; figure < argc; ++figure) {
+                    char* end = nullptr;
+                    const double value = std::strtod(argv[figure], &end);
+                    if (end == argv[figure] || *end != 0 || !(value > 0)) {
+                        std::fprintf(stderr, "channel_instruction_benchmark: --libmlx5: '%s' is not a positive number\n",
+                                     argv[figure]);
+                        return 2;
+                    }
+                    libmlx5.push_back(value);
+                }
+                if (libmlx5.size() != std::size(kRows)) {
+                    std::fprintf(stderr, "channel_instruction_benchmark: --libmlx5 takes %zu figures, one per row; got %zu\n",
+                                 std::size(kRows), libmlx5.size());
+                    return 2;
+                }
+            }
+            return print_table(argv[i + 1], libmlx5);
+        }
         if (std::strcmp(argv[i], "--operations") == 0 && i + 1 < argc) {
             operations = std::strtoull(argv[++i], nullptr, 10);
         } else {
-            std::fprintf(stderr, "usage: %s [--operations N] | --table CALLGRIND-OUT-FILE\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--operations N] | --table CALLGRIND-OUT-FILE [--libmlx5 SINGLE BATCH]\n", argv[0]);
             return 2;
         }
     }

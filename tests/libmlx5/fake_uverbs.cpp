@@ -1,0 +1,291 @@
+// A stand-in for the kernel's uverbs character device, inside this process, so that Debian's
+// own libibverbs and libmlx5 (the binaries users run) open an mlx5 device and post and poll on
+// this machine, which has no RDMA stack: the libc calls they make on /dev/infiniband/uverbs0
+// (open, stat, fstat, ioctl, write, mmap) are defined here, in the executable, and so are
+// found before libc's. Everything else goes to libc.
+//
+// The ioctl interface answers ENOTTY ("no ioctl framework"), so libibverbs uses the older
+// write() commands, each of which is answered here the way the mlx5 kernel driver answers
+// (drivers/infiniband/hw/mlx5 and include/uapi/rdma): a context with BlueFlame registers, a
+// protection domain, memory keys, completion queues and queue pairs whose buffers libmlx5
+// allocated itself. Nothing is executed: the benchmark writes the CQEs a NIC would write.
+// A command not answered here fails with EOPNOTSUPP and is named on stderr; an extended
+// command fails with EOPNOTSUPP silently, as on a kernel without it.
+#include "tests/libmlx5/fake_uverbs.hpp"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <rdma/ib_user_verbs.h>
+#include <rdma/mlx5-abi.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+namespace rdmachan::libmlx5_instructions {
+namespace {
+
+constexpr const char* kDevicePath = "/dev/infiniband/uverbs0";
+const dev_t kDeviceNumber = makedev(231, 192);  // what the kernel gives uverbs0
+
+int device_fd = -1;
+FakeKernelState state;
+
+template <typename Function>
+Function next(const char* name) {
+    return reinterpret_cast<Function>(dlsym(RTLD_NEXT, name));
+}
+
+void fake_device_stat(struct stat* buffer) {
+    std::memset(buffer, 0, sizeof *buffer);
+    buffer->st_mode = S_IFCHR | 0666;
+    buffer->st_rdev = kDeviceNumber;
+}
+
+// Copies `value` to the user pointer the command carried.
+template <typename T>
+void respond(std::uint64_t response, const T& value) {
+    std::memcpy(reinterpret_cast<void*>(response), &value, sizeof value);
+}
+
+int unsupported(std::uint32_t command, const char* why) {
+    std::fprintf(stderr, "fake uverbs: command %u refused: %s\n", command, why);
+    errno = EOPNOTSUPP;
+    return -1;
+}
+
+// The legacy write() commands: header, the core command, then the driver's request; the core
+// command's first field is the address of the response, which the driver's answer follows.
+ssize_t execute(const void* buffer, size_t length) {
+    ib_uverbs_cmd_hdr header;
+    if (length < sizeof header) return unsupported(0, "shorter than a command header");
+    std::memcpy(&header, buffer, sizeof header);
+    const auto* body = static_cast<const std::uint8_t*>(buffer) + sizeof header;
+    if ((header.command & IB_USER_VERBS_CMD_FLAG_EXTENDED) != 0) {
+        // As a kernel without the extended form answers: libibverbs then sends the legacy one
+        // (it asks for the extended device query first).
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    const std::uint32_t command = header.command & IB_USER_VERBS_CMD_COMMAND_MASK;
+    switch (command) {
+    case IB_USER_VERBS_CMD_GET_CONTEXT: {
+        ib_uverbs_get_context request;
+        std::memcpy(&request, body, sizeof request);
+        ib_uverbs_get_context_resp answer{};
+        answer.async_fd = static_cast<std::uint32_t>(next<int (*)(const char*, int, ...)>("open")("/dev/null", O_RDONLY | O_CLOEXEC));
+        answer.num_comp_vectors = 1;
+        respond(request.response, answer);
+        mlx5_ib_alloc_ucontext_resp driver{};
+        driver.qp_tab_size = 1 << 18;
+        driver.bf_reg_size = 512;
+        driver.tot_bfregs = 16;
+        driver.cache_line_size = 64;
+        driver.max_sq_desc_sz = 512;
+        driver.max_rq_desc_sz = 512;
+        driver.max_send_wqebb = 32768;
+        driver.max_recv_wr = 32768;
+        driver.max_srq_recv_wr = 32767;
+        driver.num_ports = 1;
+        driver.cqe_version = 1;
+        driver.log_uar_size = 12;
+        driver.num_uars_per_page = 1;
+        driver.response_length = sizeof driver;
+        const std::size_t room = header.out_words * 4u - sizeof answer;
+        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, std::min(room, sizeof driver));
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_QUERY_DEVICE: {
+        ib_uverbs_query_device request;
+        std::memcpy(&request, body, sizeof request);
+        ib_uverbs_query_device_resp answer{};
+        answer.fw_ver = 16ull << 32 | 35ull << 16 | 1012;
+        answer.max_mr_size = ~0ull;
+        answer.page_size_cap = ~0xfffull;
+        answer.vendor_id = 0x02c9;
+        answer.vendor_part_id = 0x1017;
+        answer.max_qp = 1 << 18;
+        answer.max_qp_wr = 32768;
+        answer.max_sge = 30;
+        answer.max_sge_rd = 30;
+        answer.max_cq = 1 << 24;
+        answer.max_cqe = (1 << 22) - 1;
+        answer.max_mr = 1 << 24;
+        answer.max_pd = 1 << 24;
+        answer.max_qp_rd_atom = 16;
+        answer.max_res_rd_atom = 1 << 22;
+        answer.max_qp_init_rd_atom = 16;
+        answer.atomic_cap = 1;  // IBV_ATOMIC_HCA
+        answer.max_srq = 1 << 23;
+        answer.max_srq_wr = 32767;
+        answer.max_srq_sge = 31;
+        answer.max_pkeys = 128;
+        answer.local_ca_ack_delay = 16;
+        answer.phys_port_cnt = 1;
+        respond(request.response, answer);
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_QUERY_PORT: {
+        ib_uverbs_query_port request;
+        std::memcpy(&request, body, sizeof request);
+        ib_uverbs_query_port_resp answer{};
+        answer.max_msg_sz = 1u << 30;
+        answer.gid_tbl_len = 1;
+        answer.pkey_tbl_len = 128;
+        answer.lid = 1;
+        answer.sm_lid = 1;
+        answer.state = 4;       // ACTIVE
+        answer.max_mtu = 5;     // 4096
+        answer.active_mtu = 5;
+        answer.active_width = 2;
+        answer.active_speed = 32;
+        answer.phys_state = 5;  // LinkUp
+        answer.link_layer = 1;  // InfiniBand
+        respond(request.response, answer);
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_ALLOC_PD: {
+        ib_uverbs_alloc_pd request;
+        std::memcpy(&request, body, sizeof request);
+        ib_uverbs_alloc_pd_resp answer{};
+        answer.pd_handle = 1;
+        respond(request.response, answer);
+        mlx5_ib_alloc_pd_resp driver{};
+        driver.pdn = 1;
+        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_REG_MR: {
+        ib_uverbs_reg_mr request;
+        std::memcpy(&request, body, sizeof request);
+        ib_uverbs_reg_mr_resp answer{};
+        answer.mr_handle = ++state.memory_regions;
+        answer.lkey = 0x1000 + answer.mr_handle;
+        answer.rkey = answer.lkey;
+        respond(request.response, answer);
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_CREATE_CQ: {
+        ib_uverbs_create_cq request;
+        std::memcpy(&request, body, sizeof request);
+        mlx5_ib_create_cq driver_request;
+        std::memcpy(&driver_request, body + sizeof request, sizeof driver_request);
+        state.cq_buffer = driver_request.buf_addr;
+        state.cq_doorbell_record = driver_request.db_addr;
+        state.cqe_count = request.cqe + 1;
+        state.cqe_size = driver_request.cqe_size;
+        state.cqn = 0x80;
+        ib_uverbs_create_cq_resp answer{};
+        answer.cq_handle = 1;
+        answer.cqe = request.cqe;
+        respond(request.response, answer);
+        mlx5_ib_create_cq_resp driver{};
+        driver.cqn = state.cqn;
+        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_CREATE_QP: {
+        ib_uverbs_create_qp request;
+        std::memcpy(&request, body, sizeof request);
+        mlx5_ib_create_qp driver_request;
+        std::memcpy(&driver_request, body + sizeof request, sizeof driver_request);
+        state.qpn = 0x1234;
+        state.user_index = driver_request.uidx;
+        state.send_wqe_count = driver_request.sq_wqe_count;
+        state.qp_doorbell_record = driver_request.db_addr;
+        ib_uverbs_create_qp_resp answer{};
+        answer.qp_handle = 1;
+        answer.qpn = state.qpn;
+        answer.max_send_wr = request.max_send_wr;
+        answer.max_recv_wr = request.max_recv_wr;
+        answer.max_send_sge = request.max_send_sge;
+        answer.max_recv_sge = request.max_recv_sge;
+        answer.max_inline_data = request.max_inline_data;
+        respond(request.response, answer);
+        mlx5_ib_create_qp_resp driver{};
+        driver.bfreg_index = driver_request.bfreg_index;
+        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_MODIFY_QP:
+        return static_cast<ssize_t>(length);
+    default:
+        return unsupported(command, "not answered by the fake kernel");
+    }
+}
+
+}  // namespace
+
+FakeKernelState& fake_kernel() { return state; }
+
+}  // namespace rdmachan::libmlx5_instructions
+
+using namespace rdmachan::libmlx5_instructions;
+
+extern "C" {
+
+int open(const char* path, int flags, ...) {
+    mode_t mode = 0;
+    if ((flags & O_CREAT) != 0) {
+        va_list arguments;
+        va_start(arguments, flags);
+        mode = va_arg(arguments, mode_t);
+        va_end(arguments);
+    }
+    if (std::strcmp(path, kDevicePath) == 0) {
+        device_fd = memfd_create("fake-uverbs0", MFD_CLOEXEC);
+        return device_fd;
+    }
+    return next<int (*)(const char*, int, ...)>("open")(path, flags, mode);
+}
+
+int stat(const char* path, struct stat* buffer) {
+    if (std::strcmp(path, kDevicePath) == 0) {
+        fake_device_stat(buffer);
+        return 0;
+    }
+    return next<int (*)(const char*, struct stat*)>("stat")(path, buffer);
+}
+
+int fstat(int fd, struct stat* buffer) {
+    if (fd >= 0 && fd == device_fd) {
+        fake_device_stat(buffer);
+        return 0;
+    }
+    return next<int (*)(int, struct stat*)>("fstat")(fd, buffer);
+}
+
+int ioctl(int fd, unsigned long request, ...) {
+    va_list arguments;
+    va_start(arguments, request);
+    void* argument = va_arg(arguments, void*);
+    va_end(arguments);
+    if (fd >= 0 && fd == device_fd) {
+        errno = ENOTTY;
+        return -1;
+    }
+    return next<int (*)(int, unsigned long, void*)>("ioctl")(fd, request, argument);
+}
+
+ssize_t write(int fd, const void* buffer, size_t length) {
+    if (fd >= 0 && fd == device_fd) return execute(buffer, length);
+    return next<ssize_t (*)(int, const void*, size_t)>("write")(fd, buffer, length);
+}
+
+void* mmap(void* address, size_t length, int protection, int flags, int fd, off_t offset) {
+    if (fd >= 0 && fd == device_fd) {
+        // UAR pages (doorbells, BlueFlame registers) and clock pages: plain memory here.
+        return next<void* (*)(void*, size_t, int, int, int, off_t)>("mmap")(nullptr, length, PROT_READ | PROT_WRITE,
+                                                                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    return next<void* (*)(void*, size_t, int, int, int, off_t)>("mmap")(address, length, protection, flags, fd, offset);
+}
+
+}  // extern "C"

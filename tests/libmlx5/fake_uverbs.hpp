@@ -1,0 +1,23 @@
+// The fake uverbs device (fake_uverbs.cpp): what it handed libmlx5, for the benchmark.
+#pragma once
+
+#include <cstdint>
+
+namespace rdmachan::libmlx5_instructions {
+
+struct FakeKernelState {
+    std::uint64_t cq_buffer = 0;  // the CQ ring libmlx5 allocated (create_cq's buf_addr)
+    std::uint32_t cqe_count = 0;
+    std::uint32_t cqe_size = 0;
+    std::uint32_t cqn = 0;
+    std::uint64_t cq_doorbell_record = 0;
+    std::uint32_t qpn = 0;
+    std::uint32_t user_index = 0;  // the QP's, which a CQE of version 1 carries
+    std::uint32_t send_wqe_count = 0;
+    std::uint64_t qp_doorbell_record = 0;  // [0] receive counter, [1] send counter (big-endian)
+    std::uint32_t memory_regions = 0;
+};
+
+FakeKernelState& fake_kernel();
+
+}  // namespace rdmachan::libmlx5_instructions

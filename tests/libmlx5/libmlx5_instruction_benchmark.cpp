@@ -1,0 +1,315 @@
+// libmlx5's own post and poll, counted the way scripts/instruction_counts.sh counts rdmachan's
+// (issue 22): callgrind counts only the measured_* functions, each one call on the calling thread.
+//
+//   libmlx5_instruction_benchmark [--operations N]   run the measurements (under callgrind, or
+//                                                    natively as a functional check)
+//   libmlx5_instruction_benchmark --table OUT-FILE   print the table from the dumps of such a run
+//   libmlx5_instruction_benchmark --totals OUT-FILE  print only each row's post + completion per
+//                                                    write, on one line (for the API table)
+//
+// What runs is Debian's libibverbs and libmlx5 as installed (ibverbs-providers), not a build of
+// ours: fake_uverbs.cpp stands in for the kernel, so they open "mlx5_0", create an RC queue pair
+// and post into its ring as on a ConnectX. Nothing executes the WQEs: after each post this
+// program writes the CQE a ConnectX writes for it (a requester CQE, format of CQE version 1,
+// naming the QP by the user index libmlx5 gave it), then the counted ibv_poll_cq reads it.
+// Checked on every operation: the post returned 0 and advanced the send doorbell record by the
+// WQEs it wrote; the poll returned one successful RDMA-write completion with the right wr_id.
+//
+// Rows, as in channel_instruction_benchmark: one signaled 4 KiB RDMA write (BlueFlame), and 16
+// chained 4 KiB RDMA writes in one ibv_post_send, only the last signaled (one doorbell), whose
+// one completion is polled; per write. libmlx5 runs with its defaults (its queue-pair and CQ
+// spinlocks on; MLX5_SINGLE_THREADED unset), as users run it.
+#include <arpa/inet.h>
+#include <infiniband/verbs.h>
+#include <unistd.h>
+#include <valgrind/callgrind.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/mlx5/measured_function.hpp"
+#include "tests/libmlx5/fake_uverbs.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+
+// verbs.h's macro form mixes two enumerations in one expression, which Clang refuses here; the
+// function it wraps does the same.
+#undef ibv_reg_mr
+
+namespace {
+
+namespace fs = std::filesystem;
+using rdmachan::libmlx5_instructions::fake_kernel;
+using rdmachan::libmlx5_instructions::FakeKernelState;
+
+constexpr std::uint32_t kBatch = 16;
+constexpr std::uint32_t kSlice = 4096;  // above max_inline_data, as in channel_instruction_benchmark
+constexpr std::uint32_t kOpcodeRdmaWrite = 0x08;  // the WQE opcode a requester CQE repeats
+
+MEASURED_FUNCTION int measured_post_send(ibv_qp* qp, ibv_send_wr* requests, ibv_send_wr** bad) {
+    return ibv_post_send(qp, requests, bad);
+}
+
+MEASURED_FUNCTION int measured_poll_cq(ibv_cq* cq, ibv_wc* completion) { return ibv_poll_cq(cq, 1, completion); }
+
+void write_file(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text << "\n";
+}
+
+// The sysfs entries libibverbs reads to find a device and match it to the mlx5 provider
+// (SYSFS_PATH points it here): a ConnectX-5 (PCI 15b3:1017) named mlx5_0 behind uverbs0.
+fs::path make_sysfs() {
+    const fs::path root = fs::temp_directory_path() / ("libmlx5-sysfs-" + std::to_string(getpid()));
+    write_file(root / "class/infiniband_verbs/abi_version", "6");
+    write_file(root / "class/infiniband_verbs/uverbs0/ibdev", "mlx5_0");
+    write_file(root / "class/infiniband_verbs/uverbs0/dev", "231:192");
+    write_file(root / "class/infiniband_verbs/uverbs0/abi_version", "1");
+    write_file(root / "class/infiniband/mlx5_0/node_type", "1: CA");
+    write_file(root / "class/infiniband/mlx5_0/device/modalias", "pci:v000015B3d00001017sv000015B3sd00000008bc02sc00i00");
+    return root;
+}
+
+bool fail(const char* what, std::uint64_t at) {
+    std::fprintf(stderr, "libmlx5_instruction_benchmark: %s (operation %llu)\n", what, static_cast<unsigned long long>(at));
+    return false;
+}
+
+struct Device {
+    ibv_context* context = nullptr;
+    ibv_pd* pd = nullptr;
+    ibv_mr* mr = nullptr;
+    ibv_cq* cq = nullptr;
+    ibv_qp* qp = nullptr;
+    std::vector<std::uint8_t> memory = std::vector<std::uint8_t>(kBatch * kSlice);
+    std::uint32_t posted = 0;     // WQEs posted: the send counter libmlx5 keeps
+    std::uint32_t cqes = 0;       // CQEs written
+};
+
+bool open_device(Device& device) {
+    const fs::path sysfs = make_sysfs();
+    setenv("SYSFS_PATH", sysfs.c_str(), 1);
+    int count = 0;
+    ibv_device** devices = ibv_get_device_list(&count);
+    if (devices == nullptr || count != 1) return fail("libibverbs did not list the one fake device", 0);
+    device.context = ibv_open_device(devices[0]);
+    ibv_free_device_list(devices);
+    fs::remove_all(sysfs);
+    if (device.context == nullptr) return fail("libmlx5 did not open mlx5_0", 0);
+    device.pd = ibv_alloc_pd(device.context);
+    if (device.pd == nullptr) return fail("ibv_alloc_pd failed", 0);
+    device.mr = ibv_reg_mr(device.pd, device.memory.data(), device.memory.size(), IBV_ACCESS_LOCAL_WRITE);
+    device.cq = ibv_create_cq(device.context, 256, nullptr, nullptr, 0);
+    if (device.mr == nullptr || device.cq == nullptr) return fail("ibv_reg_mr or ibv_create_cq failed", 0);
+    ibv_qp_init_attr init{};
+    init.send_cq = device.cq;
+    init.recv_cq = device.cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap.max_send_wr = 128;
+    init.cap.max_recv_wr = 1;
+    init.cap.max_send_sge = 1;
+    init.cap.max_recv_sge = 1;
+    device.qp = ibv_create_qp(device.pd, &init);
+    if (device.qp == nullptr) return fail("ibv_create_qp failed", 0);
+    ibv_qp_attr attributes{};
+    attributes.qp_state = IBV_QPS_INIT;
+    attributes.port_num = 1;
+    attributes.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    if (ibv_modify_qp(device.qp, &attributes, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
+        return fail("ibv_modify_qp to INIT failed", 0);
+    attributes = {};
+    attributes.qp_state = IBV_QPS_RTR;
+    attributes.path_mtu = IBV_MTU_4096;
+    attributes.dest_qp_num = fake_kernel().qpn;
+    attributes.ah_attr.dlid = 1;
+    attributes.ah_attr.port_num = 1;
+    attributes.max_dest_rd_atomic = 1;
+    attributes.min_rnr_timer = 12;
+    if (ibv_modify_qp(device.qp, &attributes,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
+        return fail("ibv_modify_qp to RTR failed", 0);
+    attributes = {};
+    attributes.qp_state = IBV_QPS_RTS;
+    attributes.timeout = 14;
+    attributes.retry_cnt = 7;
+    attributes.rnr_retry = 7;
+    attributes.max_rd_atomic = 1;
+    if (ibv_modify_qp(device.qp, &attributes,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                          IBV_QP_MAX_QP_RD_ATOMIC) != 0)
+        return fail("ibv_modify_qp to RTS failed", 0);
+    const FakeKernelState& kernel = fake_kernel();
+    if (kernel.cq_buffer == 0 || kernel.cqe_size != 64 || kernel.qp_doorbell_record == 0)
+        return fail("the fake kernel did not see the CQ's 64-byte ring or the QP's doorbell record", 0);
+    return true;
+}
+
+// The send counter libmlx5 wrote to the QP's doorbell record (big-endian, its second word).
+std::uint32_t send_doorbell_record() {
+    const auto* record = reinterpret_cast<const volatile std::uint32_t*>(fake_kernel().qp_doorbell_record);
+    return ntohl(record[1]);
+}
+
+// What a ConnectX writes when the WQE at `wqe_index` completes: a requester CQE for an RDMA
+// write, owned by software on this pass of the ring (mlx5-facts.md §5), the op_own byte last.
+void write_completion(Device& device, std::uint32_t wqe_index) {
+    const FakeKernelState& kernel = fake_kernel();
+    auto* cqe = reinterpret_cast<std::uint8_t*>(kernel.cq_buffer) +
+                static_cast<std::size_t>(device.cqes & (kernel.cqe_count - 1)) * kernel.cqe_size;
+    std::memset(cqe, 0, 63);
+    const std::uint32_t user_index = htonl(kernel.user_index & 0xffffff);
+    const std::uint32_t bytes = htonl(kSlice);
+    const std::uint32_t sop_drop_qpn = htonl(kOpcodeRdmaWrite << 24 | kernel.qpn);
+    const std::uint16_t counter = htons(static_cast<std::uint16_t>(wqe_index));
+    std::memcpy(cqe + rdmachan::mlx5::kCqeSrqnUserIndex, &user_index, 4);
+    std::memcpy(cqe + rdmachan::mlx5::kCqeByteCount, &bytes, 4);
+    std::memcpy(cqe + rdmachan::mlx5::kCqeSopDropQpn, &sop_drop_qpn, 4);
+    std::memcpy(cqe + rdmachan::mlx5::kCqeWqeCounter, &counter, 2);
+    const std::uint8_t owner = (device.cqes / kernel.cqe_count) & 1;
+    std::atomic_ref<std::uint8_t>(cqe[rdmachan::mlx5::kCqeOpOwn])
+        .store(static_cast<std::uint8_t>(rdmachan::mlx5::kCqeRequester << 4 | owner), std::memory_order_release);
+    ++device.cqes;
+}
+
+void dump(const char* row, std::uint64_t writes) {
+    char name[64];
+    std::snprintf(name, sizeof name, "%s %llu", row, static_cast<unsigned long long>(writes));
+    CALLGRIND_DUMP_STATS_AT(name);
+}
+
+// One operation of `writes` RDMA writes: posted (counted when `count_post`), its CQE written,
+// polled (counted when `count_poll`), everything checked.
+bool operation(Device& device, std::uint32_t writes, std::uint64_t at, bool count_post, bool count_poll) {
+    ibv_sge elements[kBatch];
+    ibv_send_wr requests[kBatch];
+    for (std::uint32_t i = 0; i < writes; ++i) {
+        elements[i] = {reinterpret_cast<std::uintptr_t>(device.memory.data()) + i * kSlice, kSlice, device.mr->lkey};
+        requests[i] = {};
+        requests[i].wr_id = at * kBatch + i;
+        requests[i].next = i + 1 < writes ? &requests[i + 1] : nullptr;
+        requests[i].sg_list = &elements[i];
+        requests[i].num_sge = 1;
+        requests[i].opcode = IBV_WR_RDMA_WRITE;
+        requests[i].send_flags = i + 1 == writes ? IBV_SEND_SIGNALED : 0;
+        requests[i].wr.rdma.remote_addr = 0x10000 + i * kSlice;
+        requests[i].wr.rdma.rkey = 0x2000;
+    }
+    ibv_send_wr* bad = nullptr;
+    const int posted = count_post ? measured_post_send(device.qp, requests, &bad) : ibv_post_send(device.qp, requests, &bad);
+    if (posted != 0) return fail("ibv_post_send failed", at);
+    device.posted += writes;
+    if (send_doorbell_record() != (device.posted & 0xffff)) return fail("the send doorbell record is not the WQEs posted", at);
+    write_completion(device, device.posted - 1);
+    ibv_wc completion{};
+    const int polled = count_poll ? measured_poll_cq(device.cq, &completion) : ibv_poll_cq(device.cq, 1, &completion);
+    if (polled != 1) return fail("ibv_poll_cq did not return the completion", at);
+    if (completion.status != IBV_WC_SUCCESS || completion.opcode != IBV_WC_RDMA_WRITE ||
+        completion.wr_id != at * kBatch + writes - 1 || completion.qp_num != fake_kernel().qpn)
+        return fail("the completion is not the last write's successful RDMA write", at);
+    return true;
+}
+
+struct Row {
+    const char* post;
+    const char* poll;
+    std::uint32_t writes;
+    const char* label;
+};
+
+constexpr Row kRows[] = {
+    {"libmlx5_post_write", "libmlx5_poll_write", 1, "ibv_post_send: one 4 KiB RDMA write, signaled"},
+    {"libmlx5_post_batch", "libmlx5_poll_batch", kBatch, "ibv_post_send: 16 chained 4 KiB RDMA writes, the last signaled (per write)"},
+};
+
+int print_table(const std::string& out_file, bool totals_only) {
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> measured;  // row -> instructions, writes
+    for (int part = 1;; ++part) {
+        std::ifstream input(out_file + "." + std::to_string(part));
+        if (!input) break;
+        std::string line, row;
+        std::uint64_t writes = 0, instructions = 0;
+        bool have_total = false;
+        while (std::getline(input, line)) {
+            const std::string trigger = "desc: Trigger: Client Request: ";
+            if (line.rfind(trigger, 0) == 0) std::istringstream(line.substr(trigger.size())) >> row >> writes;
+            if (line.rfind("totals: ", 0) == 0) have_total = static_cast<bool>(std::istringstream(line.substr(8)) >> instructions);
+        }
+        if (!row.empty() && have_total && writes != 0) measured[row] = {instructions, writes};
+    }
+    if (measured.size() != 2 * std::size(kRows)) {
+        std::fprintf(stderr, "libmlx5_instruction_benchmark: found %zu of %zu rows in %s.N\n", measured.size(),
+                     2 * std::size(kRows), out_file.c_str());
+        return 1;
+    }
+    if (!totals_only) {
+        std::printf("| libmlx5 (Debian's, as installed) | post, to the doorbell | completion polled | post + completion |\n");
+        std::printf("|---|---:|---:|---:|\n");
+    }
+    for (const Row& row : kRows) {
+        const auto [post_instructions, post_writes] = measured[row.post];
+        const auto [poll_instructions, poll_writes] = measured[row.poll];
+        const double post = static_cast<double>(post_instructions) / static_cast<double>(post_writes);
+        const double poll = static_cast<double>(poll_instructions) / static_cast<double>(poll_writes);
+        if (totals_only) {
+            std::printf("%s%.1f", &row == kRows ? "" : " ", post + poll);
+        } else {
+            std::printf("| %s | %.1f | %.1f | %.1f |\n", row.label, post, poll, post + poll);
+        }
+    }
+    if (totals_only) {
+        std::printf("\n");
+        return 0;
+    }
+    std::printf("\ninstructions per write, counted over %llu writes per row on the calling thread only.\n",
+                static_cast<unsigned long long>(measured[kRows[0].post].second));
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::uint64_t operations = 1000;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--table") == 0 && i + 1 < argc) return print_table(argv[i + 1], false);
+        if (std::strcmp(argv[i], "--totals") == 0 && i + 1 < argc) return print_table(argv[i + 1], true);
+        if (std::strcmp(argv[i], "--operations") == 0 && i + 1 < argc) {
+            operations = std::strtoull(argv[++i], nullptr, 10);
+        } else {
+            std::fprintf(stderr, "usage: %s [--operations N] | --table CALLGRIND-OUT-FILE | --totals CALLGRIND-OUT-FILE\n", argv[0]);
+            return 2;
+        }
+    }
+    if (operations == 0) {
+        std::fprintf(stderr, "libmlx5_instruction_benchmark: --operations must be at least 1\n");
+        return 2;
+    }
+    Device device;
+    if (!open_device(device)) return 1;
+    std::uint64_t at = 0;
+    // Warm-up, uncounted: every path the counted calls take has run once.
+    for (const Row& row : kRows)
+        if (!operation(device, row.writes, at++, false, false)) return 1;
+    CALLGRIND_ZERO_STATS;
+    for (const Row& row : kRows) {
+        for (std::uint64_t i = 0; i < operations; ++i)
+            if (!operation(device, row.writes, at++, true, false)) return 1;
+        dump(row.post, operations * row.writes);
+        for (std::uint64_t i = 0; i < operations; ++i)
+            if (!operation(device, row.writes, at++, false, true)) return 1;
+        dump(row.poll, operations * row.writes);
+    }
+    std::printf("libmlx5_instruction_benchmark: %llu single writes and %llu 16-write chains posted and polled through "
+                "libmlx5, every doorbell record and completion checked%s\n",
+                static_cast<unsigned long long>(operations), static_cast<unsigned long long>(operations),
+                RUNNING_ON_VALGRIND ? "" : " (not under callgrind: nothing counted)");
+    return 0;
+}
