@@ -1,8 +1,8 @@
 // A stand-in for the kernel's uverbs character device, inside this process, so that Debian's
 // own libibverbs and libmlx5 (the binaries users run) open an mlx5 device and post and poll on
 // this machine, which has no RDMA stack: the libc calls they make on /dev/infiniband/uverbs0
-// (open, stat, fstat, ioctl, write, mmap) are defined here, in the executable, and so are
-// found before libc's. Everything else goes to libc.
+// (open, stat, fstat, ioctl, write, mmap, and socket for RDMA netlink) are defined here, in the
+// executable, and so are found before libc's. Everything else goes to libc.
 //
 // The ioctl interface answers ENOTTY ("no ioctl framework"), so libibverbs uses the older
 // write() commands, each of which is answered here the way the mlx5 kernel driver answers
@@ -17,7 +17,9 @@
 #include <fcntl.h>
 #include <rdma/ib_user_verbs.h>
 #include <rdma/mlx5-abi.h>
+#include <linux/netlink.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -244,6 +246,16 @@ int open(const char* path, int flags, ...) {
         return device_fd;
     }
     return next<int (*)(const char*, int, ...)>("open")(path, flags, mode);
+}
+
+// libibverbs lists devices through RDMA netlink first and reads sysfs only when that fails: on a
+// host with RDMA devices it would find those and not the fake one.
+int socket(int domain, int type, int protocol) {
+    if (domain == AF_NETLINK && protocol == NETLINK_RDMA) {
+        errno = EPROTONOSUPPORT;
+        return -1;
+    }
+    return next<int (*)(int, int, int)>("socket")(domain, type, protocol);
 }
 
 int stat(const char* path, struct stat* buffer) {
