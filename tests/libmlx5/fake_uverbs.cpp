@@ -38,6 +38,34 @@ constexpr const char* kDevicePath = "/dev/infiniband/uverbs0";
 const dev_t kDeviceNumber = makedev(231, 192);  // what the kernel gives uverbs0
 
 int device_fd = -1;
+
+}  // namespace
+
+// The kernel's choice of a QP's BlueFlame register (drivers/infiniband/hw/mlx5/qp.c,
+// alloc_bfreg): registers are numbered two per 4 KiB UAR; register 0 rings plain doorbells; the
+// last num_low_latency of them are dedicated, one QP each (no lock in libmlx5); the rest are
+// shared, the least used one taken. A dedicated one is taken first. The index answered counts
+// four per UAR, as libmlx5's table of registers does.
+BlueFlameRegisters::BlueFlameRegisters(std::uint32_t total, std::uint32_t low_latency)
+    : total_(std::min(total, kMaxRegisters)), low_latency_(low_latency) {}
+
+int BlueFlameRegisters::allocate() {
+    const int total = static_cast<int>(total_);
+    const int shared = std::max(0, total - static_cast<int>(low_latency_) - 1);
+    int chosen = -1;
+    for (int index = shared + 1; index < total && chosen < 0; ++index)
+        if (users_[index] == 0) chosen = index;
+    if (chosen < 0 && shared > 0) {
+        chosen = 1;
+        for (int index = 1; index <= shared; ++index)
+            if (users_[index] < users_[chosen]) chosen = index;
+    }
+    if (chosen < 0) chosen = 0;
+    ++users_[chosen];
+    return chosen / 2 * 4 + chosen % 2;
+}
+
+namespace {
 FakeKernelState state;
 
 template <typename Function>
@@ -81,6 +109,10 @@ ssize_t execute(const void* buffer, size_t length) {
     case IB_USER_VERBS_CMD_GET_CONTEXT: {
         ib_uverbs_get_context request;
         std::memcpy(&request, body, sizeof request);
+        mlx5_ib_alloc_ucontext_req_v2 driver_request{};
+        std::memcpy(&driver_request, body + sizeof request,
+                    std::min<std::size_t>(sizeof driver_request, length - sizeof header - sizeof request));
+        state.registers = BlueFlameRegisters(driver_request.total_num_bfregs, driver_request.num_low_latency_bfregs);
         ib_uverbs_get_context_resp answer{};
         answer.async_fd = static_cast<std::uint32_t>(next<int (*)(const char*, int, ...)>("open")("/dev/null", O_RDONLY | O_CLOEXEC));
         answer.num_comp_vectors = 1;
@@ -88,7 +120,8 @@ ssize_t execute(const void* buffer, size_t length) {
         mlx5_ib_alloc_ucontext_resp driver{};
         driver.qp_tab_size = 1 << 18;
         driver.bf_reg_size = 512;
-        driver.tot_bfregs = 16;
+        // A kernel without the ioctl interface knows no dynamic UARs: it grants the registers asked for.
+        driver.tot_bfregs = driver_request.total_num_bfregs;
         driver.cache_line_size = 64;
         driver.max_sq_desc_sz = 512;
         driver.max_rq_desc_sz = 512;
@@ -212,7 +245,9 @@ ssize_t execute(const void* buffer, size_t length) {
         answer.max_inline_data = request.max_inline_data;
         respond(request.response, answer);
         mlx5_ib_create_qp_resp driver{};
-        driver.bfreg_index = driver_request.bfreg_index;
+        const int register_index = state.registers.allocate();
+        if (register_index < 0) return unsupported(command, "no BlueFlame register left");
+        driver.bfreg_index = static_cast<std::uint32_t>(register_index);
         std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
         return static_cast<ssize_t>(length);
     }
@@ -294,8 +329,14 @@ ssize_t write(int fd, const void* buffer, size_t length) {
 void* mmap(void* address, size_t length, int protection, int flags, int fd, off_t offset) {
     if (fd >= 0 && fd == device_fd) {
         // UAR pages (doorbells, BlueFlame registers) and clock pages: plain memory here.
-        return next<void* (*)(void*, size_t, int, int, int, off_t)>("mmap")(nullptr, length, PROT_READ | PROT_WRITE,
-                                                                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void* page = next<void* (*)(void*, size_t, int, int, int, off_t)>("mmap")(nullptr, length, PROT_READ | PROT_WRITE,
+                                                                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (page != MAP_FAILED && state.page_count < FakeKernelState::kMaxPages) {
+            state.pages[state.page_count] = page;
+            state.page_lengths[state.page_count] = length;
+            ++state.page_count;
+        }
+        return page;
     }
     return next<void* (*)(void*, size_t, int, int, int, off_t)>("mmap")(address, length, protection, flags, fd, offset);
 }

@@ -5,7 +5,22 @@
 
 namespace rdmachan::libmlx5_instructions {
 
+class BlueFlameRegisters {
+public:
+    static constexpr std::uint32_t kMaxRegisters = 512;
+    BlueFlameRegisters() = default;
+    BlueFlameRegisters(std::uint32_t total, std::uint32_t low_latency);
+    // The register a new QP gets, in libmlx5's numbering (four per UAR).
+    int allocate();
+
+private:
+    std::uint32_t total_ = 0;
+    std::uint32_t low_latency_ = 0;
+    std::uint32_t users_[kMaxRegisters] = {};
+};
+
 struct FakeKernelState {
+    BlueFlameRegisters registers;
     std::uint64_t cq_buffer = 0;  // the CQ ring libmlx5 allocated (create_cq's buf_addr)
     std::uint32_t cqe_count = 0;
     std::uint32_t cqe_size = 0;
@@ -16,6 +31,12 @@ struct FakeKernelState {
     std::uint32_t send_wqe_count = 0;
     std::uint64_t qp_doorbell_record = 0;  // [0] receive counter, [1] send counter (big-endian)
     std::uint32_t memory_regions = 0;
+    // The UAR pages libmlx5 mapped (doorbell and BlueFlame registers): plain memory here, so the
+    // benchmark can read what a post wrote to its register.
+    static constexpr int kMaxPages = 32;
+    void* pages[kMaxPages] = {};
+    std::uint64_t page_lengths[kMaxPages] = {};
+    int page_count = 0;
 };
 
 FakeKernelState& fake_kernel();

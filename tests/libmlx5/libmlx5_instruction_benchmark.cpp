@@ -12,8 +12,9 @@
 // and post into its ring as on a ConnectX. Nothing executes the WQEs: after each post this
 // program writes the CQE a ConnectX writes for it (a requester CQE, format of CQE version 1,
 // naming the QP by the user index libmlx5 gave it), then the counted ibv_poll_cq reads it.
-// Checked on every operation: the post returned 0 and advanced the send doorbell record by the
-// WQEs it wrote; the poll returned one successful RDMA-write completion with the right wr_id.
+// Checked on every operation: the post returned 0, advanced the send doorbell record by the
+// WQEs it wrote and wrote its last WQE's control segment to a doorbell register; the poll
+// returned one successful RDMA-write completion with the right wr_id.
 //
 // Rows, as in channel_instruction_benchmark: one signaled 4 KiB RDMA write (BlueFlame), and 16
 // chained 4 KiB RDMA writes in one ibv_post_send, only the last signaled (one doorbell), whose
@@ -159,6 +160,31 @@ std::uint32_t send_doorbell_record() {
     return ntohl(record[1]);
 }
 
+// How the doorbell for the WQE at `wqe_index` reached a register: libmlx5 writes the WQE's first
+// 8 bytes (BlueFlame: the whole WQE) to a register of a UAR page it mapped, so some 8-byte word
+// there is the control segment's first two words: the WQE index and opcode, the QPN and the
+// WQE's size in 16-byte units (ctrl + remote address + one data segment: 3). BlueFlame when the
+// remote address segment (`remote_addr`) follows it.
+enum class Doorbell { none, doorbell, blueflame };
+Doorbell doorbell_of(std::uint32_t wqe_index, std::uint64_t remote_addr) {
+    const FakeKernelState& kernel = fake_kernel();
+    const std::uint32_t words[2] = {htonl((wqe_index & 0xffff) << 8 | kOpcodeRdmaWrite), htonl(kernel.qpn << 8 | 3)};
+    const std::uint32_t address[2] = {htonl(static_cast<std::uint32_t>(remote_addr >> 32)),
+                                      htonl(static_cast<std::uint32_t>(remote_addr))};
+    for (int page = 0; page < kernel.page_count; ++page) {
+        const auto* bytes = static_cast<const std::uint8_t*>(kernel.pages[page]);
+        for (std::uint64_t offset = 0; offset + 64 <= kernel.page_lengths[page]; offset += 8) {
+            if (std::memcmp(bytes + offset, words, sizeof words) != 0) continue;
+            return std::memcmp(bytes + offset + 16, address, sizeof address) == 0 ? Doorbell::blueflame : Doorbell::doorbell;
+        }
+    }
+    return Doorbell::none;
+}
+
+// Posts whose WQE went by BlueFlame, by the number of writes they carried (1 or kBatch).
+std::uint64_t blueflame_posts[kBatch + 1] = {};
+std::uint64_t posts[kBatch + 1] = {};
+
 // What a ConnectX writes when the WQE at `wqe_index` completes: a requester CQE for an RDMA
 // write, owned by software on this pass of the ring (mlx5-facts.md §5), the op_own byte last.
 void write_completion(Device& device, std::uint32_t wqe_index) {
@@ -208,6 +234,10 @@ bool operation(Device& device, std::uint32_t writes, std::uint64_t at, bool coun
     if (posted != 0) return fail("ibv_post_send failed", at);
     device.posted += writes;
     if (send_doorbell_record() != (device.posted & 0xffff)) return fail("the send doorbell record is not the WQEs posted", at);
+    const Doorbell doorbell = doorbell_of(device.posted - 1, requests[writes - 1].wr.rdma.remote_addr);
+    if (doorbell == Doorbell::none) return fail("no register holds the last WQE's control segment", at);
+    blueflame_posts[writes] += doorbell == Doorbell::blueflame;
+    ++posts[writes];
     write_completion(device, device.posted - 1);
     ibv_wc completion{};
     const int polled = count_poll ? measured_poll_cq(device.cq, &completion) : ibv_poll_cq(device.cq, 1, &completion);
@@ -308,8 +338,11 @@ int main(int argc, char** argv) {
         dump(row.poll, operations * row.writes);
     }
     std::printf("libmlx5_instruction_benchmark: %llu single writes and %llu 16-write chains posted and polled through "
-                "libmlx5, every doorbell record and completion checked%s\n",
+                "libmlx5, every doorbell record, doorbell register and completion checked; by BlueFlame: %llu of %llu "
+                "single writes, %llu of %llu chains%s\n",
                 static_cast<unsigned long long>(operations), static_cast<unsigned long long>(operations),
+                static_cast<unsigned long long>(blueflame_posts[1]), static_cast<unsigned long long>(posts[1]),
+                static_cast<unsigned long long>(blueflame_posts[kBatch]), static_cast<unsigned long long>(posts[kBatch]),
                 RUNNING_ON_VALGRIND ? "" : " (not under callgrind: nothing counted)");
     return 0;
 }
