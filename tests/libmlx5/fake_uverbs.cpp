@@ -231,7 +231,7 @@ ssize_t execute(const void* buffer, size_t length) {
         std::memcpy(&request, body, sizeof request);
         mlx5_ib_create_qp driver_request;
         std::memcpy(&driver_request, body + sizeof request, sizeof driver_request);
-        state.qpn = 0x1234;
+        state.qpn = 0x1234 + state.queue_pairs++;
         state.user_index = driver_request.uidx;
         state.send_wqe_count = driver_request.sq_wqe_count;
         state.qp_doorbell_record = driver_request.db_addr;

@@ -26,8 +26,9 @@ struct FakeKernelState {
     std::uint32_t cqe_size = 0;
     std::uint32_t cqn = 0;
     std::uint64_t cq_doorbell_record = 0;
-    std::uint32_t qpn = 0;
-    std::uint32_t user_index = 0;  // the QP's, which a CQE of version 1 carries
+    std::uint32_t qpn = 0;  // the last QP's
+    std::uint32_t queue_pairs = 0;
+    std::uint32_t user_index = 0;  // the last QP's, which a CQE of version 1 carries
     std::uint32_t send_wqe_count = 0;
     std::uint64_t qp_doorbell_record = 0;  // [0] receive counter, [1] send counter (big-endian)
     std::uint32_t memory_regions = 0;

@@ -22,7 +22,6 @@
 // spinlocks on; MLX5_SINGLE_THREADED unset), as users run it.
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
-#include <unistd.h>
 #include <valgrind/callgrind.h>
 
 #include <atomic>
@@ -30,7 +29,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -38,6 +36,7 @@
 #include <vector>
 
 #include "tests/mlx5/measured_function.hpp"
+#include "tests/libmlx5/fake_device.hpp"
 #include "tests/libmlx5/fake_uverbs.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
@@ -47,8 +46,11 @@
 
 namespace {
 
-namespace fs = std::filesystem;
+using rdmachan::libmlx5_instructions::create_rts_queue_pair;
 using rdmachan::libmlx5_instructions::fake_kernel;
+using rdmachan::libmlx5_instructions::FakeMlx5;
+using rdmachan::libmlx5_instructions::open_fake_mlx5;
+using rdmachan::libmlx5_instructions::write_requester_cqe;
 using rdmachan::libmlx5_instructions::FakeKernelState;
 
 constexpr std::uint32_t kBatch = 16;
@@ -60,24 +62,6 @@ MEASURED_FUNCTION int measured_post_send(ibv_qp* qp, ibv_send_wr* requests, ibv_
 }
 
 MEASURED_FUNCTION int measured_poll_cq(ibv_cq* cq, ibv_wc* completion) { return ibv_poll_cq(cq, 1, completion); }
-
-void write_file(const fs::path& path, const std::string& text) {
-    fs::create_directories(path.parent_path());
-    std::ofstream(path) << text << "\n";
-}
-
-// The sysfs entries libibverbs reads to find a device and match it to the mlx5 provider
-// (SYSFS_PATH points it here): a ConnectX-5 (PCI 15b3:1017) named mlx5_0 behind uverbs0.
-fs::path make_sysfs() {
-    const fs::path root = fs::temp_directory_path() / ("libmlx5-sysfs-" + std::to_string(getpid()));
-    write_file(root / "class/infiniband_verbs/abi_version", "6");
-    write_file(root / "class/infiniband_verbs/uverbs0/ibdev", "mlx5_0");
-    write_file(root / "class/infiniband_verbs/uverbs0/dev", "231:192");
-    write_file(root / "class/infiniband_verbs/uverbs0/abi_version", "1");
-    write_file(root / "class/infiniband/mlx5_0/node_type", "1: CA");
-    write_file(root / "class/infiniband/mlx5_0/device/modalias", "pci:v000015B3d00001017sv000015B3sd00000008bc02sc00i00");
-    return root;
-}
 
 bool fail(const char* what, std::uint64_t at) {
     std::fprintf(stderr, "libmlx5_instruction_benchmark: %s (operation %llu)\n", what, static_cast<unsigned long long>(at));
@@ -96,61 +80,22 @@ struct Device {
 };
 
 bool open_device(Device& device) {
-    const fs::path sysfs = make_sysfs();
-    setenv("SYSFS_PATH", sysfs.c_str(), 1);
-    int count = 0;
-    ibv_device** devices = ibv_get_device_list(&count);
-    if (devices == nullptr || count != 1) return fail("libibverbs did not list the one fake device", 0);
-    device.context = ibv_open_device(devices[0]);
-    ibv_free_device_list(devices);
-    fs::remove_all(sysfs);
-    if (device.context == nullptr) return fail("libmlx5 did not open mlx5_0", 0);
-    device.pd = ibv_alloc_pd(device.context);
-    if (device.pd == nullptr) return fail("ibv_alloc_pd failed", 0);
+    std::string error;
+    const FakeMlx5 mlx5 = open_fake_mlx5(256, error);
+    if (!error.empty()) return fail(error.c_str(), 0);
+    device.context = mlx5.context;
+    device.pd = mlx5.pd;
+    device.cq = mlx5.cq;
     device.mr = ibv_reg_mr(device.pd, device.memory.data(), device.memory.size(), IBV_ACCESS_LOCAL_WRITE);
-    device.cq = ibv_create_cq(device.context, 256, nullptr, nullptr, 0);
-    if (device.mr == nullptr || device.cq == nullptr) return fail("ibv_reg_mr or ibv_create_cq failed", 0);
-    ibv_qp_init_attr init{};
-    init.send_cq = device.cq;
-    init.recv_cq = device.cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = 128;
-    init.cap.max_recv_wr = 1;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    device.qp = ibv_create_qp(device.pd, &init);
-    if (device.qp == nullptr) return fail("ibv_create_qp failed", 0);
-    ibv_qp_attr attributes{};
-    attributes.qp_state = IBV_QPS_INIT;
-    attributes.port_num = 1;
-    attributes.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-    if (ibv_modify_qp(device.qp, &attributes, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0)
-        return fail("ibv_modify_qp to INIT failed", 0);
-    attributes = {};
-    attributes.qp_state = IBV_QPS_RTR;
-    attributes.path_mtu = IBV_MTU_4096;
-    attributes.dest_qp_num = fake_kernel().qpn;
-    attributes.ah_attr.dlid = 1;
-    attributes.ah_attr.port_num = 1;
-    attributes.max_dest_rd_atomic = 1;
-    attributes.min_rnr_timer = 12;
-    if (ibv_modify_qp(device.qp, &attributes,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
-        return fail("ibv_modify_qp to RTR failed", 0);
-    attributes = {};
-    attributes.qp_state = IBV_QPS_RTS;
-    attributes.timeout = 14;
-    attributes.retry_cnt = 7;
-    attributes.rnr_retry = 7;
-    attributes.max_rd_atomic = 1;
-    if (ibv_modify_qp(device.qp, &attributes,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                          IBV_QP_MAX_QP_RD_ATOMIC) != 0)
-        return fail("ibv_modify_qp to RTS failed", 0);
-    const FakeKernelState& kernel = fake_kernel();
-    if (kernel.cq_buffer == 0 || kernel.cqe_size != 64 || kernel.qp_doorbell_record == 0)
-        return fail("the fake kernel did not see the CQ's 64-byte ring or the QP's doorbell record", 0);
+    if (device.mr == nullptr) return fail("ibv_reg_mr failed", 0);
+    ibv_qp_cap caps{};
+    caps.max_send_wr = 128;
+    caps.max_recv_wr = 1;
+    caps.max_send_sge = 1;
+    caps.max_recv_sge = 1;
+    device.qp = create_rts_queue_pair(mlx5, caps, error);
+    if (device.qp == nullptr) return fail(error.c_str(), 0);
+    if (fake_kernel().qp_doorbell_record == 0) return fail("the fake kernel did not see the QP's doorbell record", 0);
     return true;
 }
 
@@ -185,27 +130,6 @@ Doorbell doorbell_of(std::uint32_t wqe_index, std::uint64_t remote_addr) {
 std::uint64_t blueflame_posts[kBatch + 1] = {};
 std::uint64_t posts[kBatch + 1] = {};
 
-// What a ConnectX writes when the WQE at `wqe_index` completes: a requester CQE for an RDMA
-// write, owned by software on this pass of the ring (mlx5-facts.md §5), the op_own byte last.
-void write_completion(Device& device, std::uint32_t wqe_index) {
-    const FakeKernelState& kernel = fake_kernel();
-    auto* cqe = reinterpret_cast<std::uint8_t*>(kernel.cq_buffer) +
-                static_cast<std::size_t>(device.cqes & (kernel.cqe_count - 1)) * kernel.cqe_size;
-    std::memset(cqe, 0, 63);
-    const std::uint32_t user_index = htonl(kernel.user_index & 0xffffff);
-    const std::uint32_t bytes = htonl(kSlice);
-    const std::uint32_t sop_drop_qpn = htonl(kOpcodeRdmaWrite << 24 | kernel.qpn);
-    const std::uint16_t counter = htons(static_cast<std::uint16_t>(wqe_index));
-    std::memcpy(cqe + rdmachan::mlx5::kCqeSrqnUserIndex, &user_index, 4);
-    std::memcpy(cqe + rdmachan::mlx5::kCqeByteCount, &bytes, 4);
-    std::memcpy(cqe + rdmachan::mlx5::kCqeSopDropQpn, &sop_drop_qpn, 4);
-    std::memcpy(cqe + rdmachan::mlx5::kCqeWqeCounter, &counter, 2);
-    const std::uint8_t owner = (device.cqes / kernel.cqe_count) & 1;
-    std::atomic_ref<std::uint8_t>(cqe[rdmachan::mlx5::kCqeOpOwn])
-        .store(static_cast<std::uint8_t>(rdmachan::mlx5::kCqeRequester << 4 | owner), std::memory_order_release);
-    ++device.cqes;
-}
-
 void dump(const char* row, std::uint64_t writes) {
     char name[64];
     std::snprintf(name, sizeof name, "%s %llu", row, static_cast<unsigned long long>(writes));
@@ -238,12 +162,12 @@ bool operation(Device& device, std::uint32_t writes, std::uint64_t at, bool coun
     if (doorbell == Doorbell::none) return fail("no register holds the last WQE's control segment", at);
     blueflame_posts[writes] += doorbell == Doorbell::blueflame;
     ++posts[writes];
-    write_completion(device, device.posted - 1);
+    write_requester_cqe(device.cqes++, device.qp->qp_num, kOpcodeRdmaWrite, device.posted - 1, kSlice);
     ibv_wc completion{};
     const int polled = count_poll ? measured_poll_cq(device.cq, &completion) : ibv_poll_cq(device.cq, 1, &completion);
     if (polled != 1) return fail("ibv_poll_cq did not return the completion", at);
     if (completion.status != IBV_WC_SUCCESS || completion.opcode != IBV_WC_RDMA_WRITE ||
-        completion.wr_id != at * kBatch + writes - 1 || completion.qp_num != fake_kernel().qpn)
+        completion.wr_id != at * kBatch + writes - 1 || completion.qp_num != device.qp->qp_num)
         return fail("the completion is not the last write's successful RDMA write", at);
     return true;
 }

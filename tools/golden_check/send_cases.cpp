@@ -11,6 +11,7 @@
 #include "tools/golden_check/case_result.hpp"
 #include "tools/golden_check/hex.hpp"
 #include "tools/golden_check/input_fields.hpp"
+#include "tools/golden_check/send_errno.hpp"
 #include "tools/golden_check/verbs_names.hpp"
 #include "transport/mlx5/send_queue.hpp"
 
@@ -166,24 +167,6 @@ void append_wr_api_call(const json& step, Call& call, std::uint64_t& wr_id, std:
     } else if (name != "ibv_wr_start" && name != "ibv_wr_complete") {
         throw Unsupported{"wr API call " + name};
     }
-}
-
-int errno_of(mlx5::PostResult result) {
-    switch (result) {
-        case mlx5::PostResult::ok:
-            return 0;
-        case mlx5::PostResult::queue_full:
-            return ENOMEM;
-        case mlx5::PostResult::inline_too_large:
-            return ENOMEM;
-        case mlx5::PostResult::too_many_entries:  // mlx5_send_wr_set_mkey_layout
-            return ENOMEM;
-        case mlx5::PostResult::too_many_sge:
-            return EINVAL;
-        case mlx5::PostResult::invalid_request:
-            return EINVAL;
-    }
-    return EINVAL;
 }
 
 std::string hex_byte(std::uint8_t value) {
@@ -397,10 +380,10 @@ CaseResult replay(const json& one_case) {
             queue.post(requests.data(), static_cast<std::uint32_t>(requests.size()), &posted);
         last_posted = posted;
         const json& doorbell = doorbells[index];
-        if (static_cast<std::uint64_t>(errno_of(result)) != number(doorbell.at("return_code"))) {
+        if (static_cast<std::uint64_t>(send_errno_of(result)) != number(doorbell.at("return_code"))) {
             return CaseResult::mismatch("in the return code (call " + std::to_string(index) +
                                         ": expected " + doorbell.at("return_code").dump() +
-                                        ", got " + std::to_string(errno_of(result)) + ")");
+                                        ", got " + std::to_string(send_errno_of(result)) + ")");
         }
         if (doorbell.at("bf_write_kind").is_null()) {
             for (std::size_t i = 0; i < registers.size(); ++i) {

@@ -1,0 +1,135 @@
+#include "tests/libmlx5/fake_device.hpp"
+
+#include <arpa/inet.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/libmlx5/fake_uverbs.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+
+namespace rdmachan::libmlx5_instructions {
+namespace {
+
+namespace fs = std::filesystem;
+
+void write_file(const fs::path& path, const std::string& text) {
+    fs::create_directories(path.parent_path());
+    std::ofstream(path) << text << "\n";
+}
+
+// The sysfs entries libibverbs reads to find a device and match it to the mlx5 provider
+// (SYSFS_PATH points it here): a ConnectX-5 (PCI 15b3:1017) named mlx5_0 behind uverbs0.
+fs::path make_sysfs() {
+    const fs::path root = fs::temp_directory_path() / ("libmlx5-sysfs-" + std::to_string(getpid()));
+    write_file(root / "class/infiniband_verbs/abi_version", "6");
+    write_file(root / "class/infiniband_verbs/uverbs0/ibdev", "mlx5_0");
+    write_file(root / "class/infiniband_verbs/uverbs0/dev", "231:192");
+    write_file(root / "class/infiniband_verbs/uverbs0/abi_version", "1");
+    write_file(root / "class/infiniband/mlx5_0/node_type", "1: CA");
+    write_file(root / "class/infiniband/mlx5_0/device/modalias", "pci:v000015B3d00001017sv000015B3sd00000008bc02sc00i00");
+    return root;
+}
+
+}  // namespace
+
+FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error) {
+    FakeMlx5 mlx5;
+    const fs::path sysfs = make_sysfs();
+    setenv("SYSFS_PATH", sysfs.c_str(), 1);
+    int count = 0;
+    ibv_device** devices = ibv_get_device_list(&count);
+    if (devices == nullptr || count != 1) {
+        error = "libibverbs did not list the one fake device";
+        fs::remove_all(sysfs);
+        return mlx5;
+    }
+    mlx5.context = ibv_open_device(devices[0]);
+    ibv_free_device_list(devices);
+    fs::remove_all(sysfs);
+    if (mlx5.context == nullptr) {
+        error = "libmlx5 did not open mlx5_0";
+        return mlx5;
+    }
+    mlx5.pd = ibv_alloc_pd(mlx5.context);
+    mlx5.cq = ibv_create_cq(mlx5.context, static_cast<int>(cq_entries), nullptr, nullptr, 0);
+    if (mlx5.pd == nullptr || mlx5.cq == nullptr) error = "ibv_alloc_pd or ibv_create_cq failed";
+    if (fake_kernel().cq_buffer == 0 || fake_kernel().cqe_size != 64)
+        error = "the fake kernel did not see the CQ's ring of 64-byte CQEs";
+    return mlx5;
+}
+
+ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error, bool signal_all) {
+    ibv_qp_init_attr init{};
+    init.send_cq = mlx5.cq;
+    init.recv_cq = mlx5.cq;
+    init.qp_type = IBV_QPT_RC;
+    init.cap = caps;
+    init.sq_sig_all = signal_all ? 1 : 0;
+    ibv_qp* qp = ibv_create_qp(mlx5.pd, &init);
+    if (qp == nullptr) {
+        error = "ibv_create_qp failed";
+        return nullptr;
+    }
+    caps = init.cap;
+    ibv_qp_attr attributes{};
+    attributes.qp_state = IBV_QPS_INIT;
+    attributes.port_num = 1;
+    attributes.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    if (ibv_modify_qp(qp, &attributes, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+        error = "ibv_modify_qp to INIT failed";
+        return nullptr;
+    }
+    attributes = {};
+    attributes.qp_state = IBV_QPS_RTR;
+    attributes.path_mtu = IBV_MTU_4096;
+    attributes.dest_qp_num = qp->qp_num;
+    attributes.ah_attr.dlid = 1;
+    attributes.ah_attr.port_num = 1;
+    attributes.max_dest_rd_atomic = 1;
+    attributes.min_rnr_timer = 12;
+    if (ibv_modify_qp(qp, &attributes,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+        error = "ibv_modify_qp to RTR failed";
+        return nullptr;
+    }
+    attributes = {};
+    attributes.qp_state = IBV_QPS_RTS;
+    attributes.timeout = 14;
+    attributes.retry_cnt = 7;
+    attributes.rnr_retry = 7;
+    attributes.max_rd_atomic = 1;
+    if (ibv_modify_qp(qp, &attributes,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                          IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+        error = "ibv_modify_qp to RTS failed";
+        return nullptr;
+    }
+    return qp;
+}
+
+void write_requester_cqe(std::uint32_t index, std::uint32_t qpn, std::uint8_t wqe_opcode, std::uint32_t wqe_counter,
+                         std::uint32_t byte_count) {
+    const FakeKernelState& kernel = fake_kernel();
+    auto* cqe = reinterpret_cast<std::uint8_t*>(kernel.cq_buffer) +
+                static_cast<std::size_t>(index & (kernel.cqe_count - 1)) * kernel.cqe_size;
+    std::memset(cqe, 0, 63);
+    const std::uint32_t user_index = htonl(kernel.user_index & 0xffffff);
+    const std::uint32_t bytes = htonl(byte_count);
+    const std::uint32_t sop_drop_qpn = htonl(static_cast<std::uint32_t>(wqe_opcode) << 24 | qpn);
+    const std::uint16_t counter = htons(static_cast<std::uint16_t>(wqe_counter));
+    std::memcpy(cqe + mlx5::kCqeSrqnUserIndex, &user_index, 4);
+    std::memcpy(cqe + mlx5::kCqeByteCount, &bytes, 4);
+    std::memcpy(cqe + mlx5::kCqeSopDropQpn, &sop_drop_qpn, 4);
+    std::memcpy(cqe + mlx5::kCqeWqeCounter, &counter, 2);
+    const std::uint8_t owner = (index / kernel.cqe_count) & 1;
+    std::atomic_ref<std::uint8_t>(cqe[mlx5::kCqeOpOwn])
+        .store(static_cast<std::uint8_t>(mlx5::kCqeRequester << 4 | owner), std::memory_order_release);
+}
+
+}  // namespace rdmachan::libmlx5_instructions

@@ -1,0 +1,32 @@
+// Debian's libibverbs and libmlx5, as installed, opened on the fake uverbs device
+// (fake_uverbs.cpp): an "mlx5_0" with one InfiniBand port, a protection domain and a CQ, and RC
+// queue pairs moved to RTS. Shared by the libmlx5 benchmark and the differential send test.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <string>
+
+namespace rdmachan::libmlx5_instructions {
+
+struct FakeMlx5 {
+    ibv_context* context = nullptr;
+    ibv_pd* pd = nullptr;
+    ibv_cq* cq = nullptr;
+};
+
+// Empty `error` on success; otherwise what failed.
+FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error);
+// An RC queue pair with these capabilities (libmlx5 may round them up: `caps` is updated),
+// sending and receiving on `mlx5.cq`, in RTS (every WQE signaled when `signal_all`: sq_sig_all);
+// nullptr and `error` set on failure.
+ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error, bool signal_all = false);
+// Writes, as a ConnectX does, the `index`-th CQE of the last CQ created: a requester CQE for the
+// WQE of opcode `wqe_opcode` starting at WQEBB `wqe_counter` of queue pair `qpn` (the last one
+// created: the CQE, version 1, names it by its user index), owned by software on this pass of
+// the ring (mlx5-facts.md §5), the op_own byte last.
+void write_requester_cqe(std::uint32_t index, std::uint32_t qpn, std::uint8_t wqe_opcode, std::uint32_t wqe_counter,
+                         std::uint32_t byte_count = 0);
+
+}  // namespace rdmachan::libmlx5_instructions
