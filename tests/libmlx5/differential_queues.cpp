@@ -1,0 +1,234 @@
+#include "tests/libmlx5/differential_queues.hpp"
+
+#include <infiniband/mlx5dv.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "tests/libmlx5/fake_uverbs.hpp"
+
+namespace rdmachan::libmlx5_instructions {
+namespace {
+
+struct Opcodes {
+    ibv_wr_opcode verbs;
+    mlx5::SendOpcode ours;
+};
+constexpr Opcodes kOpcodes[] = {
+    {IBV_WR_RDMA_WRITE, mlx5::SendOpcode::rdma_write},
+    {IBV_WR_RDMA_WRITE_WITH_IMM, mlx5::SendOpcode::rdma_write_with_immediate},
+    {IBV_WR_SEND, mlx5::SendOpcode::send},
+    {IBV_WR_SEND_WITH_IMM, mlx5::SendOpcode::send_with_immediate},
+    {IBV_WR_RDMA_READ, mlx5::SendOpcode::rdma_read},
+    {IBV_WR_ATOMIC_CMP_AND_SWP, mlx5::SendOpcode::atomic_compare_and_swap},
+    {IBV_WR_ATOMIC_FETCH_AND_ADD, mlx5::SendOpcode::atomic_fetch_and_add},
+};
+
+constexpr std::uint32_t kMaxChain = 4;
+
+// 64-byte aligned storage of `length` bytes inside `storage`.
+Memory aligned(std::vector<std::uint8_t>& storage, std::size_t length) {
+    storage.assign(length + 64, 0);
+    const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
+    return {storage.data() + ((64 - address % 64) % 64), length};
+}
+
+}  // namespace
+
+std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_cap& wanted, bool signal_all) {
+    std::string error;
+    queues.device = open_fake_mlx5(1024, error);
+    if (!error.empty()) return error;
+    queues.caps = wanted;
+    queues.qp = create_rts_queue_pair(queues.device, queues.caps, error, signal_all);
+    if (queues.qp == nullptr) return error;
+    queues.user_index = fake_kernel().user_index;
+    mlx5dv_qp qp{};
+    mlx5dv_cq cq{};
+    mlx5dv_obj object{};
+    object.qp.in = queues.qp;
+    object.qp.out = &qp;
+    object.cq.in = queues.device.cq;
+    object.cq.out = &cq;
+    if (mlx5dv_init_obj(&object, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ) != 0) return "mlx5dv_init_obj failed";
+    if (qp.sq.stride != 64 || cq.cqe_size != 64) return "unexpected send stride or CQE size";
+    queues.send_wqe_count = qp.sq.wqe_cnt;
+    queues.receive_wqe_count = qp.rq.wqe_cnt;
+    queues.receive_stride = qp.rq.stride;
+    queues.cqe_count = cq.cqe_cnt;
+    queues.their_send = {static_cast<std::uint8_t*>(qp.sq.buf), static_cast<std::size_t>(qp.sq.wqe_cnt) * 64};
+    queues.their_receive = {static_cast<std::uint8_t*>(qp.rq.buf), static_cast<std::size_t>(qp.rq.wqe_cnt) * qp.rq.stride};
+    queues.their_completions = {static_cast<std::uint8_t*>(cq.buf), static_cast<std::size_t>(cq.cqe_cnt) * cq.cqe_size};
+    queues.their_doorbell_record = reinterpret_cast<std::uint32_t*>(qp.dbrec);
+    queues.their_cq_doorbell_record = reinterpret_cast<std::uint32_t*>(cq.dbrec);
+    queues.their_blueflame = static_cast<std::uint8_t*>(qp.bf.reg);
+    queues.blueflame_size = qp.bf.size;
+
+    queues.our_send = aligned(queues.send_memory, queues.their_send.length);
+    queues.our_receive = aligned(queues.receive_memory, queues.their_receive.length);
+    queues.our_completions = aligned(queues.completion_memory, queues.their_completions.length);
+    // The CQ ring starts as libmlx5 initialised it (every entry invalid, owned by hardware).
+    std::memcpy(queues.our_completions.bytes, queues.their_completions.bytes, queues.their_completions.length);
+    queues.our_blueflame = aligned(queues.register_memory, 2 * static_cast<std::size_t>(qp.bf.size)).bytes;
+    queues.send_wr_ids.assign(qp.sq.wqe_cnt, 0);
+    queues.send_wqe_ends.assign(qp.sq.wqe_cnt, 0);
+    queues.receive_wr_ids.assign(std::max<std::uint32_t>(qp.rq.wqe_cnt, 1), 0);
+
+    mlx5::SendQueueRing send_ring;
+    send_ring.buffer = queues.our_send.bytes;
+    send_ring.wqe_count = qp.sq.wqe_cnt;
+    send_ring.qpn = queues.qp->qp_num;
+    send_ring.doorbell_record = queues.our_doorbell_record;
+    send_ring.blueflame_register = queues.our_blueflame;
+    send_ring.blueflame_size = qp.bf.size;
+    mlx5::SendQueueConfig send_config;
+    send_config.max_sge = queues.caps.max_send_sge;
+    send_config.max_inline_data = queues.caps.max_inline_data;
+    send_config.signal_all = signal_all;
+    queues.send = mlx5::SendQueue(send_ring, {queues.send_wr_ids.data(), queues.send_wqe_ends.data(), 0, 0, nullptr}, send_config);
+    mlx5::ReceiveQueueRing receive_ring;
+    receive_ring.buffer = queues.our_receive.bytes;
+    receive_ring.wqe_count = qp.rq.wqe_cnt;
+    receive_ring.stride = qp.rq.stride;
+    receive_ring.doorbell_record = queues.our_doorbell_record;
+    queues.receive = mlx5::ReceiveQueue(receive_ring, queues.receive_wr_ids.data(), {});
+    mlx5::CompletionQueueRing completion_ring;
+    completion_ring.buffer = queues.our_completions.bytes;
+    completion_ring.cqe_count = cq.cqe_cnt;
+    completion_ring.cqe_size = cq.cqe_size;
+    completion_ring.cqn = cq.cqn;
+    completion_ring.doorbell_record = queues.our_cq_doorbell_record;
+    queues.completions = mlx5::CompletionQueue(completion_ring);
+    queues.target.send = &queues.send.tracking();
+    queues.target.send_wqe_count = qp.sq.wqe_cnt;
+    queues.target.receive = &queues.receive;
+    return {};
+}
+
+SendChain random_send_chain(std::mt19937_64& random, const ibv_qp_cap& caps, const std::vector<std::uint8_t>& payload) {
+    SendChain chain;
+    auto below = [&](std::uint64_t bound) { return bound == 0 ? 0 : random() % bound; };
+    const std::uint32_t count = 1 + static_cast<std::uint32_t>(below(kMaxChain));
+    chain.verbs.resize(count);
+    chain.ours.resize(count);
+    // Sized once: the requests point into these vectors.
+    chain.verbs_elements.reserve(static_cast<std::size_t>(count) * (caps.max_send_sge + 1));
+    chain.our_elements.reserve(static_cast<std::size_t>(count) * (caps.max_send_sge + 1));
+    for (std::uint32_t i = 0; i < count; ++i) {
+        const Opcodes& opcode = kOpcodes[below(std::size(kOpcodes))];
+        const bool atomic = opcode.ours == mlx5::SendOpcode::atomic_compare_and_swap ||
+                            opcode.ours == mlx5::SendOpcode::atomic_fetch_and_add;
+        const bool carries_data = opcode.ours != mlx5::SendOpcode::rdma_read && !atomic;
+        ibv_send_wr& wr = chain.verbs[i];
+        wr = {};
+        wr.wr_id = random();
+        wr.opcode = opcode.verbs;
+        std::uint32_t elements = static_cast<std::uint32_t>(below(caps.max_send_sge + 1));
+        if (below(40) == 0) elements = caps.max_send_sge + 1;
+        if (atomic && below(8) != 0) elements = 1;
+        if (below(3) == 0) wr.send_flags |= IBV_SEND_SIGNALED;
+        if (below(4) == 0) wr.send_flags |= IBV_SEND_SOLICITED;
+        if (below(6) == 0) wr.send_flags |= IBV_SEND_FENCE;
+        const bool inline_data = carries_data && below(3) == 0;
+        if (inline_data) wr.send_flags |= IBV_SEND_INLINE;
+        // Inline: lengths that land around max_inline_data in total.
+        const std::uint32_t length_bound = inline_data ? caps.max_inline_data / (elements == 0 ? 1 : elements) + 24 : 5000;
+        const std::size_t first = chain.verbs_elements.size();
+        for (std::uint32_t e = 0; e < elements; ++e) {
+            std::uint32_t length = static_cast<std::uint32_t>(below(length_bound + 1));
+            if (atomic) length = 8;
+            const std::uint64_t offset = below(payload.size() - std::min<std::size_t>(length, payload.size()) + 1);
+            const std::uint64_t address =
+                inline_data ? reinterpret_cast<std::uintptr_t>(payload.data()) + offset : (random() & 0xffffffffffffull);
+            chain.verbs_elements.push_back({address, length, static_cast<std::uint32_t>(random())});
+            chain.our_elements.push_back({address, length, chain.verbs_elements.back().lkey});
+        }
+        wr.sg_list = elements == 0 ? nullptr : &chain.verbs_elements[first];
+        wr.num_sge = static_cast<int>(elements);
+        wr.imm_data = static_cast<std::uint32_t>(random());
+        wr.wr.rdma.remote_addr = random();
+        wr.wr.rdma.rkey = static_cast<std::uint32_t>(random());
+        if (atomic) {
+            wr.wr.atomic.remote_addr = random() & ~7ull;
+            wr.wr.atomic.rkey = static_cast<std::uint32_t>(random());
+            wr.wr.atomic.compare_add = random();
+            wr.wr.atomic.swap = random();
+        }
+        wr.next = i + 1 < count ? &chain.verbs[i + 1] : nullptr;
+
+        mlx5::SendWorkRequest& request = chain.ours[i];
+        request.wr_id = wr.wr_id;
+        request.opcode = opcode.ours;
+        request.flags = ((wr.send_flags & IBV_SEND_SIGNALED) != 0 ? mlx5::kSendSignaled : 0) |
+                        ((wr.send_flags & IBV_SEND_SOLICITED) != 0 ? mlx5::kSendSolicited : 0) |
+                        ((wr.send_flags & IBV_SEND_FENCE) != 0 ? mlx5::kSendFence : 0) |
+                        ((wr.send_flags & IBV_SEND_INLINE) != 0 ? mlx5::kSendInline : 0);
+        request.sg_list = elements == 0 ? nullptr : &chain.our_elements[first];
+        request.num_sge = elements;
+        // The immediate goes on the wire as imm_data's bytes; ours is the number they spell.
+        request.immediate = __builtin_bswap32(wr.imm_data);
+        if (atomic) {
+            request.remote_addr = wr.wr.atomic.remote_addr;
+            request.rkey = wr.wr.atomic.rkey;
+            request.compare_add = wr.wr.atomic.compare_add;
+            request.swap = wr.wr.atomic.swap;
+        } else {
+            request.remote_addr = wr.wr.rdma.remote_addr;
+            request.rkey = wr.wr.rdma.rkey;
+        }
+        chain.description += std::string(i == 0 ? "" : ", ") + "opcode " + std::to_string(static_cast<int>(opcode.verbs)) +
+                             " sge " + std::to_string(elements) + " flags " + std::to_string(wr.send_flags);
+    }
+    return chain;
+}
+
+ReceiveChain random_receive_chain(std::mt19937_64& random, const ibv_qp_cap& caps) {
+    ReceiveChain chain;
+    auto below = [&](std::uint64_t bound) { return bound == 0 ? 0 : random() % bound; };
+    const std::uint32_t count = 1 + static_cast<std::uint32_t>(below(3));
+    chain.verbs.resize(count);
+    chain.ours.resize(count);
+    chain.verbs_elements.reserve(static_cast<std::size_t>(count) * (caps.max_recv_sge + 1));
+    chain.our_elements.reserve(static_cast<std::size_t>(count) * (caps.max_recv_sge + 1));
+    for (std::uint32_t i = 0; i < count; ++i) {
+        std::uint32_t elements = static_cast<std::uint32_t>(below(caps.max_recv_sge + 1));
+        if (below(30) == 0) elements = caps.max_recv_sge + 1;
+        const std::size_t first = chain.verbs_elements.size();
+        for (std::uint32_t e = 0; e < elements; ++e) {
+            // Zero-length elements now and then: libmlx5 leaves them out of the WQE.
+            const std::uint32_t length = below(5) == 0 ? 0 : static_cast<std::uint32_t>(below(1u << 20));
+            chain.verbs_elements.push_back({random() & 0xffffffffffffull, length, static_cast<std::uint32_t>(random())});
+            chain.our_elements.push_back({chain.verbs_elements.back().addr, length, chain.verbs_elements.back().lkey});
+        }
+        ibv_recv_wr& wr = chain.verbs[i];
+        wr = {};
+        wr.wr_id = random();
+        wr.sg_list = elements == 0 ? nullptr : &chain.verbs_elements[first];
+        wr.num_sge = static_cast<int>(elements);
+        wr.next = i + 1 < count ? &chain.verbs[i + 1] : nullptr;
+        chain.ours[i].wr_id = wr.wr_id;
+        chain.ours[i].sg_list = elements == 0 ? nullptr : &chain.our_elements[first];
+        chain.ours[i].num_sge = elements;
+    }
+    return chain;
+}
+
+long first_difference(const std::uint8_t* theirs, const std::uint8_t* ours, std::size_t length, std::uint8_t poison) {
+    for (std::size_t i = 0; i < length; ++i)
+        if (theirs[i] != poison && theirs[i] != ours[i]) return static_cast<long>(i);
+    return -1;
+}
+
+std::string hex_around(const std::uint8_t* bytes, long at, std::size_t length) {
+    std::string text;
+    const std::size_t from = static_cast<std::size_t>(at) / 16 * 16;
+    char piece[4];
+    for (std::size_t i = from; i < from + 16 && i < length; ++i) {
+        std::snprintf(piece, sizeof piece, "%02x", bytes[i]);
+        text += piece;
+    }
+    return text;
+}
+
+}  // namespace rdmachan::libmlx5_instructions

@@ -1,0 +1,89 @@
+// Two copies of one queue pair's queues for the differential tests: libmlx5's own (an RC queue
+// pair of the installed libmlx5 on the fake uverbs device, its rings read through
+// mlx5dv_init_obj) and the project's (SendQueue, ReceiveQueue and CompletionQueue over plain
+// memory of the same shapes, the CQ ring starting as a copy of libmlx5's). The tests post the
+// same work requests to both and write the same CQEs into both rings.
+//
+// Which bytes libmlx5 wrote: before a call the tests fill both sides' memory with the same
+// random byte; a byte of libmlx5's that differs from it afterwards was written (a byte written
+// with the poison's value is missed, a different one each call). We may write more (reserved
+// fields libmlx5 leaves alone).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/libmlx5/fake_device.hpp"
+#include "transport/mlx5/completion_queue.hpp"
+#include "transport/mlx5/receive_queue.hpp"
+#include "transport/mlx5/send_queue.hpp"
+
+namespace rdmachan::libmlx5_instructions {
+
+// One side's memory of a queue: where it is and how long.
+struct Memory {
+    std::uint8_t* bytes = nullptr;
+    std::size_t length = 0;
+};
+
+struct DifferentialQueues {
+    FakeMlx5 device;
+    ibv_qp* qp = nullptr;
+    ibv_qp_cap caps{};
+    std::uint32_t user_index = 0;
+    // libmlx5's rings.
+    Memory their_send, their_receive, their_completions;
+    std::uint32_t* their_doorbell_record = nullptr;  // [0] receive, [1] send
+    std::uint32_t* their_cq_doorbell_record = nullptr;
+    std::uint8_t* their_blueflame = nullptr;
+    std::uint32_t blueflame_size = 0;
+    std::uint32_t send_wqe_count = 0, receive_wqe_count = 0, receive_stride = 0, cqe_count = 0;
+    // Ours, in storage of our own.
+    std::vector<std::uint8_t> send_memory, receive_memory, completion_memory, register_memory;
+    Memory our_send, our_receive, our_completions;
+    std::uint32_t our_doorbell_record[2] = {};
+    std::uint32_t our_cq_doorbell_record[2] = {};
+    std::uint8_t* our_blueflame = nullptr;
+    std::vector<std::uint64_t> send_wr_ids, receive_wr_ids;
+    std::vector<std::uint32_t> send_wqe_ends;
+    mlx5::SendQueue send;
+    mlx5::ReceiveQueue receive;
+    mlx5::CompletionQueue completions;
+    mlx5::CompletionTarget target;
+};
+
+// Empty on success, else what failed. `queues` must not move afterwards (the queues point into it).
+std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_cap& wanted, bool signal_all);
+
+// A chain of send work requests in both forms, with the storage their pointers refer to.
+struct SendChain {
+    std::vector<ibv_send_wr> verbs;
+    std::vector<ibv_sge> verbs_elements;
+    std::vector<mlx5::SendWorkRequest> ours;
+    std::vector<mlx5::ScatterGatherElement> our_elements;
+    std::string description;
+};
+// 1 to 4 requests of the opcodes the channel posts, random flags, SGE counts (now and then one
+// above the queue's maximum) and lengths; inline payloads come from `payload`.
+SendChain random_send_chain(std::mt19937_64& random, const ibv_qp_cap& caps, const std::vector<std::uint8_t>& payload);
+
+// The same for receives: 1 to 3 requests, SGE counts up to one above the maximum, lengths 0 up.
+struct ReceiveChain {
+    std::vector<ibv_recv_wr> verbs;
+    std::vector<ibv_sge> verbs_elements;
+    std::vector<mlx5::ReceiveWorkRequest> ours;
+    std::vector<mlx5::ScatterGatherElement> our_elements;
+};
+ReceiveChain random_receive_chain(std::mt19937_64& random, const ibv_qp_cap& caps);
+
+// The first offset where libmlx5 wrote something (a byte not `poison`) that differs from ours,
+// or -1.
+long first_difference(const std::uint8_t* theirs, const std::uint8_t* ours, std::size_t length, std::uint8_t poison);
+// 16 bytes around `at`, in hex, for a failure message.
+std::string hex_around(const std::uint8_t* bytes, long at, std::size_t length);
+
+}  // namespace rdmachan::libmlx5_instructions
