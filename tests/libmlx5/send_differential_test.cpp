@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "tests/libmlx5/differential_queues.hpp"
-#include "tools/golden_check/send_errno.hpp"
+#include "tools/golden_check/post_errno.hpp"
 
 namespace {
 

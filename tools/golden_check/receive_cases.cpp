@@ -12,6 +12,7 @@
 
 #include "tools/golden_check/completion_check.hpp"
 #include "tools/golden_check/hex.hpp"
+#include "tools/golden_check/post_errno.hpp"
 #include "tools/golden_check/input_fields.hpp"
 #include "tools/golden_check/verbs_names.hpp"
 #include "transport/mlx5/send_queue.hpp"
@@ -49,14 +50,6 @@ ReceiveRequests receive_requests(const json& wr_list) {
     return result;
 }
 
-int errno_of(mlx5::PostResult result) {
-    switch (result) {
-        case mlx5::PostResult::ok: return 0;
-        case mlx5::PostResult::queue_full: return ENOMEM;
-        default: return EINVAL;
-    }
-}
-
 std::string compare_bytes(const std::uint8_t* actual, const json& bytes_hex, const json& mask_hex, const std::string& what) {
     const std::vector<std::uint8_t> expected = bytes_from_hex(bytes_hex.get<std::string>());
     const std::vector<std::uint8_t> mask = bytes_from_hex(mask_hex.get<std::string>());
@@ -70,9 +63,9 @@ std::string compare_bytes(const std::uint8_t* actual, const json& bytes_hex, con
 }
 
 CaseResult check_post_outcome(mlx5::PostResult result, std::uint32_t posted, const json& outputs) {
-    if (static_cast<std::uint64_t>(errno_of(result)) != number(outputs.at("return_code"))) {
+    if (static_cast<std::uint64_t>(receive_errno_of(result)) != number(outputs.at("return_code"))) {
         return CaseResult::mismatch("in the return code: libmlx5 " + outputs.at("return_code").dump() + ", ours " +
-                                    std::to_string(errno_of(result)));
+                                    std::to_string(receive_errno_of(result)));
     }
     if (outputs.contains("bad_wr_index") && !outputs.at("bad_wr_index").is_null() &&
         number(outputs.at("bad_wr_index")) != posted) {

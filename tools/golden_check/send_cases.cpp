@@ -11,7 +11,7 @@
 #include "tools/golden_check/case_result.hpp"
 #include "tools/golden_check/hex.hpp"
 #include "tools/golden_check/input_fields.hpp"
-#include "tools/golden_check/send_errno.hpp"
+#include "tools/golden_check/post_errno.hpp"
 #include "tools/golden_check/verbs_names.hpp"
 #include "transport/mlx5/send_queue.hpp"
 

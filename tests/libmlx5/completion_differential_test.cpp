@@ -1,0 +1,292 @@
+// Receive posting and CQE decoding against libmlx5 itself (differential_queues.hpp). Random
+// receive chains go to libmlx5's receive queue and to ReceiveQueue: the return code, the number
+// accepted, the doorbell record and every byte libmlx5 wrote into the receive WQEs must agree.
+// Random send chains go to both send queues. Then random CQEs for the work outstanding — a
+// requester completion retiring one to three WQEs or a requester error with any syndrome, a
+// responder completion of each kind (send, send with immediate or invalidate, write with
+// immediate: random byte count, immediate, sender QPN, SL, GRH bits, SLID, path bits, solicited
+// bit) or a responder error — are written into both CQ rings, and libmlx5's ibv_poll_cq and
+// CompletionQueue::poll, with random capacities, must return the same number of completions,
+// the same value in every ibv_wc field libmlx5 wrote, and the same CQ doorbell record.
+//
+// Fields libmlx5 wrote: the ibv_wc array is filled with a random byte before each poll, and a
+// field still holding it was not written (a field written with that value is missed, a
+// different one each poll). CQEs we decode differently on purpose (docs/ARCHITECTURE.md:
+// scatter-to-CQE formats, resize and unknown-QP CQEs) are not generated; responder CQEs name
+// the receive libmlx5 v44 takes next (it assumes order, we read wqe_counter).
+#include <arpa/inet.h>
+#include <doctest/doctest.h>
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/libmlx5/differential_queues.hpp"
+#include "tools/golden_check/post_errno.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
+
+namespace {
+
+namespace mlx5 = rdmachan::mlx5;
+using namespace rdmachan::libmlx5_instructions;
+
+constexpr std::uint8_t kSyndromes[] = {
+    mlx5::kSyndromeLocalLength,          mlx5::kSyndromeLocalQpOperation, mlx5::kSyndromeLocalProtection,
+    mlx5::kSyndromeWorkRequestFlushed,   mlx5::kSyndromeMemoryWindowBind, mlx5::kSyndromeBadResponse,
+    mlx5::kSyndromeLocalAccess,          mlx5::kSyndromeRemoteInvalidRequest, mlx5::kSyndromeRemoteAccess,
+    mlx5::kSyndromeRemoteOperation,      mlx5::kSyndromeTransportRetryExceeded, mlx5::kSyndromeRnrRetryExceeded,
+    mlx5::kSyndromeRemoteAborted,
+};
+
+struct SendWqe {
+    std::uint32_t start;     // its first WQEBB
+    std::uint8_t opcode;     // the WQE opcode
+};
+
+struct State {
+    DifferentialQueues queues;
+    std::mt19937_64 random;
+    std::deque<SendWqe> sends;           // posted, not completed, in order
+    std::deque<std::uint32_t> receives;  // receive indices posted, not completed, in order
+    std::uint32_t cqes = 0;              // CQEs written
+    std::uint32_t compared_fields = 0, completions = 0, receive_posts = 0;
+    std::vector<std::uint8_t> payload;
+    std::uint64_t below(std::uint64_t bound) { return bound == 0 ? 0 : random() % bound; }
+};
+
+void put32(std::uint8_t* cqe, std::uint32_t offset, std::uint32_t value) {
+    const std::uint32_t big = htonl(value);
+    std::memcpy(cqe + offset, &big, 4);
+}
+
+// Writes the same CQE into both rings at the next index, op_own last with the pass's owner bit.
+void write_cqe(State& state, std::uint8_t* cqe, std::uint8_t opcode_and_flags) {
+    DifferentialQueues& queues = state.queues;
+    const std::size_t at = static_cast<std::size_t>(state.cqes & (queues.cqe_count - 1)) * 64;
+    const std::uint8_t owner = (state.cqes / queues.cqe_count) & 1;
+    cqe[mlx5::kCqeOpOwn] = static_cast<std::uint8_t>(opcode_and_flags | owner);
+    for (std::uint8_t* ring : {queues.their_completions.bytes, queues.our_completions.bytes}) {
+        std::memcpy(ring + at, cqe, 63);
+        std::atomic_ref<std::uint8_t>(ring[at + 63]).store(cqe[mlx5::kCqeOpOwn], std::memory_order_release);
+    }
+    ++state.cqes;
+}
+
+std::string post_receives(State& state) {
+    DifferentialQueues& queues = state.queues;
+    ReceiveChain chain = random_receive_chain(state.random, queues.caps);
+    const auto value = static_cast<std::uint8_t>(state.random());
+    std::memset(queues.their_receive.bytes, value, queues.their_receive.length);
+    std::memset(queues.our_receive.bytes, value, queues.our_receive.length);
+    const std::uint32_t first = queues.receive.head();
+    ibv_recv_wr* bad = nullptr;
+    const int their_result = ibv_post_recv(queues.qp, chain.verbs.data(), &bad);
+    const std::uint32_t their_posted =
+        bad == nullptr ? static_cast<std::uint32_t>(chain.verbs.size()) : static_cast<std::uint32_t>(bad - chain.verbs.data());
+    std::uint32_t our_posted = 0;
+    const mlx5::PostResult our_result = queues.receive.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
+    if (rdmachan::golden::receive_errno_of(our_result) != their_result || our_posted != their_posted)
+        return "receive post: libmlx5 returned " + std::to_string(their_result) + " after " + std::to_string(their_posted) +
+               ", ours " + std::to_string(rdmachan::golden::receive_errno_of(our_result)) + " after " + std::to_string(our_posted);
+    if (queues.their_doorbell_record[0] != queues.our_doorbell_record[0]) return "receive doorbell records differ";
+    for (std::uint32_t index = first; index != queues.receive.head(); ++index) {
+        const std::size_t at = static_cast<std::size_t>(index & (queues.receive_wqe_count - 1)) * queues.receive_stride;
+        const long difference = first_difference(queues.their_receive.bytes + at, queues.our_receive.bytes + at, queues.receive_stride, value);
+        if (difference >= 0)
+            return "receive WQE " + std::to_string(index) + " byte " + std::to_string(difference) + ": libmlx5 " +
+                   hex_around(queues.their_receive.bytes + at, difference, queues.receive_stride) + ", ours " +
+                   hex_around(queues.our_receive.bytes + at, difference, queues.receive_stride);
+        state.receives.push_back(index);
+    }
+    ++state.receive_posts;
+    return {};
+}
+
+std::string post_sends(State& state) {
+    DifferentialQueues& queues = state.queues;
+    SendChain chain = random_send_chain(state.random, queues.caps, state.payload);
+    std::uint32_t start = queues.send.tracking().producer_index;
+    ibv_send_wr* bad = nullptr;
+    const int their_result = ibv_post_send(queues.qp, chain.verbs.data(), &bad);
+    const std::uint32_t their_posted =
+        bad == nullptr ? static_cast<std::uint32_t>(chain.verbs.size()) : static_cast<std::uint32_t>(bad - chain.verbs.data());
+    std::uint32_t our_posted = 0;
+    const mlx5::PostResult our_result = queues.send.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
+    if (rdmachan::golden::send_errno_of(our_result) != their_result || our_posted != their_posted)
+        return "send post (" + chain.description + "): libmlx5 returned " + std::to_string(their_result) + ", ours " +
+               std::to_string(rdmachan::golden::send_errno_of(our_result));
+    for (std::uint32_t i = 0; i < their_posted; ++i) {
+        const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(start & (queues.send_wqe_count - 1)) * 64;
+        state.sends.push_back({start, ctrl[3]});
+        start += ((ctrl[7] & 0x3f) * 16 + 63) / 64;
+    }
+    if (start != queues.send.tracking().producer_index) return "the WQEs posted do not end at our producer index";
+    return {};
+}
+
+void write_requester_completion(State& state) {
+    const std::uint32_t retired = 1 + static_cast<std::uint32_t>(state.below(std::min<std::size_t>(3, state.sends.size())));
+    SendWqe named{};
+    for (std::uint32_t i = 0; i < retired; ++i) {
+        named = state.sends.front();
+        state.sends.pop_front();
+    }
+    std::uint8_t cqe[64];
+    for (std::uint8_t& byte : cqe) byte = static_cast<std::uint8_t>(state.random());
+    put32(cqe, mlx5::kCqeSrqnUserIndex, state.queues.user_index & 0xffffff);
+    put32(cqe, mlx5::kCqeByteCount, static_cast<std::uint32_t>(state.random()));
+    put32(cqe, mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(named.opcode) << 24 | state.queues.qp->qp_num);
+    const std::uint16_t counter = htons(static_cast<std::uint16_t>(named.start));
+    std::memcpy(cqe + mlx5::kCqeWqeCounter, &counter, 2);
+    if (state.below(4) == 0) {
+        cqe[mlx5::kCqeSyndrome] = state.below(5) == 0 ? static_cast<std::uint8_t>(state.random())
+                                                      : kSyndromes[state.below(std::size(kSyndromes))];
+        write_cqe(state, cqe, mlx5::kCqeRequesterError << 4);
+    } else {
+        write_cqe(state, cqe, static_cast<std::uint8_t>(mlx5::kCqeRequester << 4));
+    }
+}
+
+void write_responder_completion(State& state) {
+    const std::uint32_t index = state.receives.front();
+    state.receives.pop_front();
+    std::uint8_t cqe[64];
+    for (std::uint8_t& byte : cqe) byte = static_cast<std::uint8_t>(state.random());
+    put32(cqe, mlx5::kCqeSrqnUserIndex, state.queues.user_index & 0xffffff);
+    // The top byte of sop_drop_qpn is not the QPN: random.
+    put32(cqe, mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(state.random() & 0xff000000u) | state.queues.qp->qp_num);
+    const std::uint16_t counter = htons(static_cast<std::uint16_t>(index));
+    std::memcpy(cqe + mlx5::kCqeWqeCounter, &counter, 2);
+    const std::uint8_t solicited = state.below(2) == 0 ? 0x02 : 0;
+    if (state.below(5) == 0) {
+        cqe[mlx5::kCqeSyndrome] = state.below(5) == 0 ? static_cast<std::uint8_t>(state.random())
+                                                      : kSyndromes[state.below(std::size(kSyndromes))];
+        write_cqe(state, cqe, mlx5::kCqeResponderError << 4);
+        return;
+    }
+    constexpr std::uint8_t kinds[] = {mlx5::kCqeResponderWriteImmediate, mlx5::kCqeResponderSend,
+                                      mlx5::kCqeResponderSendImmediate, mlx5::kCqeResponderSendInvalidate};
+    // Format 0 (bits 3:2): no data scattered into the CQE.
+    write_cqe(state, cqe, static_cast<std::uint8_t>(kinds[state.below(std::size(kinds))] << 4 | solicited));
+}
+
+// Compares the ibv_wc fields libmlx5 wrote (those not still `poison`) with our completion.
+std::string compare(State& state, const ibv_wc& theirs, const mlx5::Completion& ours, std::uint8_t poison) {
+    std::string difference;
+    auto field = [&](const char* name, const void* address, std::size_t size, std::uint64_t their_value, std::uint64_t our_value) {
+        const auto* bytes = static_cast<const std::uint8_t*>(address);
+        bool written = false;
+        for (std::size_t i = 0; i < size; ++i) written = written || bytes[i] != poison;
+        if (!written) return;
+        ++state.compared_fields;
+        if (difference.empty() && their_value != our_value)
+            difference = std::string(name) + ": libmlx5 " + std::to_string(their_value) + ", ours " + std::to_string(our_value);
+    };
+    std::uint32_t flags = 0;
+    if ((ours.flags & mlx5::kCompletionGrh) != 0) flags |= IBV_WC_GRH;
+    if ((ours.flags & mlx5::kCompletionWithImmediate) != 0) flags |= IBV_WC_WITH_IMM;
+    if ((ours.flags & mlx5::kCompletionWithInvalidate) != 0) flags |= IBV_WC_WITH_INV;
+    field("wr_id", &theirs.wr_id, 8, theirs.wr_id, ours.wr_id);
+    field("status", &theirs.status, sizeof theirs.status, theirs.status, static_cast<std::uint64_t>(ours.status));
+    field("opcode", &theirs.opcode, sizeof theirs.opcode, theirs.opcode, static_cast<std::uint64_t>(ours.opcode));
+    field("vendor_err", &theirs.vendor_err, 4, theirs.vendor_err, ours.vendor_error);
+    field("byte_len", &theirs.byte_len, 4, theirs.byte_len, ours.byte_len);
+    field("qp_num", &theirs.qp_num, 4, theirs.qp_num, ours.qp_num);
+    field("src_qp", &theirs.src_qp, 4, theirs.src_qp, ours.src_qp);
+    field("wc_flags", &theirs.wc_flags, 4, theirs.wc_flags, flags);
+    field("pkey_index", &theirs.pkey_index, 2, theirs.pkey_index, ours.pkey_index);
+    field("slid", &theirs.slid, 2, theirs.slid, ours.slid);
+    field("sl", &theirs.sl, 1, theirs.sl, ours.sl);
+    field("dlid_path_bits", &theirs.dlid_path_bits, 1, theirs.dlid_path_bits, ours.dlid_path_bits);
+    if ((theirs.wc_flags & IBV_WC_WITH_INV) != 0 && theirs.status == IBV_WC_SUCCESS) {
+        field("invalidated_rkey", &theirs.invalidated_rkey, 4, theirs.invalidated_rkey, ours.invalidated_rkey);
+    } else if ((theirs.wc_flags & IBV_WC_WITH_IMM) != 0 && theirs.status == IBV_WC_SUCCESS) {
+        field("imm_data", &theirs.imm_data, 4, ntohl(theirs.imm_data), ours.immediate);
+    }
+    return difference;
+}
+
+std::string poll_both(State& state) {
+    DifferentialQueues& queues = state.queues;
+    auto resolve = [&queues](std::uint32_t qpn, std::uint32_t) -> mlx5::CompletionTarget* {
+        return qpn == queues.qp->qp_num ? &queues.target : nullptr;
+    };
+    for (;;) {
+        const auto capacity = static_cast<std::uint32_t>(1 + state.below(6));
+        const auto poison = static_cast<std::uint8_t>(state.random());
+        ibv_wc theirs[6];
+        std::memset(theirs, poison, sizeof theirs);
+        mlx5::Completion ours[6];
+        const int their_count = ibv_poll_cq(queues.device.cq, static_cast<int>(capacity), theirs);
+        const std::uint32_t our_count = queues.completions.poll(ours, capacity, resolve);
+        if (their_count < 0 || static_cast<std::uint32_t>(their_count) != our_count)
+            return "poll of " + std::to_string(capacity) + ": libmlx5 returned " + std::to_string(their_count) + ", ours " +
+                   std::to_string(our_count);
+        if (queues.their_cq_doorbell_record[0] != queues.our_cq_doorbell_record[0]) return "CQ doorbell records differ";
+        for (std::uint32_t i = 0; i < our_count; ++i) {
+            const std::string difference = compare(state, theirs[i], ours[i], poison);
+            if (!difference.empty()) return "completion " + std::to_string(i) + " of a poll: " + difference;
+            ++state.completions;
+        }
+        if (our_count == 0) return {};
+    }
+}
+
+void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t steps) {
+    State state;
+    const std::string error = open_differential_queues(state.queues, wanted, false);
+    REQUIRE_MESSAGE(error.empty(), error);
+    state.random.seed(seed);
+    state.payload.resize(8192);
+    for (std::uint8_t& byte : state.payload) byte = static_cast<std::uint8_t>(state.random());
+    DifferentialQueues& queues = state.queues;
+    INFO("queues: send wqe_cnt ", queues.send_wqe_count, ", receive wqe_cnt ", queues.receive_wqe_count, " stride ",
+         queues.receive_stride, ", max_recv_sge ", queues.caps.max_recv_sge, ", CQEs ", queues.cqe_count, "; seed ", seed);
+    for (std::uint32_t step = 0; step < steps; ++step) {
+        CAPTURE(step);
+        std::string failure;
+        const std::uint64_t choice = state.below(4);
+        if (choice == 0) {
+            failure = post_receives(state);
+        } else if (choice == 1 && state.sends.size() + 4 < queues.caps.max_send_wr) {
+            failure = post_sends(state);
+        } else {
+            // 1 to 4 CQEs for what is outstanding, then polls until the CQ is empty.
+            const auto count = static_cast<std::uint32_t>(1 + state.below(4));
+            for (std::uint32_t i = 0; i < count; ++i) {
+                const bool requester = !state.sends.empty() && (state.receives.empty() || state.below(2) == 0);
+                if (requester) {
+                    write_requester_completion(state);
+                } else if (!state.receives.empty()) {
+                    write_responder_completion(state);
+                }
+            }
+            failure = poll_both(state);
+        }
+        REQUIRE_MESSAGE(failure.empty(), failure);
+    }
+    MESSAGE(steps, " steps: ", state.receive_posts, " receive posts compared, ", state.completions, " completions with ",
+            state.compared_fields, " fields compared");
+    CHECK(state.completions > steps / 4);
+}
+
+}  // namespace
+
+TEST_CASE("receive posts and CQE decoding agree with the installed libmlx5, on random work and CQEs") {
+    ibv_qp_cap caps{};
+    caps.max_send_wr = 64;
+    caps.max_send_sge = 4;
+    caps.max_inline_data = 64;
+    caps.max_recv_wr = 32;
+    caps.max_recv_sge = 4;
+    run(caps, 11, 20000);
+    caps.max_recv_wr = 8;
+    caps.max_recv_sge = 1;
+    caps.max_send_wr = 16;
+    run(caps, 12, 20000);
+}
