@@ -19,6 +19,7 @@
 #include <infiniband/verbs.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -67,7 +68,9 @@ void put32(std::uint8_t* cqe, std::uint32_t offset, std::uint32_t value) {
 // Writes the same CQE into both rings at the next index, op_own last with the pass's owner bit.
 void write_cqe(State& state, std::uint8_t* cqe, std::uint8_t opcode_and_flags) {
     DifferentialQueues& queues = state.queues;
-    const std::size_t at = static_cast<std::size_t>(state.cqes & (queues.cqe_count - 1)) * 64;
+    // The mlx5_cqe64 is the last 64 bytes of an entry (a 128-byte CQE's first half holds data
+    // scattered to the CQE, which format 0 does not use).
+    const std::size_t at = static_cast<std::size_t>(state.cqes & (queues.cqe_count - 1)) * queues.cqe_size + (queues.cqe_size - 64);
     const std::uint8_t owner = (state.cqes / queues.cqe_count) & 1;
     cqe[mlx5::kCqeOpOwn] = static_cast<std::uint8_t>(opcode_and_flags | owner);
     for (std::uint8_t* ring : {queues.their_completions.bytes, queues.our_completions.bytes}) {
@@ -246,7 +249,8 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t steps) {
     for (std::uint8_t& byte : state.payload) byte = static_cast<std::uint8_t>(state.random());
     DifferentialQueues& queues = state.queues;
     INFO("queues: send wqe_cnt ", queues.send_wqe_count, ", receive wqe_cnt ", queues.receive_wqe_count, " stride ",
-         queues.receive_stride, ", max_recv_sge ", queues.caps.max_recv_sge, ", CQEs ", queues.cqe_count, "; seed ", seed);
+         queues.receive_stride, ", max_recv_sge ", queues.caps.max_recv_sge, ", CQEs ", queues.cqe_count, " of ", queues.cqe_size,
+         " bytes; seed ", seed);
     for (std::uint32_t step = 0; step < steps; ++step) {
         CAPTURE(step);
         std::string failure;
@@ -289,4 +293,17 @@ TEST_CASE("receive posts and CQE decoding agree with the installed libmlx5, on r
     caps.max_recv_sge = 1;
     caps.max_send_wr = 16;
     run(caps, 12, 20000);
+}
+
+TEST_CASE("the same with 128-byte CQEs") {
+    // libmlx5 sizes a new CQ's entries by MLX5_CQE_SIZE (64 unless set).
+    setenv("MLX5_CQE_SIZE", "128", 1);
+    ibv_qp_cap caps{};
+    caps.max_send_wr = 32;
+    caps.max_send_sge = 2;
+    caps.max_inline_data = 64;
+    caps.max_recv_wr = 16;
+    caps.max_recv_sge = 2;
+    run(caps, 13, 20000);
+    unsetenv("MLX5_CQE_SIZE");
 }

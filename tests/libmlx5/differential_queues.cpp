@@ -52,11 +52,12 @@ std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_ca
     object.cq.in = queues.device.cq;
     object.cq.out = &cq;
     if (mlx5dv_init_obj(&object, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ) != 0) return "mlx5dv_init_obj failed";
-    if (qp.sq.stride != 64 || cq.cqe_size != 64) return "unexpected send stride or CQE size";
+    if (qp.sq.stride != 64 || (cq.cqe_size != 64 && cq.cqe_size != 128)) return "unexpected send stride or CQE size";
     queues.send_wqe_count = qp.sq.wqe_cnt;
     queues.receive_wqe_count = qp.rq.wqe_cnt;
     queues.receive_stride = qp.rq.stride;
     queues.cqe_count = cq.cqe_cnt;
+    queues.cqe_size = cq.cqe_size;
     queues.their_send = {static_cast<std::uint8_t*>(qp.sq.buf), static_cast<std::size_t>(qp.sq.wqe_cnt) * 64};
     queues.their_receive = {static_cast<std::uint8_t*>(qp.rq.buf), static_cast<std::size_t>(qp.rq.wqe_cnt) * qp.rq.stride};
     queues.their_completions = {static_cast<std::uint8_t*>(cq.buf), static_cast<std::size_t>(cq.cqe_cnt) * cq.cqe_size};

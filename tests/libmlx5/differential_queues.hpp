@@ -41,7 +41,7 @@ struct DifferentialQueues {
     std::uint32_t* their_cq_doorbell_record = nullptr;
     std::uint8_t* their_blueflame = nullptr;
     std::uint32_t blueflame_size = 0;
-    std::uint32_t send_wqe_count = 0, receive_wqe_count = 0, receive_stride = 0, cqe_count = 0;
+    std::uint32_t send_wqe_count = 0, receive_wqe_count = 0, receive_stride = 0, cqe_count = 0, cqe_size = 0;
     // Ours, in storage of our own.
     std::vector<std::uint8_t> send_memory, receive_memory, completion_memory, register_memory;
     Memory our_send, our_receive, our_completions;

@@ -58,8 +58,8 @@ FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error) {
     mlx5.pd = ibv_alloc_pd(mlx5.context);
     mlx5.cq = ibv_create_cq(mlx5.context, static_cast<int>(cq_entries), nullptr, nullptr, 0);
     if (mlx5.pd == nullptr || mlx5.cq == nullptr) error = "ibv_alloc_pd or ibv_create_cq failed";
-    if (fake_kernel().cq_buffer == 0 || fake_kernel().cqe_size != 64)
-        error = "the fake kernel did not see the CQ's ring of 64-byte CQEs";
+    if (fake_kernel().cq_buffer == 0 || (fake_kernel().cqe_size != 64 && fake_kernel().cqe_size != 128))
+        error = "the fake kernel did not see the CQ's ring of 64- or 128-byte CQEs";
     return mlx5;
 }
 
@@ -116,8 +116,9 @@ ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::strin
 void write_requester_cqe(std::uint32_t index, std::uint32_t qpn, std::uint8_t wqe_opcode, std::uint32_t wqe_counter,
                          std::uint32_t byte_count) {
     const FakeKernelState& kernel = fake_kernel();
+    // The mlx5_cqe64 is the last 64 bytes of an entry.
     auto* cqe = reinterpret_cast<std::uint8_t*>(kernel.cq_buffer) +
-                static_cast<std::size_t>(index & (kernel.cqe_count - 1)) * kernel.cqe_size;
+                static_cast<std::size_t>(index & (kernel.cqe_count - 1)) * kernel.cqe_size + (kernel.cqe_size - 64);
     std::memset(cqe, 0, 63);
     const std::uint32_t user_index = htonl(kernel.user_index & 0xffffff);
     const std::uint32_t bytes = htonl(byte_count);
