@@ -36,12 +36,23 @@ Memory aligned(std::vector<std::uint8_t>& storage, std::size_t length) {
 
 }  // namespace
 
-std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_cap& wanted, bool signal_all) {
+std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_cap& wanted, bool signal_all,
+                                     std::uint32_t shared_receive_wr) {
     std::string error;
     queues.device = open_fake_mlx5(1024, error);
     if (!error.empty()) return error;
     queues.caps = wanted;
-    queues.qp = create_rts_queue_pair(queues.device, queues.caps, error, signal_all);
+    if (shared_receive_wr != 0) {
+        ibv_srq_init_attr attributes{};
+        attributes.attr.max_wr = shared_receive_wr;
+        attributes.attr.max_sge = wanted.max_recv_sge;
+        queues.srq = ibv_create_srq(queues.device.pd, &attributes);
+        if (queues.srq == nullptr) return "ibv_create_srq failed";
+        queues.srq_max_sge = attributes.attr.max_sge;  // as granted
+        queues.caps.max_recv_wr = 0;
+        queues.caps.max_recv_sge = 0;
+    }
+    queues.qp = create_rts_queue_pair(queues.device, queues.caps, error, signal_all, queues.srq);
     if (queues.qp == nullptr) return error;
     queues.user_index = fake_kernel().user_index;
     mlx5dv_qp qp{};
@@ -104,6 +115,30 @@ std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_ca
     queues.target.send = &queues.send.tracking();
     queues.target.send_wqe_count = qp.sq.wqe_cnt;
     queues.target.receive = &queues.receive;
+    if (queues.srq != nullptr) {
+        mlx5dv_srq srq{};
+        mlx5dv_obj srq_object{};
+        srq_object.srq.in = queues.srq;
+        srq_object.srq.out = &srq;
+        if (mlx5dv_init_obj(&srq_object, MLX5DV_OBJ_SRQ) != 0) return "mlx5dv_init_obj of the SRQ failed";
+        // A fresh SRQ's free list runs from WQE 0 (head) to the last WQE (tail).
+        queues.srq_wqe_count = srq.tail + 1;
+        queues.srq_stride = srq.stride;
+        queues.their_shared_receive = {static_cast<std::uint8_t*>(srq.buf), static_cast<std::size_t>(queues.srq_wqe_count) * srq.stride};
+        queues.their_srq_doorbell_record = reinterpret_cast<std::uint32_t*>(srq.dbrec);
+        queues.our_shared_receive = aligned(queues.shared_receive_memory, queues.their_shared_receive.length);
+        std::memcpy(queues.our_shared_receive.bytes, queues.their_shared_receive.bytes, queues.their_shared_receive.length);
+        queues.shared_receive_wr_ids.assign(queues.srq_wqe_count, 0);
+        mlx5::SharedReceiveQueueRing ring;
+        ring.buffer = queues.our_shared_receive.bytes;
+        ring.wqe_count = queues.srq_wqe_count;
+        ring.stride = srq.stride;
+        ring.srqn = srq.srqn;
+        ring.doorbell_record = queues.our_srq_doorbell_record;
+        queues.shared_receive = mlx5::SharedReceiveQueue(ring, queues.shared_receive_wr_ids.data(), srq.head, srq.tail);
+        queues.target.receive = nullptr;
+        queues.target.shared_receive = &queues.shared_receive;
+    }
     return {};
 }
 

@@ -21,6 +21,7 @@
 #include "transport/mlx5/completion_queue.hpp"
 #include "transport/mlx5/receive_queue.hpp"
 #include "transport/mlx5/send_queue.hpp"
+#include "transport/mlx5/shared_receive_queue.hpp"
 
 namespace rdmachan::libmlx5_instructions {
 
@@ -54,10 +55,23 @@ struct DifferentialQueues {
     mlx5::ReceiveQueue receive;
     mlx5::CompletionQueue completions;
     mlx5::CompletionTarget target;
+    // With a shared receive queue (the QP then has no receive queue of its own).
+    ibv_srq* srq = nullptr;
+    Memory their_shared_receive;
+    std::uint32_t* their_srq_doorbell_record = nullptr;
+    std::uint32_t srq_wqe_count = 0, srq_stride = 0, srq_max_sge = 0;
+    std::vector<std::uint8_t> shared_receive_memory;
+    Memory our_shared_receive;
+    std::uint32_t our_srq_doorbell_record[1] = {};
+    std::vector<std::uint64_t> shared_receive_wr_ids;
+    mlx5::SharedReceiveQueue shared_receive;
 };
 
 // Empty on success, else what failed. `queues` must not move afterwards (the queues point into it).
-std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_cap& wanted, bool signal_all);
+// `shared_receive_wr` > 0: the QP receives from an SRQ of that many work requests and
+// wanted.max_recv_sge SGEs; ours starts as a copy of libmlx5's (its free list included).
+std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_cap& wanted, bool signal_all,
+                                     std::uint32_t shared_receive_wr = 0);
 
 // A chain of send work requests in both forms, with the storage their pointers refer to.
 struct SendChain {

@@ -63,13 +63,15 @@ FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error) {
     return mlx5;
 }
 
-ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error, bool signal_all) {
+ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error, bool signal_all,
+                              ibv_srq* shared_receive_queue) {
     ibv_qp_init_attr init{};
     init.send_cq = mlx5.cq;
     init.recv_cq = mlx5.cq;
     init.qp_type = IBV_QPT_RC;
     init.cap = caps;
     init.sq_sig_all = signal_all ? 1 : 0;
+    init.srq = shared_receive_queue;
     ibv_qp* qp = ibv_create_qp(mlx5.pd, &init);
     if (qp == nullptr) {
         error = "ibv_create_qp failed";

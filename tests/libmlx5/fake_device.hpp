@@ -19,9 +19,11 @@ struct FakeMlx5 {
 // Empty `error` on success; otherwise what failed.
 FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error);
 // An RC queue pair with these capabilities (libmlx5 may round them up: `caps` is updated),
-// sending and receiving on `mlx5.cq`, in RTS (every WQE signaled when `signal_all`: sq_sig_all);
+// sending and receiving on `mlx5.cq`, in RTS (every WQE signaled when `signal_all`: sq_sig_all;
+// receiving from `shared_receive_queue` when there is one);
 // nullptr and `error` set on failure.
-ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error, bool signal_all = false);
+ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error, bool signal_all = false,
+                              ibv_srq* shared_receive_queue = nullptr);
 // Writes, as a ConnectX does, the `index`-th CQE of the last CQ created: a requester CQE for the
 // WQE of opcode `wqe_opcode` starting at WQEBB `wqe_counter` of queue pair `qpn` (the last one
 // created: the CQE, version 1, names it by its user index), owned by software on this pass of

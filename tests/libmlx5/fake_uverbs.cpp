@@ -251,6 +251,20 @@ ssize_t execute(const void* buffer, size_t length) {
         std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
         return static_cast<ssize_t>(length);
     }
+    case IB_USER_VERBS_CMD_CREATE_SRQ: {
+        ib_uverbs_create_srq request;
+        std::memcpy(&request, body, sizeof request);
+        ib_uverbs_create_srq_resp answer{};
+        answer.srq_handle = 1;
+        answer.max_wr = request.max_wr;
+        answer.max_sge = request.max_sge;
+        answer.srqn = 0x50 + state.shared_receive_queues++;
+        respond(request.response, answer);
+        mlx5_ib_create_srq_resp driver{};
+        driver.srqn = answer.srqn;
+        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
+        return static_cast<ssize_t>(length);
+    }
     case IB_USER_VERBS_CMD_MODIFY_QP:
         return static_cast<ssize_t>(length);
     default:
