@@ -114,14 +114,13 @@ std::string post_shared_receives(State& state) {
     }
     ibv_recv_wr* bad = nullptr;
     const int their_result = ibv_post_srq_recv(queues.srq, chain.verbs.data(), &bad);
-    const std::uint32_t their_posted =
-        bad == nullptr ? static_cast<std::uint32_t>(chain.verbs.size()) : static_cast<std::uint32_t>(bad - chain.verbs.data());
+    const std::uint32_t their_posted = accepted(bad, chain.verbs);
     std::uint32_t our_posted = 0;
     const mlx5::PostResult our_result =
         queues.shared_receive.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
-    if (rdmachan::golden::receive_errno_of(our_result) != their_result || our_posted != their_posted)
-        return "SRQ post: libmlx5 returned " + std::to_string(their_result) + " after " + std::to_string(their_posted) +
-               ", ours " + std::to_string(rdmachan::golden::receive_errno_of(our_result)) + " after " + std::to_string(our_posted);
+    const std::string posts =
+        post_difference("SRQ post", their_result, their_posted, rdmachan::golden::receive_errno_of(our_result), our_posted);
+    if (!posts.empty()) return posts;
     if (queues.their_srq_doorbell_record[0] != queues.our_srq_doorbell_record[0]) return "SRQ doorbell records differ";
     const std::string rings = compare_shared_receive_rings(queues);
     if (!rings.empty()) return "after a post, " + rings;
@@ -140,13 +139,12 @@ std::string post_receives(State& state) {
     const std::uint32_t first = queues.receive.head();
     ibv_recv_wr* bad = nullptr;
     const int their_result = ibv_post_recv(queues.qp, chain.verbs.data(), &bad);
-    const std::uint32_t their_posted =
-        bad == nullptr ? static_cast<std::uint32_t>(chain.verbs.size()) : static_cast<std::uint32_t>(bad - chain.verbs.data());
+    const std::uint32_t their_posted = accepted(bad, chain.verbs);
     std::uint32_t our_posted = 0;
     const mlx5::PostResult our_result = queues.receive.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
-    if (rdmachan::golden::receive_errno_of(our_result) != their_result || our_posted != their_posted)
-        return "receive post: libmlx5 returned " + std::to_string(their_result) + " after " + std::to_string(their_posted) +
-               ", ours " + std::to_string(rdmachan::golden::receive_errno_of(our_result)) + " after " + std::to_string(our_posted);
+    const std::string posts =
+        post_difference("receive post", their_result, their_posted, rdmachan::golden::receive_errno_of(our_result), our_posted);
+    if (!posts.empty()) return posts;
     if (queues.their_doorbell_record[0] != queues.our_doorbell_record[0]) return "receive doorbell records differ";
     for (std::uint32_t index = first; index != queues.receive.head(); ++index) {
         const std::size_t at = static_cast<std::size_t>(index & (queues.receive_wqe_count - 1)) * queues.receive_stride;
@@ -167,13 +165,12 @@ std::string post_sends(State& state) {
     std::uint32_t start = queues.send.tracking().producer_index;
     ibv_send_wr* bad = nullptr;
     const int their_result = ibv_post_send(queues.qp, chain.verbs.data(), &bad);
-    const std::uint32_t their_posted =
-        bad == nullptr ? static_cast<std::uint32_t>(chain.verbs.size()) : static_cast<std::uint32_t>(bad - chain.verbs.data());
+    const std::uint32_t their_posted = accepted(bad, chain.verbs);
     std::uint32_t our_posted = 0;
     const mlx5::PostResult our_result = queues.send.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
-    if (rdmachan::golden::send_errno_of(our_result) != their_result || our_posted != their_posted)
-        return "send post (" + chain.description + "): libmlx5 returned " + std::to_string(their_result) + ", ours " +
-               std::to_string(rdmachan::golden::send_errno_of(our_result));
+    const std::string posts = post_difference("send post (" + chain.description + ")", their_result, their_posted,
+                                              rdmachan::golden::send_errno_of(our_result), our_posted);
+    if (!posts.empty()) return posts;
     for (std::uint32_t i = 0; i < their_posted; ++i) {
         const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(start & (queues.send_wqe_count - 1)) * 64;
         state.sends.push_back({start, ctrl[3]});
@@ -181,6 +178,16 @@ std::string post_sends(State& state) {
     }
     if (start != queues.send.tracking().producer_index) return "the WQEs posted do not end at our producer index";
     return {};
+}
+
+// A CQE of random bytes naming our QP (by user index and QPN, `top_byte` above the QPN) and the
+// WQE at `wqe_counter`; the caller sets the rest.
+void start_cqe(State& state, std::uint8_t (&cqe)[64], std::uint32_t top_byte, std::uint32_t wqe_counter) {
+    for (std::uint8_t& byte : cqe) byte = static_cast<std::uint8_t>(state.random());
+    put32(cqe, mlx5::kCqeSrqnUserIndex, state.queues.user_index & 0xffffff);
+    put32(cqe, mlx5::kCqeSopDropQpn, top_byte | state.queues.qp->qp_num);
+    const std::uint16_t counter = htons(static_cast<std::uint16_t>(wqe_counter));
+    std::memcpy(cqe + mlx5::kCqeWqeCounter, &counter, 2);
 }
 
 void write_requester_completion(State& state) {
@@ -191,12 +198,7 @@ void write_requester_completion(State& state) {
         state.sends.pop_front();
     }
     std::uint8_t cqe[64];
-    for (std::uint8_t& byte : cqe) byte = static_cast<std::uint8_t>(state.random());
-    put32(cqe, mlx5::kCqeSrqnUserIndex, state.queues.user_index & 0xffffff);
-    put32(cqe, mlx5::kCqeByteCount, static_cast<std::uint32_t>(state.random()));
-    put32(cqe, mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(named.opcode) << 24 | state.queues.qp->qp_num);
-    const std::uint16_t counter = htons(static_cast<std::uint16_t>(named.start));
-    std::memcpy(cqe + mlx5::kCqeWqeCounter, &counter, 2);
+    start_cqe(state, cqe, static_cast<std::uint32_t>(named.opcode) << 24, named.start);
     if (state.below(4) == 0) {
         cqe[mlx5::kCqeSyndrome] = state.below(5) == 0 ? static_cast<std::uint8_t>(state.random())
                                                       : kSyndromes[state.below(std::size(kSyndromes))];
@@ -212,12 +214,8 @@ void write_responder_completion(State& state) {
     const std::uint32_t index = state.receives[pick];
     state.receives.erase(state.receives.begin() + static_cast<std::ptrdiff_t>(pick));
     std::uint8_t cqe[64];
-    for (std::uint8_t& byte : cqe) byte = static_cast<std::uint8_t>(state.random());
-    put32(cqe, mlx5::kCqeSrqnUserIndex, state.queues.user_index & 0xffffff);
     // The top byte of sop_drop_qpn is not the QPN: random.
-    put32(cqe, mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(state.random() & 0xff000000u) | state.queues.qp->qp_num);
-    const std::uint16_t counter = htons(static_cast<std::uint16_t>(index));
-    std::memcpy(cqe + mlx5::kCqeWqeCounter, &counter, 2);
+    start_cqe(state, cqe, static_cast<std::uint32_t>(state.random() & 0xff000000u), index);
     const std::uint8_t solicited = state.below(2) == 0 ? 0x02 : 0;
     if (state.below(5) == 0) {
         cqe[mlx5::kCqeSyndrome] = state.below(5) == 0 ? static_cast<std::uint8_t>(state.random())

@@ -27,14 +27,13 @@ constexpr Opcodes kOpcodes[] = {
 
 constexpr std::uint32_t kMaxChain = 4;
 
-// 64-byte aligned storage of `length` bytes inside `storage`.
+}  // namespace
+
 Memory aligned(std::vector<std::uint8_t>& storage, std::size_t length) {
     storage.assign(length + 64, 0);
     const auto address = reinterpret_cast<std::uintptr_t>(storage.data());
     return {storage.data() + ((64 - address % 64) % 64), length};
 }
-
-}  // namespace
 
 std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_cap& wanted, bool signal_all,
                                      std::uint32_t shared_receive_wr) {
@@ -54,6 +53,20 @@ std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_ca
     }
     queues.qp = create_rts_queue_pair(queues.device, queues.caps, error, signal_all, queues.srq);
     if (queues.qp == nullptr) return error;
+    return mirror_queues(queues, signal_all, false);
+}
+
+std::string open_differential_dci(DifferentialQueues& queues, const ibv_qp_cap& wanted) {
+    std::string error;
+    queues.device = open_fake_mlx5(1024, error);
+    if (!error.empty()) return error;
+    queues.caps = wanted;
+    queues.qp = create_rts_dc_initiator(queues.device, queues.caps, error);
+    if (queues.qp == nullptr) return error;
+    return mirror_queues(queues, false, true);
+}
+
+std::string mirror_queues(DifferentialQueues& queues, bool signal_all, bool dc_initiator) {
     queues.user_index = fake_kernel().user_index;
     mlx5dv_qp qp{};
     mlx5dv_cq cq{};
@@ -98,6 +111,7 @@ std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_ca
     send_config.max_sge = queues.caps.max_send_sge;
     send_config.max_inline_data = queues.caps.max_inline_data;
     send_config.signal_all = signal_all;
+    send_config.dc_initiator = dc_initiator;
     queues.send = mlx5::SendQueue(send_ring, {queues.send_wr_ids.data(), queues.send_wqe_ends.data(), 0, 0, nullptr}, send_config);
     mlx5::ReceiveQueueRing receive_ring;
     receive_ring.buffer = queues.our_receive.bytes;
@@ -248,6 +262,47 @@ ReceiveChain random_receive_chain(std::mt19937_64& random, const ibv_qp_cap& cap
         chain.ours[i].num_sge = elements;
     }
     return chain;
+}
+
+long first_posted_difference(DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint8_t poison) {
+    for (std::uint32_t wqebb = first_wqebb; wqebb != queues.send.tracking().producer_index; ++wqebb) {
+        const std::size_t at = static_cast<std::size_t>(wqebb & (queues.send_wqe_count - 1)) * 64;
+        const long difference = first_difference(queues.their_send.bytes + at, queues.our_send.bytes + at, 64, poison);
+        if (difference >= 0) return static_cast<long>(at) + difference;
+    }
+    return -1;
+}
+
+std::string describe_send_difference(const DifferentialQueues& queues, long at) {
+    if (at < 0) return {};
+    return "WQEBB " + std::to_string(at / 64) + " byte " + std::to_string(at % 64) + ": libmlx5 " +
+           hex_around(queues.their_send.bytes, at, queues.their_send.length) + ", ours " +
+           hex_around(queues.our_send.bytes, at, queues.our_send.length);
+}
+
+bool retire_posted(DifferentialQueues& queues, std::uint32_t& cqes, std::uint32_t first_wqebb, std::uint32_t wqes) {
+    if (wqes == 0) return true;
+    std::uint32_t start = first_wqebb;
+    std::uint32_t last = start;
+    const std::uint32_t mask = queues.send_wqe_count - 1;
+    for (std::uint32_t i = 0; i < wqes; ++i) {
+        last = start;
+        const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(start & mask) * 64;
+        start += ((ctrl[7] & 0x3f) * 16 + 63) / 64;
+    }
+    const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(last & mask) * 64;
+    write_requester_cqe(cqes++, queues.qp->qp_num, ctrl[3], last);
+    ibv_wc completion{};
+    if (ibv_poll_cq(queues.device.cq, 1, &completion) != 1) return false;
+    queues.send.tracking().consumer_index = queues.send.tracking().producer_index;
+    return true;
+}
+
+std::string post_difference(const std::string& what, int their_result, std::uint32_t their_posted, int our_result,
+                            std::uint32_t our_posted) {
+    if (their_result == our_result && their_posted == our_posted) return {};
+    return what + ": libmlx5 returned " + std::to_string(their_result) + " after accepting " + std::to_string(their_posted) +
+           ", ours " + std::to_string(our_result) + " after " + std::to_string(our_posted);
 }
 
 long first_difference(const std::uint8_t* theirs, const std::uint8_t* ours, std::size_t length, std::uint8_t poison) {

@@ -73,6 +73,26 @@ struct DifferentialQueues {
 std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_cap& wanted, bool signal_all,
                                      std::uint32_t shared_receive_wr = 0);
 
+// The same over a DC initiator of libmlx5's (mlx5dv_create_qp, in RTS), sending with the
+// ibv_wr_* API; ours is a DC-initiator SendQueue.
+std::string open_differential_dci(DifferentialQueues& queues, const ibv_qp_cap& wanted);
+// Ours, shaped after libmlx5's queue pair and CQ (both openers end with it).
+std::string mirror_queues(DifferentialQueues& queues, bool signal_all, bool dc_initiator);
+
+// 64-byte aligned storage of `length` bytes inside `storage`.
+Memory aligned(std::vector<std::uint8_t>& storage, std::size_t length);
+
+// The first offset in the send ring, within the WQEBBs posted since `first_wqebb` (up to our
+// producer index), where libmlx5 wrote a byte other than ours; -1 if none. A refused request
+// may leave bytes after them (libmlx5 copies inline data before it finds the total too large),
+// which no NIC reads.
+long first_posted_difference(DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint8_t poison);
+std::string describe_send_difference(const DifferentialQueues& queues, long at);
+// Retires the `wqes` WQEs both sides posted from `first_wqebb`, as a completion of libmlx5's
+// last one would (the CQE names that WQE's first WQEBB, found by walking the ds fields), so
+// neither queue fills. False if libmlx5 did not return that completion.
+bool retire_posted(DifferentialQueues& queues, std::uint32_t& cqes, std::uint32_t first_wqebb, std::uint32_t wqes);
+
 // A chain of send work requests in both forms, with the storage their pointers refer to.
 struct SendChain {
     std::vector<ibv_send_wr> verbs;
@@ -93,6 +113,15 @@ struct ReceiveChain {
     std::vector<mlx5::ScatterGatherElement> our_elements;
 };
 ReceiveChain random_receive_chain(std::mt19937_64& random, const ibv_qp_cap& caps);
+
+// How many requests of a list libmlx5 took: up to the one *bad names, all when it is nullptr.
+template <typename Request>
+std::uint32_t accepted(const Request* bad, const std::vector<Request>& requests) {
+    return bad == nullptr ? static_cast<std::uint32_t>(requests.size()) : static_cast<std::uint32_t>(bad - requests.data());
+}
+// Empty when both posts returned the same errno after accepting as many requests; else says so.
+std::string post_difference(const std::string& what, int their_result, std::uint32_t their_posted, int our_result,
+                            std::uint32_t our_posted);
 
 // The first offset where libmlx5 wrote something (a byte not `poison`) that differs from ours,
 // or -1.

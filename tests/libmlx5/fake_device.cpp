@@ -1,6 +1,7 @@
 #include "tests/libmlx5/fake_device.hpp"
 
 #include <arpa/inet.h>
+#include <infiniband/mlx5dv.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -33,6 +34,23 @@ fs::path make_sysfs() {
     write_file(root / "class/infiniband/mlx5_0/node_type", "1: CA");
     write_file(root / "class/infiniband/mlx5_0/device/modalias", "pci:v000015B3d00001017sv000015B3sd00000008bc02sc00i00");
     return root;
+}
+
+// RTR to RTS, the same for an RC queue pair and a DCI; nullptr and `error` set on failure.
+ibv_qp* move_to_rts(ibv_qp* qp, std::string& error) {
+    ibv_qp_attr attributes{};
+    attributes.qp_state = IBV_QPS_RTS;
+    attributes.timeout = 14;
+    attributes.retry_cnt = 7;
+    attributes.rnr_retry = 7;
+    attributes.max_rd_atomic = 1;
+    if (ibv_modify_qp(qp, &attributes,
+                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+                          IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
+        error = "ibv_modify_qp to RTS failed";
+        return nullptr;
+    }
+    return qp;
 }
 
 }  // namespace
@@ -100,19 +118,45 @@ ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::strin
         error = "ibv_modify_qp to RTR failed";
         return nullptr;
     }
-    attributes = {};
-    attributes.qp_state = IBV_QPS_RTS;
-    attributes.timeout = 14;
-    attributes.retry_cnt = 7;
-    attributes.rnr_retry = 7;
-    attributes.max_rd_atomic = 1;
-    if (ibv_modify_qp(qp, &attributes,
-                      IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
-                          IBV_QP_MAX_QP_RD_ATOMIC) != 0) {
-        error = "ibv_modify_qp to RTS failed";
+    return move_to_rts(qp, error);
+}
+
+ibv_qp* create_rts_dc_initiator(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error) {
+    ibv_qp_init_attr_ex attributes{};
+    attributes.qp_type = IBV_QPT_DRIVER;
+    attributes.send_cq = mlx5.cq;
+    attributes.recv_cq = mlx5.cq;
+    attributes.pd = mlx5.pd;
+    attributes.cap = caps;
+    attributes.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    attributes.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+                                IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                                IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+    mlx5dv_qp_init_attr dc{};
+    dc.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC;
+    dc.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
+    ibv_qp* qp = mlx5dv_create_qp(mlx5.context, &attributes, &dc);
+    if (qp == nullptr) {
+        error = "mlx5dv_create_qp of a DCI failed";
         return nullptr;
     }
-    return qp;
+    caps = attributes.cap;
+    ibv_qp_attr state{};
+    state.qp_state = IBV_QPS_INIT;
+    state.port_num = 1;
+    if (ibv_modify_qp(qp, &state, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT) != 0) {
+        error = "the DCI's move to INIT failed";
+        return nullptr;
+    }
+    state = {};
+    state.qp_state = IBV_QPS_RTR;
+    state.path_mtu = IBV_MTU_4096;
+    state.ah_attr.port_num = 1;
+    if (ibv_modify_qp(qp, &state, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_AV) != 0) {
+        error = "the DCI's move to RTR failed";
+        return nullptr;
+    }
+    return move_to_rts(qp, error);
 }
 
 void write_requester_cqe(std::uint32_t index, std::uint32_t qpn, std::uint8_t wqe_opcode, std::uint32_t wqe_counter,

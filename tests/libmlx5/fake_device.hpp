@@ -24,6 +24,9 @@ FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error);
 // nullptr and `error` set on failure.
 ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error, bool signal_all = false,
                               ibv_srq* shared_receive_queue = nullptr);
+// A DC initiator (mlx5dv_create_qp) that sends with the ibv_wr_* API (every opcode the channel
+// posts), in RTS; `caps` updated as libmlx5 granted them.
+ibv_qp* create_rts_dc_initiator(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error);
 // Writes, as a ConnectX does, the `index`-th CQE of the last CQ created: a requester CQE for the
 // WQE of opcode `wqe_opcode` starting at WQEBB `wqe_counter` of queue pair `qpn` (the last one
 // created: the CQE, version 1, names it by its user index), owned by software on this pass of

@@ -7,9 +7,7 @@
 // sets, SGE counts and lengths, inline sizes near the limit, refusals anywhere in a chain, ring
 // wrap.
 //
-// Only the WQEBBs of the WQEs posted are compared: a refused request may leave bytes after them
-// (libmlx5 copies inline data before it finds the total too large), which no NIC reads. Where
-// we differ from libmlx5 v44 on purpose (docs/ARCHITECTURE.md): when a chain is refused after
+// Only the WQEBBs of the WQEs posted are compared (first_posted_difference). Where we differ from libmlx5 v44 on purpose (docs/ARCHITECTURE.md): when a chain is refused after
 // its first request, libmlx5 rings the doorbell with the refused request's control segment; we
 // ring it with the last WQE posted. The register is not compared then.
 #include <doctest/doctest.h>
@@ -30,25 +28,6 @@ namespace mlx5 = rdmachan::mlx5;
 using namespace rdmachan::libmlx5_instructions;
 
 void poison(const Memory& memory, std::uint8_t value) { std::memset(memory.bytes, value, memory.length); }
-
-// Retires everything both sides posted, as a completion of libmlx5's last WQE would (its CQE
-// names that WQE's first WQEBB, found by walking the WQEs' ds fields), so neither queue fills.
-void retire_all(DifferentialQueues& queues, std::uint32_t& cqes, std::uint32_t first_wqebb, std::uint32_t wqes) {
-    if (wqes == 0) return;
-    std::uint32_t start = first_wqebb;
-    std::uint32_t last = start;
-    const std::uint32_t mask = queues.send_wqe_count - 1;
-    for (std::uint32_t i = 0; i < wqes; ++i) {
-        last = start;
-        const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(start & mask) * 64;
-        start += ((ctrl[7] & 0x3f) * 16 + 63) / 64;
-    }
-    const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(last & mask) * 64;
-    write_requester_cqe(cqes++, queues.qp->qp_num, ctrl[3], last);
-    ibv_wc completion{};
-    REQUIRE(ibv_poll_cq(queues.device.cq, 1, &completion) == 1);
-    queues.send.tracking().consumer_index = queues.send.tracking().producer_index;
-}
 
 void run_random_chains(const ibv_qp_cap& wanted, bool signal_all, std::uint64_t seed, std::uint32_t calls) {
     DifferentialQueues queues;
@@ -74,8 +53,7 @@ void run_random_chains(const ibv_qp_cap& wanted, bool signal_all, std::uint64_t 
 
         ibv_send_wr* bad = nullptr;
         const int their_result = ibv_post_send(queues.qp, chain.verbs.data(), &bad);
-        const std::uint32_t their_posted = bad == nullptr ? static_cast<std::uint32_t>(chain.verbs.size())
-                                                          : static_cast<std::uint32_t>(bad - chain.verbs.data());
+        const std::uint32_t their_posted = accepted(bad, chain.verbs);
         std::uint32_t our_posted = 0;
         const mlx5::PostResult our_result = queues.send.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
         REQUIRE(rdmachan::golden::send_errno_of(our_result) == their_result);
@@ -83,15 +61,8 @@ void run_random_chains(const ibv_qp_cap& wanted, bool signal_all, std::uint64_t 
         refused += their_result != 0;
         REQUIRE(queues.their_doorbell_record[1] == queues.our_doorbell_record[1]);
 
-        long ring_difference = -1;
-        for (std::uint32_t wqebb = first_wqebb; wqebb != queues.send.tracking().producer_index && ring_difference < 0; ++wqebb) {
-            const std::size_t at = static_cast<std::size_t>(wqebb & (queues.send_wqe_count - 1)) * 64;
-            const long difference = first_difference(queues.their_send.bytes + at, queues.our_send.bytes + at, 64, value);
-            if (difference >= 0) ring_difference = static_cast<long>(at) + difference;
-        }
-        INFO("WQEBB ", ring_difference / 64, " byte ", ring_difference % 64, ": libmlx5 ",
-             ring_difference < 0 ? std::string() : hex_around(queues.their_send.bytes, ring_difference, queues.their_send.length),
-             ", ours ", ring_difference < 0 ? std::string() : hex_around(queues.our_send.bytes, ring_difference, queues.our_send.length));
+        const long ring_difference = first_posted_difference(queues, first_wqebb, value);
+        INFO(describe_send_difference(queues, ring_difference));
         REQUIRE(ring_difference < 0);
         const bool refused_after_first = their_result != 0 && their_posted != 0;
         if (!refused_after_first) {
@@ -100,7 +71,7 @@ void run_random_chains(const ibv_qp_cap& wanted, bool signal_all, std::uint64_t 
             REQUIRE(register_difference < 0);
             if (their_posted == 1 && queues.their_blueflame[0] != value && queues.their_blueflame[8] != value) ++blueflame_calls;
         }
-        retire_all(queues, cqes, first_wqebb, their_posted);
+        REQUIRE(retire_posted(queues, cqes, first_wqebb, their_posted));
     }
     MESSAGE(calls, " random chains, ", refused, " refused (at their first or a later request), ", blueflame_calls,
             " single WQEs checked in the BlueFlame register");
