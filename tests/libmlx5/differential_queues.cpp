@@ -66,6 +66,16 @@ std::string open_differential_dci(DifferentialQueues& queues, const ibv_qp_cap& 
     return mirror_queues(queues, false, true);
 }
 
+std::string open_differential_memory_keys(DifferentialQueues& queues, const ibv_qp_cap& wanted) {
+    std::string error;
+    queues.device = open_fake_mlx5(1024, error);
+    if (!error.empty()) return error;
+    queues.caps = wanted;
+    queues.qp = create_rts_memory_key_queue_pair(queues.device, queues.caps, error);
+    if (queues.qp == nullptr) return error;
+    return mirror_queues(queues, false, false);
+}
+
 std::string mirror_queues(DifferentialQueues& queues, bool signal_all, bool dc_initiator) {
     queues.user_index = fake_kernel().user_index;
     mlx5dv_qp qp{};
@@ -98,6 +108,7 @@ std::string mirror_queues(DifferentialQueues& queues, bool signal_all, bool dc_i
     queues.our_blueflame = aligned(queues.register_memory, 2 * static_cast<std::size_t>(qp.bf.size)).bytes;
     queues.send_wr_ids.assign(qp.sq.wqe_cnt, 0);
     queues.send_wqe_ends.assign(qp.sq.wqe_cnt, 0);
+    queues.send_umr_opcodes.assign(qp.sq.wqe_cnt, 0);
     queues.receive_wr_ids.assign(std::max<std::uint32_t>(qp.rq.wqe_cnt, 1), 0);
 
     mlx5::SendQueueRing send_ring;
@@ -112,7 +123,7 @@ std::string mirror_queues(DifferentialQueues& queues, bool signal_all, bool dc_i
     send_config.max_inline_data = queues.caps.max_inline_data;
     send_config.signal_all = signal_all;
     send_config.dc_initiator = dc_initiator;
-    queues.send = mlx5::SendQueue(send_ring, {queues.send_wr_ids.data(), queues.send_wqe_ends.data(), 0, 0, nullptr}, send_config);
+    queues.send = mlx5::SendQueue(send_ring, {queues.send_wr_ids.data(), queues.send_wqe_ends.data(), 0, 0, queues.send_umr_opcodes.data()}, send_config);
     mlx5::ReceiveQueueRing receive_ring;
     receive_ring.buffer = queues.our_receive.bytes;
     receive_ring.wqe_count = qp.rq.wqe_cnt;

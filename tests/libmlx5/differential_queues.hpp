@@ -51,6 +51,7 @@ struct DifferentialQueues {
     std::uint8_t* our_blueflame = nullptr;
     std::vector<std::uint64_t> send_wr_ids, receive_wr_ids;
     std::vector<std::uint32_t> send_wqe_ends;
+    std::vector<std::uint8_t> send_umr_opcodes;
     mlx5::SendQueue send;
     mlx5::ReceiveQueue receive;
     mlx5::CompletionQueue completions;
@@ -76,7 +77,10 @@ std::string open_differential_queues(DifferentialQueues& queues, const ibv_qp_ca
 // The same over a DC initiator of libmlx5's (mlx5dv_create_qp, in RTS), sending with the
 // ibv_wr_* API; ours is a DC-initiator SendQueue.
 std::string open_differential_dci(DifferentialQueues& queues, const ibv_qp_cap& wanted);
-// Ours, shaped after libmlx5's queue pair and CQ (both openers end with it).
+// The same over an RC queue pair of libmlx5's that configures indirect memory keys (the ibv_wr_*
+// API with mlx5dv_wr_mr_list, mlx5dv_wr_mr_interleaved and ibv_wr_local_inv).
+std::string open_differential_memory_keys(DifferentialQueues& queues, const ibv_qp_cap& wanted);
+// Ours, shaped after libmlx5's queue pair and CQ (every opener ends with it).
 std::string mirror_queues(DifferentialQueues& queues, bool signal_all, bool dc_initiator);
 
 // 64-byte aligned storage of `length` bytes inside `storage`.

@@ -53,6 +53,33 @@ ibv_qp* move_to_rts(ibv_qp* qp, std::string& error) {
     return qp;
 }
 
+// INIT, RTR (connected to itself: nothing is sent), RTS.
+ibv_qp* move_rc_to_rts(ibv_qp* qp, std::string& error) {
+    ibv_qp_attr attributes{};
+    attributes.qp_state = IBV_QPS_INIT;
+    attributes.port_num = 1;
+    attributes.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    if (ibv_modify_qp(qp, &attributes, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+        error = "ibv_modify_qp to INIT failed";
+        return nullptr;
+    }
+    attributes = {};
+    attributes.qp_state = IBV_QPS_RTR;
+    attributes.path_mtu = IBV_MTU_4096;
+    attributes.dest_qp_num = qp->qp_num;
+    attributes.ah_attr.dlid = 1;
+    attributes.ah_attr.port_num = 1;
+    attributes.max_dest_rd_atomic = 1;
+    attributes.min_rnr_timer = 12;
+    if (ibv_modify_qp(qp, &attributes,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+        error = "ibv_modify_qp to RTR failed";
+        return nullptr;
+    }
+    return move_to_rts(qp, error);
+}
+
 }  // namespace
 
 FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error) {
@@ -96,30 +123,31 @@ ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::strin
         return nullptr;
     }
     caps = init.cap;
-    ibv_qp_attr attributes{};
-    attributes.qp_state = IBV_QPS_INIT;
-    attributes.port_num = 1;
-    attributes.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-    if (ibv_modify_qp(qp, &attributes, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-        error = "ibv_modify_qp to INIT failed";
-        return nullptr;
-    }
-    attributes = {};
-    attributes.qp_state = IBV_QPS_RTR;
-    attributes.path_mtu = IBV_MTU_4096;
-    attributes.dest_qp_num = qp->qp_num;
-    attributes.ah_attr.dlid = 1;
-    attributes.ah_attr.port_num = 1;
-    attributes.max_dest_rd_atomic = 1;
-    attributes.min_rnr_timer = 12;
-    if (ibv_modify_qp(qp, &attributes,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
-        error = "ibv_modify_qp to RTR failed";
-        return nullptr;
-    }
-    return move_to_rts(qp, error);
+    return move_rc_to_rts(qp, error);
 }
+
+ibv_qp* create_rts_memory_key_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error) {
+    ibv_qp_init_attr_ex attributes{};
+    attributes.qp_type = IBV_QPT_RC;
+    attributes.send_cq = mlx5.cq;
+    attributes.recv_cq = mlx5.cq;
+    attributes.pd = mlx5.pd;
+    attributes.cap = caps;
+    attributes.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+    attributes.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_READ |
+                                IBV_QP_EX_WITH_LOCAL_INV;
+    mlx5dv_qp_init_attr memory_keys{};
+    memory_keys.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS;
+    memory_keys.send_ops_flags = MLX5DV_QP_EX_WITH_MR_LIST | MLX5DV_QP_EX_WITH_MR_INTERLEAVED;
+    ibv_qp* qp = mlx5dv_create_qp(mlx5.context, &attributes, &memory_keys);
+    if (qp == nullptr) {
+        error = "mlx5dv_create_qp with the memory-key operations failed";
+        return nullptr;
+    }
+    caps = attributes.cap;
+    return move_rc_to_rts(qp, error);
+}
+
 
 ibv_qp* create_rts_dc_initiator(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error) {
     ibv_qp_init_attr_ex attributes{};

@@ -24,6 +24,9 @@ FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error);
 // nullptr and `error` set on failure.
 ibv_qp* create_rts_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error, bool signal_all = false,
                               ibv_srq* shared_receive_queue = nullptr);
+// An RC queue pair (mlx5dv_create_qp) that also configures indirect memory keys through the
+// ibv_wr_* API (mlx5dv_wr_mr_list, mlx5dv_wr_mr_interleaved, ibv_wr_local_inv), in RTS.
+ibv_qp* create_rts_memory_key_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error);
 // A DC initiator (mlx5dv_create_qp) that sends with the ibv_wr_* API (every opcode the channel
 // posts), in RTS; `caps` updated as libmlx5 granted them.
 ibv_qp* create_rts_dc_initiator(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error);

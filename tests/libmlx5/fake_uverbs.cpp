@@ -13,10 +13,13 @@
 // command fails with EOPNOTSUPP silently, as on a kernel without it.
 #include "tests/libmlx5/fake_uverbs.hpp"
 
+#include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <rdma/ib_user_verbs.h>
 #include <rdma/mlx5-abi.h>
+#include <rdma/mlx5_user_ioctl_cmds.h>
+#include <rdma/rdma_user_ioctl_cmds.h>
 #include <linux/netlink.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -272,6 +275,46 @@ ssize_t execute(const void* buffer, size_t length) {
     }
 }
 
+// The one ioctl method answered: a DEVX CREATE_MKEY (mlx5dv_create_mkey), the indirect memory
+// keys of memory layouts. Its output mailbox (create_mkey_out in the mlx5 PRM) gets status 0 and
+// a new key index (bits 23:0 of bytes 8-11). Every other ioctl answers ENOTTY, so libibverbs
+// keeps to the write() commands.
+constexpr std::uint16_t kCreateMkeyOpcode = 0x200;  // MLX5_CMD_OP_CREATE_MKEY
+
+int execute_ioctl(ib_uverbs_ioctl_hdr* header) {
+    if (header->object_id != MLX5_IB_OBJECT_DEVX_OBJ || header->method_id != MLX5_IB_METHOD_DEVX_OBJ_CREATE) {
+        errno = ENOTTY;
+        return -1;
+    }
+    ib_uverbs_attr* handle = nullptr;
+    const std::uint8_t* input = nullptr;
+    std::uint8_t* output = nullptr;
+    std::size_t output_length = 0;
+    for (std::uint16_t i = 0; i < header->num_attrs; ++i) {
+        ib_uverbs_attr& attribute = header->attrs[i];
+        if (attribute.attr_id == MLX5_IB_ATTR_DEVX_OBJ_CREATE_HANDLE) handle = &attribute;
+        if (attribute.attr_id == MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_IN)
+            input = attribute.len <= 8 ? reinterpret_cast<const std::uint8_t*>(&attribute.data)
+                                       : reinterpret_cast<const std::uint8_t*>(attribute.data);
+        if (attribute.attr_id == MLX5_IB_ATTR_DEVX_OBJ_CREATE_CMD_OUT) {
+            output = reinterpret_cast<std::uint8_t*>(attribute.data);
+            output_length = attribute.len;
+            attribute.flags |= UVERBS_ATTR_F_VALID_OUTPUT;
+        }
+    }
+    const std::uint16_t opcode = input == nullptr ? 0 : static_cast<std::uint16_t>(input[0] << 8 | input[1]);
+    if (handle == nullptr || output == nullptr || output_length < 16 || opcode != kCreateMkeyOpcode) {
+        std::fprintf(stderr, "fake uverbs: DEVX object create refused (opcode 0x%x): only CREATE_MKEY is answered\n", opcode);
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    std::memset(output, 0, output_length);
+    const std::uint32_t index = htonl(0x100 + state.memory_keys++);
+    std::memcpy(output + 8, &index, 4);
+    handle->data = 0x1000 + state.memory_keys;
+    return 0;
+}
+
 }  // namespace
 
 FakeKernelState& fake_kernel() { return state; }
@@ -329,8 +372,11 @@ int ioctl(int fd, unsigned long request, ...) {
     void* argument = va_arg(arguments, void*);
     va_end(arguments);
     if (fd >= 0 && fd == device_fd) {
-        errno = ENOTTY;
-        return -1;
+        if (request != RDMA_VERBS_IOCTL) {
+            errno = ENOTTY;
+            return -1;
+        }
+        return execute_ioctl(static_cast<ib_uverbs_ioctl_hdr*>(argument));
     }
     return next<int (*)(int, unsigned long, void*)>("ioctl")(fd, request, argument);
 }
