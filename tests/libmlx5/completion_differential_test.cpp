@@ -68,18 +68,9 @@ void put32(std::uint8_t* cqe, std::uint32_t offset, std::uint32_t value) {
     std::memcpy(cqe + offset, &big, 4);
 }
 
-// Writes the same CQE into both rings at the next index, op_own last with the pass's owner bit.
+// Writes the same CQE into both rings at the next index, and says so in the failure log.
 void write_cqe(State& state, std::uint8_t* cqe, std::uint8_t opcode_and_flags) {
-    DifferentialQueues& queues = state.queues;
-    // The mlx5_cqe64 is the last 64 bytes of an entry (a 128-byte CQE's first half holds data
-    // scattered to the CQE, which format 0 does not use).
-    const std::size_t at = static_cast<std::size_t>(state.cqes & (queues.cqe_count - 1)) * queues.cqe_size + (queues.cqe_size - 64);
-    const std::uint8_t owner = (state.cqes / queues.cqe_count) & 1;
-    cqe[mlx5::kCqeOpOwn] = static_cast<std::uint8_t>(opcode_and_flags | owner);
-    for (std::uint8_t* ring : {queues.their_completions.bytes, queues.our_completions.bytes}) {
-        std::memcpy(ring + at, cqe, 63);
-        std::atomic_ref<std::uint8_t>(ring[at + 63]).store(cqe[mlx5::kCqeOpOwn], std::memory_order_release);
-    }
+    write_cqe_to_both(state.queues, state.cqes, cqe, opcode_and_flags);
     ++state.cqes;
     char entry[64];
     std::snprintf(entry, sizeof entry, " [opcode %u syndrome 0x%02x wqe_counter %u]", opcode_and_flags >> 4,

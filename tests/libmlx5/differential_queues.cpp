@@ -3,10 +3,12 @@
 #include <infiniband/mlx5dv.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
 #include "tests/libmlx5/fake_uverbs.hpp"
+#include "transport/mlx5/wqe_layout.hpp"
 
 namespace rdmachan::libmlx5_instructions {
 namespace {
@@ -291,8 +293,7 @@ std::string describe_send_difference(const DifferentialQueues& queues, long at) 
            hex_around(queues.our_send.bytes, at, queues.our_send.length);
 }
 
-bool retire_posted(DifferentialQueues& queues, std::uint32_t& cqes, std::uint32_t first_wqebb, std::uint32_t wqes) {
-    if (wqes == 0) return true;
+std::uint32_t last_wqe_start(const DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint32_t wqes) {
     std::uint32_t start = first_wqebb;
     std::uint32_t last = start;
     const std::uint32_t mask = queues.send_wqe_count - 1;
@@ -301,12 +302,28 @@ bool retire_posted(DifferentialQueues& queues, std::uint32_t& cqes, std::uint32_
         const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(start & mask) * 64;
         start += ((ctrl[7] & 0x3f) * 16 + 63) / 64;
     }
-    const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(last & mask) * 64;
+    return last;
+}
+
+bool retire_posted(DifferentialQueues& queues, std::uint32_t& cqes, std::uint32_t first_wqebb, std::uint32_t wqes) {
+    if (wqes == 0) return true;
+    const std::uint32_t last = last_wqe_start(queues, first_wqebb, wqes);
+    const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(last & (queues.send_wqe_count - 1)) * 64;
     write_requester_cqe(cqes++, queues.qp->qp_num, ctrl[3], last);
     ibv_wc completion{};
     if (ibv_poll_cq(queues.device.cq, 1, &completion) != 1) return false;
     queues.send.tracking().consumer_index = queues.send.tracking().producer_index;
     return true;
+}
+
+void write_cqe_to_both(DifferentialQueues& queues, std::uint32_t index, std::uint8_t* cqe, std::uint8_t opcode_and_flags) {
+    const std::size_t at = static_cast<std::size_t>(index & (queues.cqe_count - 1)) * queues.cqe_size + (queues.cqe_size - 64);
+    const std::uint8_t owner = (index / queues.cqe_count) & 1;
+    cqe[mlx5::kCqeOpOwn] = static_cast<std::uint8_t>(opcode_and_flags | owner);
+    for (std::uint8_t* ring : {queues.their_completions.bytes, queues.our_completions.bytes}) {
+        std::memcpy(ring + at, cqe, 63);
+        std::atomic_ref<std::uint8_t>(ring[at + 63]).store(cqe[mlx5::kCqeOpOwn], std::memory_order_release);
+    }
 }
 
 std::string post_difference(const std::string& what, int their_result, std::uint32_t their_posted, int our_result,

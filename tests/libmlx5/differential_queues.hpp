@@ -92,10 +92,18 @@ Memory aligned(std::vector<std::uint8_t>& storage, std::size_t length);
 // which no NIC reads.
 long first_posted_difference(DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint8_t poison);
 std::string describe_send_difference(const DifferentialQueues& queues, long at);
+// The first WQEBB of the last of `wqes` WQEs libmlx5 posted from `first_wqebb` (walking their ds).
+std::uint32_t last_wqe_start(const DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint32_t wqes);
 // Retires the `wqes` WQEs both sides posted from `first_wqebb`, as a completion of libmlx5's
 // last one would (the CQE names that WQE's first WQEBB, found by walking the ds fields), so
 // neither queue fills. False if libmlx5 did not return that completion.
 bool retire_posted(DifferentialQueues& queues, std::uint32_t& cqes, std::uint32_t first_wqebb, std::uint32_t wqes);
+
+// Writes the same CQE into both CQ rings as entry `index`: `cqe`'s first 63 bytes, then op_own
+// (`opcode_and_flags` with the pass's owner bit, stored into cqe[63] too) with release. The
+// mlx5_cqe64 is the last 64 bytes of an entry (a 128-byte CQE's first half holds data scattered
+// to the CQE, which format 0 does not use).
+void write_cqe_to_both(DifferentialQueues& queues, std::uint32_t index, std::uint8_t* cqe, std::uint8_t opcode_and_flags);
 
 // A chain of send work requests in both forms, with the storage their pointers refer to.
 struct SendChain {
