@@ -33,6 +33,13 @@ fs::path make_sysfs() {
     write_file(root / "class/infiniband_verbs/uverbs0/abi_version", "1");
     write_file(root / "class/infiniband/mlx5_0/node_type", "1: CA");
     write_file(root / "class/infiniband/mlx5_0/device/modalias", "pci:v000015B3d00001017sv000015B3sd00000008bc02sc00i00");
+    // Port 1's GID table, read from sysfs when the GID query has no ioctl: one InfiniBand GID.
+    write_file(root / "class/infiniband/mlx5_0/ports/1/gids/0", "fe80:0000:0000:0000:0002:c903:00a1:b2c3");
+    write_file(root / "class/infiniband/mlx5_0/ports/1/gid_attrs/types/0", "IB/RoCE v1");
+    for (int index = 1; index < 4; ++index) {
+        write_file(root / ("class/infiniband/mlx5_0/ports/1/gids/" + std::to_string(index)), "0000:0000:0000:0000:0000:0000:0000:0000");
+        write_file(root / ("class/infiniband/mlx5_0/ports/1/gid_attrs/types/" + std::to_string(index)), "IB/RoCE v1");
+    }
     return root;
 }
 
@@ -81,6 +88,12 @@ ibv_qp* move_rc_to_rts(ibv_qp* qp, std::string& error) {
 }
 
 }  // namespace
+
+std::string make_fake_sysfs() {
+    const fs::path root = make_sysfs();
+    setenv("SYSFS_PATH", root.c_str(), 1);
+    return root.string();
+}
 
 FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error) {
     FakeMlx5 mlx5;

@@ -16,6 +16,9 @@ struct FakeMlx5 {
     ibv_cq* cq = nullptr;
 };
 
+// Writes the sysfs tree of the fake device into a new temporary folder and points libibverbs at
+// it (SYSFS_PATH), for a program that opens the device itself; returns the folder.
+std::string make_fake_sysfs();
 // Empty `error` on success; otherwise what failed.
 FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error);
 // An RC queue pair with these capabilities (libmlx5 may round them up: `caps` is updated),

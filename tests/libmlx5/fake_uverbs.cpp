@@ -1,8 +1,8 @@
 // A stand-in for the kernel's uverbs character device, inside this process, so that Debian's
 // own libibverbs and libmlx5 (the binaries users run) open an mlx5 device and post and poll on
 // this machine, which has no RDMA stack: the libc calls they make on /dev/infiniband/uverbs0
-// (open, stat, fstat, ioctl, write, mmap, and socket for RDMA netlink) are defined here, in the
-// executable, and so are found before libc's. Everything else goes to libc.
+// (open, close, stat, fstat, ioctl, write, mmap, and socket for RDMA netlink) are defined here,
+// in the executable, and so are found before libc's. Everything else goes to libc.
 //
 // The ioctl interface answers ENOTTY ("no ioctl framework"), so libibverbs uses the older
 // write() commands, each of which is answered here the way the mlx5 kernel driver answers
@@ -16,6 +16,7 @@
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <infiniband/verbs.h>
 #include <rdma/ib_user_verbs.h>
 #include <rdma/mlx5-abi.h>
 #include <rdma/mlx5_user_ioctl_cmds.h>
@@ -40,7 +41,13 @@ namespace {
 constexpr const char* kDevicePath = "/dev/infiniband/uverbs0";
 const dev_t kDeviceNumber = makedev(231, 192);  // what the kernel gives uverbs0
 
-int device_fd = -1;
+// The descriptors open on the device: every context libibverbs opens has its own (a process
+// of several MultiChannel ranks opens one per rank). close() forgets them, so a number the
+// kernel hands out again for another file is that file's.
+constexpr int kMaxDescriptors = 65536;
+bool device_descriptors[kMaxDescriptors] = {};
+
+bool is_device(int fd) { return fd >= 0 && fd < kMaxDescriptors && device_descriptors[fd]; }
 
 }  // namespace
 
@@ -94,6 +101,37 @@ int unsupported(std::uint32_t command, const char* why) {
     return -1;
 }
 
+// The extended write() commands: header, an extended header (the response's address, the
+// driver's words in and out), the core command, then the driver's request; the driver's answer
+// follows the core response. Only MODIFY_QP is answered (a DCT's modify has no other form;
+// libmlx5 learns the DCT's number from its move to RTR). The others fail with EOPNOTSUPP
+// silently, as on a kernel without them: libibverbs then sends the legacy form (it asks for
+// the extended device query first).
+ssize_t execute_extended(const ib_uverbs_cmd_hdr& header, const std::uint8_t* body, size_t length) {
+    ib_uverbs_ex_cmd_hdr extended;
+    if (length < sizeof header + sizeof extended) return unsupported(header.command & 0xff, "shorter than an extended header");
+    std::memcpy(&extended, body, sizeof extended);
+    const std::uint8_t* core = body + sizeof extended;
+    if ((header.command & IB_USER_VERBS_CMD_COMMAND_MASK) != IB_USER_VERBS_EX_CMD_MODIFY_QP) {
+        errno = EOPNOTSUPP;
+        return -1;
+    }
+    ib_uverbs_ex_modify_qp request;
+    std::memcpy(&request, core, std::min<std::size_t>(sizeof request, header.in_words * 8u));
+    ib_uverbs_ex_modify_qp_resp answer{};
+    answer.response_length = sizeof answer;
+    respond(extended.response, answer);
+    if (extended.provider_out_words * 8u >= sizeof(mlx5_ib_modify_qp_resp)) {
+        mlx5_ib_modify_qp_resp driver{};
+        driver.response_length = sizeof driver;
+        // A DCT gets its number when it moves to RTR.
+        if ((request.base.attr_mask & IBV_QP_STATE) != 0 && request.base.qp_state == IBV_QPS_RTR)
+            driver.dctn = 0x2000 + state.dc_targets++;
+        std::memcpy(reinterpret_cast<void*>(extended.response + header.out_words * 8u), &driver, sizeof driver);
+    }
+    return static_cast<ssize_t>(length);
+}
+
 // The legacy write() commands: header, the core command, then the driver's request; the core
 // command's first field is the address of the response, which the driver's answer follows.
 ssize_t execute(const void* buffer, size_t length) {
@@ -101,12 +139,7 @@ ssize_t execute(const void* buffer, size_t length) {
     if (length < sizeof header) return unsupported(0, "shorter than a command header");
     std::memcpy(&header, buffer, sizeof header);
     const auto* body = static_cast<const std::uint8_t*>(buffer) + sizeof header;
-    if ((header.command & IB_USER_VERBS_CMD_FLAG_EXTENDED) != 0) {
-        // As a kernel without the extended form answers: libibverbs then sends the legacy one
-        // (it asks for the extended device query first).
-        errno = EOPNOTSUPP;
-        return -1;
-    }
+    if ((header.command & IB_USER_VERBS_CMD_FLAG_EXTENDED) != 0) return execute_extended(header, body, length);
     const std::uint32_t command = header.command & IB_USER_VERBS_CMD_COMMAND_MASK;
     switch (command) {
     case IB_USER_VERBS_CMD_GET_CONTEXT: {
@@ -257,17 +290,55 @@ ssize_t execute(const void* buffer, size_t length) {
     case IB_USER_VERBS_CMD_CREATE_SRQ: {
         ib_uverbs_create_srq request;
         std::memcpy(&request, body, sizeof request);
+        if (state.shared_receive_queues >= FakeKernelState::kMaxSharedReceiveQueues)
+            return unsupported(command, "more SRQs than the fake kernel keeps");
         ib_uverbs_create_srq_resp answer{};
-        answer.srq_handle = 1;
+        answer.srq_handle = state.shared_receive_queues;
         answer.max_wr = request.max_wr;
         answer.max_sge = request.max_sge;
-        answer.srqn = 0x50 + state.shared_receive_queues++;
+        answer.srqn = 0x50 + state.shared_receive_queues;
+        state.shared_receive_limits[state.shared_receive_queues][0] = request.max_wr;
+        state.shared_receive_limits[state.shared_receive_queues][1] = request.max_sge;
+        ++state.shared_receive_queues;
         respond(request.response, answer);
         mlx5_ib_create_srq_resp driver{};
         driver.srqn = answer.srqn;
         std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
         return static_cast<ssize_t>(length);
     }
+    case IB_USER_VERBS_CMD_QUERY_SRQ: {
+        ib_uverbs_query_srq request;
+        std::memcpy(&request, body, sizeof request);
+        if (request.srq_handle >= state.shared_receive_queues) return unsupported(command, "no such SRQ handle");
+        ib_uverbs_query_srq_resp answer{};
+        answer.max_wr = state.shared_receive_limits[request.srq_handle][0];
+        answer.max_sge = state.shared_receive_limits[request.srq_handle][1];
+        respond(request.response, answer);
+        return static_cast<ssize_t>(length);
+    }
+    // Destruction: no asynchronous events were ever reported, which libibverbs waits to have
+    // acknowledged before it returns.
+    case IB_USER_VERBS_CMD_DESTROY_QP: {
+        ib_uverbs_destroy_qp request;
+        std::memcpy(&request, body, sizeof request);
+        respond(request.response, ib_uverbs_destroy_qp_resp{});
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_DESTROY_CQ: {
+        ib_uverbs_destroy_cq request;
+        std::memcpy(&request, body, sizeof request);
+        respond(request.response, ib_uverbs_destroy_cq_resp{});
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_DESTROY_SRQ: {
+        ib_uverbs_destroy_srq request;
+        std::memcpy(&request, body, sizeof request);
+        respond(request.response, ib_uverbs_destroy_srq_resp{});
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_DEALLOC_PD:
+    case IB_USER_VERBS_CMD_DEREG_MR:
+    case IB_USER_VERBS_CMD_DESTROY_AH:
     case IB_USER_VERBS_CMD_MODIFY_QP:
         return static_cast<ssize_t>(length);
     default:
@@ -334,8 +405,14 @@ int open(const char* path, int flags, ...) {
         va_end(arguments);
     }
     if (std::strcmp(path, kDevicePath) == 0) {
-        device_fd = memfd_create("fake-uverbs0", MFD_CLOEXEC);
-        return device_fd;
+        const int fd = memfd_create("fake-uverbs0", MFD_CLOEXEC);
+        if (fd >= kMaxDescriptors) {
+            next<int (*)(int)>("close")(fd);
+            errno = EMFILE;
+            return -1;
+        }
+        if (fd >= 0) device_descriptors[fd] = true;
+        return fd;
     }
     return next<int (*)(const char*, int, ...)>("open")(path, flags, mode);
 }
@@ -359,7 +436,7 @@ int stat(const char* path, struct stat* buffer) {
 }
 
 int fstat(int fd, struct stat* buffer) {
-    if (fd >= 0 && fd == device_fd) {
+    if (is_device(fd)) {
         fake_device_stat(buffer);
         return 0;
     }
@@ -371,7 +448,7 @@ int ioctl(int fd, unsigned long request, ...) {
     va_start(arguments, request);
     void* argument = va_arg(arguments, void*);
     va_end(arguments);
-    if (fd >= 0 && fd == device_fd) {
+    if (is_device(fd)) {
         if (request != RDMA_VERBS_IOCTL) {
             errno = ENOTTY;
             return -1;
@@ -382,12 +459,17 @@ int ioctl(int fd, unsigned long request, ...) {
 }
 
 ssize_t write(int fd, const void* buffer, size_t length) {
-    if (fd >= 0 && fd == device_fd) return execute(buffer, length);
+    if (is_device(fd)) return execute(buffer, length);
     return next<ssize_t (*)(int, const void*, size_t)>("write")(fd, buffer, length);
 }
 
+int close(int fd) {
+    if (is_device(fd)) device_descriptors[fd] = false;
+    return next<int (*)(int)>("close")(fd);
+}
+
 void* mmap(void* address, size_t length, int protection, int flags, int fd, off_t offset) {
-    if (fd >= 0 && fd == device_fd) {
+    if (is_device(fd)) {
         // UAR pages (doorbells, BlueFlame registers) and clock pages: plain memory here.
         void* page = next<void* (*)(void*, size_t, int, int, int, off_t)>("mmap")(nullptr, length, PROT_READ | PROT_WRITE,
                                                                                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

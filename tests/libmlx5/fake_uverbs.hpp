@@ -29,7 +29,10 @@ struct FakeKernelState {
     std::uint32_t qpn = 0;  // the last QP's
     std::uint32_t queue_pairs = 0;
     std::uint32_t shared_receive_queues = 0;
+    static constexpr std::uint32_t kMaxSharedReceiveQueues = 256;
+    std::uint32_t shared_receive_limits[kMaxSharedReceiveQueues][2] = {};  // by handle: max_wr, max_sge
     std::uint32_t memory_keys = 0;  // DEVX CREATE_MKEY answered
+    std::uint32_t dc_targets = 0;   // DCTs moved to RTR
     std::uint32_t user_index = 0;  // the last QP's, which a CQE of version 1 carries
     std::uint32_t send_wqe_count = 0;
     std::uint64_t qp_doorbell_record = 0;  // [0] receive counter, [1] send counter (big-endian)
