@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <set>
 #include <vector>
 
@@ -27,9 +28,15 @@ using rdmachan::libmlx5_instructions::fake_kernel;
 // The GID the fake sysfs gives port 1 (fake_device.cpp).
 constexpr std::array<std::uint8_t, 16> kPortGid = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x00, 0x02, 0xc9, 0x03, 0x00, 0xa1, 0xb2, 0xc3};
 
+// The fake sysfs tree, read whenever libibverbs opens the device or queries a GID, so kept for
+// the whole run and removed when the program ends.
+struct FakeSysfs {
+    std::filesystem::path root = rdmachan::libmlx5_instructions::make_fake_sysfs();
+    ~FakeSysfs() { std::filesystem::remove_all(root); }
+};
+
 ChannelBuilder on_fake_mlx5() {
-    static const std::string sysfs = rdmachan::libmlx5_instructions::make_fake_sysfs();
-    (void)sysfs;
+    static const FakeSysfs sysfs;
     return ChannelBuilder().device("mlx5_0").deadline(std::chrono::seconds(5));
 }
 

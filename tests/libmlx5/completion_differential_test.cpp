@@ -63,11 +63,6 @@ struct State {
     std::uint64_t below(std::uint64_t bound) { return bound == 0 ? 0 : random() % bound; }
 };
 
-void put32(std::uint8_t* cqe, std::uint32_t offset, std::uint32_t value) {
-    const std::uint32_t big = htonl(value);
-    std::memcpy(cqe + offset, &big, 4);
-}
-
 // Writes the same CQE into both rings at the next index, and says so in the failure log.
 void write_cqe(State& state, std::uint8_t* cqe, std::uint8_t opcode_and_flags) {
     write_cqe_to_both(state.queues, state.cqes, cqe, opcode_and_flags);
@@ -100,8 +95,8 @@ std::string post_shared_receives(State& state) {
     std::vector<std::uint32_t> taken;
     for (std::uint32_t index = queues.shared_receive.head(), i = 0; i < chain.ours.size() && index != queues.shared_receive.tail(); ++i) {
         taken.push_back(index);
-        const std::uint8_t* next = queues.our_shared_receive.bytes + static_cast<std::size_t>(index) * queues.srq_stride + 2;
-        index = static_cast<std::uint32_t>(next[0]) << 8 | next[1];
+        const std::uint8_t* wqe = queues.our_shared_receive.bytes + static_cast<std::size_t>(index) * queues.srq_stride;
+        index = mlx5::load_big16(wqe + mlx5::kSrqNextWqeIndex);
     }
     ibv_recv_wr* bad = nullptr;
     const int their_result = ibv_post_srq_recv(queues.srq, chain.verbs.data(), &bad);
@@ -175,10 +170,7 @@ std::string post_sends(State& state) {
 // WQE at `wqe_counter`; the caller sets the rest.
 void start_cqe(State& state, std::uint8_t (&cqe)[64], std::uint32_t top_byte, std::uint32_t wqe_counter) {
     for (std::uint8_t& byte : cqe) byte = static_cast<std::uint8_t>(state.random());
-    put32(cqe, mlx5::kCqeSrqnUserIndex, state.queues.user_index & 0xffffff);
-    put32(cqe, mlx5::kCqeSopDropQpn, top_byte | state.queues.qp->qp_num);
-    const std::uint16_t counter = htons(static_cast<std::uint16_t>(wqe_counter));
-    std::memcpy(cqe + mlx5::kCqeWqeCounter, &counter, 2);
+    name_cqe(cqe, state.queues.user_index, top_byte | state.queues.qp->qp_num, wqe_counter);
 }
 
 void write_requester_completion(State& state) {

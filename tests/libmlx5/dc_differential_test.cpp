@@ -170,7 +170,6 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t calls) {
          queues.caps.max_inline_data, "; seed ", seed);
     std::vector<std::uint8_t> payload(8192);
     for (std::uint8_t& byte : payload) byte = static_cast<std::uint8_t>(random());
-    const std::size_t register_bytes = 2 * static_cast<std::size_t>(queues.blueflame_size);
     std::uint32_t blueflame_calls = 0;
     for (std::uint32_t call = 0; call < calls; ++call) {
         CAPTURE(call);
@@ -186,10 +185,7 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t calls) {
         }
         CAPTURE(description);
         const auto value = static_cast<std::uint8_t>(random());
-        std::memset(queues.their_send.bytes, value, queues.their_send.length);
-        std::memset(queues.our_send.bytes, value, queues.our_send.length);
-        std::memset(queues.their_blueflame, value, register_bytes);
-        std::memset(queues.our_blueflame, value, register_bytes);
+        poison_send_side(queues, value);
         const std::uint32_t first_wqebb = queues.send.tracking().producer_index;
 
         ibv_wr_start(dci.qpx);
@@ -198,13 +194,8 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t calls) {
         std::uint32_t posted = 0;
         REQUIRE(queues.send.post(ours.data(), count, &posted) == mlx5::PostResult::ok);
         REQUIRE(posted == count);
-        REQUIRE(queues.their_doorbell_record[1] == queues.our_doorbell_record[1]);
-        const long ring_difference = first_posted_difference(queues, first_wqebb, value);
-        INFO(describe_send_difference(queues, ring_difference));
-        REQUIRE(ring_difference < 0);
-        const long register_difference = first_difference(queues.their_blueflame, queues.our_blueflame, register_bytes, value);
-        INFO("register byte ", register_difference);
-        REQUIRE(register_difference < 0);
+        const std::string difference = send_side_difference(queues, first_wqebb, value, true);
+        REQUIRE_MESSAGE(difference.empty(), difference);
         if (count == 1 && queues.their_blueflame[0] != value && queues.their_blueflame[16] != value) ++blueflame_calls;
         REQUIRE(retire_posted(queues, dci.cqes, first_wqebb, count));
     }

@@ -286,11 +286,30 @@ long first_posted_difference(DifferentialQueues& queues, std::uint32_t first_wqe
     return -1;
 }
 
-std::string describe_send_difference(const DifferentialQueues& queues, long at) {
-    if (at < 0) return {};
-    return "WQEBB " + std::to_string(at / 64) + " byte " + std::to_string(at % 64) + ": libmlx5 " +
-           hex_around(queues.their_send.bytes, at, queues.their_send.length) + ", ours " +
-           hex_around(queues.our_send.bytes, at, queues.our_send.length);
+void poison_send_side(DifferentialQueues& queues, std::uint8_t poison) {
+    const std::size_t register_bytes = 2 * static_cast<std::size_t>(queues.blueflame_size);
+    std::memset(queues.their_send.bytes, poison, queues.their_send.length);
+    std::memset(queues.our_send.bytes, poison, queues.our_send.length);
+    std::memset(queues.their_blueflame, poison, register_bytes);
+    std::memset(queues.our_blueflame, poison, register_bytes);
+}
+
+std::string send_side_difference(DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint8_t poison,
+                                 bool compare_register) {
+    if (queues.their_doorbell_record[1] != queues.our_doorbell_record[1]) return "the send doorbell records differ";
+    const long at = first_posted_difference(queues, first_wqebb, poison);
+    if (at >= 0)
+        return "WQEBB " + std::to_string(at / 64) + " byte " + std::to_string(at % 64) + ": libmlx5 " +
+               hex_around(queues.their_send.bytes, at, queues.their_send.length) + ", ours " +
+               hex_around(queues.our_send.bytes, at, queues.our_send.length);
+    if (!compare_register) return {};
+    const std::size_t register_bytes = 2 * static_cast<std::size_t>(queues.blueflame_size);
+    const long register_at = first_difference(queues.their_blueflame, queues.our_blueflame, register_bytes, poison);
+    if (register_at >= 0)
+        return "register byte " + std::to_string(register_at) + ": libmlx5 " +
+               hex_around(queues.their_blueflame, register_at, register_bytes) + ", ours " +
+               hex_around(queues.our_blueflame, register_at, register_bytes);
+    return {};
 }
 
 std::uint32_t last_wqe_start(const DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint32_t wqes) {

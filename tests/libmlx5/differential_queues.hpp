@@ -91,7 +91,13 @@ Memory aligned(std::vector<std::uint8_t>& storage, std::size_t length);
 // may leave bytes after them (libmlx5 copies inline data before it finds the total too large),
 // which no NIC reads.
 long first_posted_difference(DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint8_t poison);
-std::string describe_send_difference(const DifferentialQueues& queues, long at);
+// Fills both sides' send rings and BlueFlame registers with `poison` before a post.
+void poison_send_side(DifferentialQueues& queues, std::uint8_t poison);
+// After both sides posted from `first_wqebb`: empty when the send doorbell records agree, the
+// WQEBBs posted agree (first_posted_difference) and, with `compare_register`, so do the
+// registers; else where they first differ.
+std::string send_side_difference(DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint8_t poison,
+                                 bool compare_register);
 // The first WQEBB of the last of `wqes` WQEs libmlx5 posted from `first_wqebb` (walking their ds).
 std::uint32_t last_wqe_start(const DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint32_t wqes);
 // Retires the `wqes` WQEs both sides posted from `first_wqebb`, as a completion of libmlx5's

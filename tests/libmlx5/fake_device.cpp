@@ -1,6 +1,5 @@
 #include "tests/libmlx5/fake_device.hpp"
 
-#include <arpa/inet.h>
 #include <infiniband/mlx5dv.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 #include <fstream>
 
 #include "tests/libmlx5/fake_uverbs.hpp"
+#include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
 namespace rdmachan::libmlx5_instructions {
@@ -97,8 +97,8 @@ std::string make_fake_sysfs() {
 
 FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error) {
     FakeMlx5 mlx5;
-    const fs::path sysfs = make_sysfs();
-    setenv("SYSFS_PATH", sysfs.c_str(), 1);
+    // libibverbs reads the tree while it lists the devices and opens one; it goes after that.
+    const fs::path sysfs = make_fake_sysfs();
     int count = 0;
     ibv_device** devices = ibv_get_device_list(&count);
     if (devices == nullptr || count != 1) {
@@ -115,7 +115,10 @@ FakeMlx5 open_fake_mlx5(std::uint32_t cq_entries, std::string& error) {
     }
     mlx5.pd = ibv_alloc_pd(mlx5.context);
     mlx5.cq = ibv_create_cq(mlx5.context, static_cast<int>(cq_entries), nullptr, nullptr, 0);
-    if (mlx5.pd == nullptr || mlx5.cq == nullptr) error = "ibv_alloc_pd or ibv_create_cq failed";
+    if (mlx5.pd == nullptr || mlx5.cq == nullptr) {
+        error = "ibv_alloc_pd or ibv_create_cq failed";
+        return mlx5;
+    }
     if (fake_kernel().cq_buffer == 0 || (fake_kernel().cqe_size != 64 && fake_kernel().cqe_size != 128))
         error = "the fake kernel did not see the CQ's ring of 64- or 128-byte CQEs";
     return mlx5;
@@ -200,6 +203,12 @@ ibv_qp* create_rts_dc_initiator(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::str
     return move_to_rts(qp, error);
 }
 
+void name_cqe(std::uint8_t* cqe, std::uint32_t user_index, std::uint32_t sop_drop_qpn, std::uint32_t wqe_counter) {
+    mlx5::store_big32(cqe + mlx5::kCqeSrqnUserIndex, user_index & 0xffffff);
+    mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, sop_drop_qpn);
+    mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, static_cast<std::uint16_t>(wqe_counter));
+}
+
 void write_requester_cqe(std::uint32_t index, std::uint32_t qpn, std::uint8_t wqe_opcode, std::uint32_t wqe_counter,
                          std::uint32_t byte_count) {
     const FakeKernelState& kernel = fake_kernel();
@@ -207,14 +216,8 @@ void write_requester_cqe(std::uint32_t index, std::uint32_t qpn, std::uint8_t wq
     auto* cqe = reinterpret_cast<std::uint8_t*>(kernel.cq_buffer) +
                 static_cast<std::size_t>(index & (kernel.cqe_count - 1)) * kernel.cqe_size + (kernel.cqe_size - 64);
     std::memset(cqe, 0, 63);
-    const std::uint32_t user_index = htonl(kernel.user_index & 0xffffff);
-    const std::uint32_t bytes = htonl(byte_count);
-    const std::uint32_t sop_drop_qpn = htonl(static_cast<std::uint32_t>(wqe_opcode) << 24 | qpn);
-    const std::uint16_t counter = htons(static_cast<std::uint16_t>(wqe_counter));
-    std::memcpy(cqe + mlx5::kCqeSrqnUserIndex, &user_index, 4);
-    std::memcpy(cqe + mlx5::kCqeByteCount, &bytes, 4);
-    std::memcpy(cqe + mlx5::kCqeSopDropQpn, &sop_drop_qpn, 4);
-    std::memcpy(cqe + mlx5::kCqeWqeCounter, &counter, 2);
+    name_cqe(cqe, kernel.user_index, static_cast<std::uint32_t>(wqe_opcode) << 24 | qpn, wqe_counter);
+    mlx5::store_big32(cqe + mlx5::kCqeByteCount, byte_count);
     const std::uint8_t owner = (index / kernel.cqe_count) & 1;
     std::atomic_ref<std::uint8_t>(cqe[mlx5::kCqeOpOwn])
         .store(static_cast<std::uint8_t>(mlx5::kCqeRequester << 4 | owner), std::memory_order_release);

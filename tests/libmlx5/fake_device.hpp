@@ -33,6 +33,10 @@ ibv_qp* create_rts_memory_key_queue_pair(const FakeMlx5& mlx5, ibv_qp_cap& caps,
 // A DC initiator (mlx5dv_create_qp) that sends with the ibv_wr_* API (every opcode the channel
 // posts), in RTS; `caps` updated as libmlx5 granted them.
 ibv_qp* create_rts_dc_initiator(const FakeMlx5& mlx5, ibv_qp_cap& caps, std::string& error);
+// Names in a CQE's mlx5_cqe64 the QP (the user index, which a CQE of version 1 carries, and
+// sop_drop_qpn: the WQE opcode in bits 31:24 on the requester side, the QPN below) and the WQE
+// it completes (wqe_counter), big-endian as a ConnectX writes them.
+void name_cqe(std::uint8_t* cqe, std::uint32_t user_index, std::uint32_t sop_drop_qpn, std::uint32_t wqe_counter);
 // Writes, as a ConnectX does, the `index`-th CQE of the last CQ created: a requester CQE for the
 // WQE of opcode `wqe_opcode` starting at WQEBB `wqe_counter` of queue pair `qpn` (the last one
 // created: the CQE, version 1, names it by its user index), owned by software on this pass of

@@ -4,13 +4,14 @@
 // (open, close, stat, fstat, ioctl, write, mmap, and socket for RDMA netlink) are defined here,
 // in the executable, and so are found before libc's. Everything else goes to libc.
 //
-// The ioctl interface answers ENOTTY ("no ioctl framework"), so libibverbs uses the older
-// write() commands, each of which is answered here the way the mlx5 kernel driver answers
-// (drivers/infiniband/hw/mlx5 and include/uapi/rdma): a context with BlueFlame registers, a
-// protection domain, memory keys, completion queues and queue pairs whose buffers libmlx5
-// allocated itself. Nothing is executed: the benchmark writes the CQEs a NIC would write.
-// A command not answered here fails with EOPNOTSUPP and is named on stderr; an extended
-// command fails with EOPNOTSUPP silently, as on a kernel without it.
+// The ioctl interface answers ENOTTY ("no ioctl framework"), but for one DEVX method (creating
+// a memory key), so libibverbs uses the older write() commands, each of which is answered here
+// the way the mlx5 kernel driver answers (drivers/infiniband/hw/mlx5 and include/uapi/rdma): a
+// context with BlueFlame registers, a protection domain, memory keys, completion queues, shared
+// receive queues and queue pairs whose buffers libmlx5 allocated itself. Nothing is executed:
+// the tests write the CQEs a NIC would write. A command not answered here fails with EOPNOTSUPP
+// and is named on stderr; an extended command other than MODIFY_QP fails with EOPNOTSUPP
+// silently, as on a kernel without it.
 #include "tests/libmlx5/fake_uverbs.hpp"
 
 #include <arpa/inet.h>
@@ -89,10 +90,25 @@ void fake_device_stat(struct stat* buffer) {
     buffer->st_rdev = kDeviceNumber;
 }
 
+// A command's core part (or the driver's request after it), as libibverbs laid it out.
+template <typename T>
+T read(const std::uint8_t* bytes) {
+    T value;
+    std::memcpy(&value, bytes, sizeof value);
+    return value;
+}
+
 // Copies `value` to the user pointer the command carried.
 template <typename T>
 void respond(std::uint64_t response, const T& value) {
     std::memcpy(reinterpret_cast<void*>(response), &value, sizeof value);
+}
+
+// The core answer, and the driver's answer right after it.
+template <typename Core, typename Driver>
+void respond(std::uint64_t response, const Core& core, const Driver& driver) {
+    respond(response, core);
+    respond(response + sizeof core, driver);
 }
 
 int unsupported(std::uint32_t command, const char* why) {
@@ -127,14 +143,15 @@ ssize_t execute_extended(const ib_uverbs_cmd_hdr& header, const std::uint8_t* bo
         // A DCT gets its number when it moves to RTR.
         if ((request.base.attr_mask & IBV_QP_STATE) != 0 && request.base.qp_state == IBV_QPS_RTR)
             driver.dctn = 0x2000 + state.dc_targets++;
-        std::memcpy(reinterpret_cast<void*>(extended.response + header.out_words * 8u), &driver, sizeof driver);
+        respond(extended.response + header.out_words * 8u, driver);
     }
     return static_cast<ssize_t>(length);
 }
 
-// The legacy write() commands: header, the core command, then the driver's request; the core
-// command's first field is the address of the response, which the driver's answer follows.
-ssize_t execute(const void* buffer, size_t length) {
+// The legacy write() commands on descriptor `fd`: header, the core command, then the driver's
+// request; the core command's first field is the address of the response, which the driver's
+// answer follows.
+ssize_t execute(int fd, const void* buffer, size_t length) {
     ib_uverbs_cmd_hdr header;
     if (length < sizeof header) return unsupported(0, "shorter than a command header");
     std::memcpy(&header, buffer, sizeof header);
@@ -143,12 +160,11 @@ ssize_t execute(const void* buffer, size_t length) {
     const std::uint32_t command = header.command & IB_USER_VERBS_CMD_COMMAND_MASK;
     switch (command) {
     case IB_USER_VERBS_CMD_GET_CONTEXT: {
-        ib_uverbs_get_context request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_get_context>(body);
         mlx5_ib_alloc_ucontext_req_v2 driver_request{};
         std::memcpy(&driver_request, body + sizeof request,
                     std::min<std::size_t>(sizeof driver_request, length - sizeof header - sizeof request));
-        state.registers = BlueFlameRegisters(driver_request.total_num_bfregs, driver_request.num_low_latency_bfregs);
+        state.registers[fd] = BlueFlameRegisters(driver_request.total_num_bfregs, driver_request.num_low_latency_bfregs);
         ib_uverbs_get_context_resp answer{};
         answer.async_fd = static_cast<std::uint32_t>(next<int (*)(const char*, int, ...)>("open")("/dev/null", O_RDONLY | O_CLOEXEC));
         answer.num_comp_vectors = 1;
@@ -174,8 +190,7 @@ ssize_t execute(const void* buffer, size_t length) {
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_QUERY_DEVICE: {
-        ib_uverbs_query_device request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_query_device>(body);
         ib_uverbs_query_device_resp answer{};
         answer.fw_ver = 16ull << 32 | 35ull << 16 | 1012;
         answer.max_mr_size = ~0ull;
@@ -204,8 +219,7 @@ ssize_t execute(const void* buffer, size_t length) {
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_QUERY_PORT: {
-        ib_uverbs_query_port request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_query_port>(body);
         ib_uverbs_query_port_resp answer{};
         answer.max_msg_sz = 1u << 30;
         answer.gid_tbl_len = 1;
@@ -223,19 +237,16 @@ ssize_t execute(const void* buffer, size_t length) {
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_ALLOC_PD: {
-        ib_uverbs_alloc_pd request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_alloc_pd>(body);
         ib_uverbs_alloc_pd_resp answer{};
         answer.pd_handle = 1;
-        respond(request.response, answer);
         mlx5_ib_alloc_pd_resp driver{};
         driver.pdn = 1;
-        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
+        respond(request.response, answer, driver);
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_REG_MR: {
-        ib_uverbs_reg_mr request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_reg_mr>(body);
         ib_uverbs_reg_mr_resp answer{};
         answer.mr_handle = ++state.memory_regions;
         answer.lkey = 0x1000 + answer.mr_handle;
@@ -244,10 +255,8 @@ ssize_t execute(const void* buffer, size_t length) {
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_CREATE_CQ: {
-        ib_uverbs_create_cq request;
-        std::memcpy(&request, body, sizeof request);
-        mlx5_ib_create_cq driver_request;
-        std::memcpy(&driver_request, body + sizeof request, sizeof driver_request);
+        const auto request = read<ib_uverbs_create_cq>(body);
+        const auto driver_request = read<mlx5_ib_create_cq>(body + sizeof request);
         state.cq_buffer = driver_request.buf_addr;
         state.cq_doorbell_record = driver_request.db_addr;
         state.cqe_count = request.cqe + 1;
@@ -256,17 +265,14 @@ ssize_t execute(const void* buffer, size_t length) {
         ib_uverbs_create_cq_resp answer{};
         answer.cq_handle = 1;
         answer.cqe = request.cqe;
-        respond(request.response, answer);
         mlx5_ib_create_cq_resp driver{};
         driver.cqn = state.cqn;
-        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
+        respond(request.response, answer, driver);
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_CREATE_QP: {
-        ib_uverbs_create_qp request;
-        std::memcpy(&request, body, sizeof request);
-        mlx5_ib_create_qp driver_request;
-        std::memcpy(&driver_request, body + sizeof request, sizeof driver_request);
+        const auto request = read<ib_uverbs_create_qp>(body);
+        const auto driver_request = read<mlx5_ib_create_qp>(body + sizeof request);
         state.qpn = 0x1234 + state.queue_pairs++;
         state.user_index = driver_request.uidx;
         state.send_wqe_count = driver_request.sq_wqe_count;
@@ -279,17 +285,13 @@ ssize_t execute(const void* buffer, size_t length) {
         answer.max_send_sge = request.max_send_sge;
         answer.max_recv_sge = request.max_recv_sge;
         answer.max_inline_data = request.max_inline_data;
-        respond(request.response, answer);
         mlx5_ib_create_qp_resp driver{};
-        const int register_index = state.registers.allocate();
-        if (register_index < 0) return unsupported(command, "no BlueFlame register left");
-        driver.bfreg_index = static_cast<std::uint32_t>(register_index);
-        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
+        driver.bfreg_index = static_cast<std::uint32_t>(state.registers[fd].allocate());
+        respond(request.response, answer, driver);
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_CREATE_SRQ: {
-        ib_uverbs_create_srq request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_create_srq>(body);
         if (state.shared_receive_queues >= FakeKernelState::kMaxSharedReceiveQueues)
             return unsupported(command, "more SRQs than the fake kernel keeps");
         ib_uverbs_create_srq_resp answer{};
@@ -300,15 +302,13 @@ ssize_t execute(const void* buffer, size_t length) {
         state.shared_receive_limits[state.shared_receive_queues][0] = request.max_wr;
         state.shared_receive_limits[state.shared_receive_queues][1] = request.max_sge;
         ++state.shared_receive_queues;
-        respond(request.response, answer);
         mlx5_ib_create_srq_resp driver{};
         driver.srqn = answer.srqn;
-        std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, sizeof driver);
+        respond(request.response, answer, driver);
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_QUERY_SRQ: {
-        ib_uverbs_query_srq request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_query_srq>(body);
         if (request.srq_handle >= state.shared_receive_queues) return unsupported(command, "no such SRQ handle");
         ib_uverbs_query_srq_resp answer{};
         answer.max_wr = state.shared_receive_limits[request.srq_handle][0];
@@ -319,20 +319,17 @@ ssize_t execute(const void* buffer, size_t length) {
     // Destruction: no asynchronous events were ever reported, which libibverbs waits to have
     // acknowledged before it returns.
     case IB_USER_VERBS_CMD_DESTROY_QP: {
-        ib_uverbs_destroy_qp request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_destroy_qp>(body);
         respond(request.response, ib_uverbs_destroy_qp_resp{});
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_DESTROY_CQ: {
-        ib_uverbs_destroy_cq request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_destroy_cq>(body);
         respond(request.response, ib_uverbs_destroy_cq_resp{});
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_DESTROY_SRQ: {
-        ib_uverbs_destroy_srq request;
-        std::memcpy(&request, body, sizeof request);
+        const auto request = read<ib_uverbs_destroy_srq>(body);
         respond(request.response, ib_uverbs_destroy_srq_resp{});
         return static_cast<ssize_t>(length);
     }
@@ -459,12 +456,15 @@ int ioctl(int fd, unsigned long request, ...) {
 }
 
 ssize_t write(int fd, const void* buffer, size_t length) {
-    if (is_device(fd)) return execute(buffer, length);
+    if (is_device(fd)) return execute(fd, buffer, length);
     return next<ssize_t (*)(int, const void*, size_t)>("write")(fd, buffer, length);
 }
 
 int close(int fd) {
-    if (is_device(fd)) device_descriptors[fd] = false;
+    if (is_device(fd)) {
+        device_descriptors[fd] = false;
+        state.registers.erase(fd);
+    }
     return next<int (*)(int)>("close")(fd);
 }
 

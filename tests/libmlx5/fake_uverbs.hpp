@@ -1,7 +1,9 @@
-// The fake uverbs device (fake_uverbs.cpp): what it handed libmlx5, for the benchmark.
+// The fake uverbs device (fake_uverbs.cpp): what it handed libmlx5, for the tests. "The last" is
+// the last one created in the process.
 #pragma once
 
 #include <cstdint>
+#include <map>
 
 namespace rdmachan::libmlx5_instructions {
 
@@ -20,7 +22,7 @@ private:
 };
 
 struct FakeKernelState {
-    BlueFlameRegisters registers;
+    std::map<int, BlueFlameRegisters> registers;  // by descriptor: each context has its own
     std::uint64_t cq_buffer = 0;  // the CQ ring libmlx5 allocated (create_cq's buf_addr)
     std::uint32_t cqe_count = 0;
     std::uint32_t cqe_size = 0;
