@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <functional>
@@ -51,15 +52,29 @@ inline Endpoint as_received_by(Endpoint endpoint, std::uint32_t recipient) {
     return endpoint;
 }
 
+// How one child of run_children_outcomes ended: its wait status, and whether the parent killed
+// it at the deadline (then the status says SIGKILL too).
+struct ChildOutcome {
+    int status = 0;
+    bool killed_at_deadline = false;
+    bool exited_zero() const { return !killed_at_deadline && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+    bool killed_itself_by(int signal) const { return !killed_at_deadline && WIFSIGNALED(status) && WTERMSIG(status) == signal; }
+    std::string describe() const {
+        if (killed_at_deadline) return "killed at the deadline";
+        if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+        return "exited with status " + std::to_string(WEXITSTATUS(status));
+    }
+};
+
 // Runs `body` in `count` child processes (body's return value is the exit status), then runs
 // `after_fork` in the parent, and waits for all children until the deadline; children still
-// running then are killed. Returns the number of children that exited with status 0.
+// running then are killed. Returns how each child ended, in the order of its index.
 // Call it before the parent starts any thread (start the server in `after_fork`): a child forked
 // while another thread holds a lock inside the allocator (AddressSanitizer's, for one) keeps
 // that lock held forever and hangs at its first allocation.
-inline int run_children(int count, const std::function<int(int)>& body,
-                        std::chrono::milliseconds timeout,
-                        const std::function<void()>& after_fork = {}) {
+inline std::vector<ChildOutcome> run_children_outcomes(int count, const std::function<int(int)>& body,
+                                                       std::chrono::milliseconds timeout,
+                                                       const std::function<void()>& after_fork = {}) {
     std::vector<pid_t> children;
     for (int index = 0; index < count; ++index) {
         const pid_t child = fork();
@@ -76,30 +91,36 @@ inline int run_children(int count, const std::function<int(int)>& body,
     }
     if (after_fork) after_fork();
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    int succeeded = 0;
+    std::vector<ChildOutcome> outcomes(children.size());
     std::size_t reaped = 0;
     std::vector<bool> done(children.size(), false);
     while (reaped < children.size()) {
         for (std::size_t index = 0; index < children.size(); ++index) {
             if (done[index]) continue;
-            int status = 0;
-            if (waitpid(children[index], &status, WNOHANG) == children[index]) {
+            if (waitpid(children[index], &outcomes[index].status, WNOHANG) == children[index]) {
                 done[index] = true;
                 ++reaped;
-                if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ++succeeded;
             }
         }
         if (std::chrono::steady_clock::now() > deadline) {
             for (std::size_t index = 0; index < children.size(); ++index)
                 if (!done[index]) {
                     kill(children[index], SIGKILL);
-                    waitpid(children[index], nullptr, 0);
+                    waitpid(children[index], &outcomes[index].status, 0);
+                    outcomes[index].killed_at_deadline = true;
                 }
             break;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    return succeeded;
+    return outcomes;
+}
+
+// The same; returns the number of children that exited with status 0.
+inline int run_children(int count, const std::function<int(int)>& body, std::chrono::milliseconds timeout,
+                        const std::function<void()>& after_fork = {}) {
+    const std::vector<ChildOutcome> outcomes = run_children_outcomes(count, body, timeout, after_fork);
+    return static_cast<int>(std::count_if(outcomes.begin(), outcomes.end(), [](const ChildOutcome& outcome) { return outcome.exited_zero(); }));
 }
 
 }  // namespace rdmachan::test

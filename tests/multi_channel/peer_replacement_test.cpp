@@ -269,7 +269,7 @@ void run_replacement(std::uint32_t world, bool dc, bool twice = false) {
     const std::uint16_t port = server.port();
     // Children 0..world-1 are the first processes, child `world` the replacement, child
     // `world + 1` (twice) the second replacement.
-    const int succeeded = test::run_children(
+    const std::vector<test::ChildOutcome> outcomes = test::run_children_outcomes(
         static_cast<int>(world) + (twice ? 2 : 1),
         [&](int index) {
             const auto child = static_cast<std::uint32_t>(index);
@@ -277,10 +277,14 @@ void run_replacement(std::uint32_t world, bool dc, bool twice = false) {
                                  : replacement(port, *table, *shared, world, dc, child - world + 2, twice);
         },
         120000ms, [&server] { server.start(); });
-    // The victim dies by SIGKILL (and, twice, the first replacement after its exchange); every
-    // survivor and the last replacement succeed. Every exchange was checked byte for byte:
+    // The victim dies by its own SIGKILL (and, twice, the first replacement after its exchange);
+    // every survivor and the last replacement succeed. Every exchange was checked byte for byte:
     // the survivors' (once per replacement) and each replacement's.
-    CHECK(succeeded == static_cast<int>(world));
+    for (std::size_t child = 0; child < outcomes.size(); ++child) {
+        const bool killed = child == kVictim || (twice && child == world);
+        INFO("child " << child << ": " << outcomes[child].describe() << "; expected " << (killed ? "its own SIGKILL" : "exit 0"));
+        CHECK((killed ? outcomes[child].killed_itself_by(SIGKILL) : outcomes[child].exited_zero()));
+    }
     const std::uint32_t exchanges = (world - 1) * (twice ? 2 : 1) + (twice ? 2 : 1);
     CHECK(shared->verified.load() == exchanges);
     munmap(memory, sizeof(Shared));
@@ -378,10 +382,14 @@ TEST_CASE("replacement disabled: the failure is final, as before") {
     Shared* shared = new (memory) Shared{};
     RendezvousServer server({"127.0.0.1", 0, world, kJob, kToken, kRendezvousTimeout});
     const std::uint16_t port = server.port();
-    const int succeeded = test::run_children(
+    const std::vector<test::ChildOutcome> outcomes = test::run_children_outcomes(
         world + 1, [&](int index) { return without_replacement(port, *table, *shared, static_cast<std::uint32_t>(index), world); },
         90000ms, [&server] { server.start(); });
-    CHECK(succeeded == static_cast<int>(world));
+    // The victim dies by its own SIGKILL; the survivors and the refused would-be replacement succeed.
+    for (std::size_t child = 0; child < outcomes.size(); ++child) {
+        INFO("child " << child << ": " << outcomes[child].describe());
+        CHECK((child == kVictim ? outcomes[child].killed_itself_by(SIGKILL) : outcomes[child].exited_zero()));
+    }
     munmap(memory, sizeof(Shared));
     multi_test::destroy_shared_table(table);
 }
