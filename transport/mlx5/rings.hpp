@@ -40,6 +40,9 @@ struct CompletionQueueRing {
     std::uint32_t cqe_size = 64;           // 64 or 128; the mlx5_cqe64 is the last 64 bytes
     std::uint32_t cqn = 0;
     std::uint32_t* doorbell_record = nullptr;  // mlx5dv_cq.dbrec: [0] set_ci, [1] arm
+    // mlx5dv_cq.cq_uar: the UAR page whose CQ doorbell register (at 0x20) an arm writes;
+    // nullptr where the CQ is never armed.
+    std::uint8_t* uar = nullptr;
 };
 
 // Send-queue bookkeeping shared by the poster (which fills it) and the completion poller
