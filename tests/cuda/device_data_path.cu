@@ -1,6 +1,6 @@
 // Compiles the header-only mlx5 data path as CUDA device code: kernels that post a WQE, ring
-// the doorbell and poll a CQ, as a GPU-side poster would (RDMaxcel-style). There is no GPU on
-// the build machines, so these kernels are compiled and never launched.
+// the doorbell, poll a CQ and arm it, as a GPU-side poster would (RDMaxcel-style). There is no
+// GPU on the build machines, so these kernels are compiled and never launched.
 #include "transport/mlx5/completion_queue.hpp"
 #include "transport/mlx5/receive_queue.hpp"
 #include "transport/mlx5/send_queue.hpp"
@@ -32,4 +32,13 @@ struct SingleQueueResolver {
 __global__ void poll_from_device(mlx5::CompletionQueue* queue, mlx5::CompletionTarget* target,
                                  mlx5::Completion* completions, std::uint32_t capacity, std::uint32_t* count) {
     *count = queue->poll(completions, capacity, SingleQueueResolver{target});
+}
+
+// Arm a CQ from the device, then look whether a completion arrived before the arm (which may
+// raise no event) before the caller waits; one event taken since the last arm.
+__global__ void arm_from_device(mlx5::CompletionQueue* queue, bool solicited_only, bool event_taken,
+                                bool* waiting) {
+    if (event_taken) queue->event_received();
+    queue->arm(solicited_only);
+    *waiting = queue->completion_waiting();
 }

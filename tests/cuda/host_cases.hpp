@@ -132,7 +132,8 @@ inline void run(std::FILE* out) {
             }
         }
     }
-    // Completion queue: requester CQEs decoded one and sixteen at a time, then an empty poll.
+    // Completion queue: requester CQEs decoded one and sixteen at a time, then an empty poll,
+    // then arms.
     {
         CompletionSide side;
         mlx5::Completion completions[kBatch];
@@ -149,6 +150,23 @@ inline void run(std::FILE* out) {
         }
         std::fprintf(out, "empty poll %u\n", side.queue.poll(completions, kBatch, Resolver{&side.target}));
         write_bytes(out, "cq doorbell record", side.doorbell_record, sizeof side.doorbell_record);
+        // Arms of both kinds between events, past the sequence number's wrap, with and without
+        // a completion waiting.
+        for (std::uint32_t arm = 0; arm < 12; ++arm) {
+            if (arm % 3 == 2) side.produce(4 + arm, 1);
+            side.queue.arm(arm % 2 == 1);
+            std::fprintf(out, "arm sequence %u waiting %d\n", side.queue.arm_sequence(),
+                         side.queue.completion_waiting());
+            write_bytes(out, "cq doorbell record", side.doorbell_record,
+                        sizeof side.doorbell_record);
+            write_bytes(out, "cq doorbell register", side.uar + 0x20, 8);
+            if (side.queue.completion_waiting()) {
+                std::fprintf(out, "poll %u\n",
+                             side.queue.poll(completions, kBatch, Resolver{&side.target}));
+                write_completion(out, completions[0]);
+            }
+            side.queue.event_received();
+        }
     }
 }
 

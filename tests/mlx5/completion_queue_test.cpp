@@ -1,5 +1,6 @@
 // CompletionQueue over CQEs written here by hand: the owner bit across several passes of the
-// ring, 128-byte entries, every syndrome, an unknown QP, and the 24-bit consumer index.
+// ring, 128-byte entries, every syndrome, an unknown QP, and the 24-bit consumer index; the arm's
+// bytes and sequence number, and the peek at the next entry.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@ struct Fixture {
     explicit Fixture(std::uint32_t count = 8, std::uint32_t size = 64, std::uint32_t start = 0)
         : buffer(count * size, 0), wr_ids(16), wqe_ends(16) {
         for (std::uint32_t i = 0; i < count; ++i) buffer[i * size + size - 1] = 0xf0;
-        ring = {buffer.data(), count, size, 0x77, doorbell_record};
+        ring = {buffer.data(), count, size, 0x77, doorbell_record, uar};
         queue = mlx5::CompletionQueue(ring, start);
         producer = start;
         for (std::uint32_t i = 0; i < 16; ++i) {
@@ -49,6 +50,7 @@ struct Fixture {
 
     std::vector<std::uint8_t> buffer;
     std::uint32_t doorbell_record[2] = {0, 0};
+    alignas(64) std::uint8_t uar[64] = {};  // the UAR page up to the CQ doorbell register
     std::vector<std::uint64_t> wr_ids;
     std::vector<std::uint32_t> wqe_ends;
     mlx5::SendQueueTracking tracking;
@@ -276,4 +278,113 @@ TEST_CASE(
         }
         CHECK(checked > 2000);
     }
+}
+
+namespace {
+
+// The arm word as the doorbell record holds it, and the 8 bytes at the CQ doorbell register.
+std::vector<std::uint8_t> arm_record(const Fixture& fixture) {
+    const auto* bytes =
+        reinterpret_cast<const std::uint8_t*>(&fixture.doorbell_record[mlx5::kCqArm]);
+    return {bytes, bytes + 4};
+}
+std::vector<std::uint8_t> arm_register(const Fixture& fixture) {
+    return {fixture.uar + 0x20, fixture.uar + 0x28};
+}
+
+}  // namespace
+
+// Expected bytes written out by hand from libmlx5's mlx5_arm_cq (cq.c): sn << 28 | command |
+// ci, big-endian, in the record; that word then the CQN, big-endian, in the register.
+TEST_CASE(
+    "arm writes the arm word to the doorbell record and word and CQN to the register, big-endian") {
+    Fixture fixture(8, 64, 0xabcdef);
+    std::memset(fixture.uar, 0x5a, sizeof fixture.uar);
+    fixture.doorbell_record[mlx5::kCqSetConsumerIndex] = 0x12345678;
+    fixture.queue.arm(false);
+    CHECK(arm_record(fixture) == std::vector<std::uint8_t>{0x00, 0xab, 0xcd, 0xef});
+    CHECK(arm_register(fixture) ==
+          std::vector<std::uint8_t>{0x00, 0xab, 0xcd, 0xef, 0x00, 0x00, 0x00, 0x77});
+    fixture.queue.arm(true);
+    CHECK(arm_record(fixture) == std::vector<std::uint8_t>{0x01, 0xab, 0xcd, 0xef});
+    CHECK(arm_register(fixture) ==
+          std::vector<std::uint8_t>{0x01, 0xab, 0xcd, 0xef, 0x00, 0x00, 0x00, 0x77});
+    // Nothing else: the consumer-index word and the rest of the page are as they were.
+    CHECK(fixture.doorbell_record[mlx5::kCqSetConsumerIndex] == 0x12345678);
+    for (std::size_t i = 0; i < sizeof fixture.uar; ++i)
+        if (i < 0x20 || i >= 0x28) CHECK(fixture.uar[i] == 0x5a);
+    CHECK(fixture.queue.arm_sequence() == 0);  // arming again is not an event
+}
+
+TEST_CASE("the arm's sequence number advances once per event and wraps after four") {
+    Fixture fixture(8, 64, 0x000102);
+    const std::uint8_t next_byte0[] = {0x00, 0x10, 0x20, 0x30, 0x00, 0x10, 0x20, 0x30, 0x00, 0x10};
+    const std::uint8_t solicited_byte0[] = {0x01, 0x11, 0x21, 0x31, 0x01,
+                                            0x11, 0x21, 0x31, 0x01, 0x11};
+    for (std::uint32_t events = 0; events < 10; ++events) {
+        CAPTURE(events);
+        CHECK(fixture.queue.arm_sequence() == events % 4);
+        fixture.queue.arm(false);
+        CHECK(arm_record(fixture) ==
+              std::vector<std::uint8_t>{next_byte0[events], 0x00, 0x01, 0x02});
+        CHECK(arm_register(fixture)[0] == next_byte0[events]);
+        fixture.queue.arm(true);
+        CHECK(arm_record(fixture) ==
+              std::vector<std::uint8_t>{solicited_byte0[events], 0x00, 0x01, 0x02});
+        CHECK(arm_register(fixture) == std::vector<std::uint8_t>{solicited_byte0[events], 0x00,
+                                                                 0x01, 0x02, 0x00, 0x00, 0x00,
+                                                                 0x77});
+        fixture.queue.event_received();
+    }
+}
+
+TEST_CASE("the arm carries the consumer index the polls reached, in 24 bits") {
+    Fixture fixture(8, 64, 0xfffffe);
+    mlx5::Completion completion;
+    for (int i = 0; i < 3; ++i) {
+        fixture.next(mlx5::kCqeRequester, 0x1234, 0);
+        REQUIRE(fixture.poll(&completion, 1) == 1);
+    }
+    REQUIRE(fixture.queue.consumer_index() == 0x1000001);
+    fixture.queue.event_received();
+    fixture.queue.arm(true);
+    CHECK(arm_record(fixture) == std::vector<std::uint8_t>{0x11, 0x00, 0x00, 0x01});
+    CHECK(arm_register(fixture) ==
+          std::vector<std::uint8_t>{0x11, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x77});
+}
+
+TEST_CASE("completion_waiting says whether the next entry is software's, without consuming it") {
+    Fixture fixture(8);
+    mlx5::Completion completions[8];
+    CHECK(!fixture.queue.completion_waiting());  // a fresh CQ: every entry invalid
+    fixture.next(mlx5::kCqeRequester, 0x1234, 0);
+    CHECK(fixture.queue.completion_waiting());
+    CHECK(fixture.queue.completion_waiting());  // asking twice consumes nothing
+    CHECK(fixture.queue.consumer_index() == 0);
+    REQUIRE(fixture.poll(completions, 8) == 1);
+    CHECK(!fixture.queue.completion_waiting());
+    // A full ring: all eight entries software's.
+    for (std::uint32_t i = 0; i < 8; ++i)
+        fixture.next(mlx5::kCqeRequester, 0x1234, static_cast<std::uint16_t>(i));
+    CHECK(fixture.queue.completion_waiting());
+    REQUIRE(fixture.poll(completions, 7) == 7);
+    CHECK(fixture.queue.completion_waiting());  // the last one, across the ring's end
+    REQUIRE(fixture.poll(completions, 8) == 1);
+    // Wrapped: every entry holds a CQE of the last pass, whose owner bit is now hardware's.
+    CHECK(fixture.queue.consumer_index() == 9);
+    CHECK(!fixture.queue.completion_waiting());
+    fixture.next(mlx5::kCqeRequesterError, 0x1234, 0);  // any CQE software owns, errors too
+    CHECK(fixture.queue.completion_waiting());
+    REQUIRE(fixture.poll(completions, 8) == 1);
+    // The owner bit of this pass, but opcode "invalid": not software's.
+    std::uint8_t* cqe = fixture.next(mlx5::kCqeInvalid, 0x1234, 0);
+    CHECK(!fixture.queue.completion_waiting());
+    cqe[mlx5::kCqeOpOwn] =
+        static_cast<std::uint8_t>(mlx5::kCqeResponderSend << 4 | (cqe[mlx5::kCqeOpOwn] & 1));
+    CHECK(fixture.queue.completion_waiting());
+    // 128-byte entries: the owner byte is the last of the entry.
+    Fixture large(4, 128, 6);
+    CHECK(!large.queue.completion_waiting());
+    large.next(mlx5::kCqeRequester, 0x1234, 0);
+    CHECK(large.queue.completion_waiting());
 }

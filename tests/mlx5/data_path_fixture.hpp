@@ -66,7 +66,7 @@ struct CompletionSide {
         for (std::uint32_t i = 0; i < kCqeCount; ++i)
             buffer[i * mlx5::kCqeSize64 + mlx5::kCqeOpOwn] = mlx5::kCqeInvalid << 4;
         queue = mlx5::CompletionQueue(
-            {buffer.data(), kCqeCount, mlx5::kCqeSize64, 0x55, doorbell_record});
+            {buffer.data(), kCqeCount, mlx5::kCqeSize64, 0x55, doorbell_record, uar});
         tracking = {wr_ids.data(), wqe_ends.data(), 0, 0};
         target.send = &tracking;
         target.send_wqe_count = kSendWqeCount;
@@ -116,6 +116,7 @@ struct CompletionSide {
     std::vector<std::uint64_t> wr_ids;
     std::vector<std::uint32_t> wqe_ends;
     std::uint32_t doorbell_record[2] = {};
+    alignas(64) std::uint8_t uar[64] = {};  // the UAR page up to the CQ doorbell register
     mlx5::SendQueueTracking tracking;
     mlx5::CompletionTarget target;
     mlx5::CompletionQueue queue;

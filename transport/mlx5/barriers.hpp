@@ -23,8 +23,8 @@ RDMACHAN_ALWAYS_INLINE void to_device_barrier() {
 #endif
 }
 
-// mmio_flush_writes / mmio_wc_start: the doorbell record is visible before the BlueFlame or
-// doorbell register write, and write-combined BlueFlame stores are flushed after it.
+// mmio_flush_writes / mmio_wc_start: a doorbell record (send or CQ arm) is visible before the
+// BlueFlame or doorbell register write, and write-combined register stores are flushed after it.
 RDMACHAN_ALWAYS_INLINE void flush_writes() {
 #if defined(__CUDA_ARCH__)
     __threadfence_system();

@@ -113,6 +113,43 @@ class CompletionQueue {
                                                          cqe);
     }
 
+    // Asks the CQ for one completion event, for the next CQE after the consumer index (with
+    // `solicited_only`, the next solicited or error one), as libmlx5's mlx5_arm_cq does. The arm
+    // must carry this poller's consumer index: libmlx5's ibv_req_notify_cq would send its own,
+    // which a direct poller never advances (mlx5-facts.md §9, pitfall 7). The CQ must have a UAR
+    // (ring().uar). Not thread safe against poll(): both read the consumer index.
+    RDMACHAN_HOST_DEVICE void arm(bool solicited_only) {
+        const std::uint32_t word = (arm_sequence_ & kCqArmSequenceMask) << kCqArmSequenceShift |
+                                   (solicited_only ? kCqArmSolicited : kCqArmNext) |
+                                   (consumer_index_ & kCqConsumerIndexMask);
+        store_release32(ring_.doorbell_record + kCqArm, host_to_big32(word));
+        // The record in host memory is visible before the register write that rings it
+        // (libmlx5's mmio_wc_start).
+        flush_writes();
+        mmio_write64(ring_.uar + kCqDoorbellOffset,
+                     host_to_big64(static_cast<std::uint64_t>(word) << 32 | ring_.cqn));
+        // The UAR page may be mapped write-combining: the register write leaves the CPU now,
+        // not whenever the buffer drains (libmlx5 flushes after it too).
+        flush_writes();
+    }
+
+    // A completion event of this CQ was taken: the next arm carries the next sequence number,
+    // as libmlx5's does after each event ibv_get_cq_event hands out (mlx5_cq_event). Call it
+    // once per event read from the CQ's completion channel.
+    RDMACHAN_HOST_DEVICE void event_received() {
+        arm_sequence_ = static_cast<std::uint8_t>((arm_sequence_ + 1) & kCqArmSequenceMask);
+    }
+
+    // The sequence number the next arm writes, 0 to 3.
+    RDMACHAN_HOST_DEVICE std::uint32_t arm_sequence() const { return arm_sequence_; }
+
+    // Whether the entry at the consumer index holds a CQE software owns, i.e. whether poll()
+    // would return a completion; nothing is consumed. After arm(), a caller checks it before it
+    // sleeps on the event: a CQE written before the arm may raise no event.
+    RDMACHAN_HOST_DEVICE bool completion_waiting() const {
+        return cqe_state(load_acquire8(next_cqe64_ + kCqeOpOwn), owner_parity_) < kNotOwned;
+    }
+
     RDMACHAN_HOST_DEVICE std::uint32_t consumer_index() const { return consumer_index_; }
     RDMACHAN_HOST_DEVICE const CompletionQueueRing& ring() const { return ring_; }
 
@@ -603,6 +640,7 @@ class CompletionQueue {
     std::size_t cqe_stride_ = 64;  // ring_.cqe_size, in pointer width
     const std::uint8_t* next_cqe64_ = nullptr;
     std::uint8_t owner_parity_ = 0;
+    std::uint8_t arm_sequence_ = 0;  // 2 bits: the completion events taken, modulo 4
     std::uint32_t consumer_index_ = 0;
 };
 

@@ -112,6 +112,17 @@ inline constexpr std::uint32_t kSendDoorbell = 1;
 inline constexpr std::uint32_t kCqSetConsumerIndex = 0;
 inline constexpr std::uint32_t kCqArm = 1;
 
+// Arming a CQ for one completion event (cq.c mlx5_arm_cq; mlx5dv.h MLX5_CQ_DOORBELL,
+// MLX5_CQ_DB_REQ_NOT, MLX5_CQ_DB_REQ_NOT_SOL). The arm word is sequence number << 28 | command
+// | consumer index; the CQ doorbell register at kCqDoorbellOffset in the UAR page
+// (mlx5dv_cq.cq_uar) takes arm word << 32 | cqn as one big-endian 64-bit store.
+inline constexpr std::uint32_t kCqDoorbellOffset = 0x20;
+inline constexpr std::uint32_t kCqArmNext = 0u << 24;       // the next completion
+inline constexpr std::uint32_t kCqArmSolicited = 1u << 24;  // the next solicited or error one
+inline constexpr std::uint32_t kCqArmSequenceShift = 28;
+inline constexpr std::uint32_t kCqArmSequenceMask = 3;  // 2 bits, one step per event taken
+inline constexpr std::uint32_t kCqConsumerIndexMask = 0xffffff;
+
 // CQE (struct mlx5_cqe64) field offsets within the 64-byte CQE. In a 128-byte entry the
 // mlx5_cqe64 is the second half.
 inline constexpr std::uint32_t kCqeSize64 = 64;
