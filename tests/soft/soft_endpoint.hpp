@@ -175,6 +175,8 @@ public:
     soft::ProtectionDomain& domain() { return *domain_; }
     const std::shared_ptr<soft::ProtectionDomain>& domain_pointer() { return domain_; }
     std::uint32_t lkey() const { return region_->lkey(); }
+    soft::CompletionQueue& send_cq() { return *send_cq_; }
+    soft::CompletionQueue& receive_cq() { return *recv_cq_; }
     bool receive_cq_overrun() const { return recv_cq_->overrun(); }
 
 private:

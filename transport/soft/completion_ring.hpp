@@ -8,6 +8,8 @@
 // (which the consumer never reads past its two records), so that every writer sees the same one.
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -22,6 +24,22 @@ namespace rdmachan::soft {
 // QP's receive queue has consumed. Shared with same-host peers when the block is in the arena.
 inline constexpr std::uint32_t kCqProducerIndexWord = 8;
 inline constexpr std::uint32_t kReceiveConsumedWord = 8;
+// A CQ's completion events (the NIC's event queue and the completion channel, reduced to what a
+// consumer sees): the arm the device took from the last arm doorbell (0: none, or one of the two
+// below), cleared by the writer that raises the event, so that one arm raises one event; and the
+// producer index just past the last CQE a solicited arm wakes for (a solicited one, or an error).
+inline constexpr std::uint32_t kCqArmedWord = 9;
+inline constexpr std::uint32_t kCqLastSolicitedWord = 10;
+inline constexpr std::uint32_t kArmedForNext = 1;
+inline constexpr std::uint32_t kArmedForSolicited = 2;
+
+// Makes a CQ's event descriptor (an eventfd) readable.
+inline void signal_event(int descriptor) {
+    if (descriptor < 0) return;
+    const std::uint64_t one = 1;
+    // The counter only saturates after 2^64 - 1 events without a read: nothing to handle.
+    [[maybe_unused]] const ssize_t written = ::write(descriptor, &one, sizeof one);
+}
 
 // Where one CQ's ring lies in the writing process.
 struct CompletionRingView {
@@ -29,6 +47,7 @@ struct CompletionRingView {
     std::uint32_t cqe_count = 0;  // a power of two
     std::uint32_t cqe_size = 64;  // the mlx5_cqe64 is the last 64 bytes of each entry
     std::uint32_t* doorbell_record = nullptr;  // [0] the consumer index, [kCqProducerIndexWord] ours
+    int event_descriptor = -1;                 // the CQ's eventfd in the writing process
 
     std::uint32_t producer_index() const {
         return __atomic_load_n(doorbell_record + kCqProducerIndexWord, __ATOMIC_RELAXED);
@@ -67,9 +86,49 @@ struct CompletionRingView {
     void advance() const {
         __atomic_store_n(doorbell_record + kCqProducerIndexWord, producer_index() + 1, __ATOMIC_RELEASE);
     }
-    void publish(std::uint8_t* cqe64, std::uint8_t cqe_opcode) const {
+    // After advance(): raises the CQ's event if it is armed for this CQE, as a NIC does: once
+    // per arm; for any CQE when armed for the next one; when armed for solicited ones, for a
+    // CQE `solicited` (a receive of a request with the solicited-event bit) or an error CQE.
+    void raise_event(std::uint8_t cqe_opcode, bool solicited) const {
+        if (solicited || is_error(cqe_opcode)) {
+            __atomic_store_n(doorbell_record + kCqLastSolicitedWord, producer_index(), __ATOMIC_SEQ_CST);
+        }
+        // Dekker's order with the arm (take_arm): this side stores the producer index, then reads
+        // the arm; the arm stores itself, then reads the producer index. One of the two sees the
+        // other, so a CQE written while the consumer arms is never missed.
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        std::uint32_t armed = __atomic_load_n(doorbell_record + kCqArmedWord, __ATOMIC_SEQ_CST);
+        if (armed == 0 || (armed == kArmedForSolicited && !solicited && !is_error(cqe_opcode))) return;
+        if (__atomic_compare_exchange_n(doorbell_record + kCqArmedWord, &armed, 0u, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+            signal_event(event_descriptor);
+        }
+    }
+    void publish(std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited) const {
         make_visible(cqe64, cqe_opcode);
         advance();
+        raise_event(cqe_opcode, solicited);
+    }
+    // The consumer's arm doorbell: arms the CQ for CQEs past `consumer_index` (the arm doorbell
+    // record's), and raises the event at once when one the arm wakes for is already there.
+    void take_arm(bool solicited_only, std::uint32_t consumer_index) const {
+        __atomic_store_n(doorbell_record + kCqArmedWord, solicited_only ? kArmedForSolicited : kArmedForNext, __ATOMIC_SEQ_CST);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        const std::uint32_t written = (__atomic_load_n(doorbell_record + kCqProducerIndexWord, __ATOMIC_SEQ_CST) - consumer_index) & 0xffffff;
+        bool waiting = written != 0;
+        if (solicited_only) {
+            const std::uint32_t last = (__atomic_load_n(doorbell_record + kCqLastSolicitedWord, __ATOMIC_SEQ_CST) - consumer_index) & 0xffffff;
+            waiting = last != 0 && last <= written;
+        }
+        if (!waiting) return;
+        std::uint32_t armed = solicited_only ? kArmedForSolicited : kArmedForNext;
+        if (__atomic_compare_exchange_n(doorbell_record + kCqArmedWord, &armed, 0u, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+            signal_event(event_descriptor);
+        }
+    }
+
+private:
+    static bool is_error(std::uint8_t cqe_opcode) {
+        return cqe_opcode == mlx5::kCqeRequesterError || cqe_opcode == mlx5::kCqeResponderError;
     }
 };
 
@@ -84,6 +143,7 @@ struct ResponderCompletion {
     bool global_route = false;
     std::uint32_t user_index = 0;  // the responder QP's
     std::uint32_t qpn = 0;         // the responder QP
+    bool solicited = false;        // the request asked for a solicited event
 };
 
 inline void fill_responder_cqe(std::uint8_t* cqe64, const ResponderCompletion& completion) {

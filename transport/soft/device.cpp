@@ -3,14 +3,19 @@
 #include "transport/soft/device.hpp"
 
 #include <arpa/inet.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 
 #include "src/flight_recorder.hpp"
 #include "src/logger.hpp"
+#include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
@@ -268,12 +273,35 @@ std::shared_ptr<CompletionQueue> Device::create_completion_queue(std::uint32_t e
     context->ring.cqe_count = count;
     context->ring.cqe_size = cqe_size;
     context->ring.doorbell_record = reinterpret_cast<std::uint32_t*>(context->buffer->data + entry_bytes);
+    context->ring.uar = context->uar;
+    context->event_descriptor = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (context->event_descriptor < 0) {
+        fail("create_completion_queue: eventfd for its completion events: " + std::string(std::strerror(errno)));
+    }
+    const int event_descriptor = context->event_descriptor;
     std::lock_guard lock(core_->mutex);
     publish_ring_memory(*core_);
     context->ring.cqn = core_->next_handle++;
     const mlx5::CompletionQueueRing ring = context->ring;
     core_->completion_queues[ring.cqn] = std::move(context);
-    return std::shared_ptr<CompletionQueue>(new CompletionQueue(shared_from_this(), ring));
+    return std::shared_ptr<CompletionQueue>(new CompletionQueue(shared_from_this(), ring, event_descriptor));
+}
+
+CompletionQueueContext::~CompletionQueueContext() {
+    if (event_descriptor >= 0) ::close(event_descriptor);
+}
+
+void CompletionQueue::ring_arm_doorbell() {
+    const std::uint32_t word = mlx5::big_to_host32(mlx5::load_acquire32(ring_.doorbell_record + mlx5::kCqArm));
+    // The arm word: sequence number (bits 29:28), command (bit 24: solicited only), consumer index.
+    const bool solicited_only = (word & (1u << 24)) != 0;
+    const CompletionRingView view{ring_.buffer, ring_.cqe_count, ring_.cqe_size, ring_.doorbell_record, event_descriptor_};
+    view.take_arm(solicited_only, word & 0xffffff);
+}
+
+bool CompletionQueue::take_event() {
+    std::uint64_t count = 0;
+    return ::read(event_descriptor_, &count, sizeof count) == static_cast<ssize_t>(sizeof count);
 }
 
 CompletionQueue::~CompletionQueue() {

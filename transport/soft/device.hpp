@@ -133,13 +133,25 @@ public:
     std::uint32_t cqn() const { return ring_.cqn; }
     // True once the device had to drop a CQE because the consumer fell a whole ring behind.
     bool overrun() const;
+    // Completion events, as a completion channel gives them: the descriptor (an eventfd) becomes
+    // readable when the CQ, armed, gets a CQE it was armed for. The consumer arms it with the
+    // mlx5 data path's arm (the doorbell record's arm word, then the CQ doorbell on ring().uar)
+    // and then calls ring_arm_doorbell(): the moment the NIC would see the register write. One
+    // arm raises at most one event, at once if a CQE it wakes for is already past the arm's
+    // consumer index. Lock-free; same-host peers that write CQEs into this CQ raise it too.
+    int event_descriptor() const { return event_descriptor_; }
+    void ring_arm_doorbell();
+    // Takes the event if one was raised (the descriptor is then no longer readable, until the
+    // next): ibv_get_cq_event and ibv_ack_cq_events in one. Never blocks.
+    bool take_event();
 
 private:
     friend class Device;
-    CompletionQueue(std::shared_ptr<Device> device, const mlx5::CompletionQueueRing& ring)
-        : device_(std::move(device)), ring_(ring) {}
+    CompletionQueue(std::shared_ptr<Device> device, const mlx5::CompletionQueueRing& ring, int event_descriptor)
+        : device_(std::move(device)), ring_(ring), event_descriptor_(event_descriptor) {}
     std::shared_ptr<Device> device_;
     mlx5::CompletionQueueRing ring_;
+    int event_descriptor_;  // owned by the device's context of this CQ
 };
 
 class SharedReceiveQueue {

@@ -66,7 +66,19 @@ struct CompletionQueueContext {
     // receive lock. Until then it has no other writer, and takes no lock (a locked instruction
     // right after a zero-hop write's store into the peer's memory waits for that store).
     bool peer_writable = false;
-    CompletionRingView view() const { return {ring.buffer, ring.cqe_count, ring.cqe_size, ring.doorbell_record}; }
+    // Readable once an armed CQ gets a CQE it was armed for (completion_ring.hpp): the soft
+    // completion channel. Closed with the context.
+    int event_descriptor = -1;
+    // The UAR page's CQ doorbell an arm writes (mlx5::CompletionQueueRing::uar, register at 0x20):
+    // memory nobody reads, as BlueFlame's; the arm word the device takes is the doorbell record's.
+    alignas(64) std::uint8_t uar[64] = {};
+    CompletionQueueContext() = default;
+    CompletionQueueContext(const CompletionQueueContext&) = delete;
+    CompletionQueueContext& operator=(const CompletionQueueContext&) = delete;
+    ~CompletionQueueContext();
+    CompletionRingView view() const {
+        return {ring.buffer, ring.cqe_count, ring.cqe_size, ring.doorbell_record, event_descriptor};
+    }
 };
 
 struct SharedReceiveQueueContext {
@@ -462,9 +474,9 @@ private:
                          std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome);
     void write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
                              std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
-                             std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route);
+                             std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited);
     std::uint8_t* claim_cqe(CompletionQueueContext& cq);
-    void publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode);
+    void publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited);
 
     // Memory checks, as the NIC makes them against its memory translation tables.
     const MemoryRegionState* find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,

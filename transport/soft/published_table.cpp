@@ -258,6 +258,9 @@ void PublishedTable::publish_queue_pair(const QueuePairContext& queue_pair) {
             shared_receives ? offset_in(*receive_cq.buffer, receive_cq.ring.doorbell_record) : 0, std::memory_order_relaxed);
         slot.receive_cqe_count.store(receive_cq.ring.cqe_count, std::memory_order_relaxed);
         slot.receive_cqe_size.store(receive_cq.ring.cqe_size, std::memory_order_relaxed);
+        slot.receive_cq_event_descriptor.store(
+            shared_receives && receive_cq.event_descriptor >= 0 ? static_cast<std::uint32_t>(receive_cq.event_descriptor) + 1 : 0,
+            std::memory_order_relaxed);
         slot.transport.store(dc_target ? kPublishedDcTarget : kPublishedReliableConnected, std::memory_order_relaxed);
         slot.dc_key.store(dc_target ? queue_pair.dc_access_key : 0, std::memory_order_relaxed);
         slot.qpn.store(queue_pair.qpn, std::memory_order_relaxed);
@@ -370,9 +373,12 @@ void PublishedTable::finish_receive_journal(std::uint32_t holder) {
         } else if (__atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) == intent.consumed_before) {
             outcome = ReceiveRecovery::receive_left;  // its first store was never made
         } else {
-            const CompletionRingView ring{entries, intent.cqe_count, intent.cqe_size, cq_doorbell};
+            const CompletionRingView ring{entries, intent.cqe_count, intent.cqe_size, cq_doorbell,
+                                          event_descriptor_of_receive_cq(intent.cq_doorbell_offset)};
             if (ring.producer_index() != intent.producer_before) {
                 outcome = ReceiveRecovery::already_complete;  // the producer index moves last
+                // It may have died between the index and the event: an arm still set is owed one.
+                ring.raise_event(intent.completion.cqe_opcode, intent.completion.solicited);
             } else {
                 // Its owner byte may already be the new one (published, the index not yet moved):
                 // the consumer may be reading that CQE, so it is not written again.
@@ -384,6 +390,7 @@ void PublishedTable::finish_receive_journal(std::uint32_t holder) {
                     ring.make_visible(cqe, intent.completion.cqe_opcode);
                 }
                 ring.advance();
+                ring.raise_event(intent.completion.cqe_opcode, intent.completion.solicited);
                 outcome = ReceiveRecovery::completion_written;
             }
         }
@@ -392,6 +399,16 @@ void PublishedTable::finish_receive_journal(std::uint32_t holder) {
     takeovers_.fetch_add(1, std::memory_order_relaxed);
     detail::logger().warn("software device: process {} exited holding this device's receive lock; taken over: {}", holder,
                           describe(outcome));
+}
+
+int PublishedTable::event_descriptor_of_receive_cq(std::uint64_t cq_doorbell_offset) const {
+    for (const PublishedQueuePair& slot : layout_->queue_pairs) {
+        if (slot.qpn.load(std::memory_order_relaxed) != 0 &&
+            slot.receive_cq_doorbell_offset.load(std::memory_order_relaxed) == cq_doorbell_offset) {
+            return static_cast<int>(slot.receive_cq_event_descriptor.load(std::memory_order_relaxed)) - 1;
+        }
+    }
+    return -1;
 }
 
 bool PeerTable::try_lock_receives() {
@@ -505,6 +522,7 @@ PeerTable::~PeerTable() {
         holder_->holding.store(0, std::memory_order_release);
         holder_->pid.store(0, std::memory_order_release);
     }
+    for (const auto& entry : event_descriptors_) ::close(entry.second);
     if (own_arena_ != nullptr) return;  // this process's own table and arena: nothing of ours mapped
     if (arena_ != nullptr) ::munmap(arena_, kArenaReserveBytes);
     if (layout_ != nullptr) ::munmap(layout_, kLayoutBytes);
@@ -543,6 +561,18 @@ std::uint8_t* PeerTable::arena_range(std::uint64_t arena_offset, std::uint64_t l
     return arena_ + offset;
 }
 
+int PeerTable::event_descriptor(std::uint32_t published) {
+    if (published == 0) return -1;
+    if (own_arena_ != nullptr) return static_cast<int>(published - 1);  // this process's own
+    for (const auto& [number, descriptor] : event_descriptors_) {
+        if (number == published) return descriptor;
+    }
+    const int opened = static_cast<int>(::syscall(SYS_pidfd_getfd, peer_->descriptor(), static_cast<int>(published - 1), 0));
+    if (opened < 0) return -1;
+    event_descriptors_.emplace_back(published, opened);
+    return opened;
+}
+
 std::optional<PublishedQueuePairView> PeerTable::read_queue_pair(std::uint32_t qpn) const {
     const PublishedQueuePair& slot = layout_->queue_pairs[qpn % kPublishedQueuePairSlots];
     PublishedQueuePairView view;
@@ -569,6 +599,7 @@ std::optional<PublishedQueuePairView> PeerTable::read_queue_pair(std::uint32_t q
         view.transport = slot.transport.load(std::memory_order_relaxed);
         view.dc_key = slot.dc_key.load(std::memory_order_relaxed);
         view.receive_protection_domain = slot.receive_protection_domain.load(std::memory_order_relaxed);
+        view.receive_cq_event_descriptor = slot.receive_cq_event_descriptor.load(std::memory_order_relaxed);
     });
     if (!consistent || view.qpn != qpn) return std::nullopt;
     return view;

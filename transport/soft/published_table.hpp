@@ -53,6 +53,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "transport/soft/completion_ring.hpp"
 
@@ -107,6 +109,9 @@ struct PublishedQueuePairView {
     std::uint64_t receive_cq_doorbell_offset = 0;  // its doorbell block
     std::uint32_t receive_cqe_count = 0;
     std::uint32_t receive_cqe_size = 0;
+    // The receive CQ's event descriptor in the target's process plus 1 (0: none): a peer that
+    // writes a CQE into an armed CQ raises its event there (completion_ring.hpp).
+    std::uint32_t receive_cq_event_descriptor = 0;
 };
 
 struct alignas(64) PublishedRegion {
@@ -146,6 +151,7 @@ struct alignas(64) PublishedQueuePair {
     std::atomic<std::uint32_t> transport;  // kPublishedReliableConnected or kPublishedDcTarget
     std::atomic<std::uint64_t> dc_key;     // a DCT's access key
     std::atomic<std::uint32_t> receive_protection_domain;
+    std::atomic<std::uint32_t> receive_cq_event_descriptor;
 };
 
 // What a peer's zero-hop receive does under the receive lock, written before its first store
@@ -190,7 +196,7 @@ struct PublishedLayout {
 };
 
 inline constexpr std::uint64_t kPublishedMagic = 0x5244'4d43'5a48'4f50ull;  // "RDMCZHOP"
-inline constexpr std::uint32_t kPublishedVersion = 6;
+inline constexpr std::uint32_t kPublishedVersion = 7;
 
 // The target's side: owns the memfd and writes the entries (caller holds the device mutex).
 class PublishedTable {
@@ -262,6 +268,9 @@ private:
     bool take_over_from(std::uint32_t holder);
     // Under the lock, just taken over from `holder`: finishes what the journal describes.
     void finish_receive_journal(std::uint32_t holder);
+    // The event descriptor of the receive CQ whose doorbell block is at `cq_doorbell_offset` (as an
+    // entry publishes it), from the entries that name it; -1 when none does.
+    int event_descriptor_of_receive_cq(std::uint64_t cq_doorbell_offset) const;
     PublishedLayout* layout_ = nullptr;
     const SharedArena* arena_ = nullptr;  // the device's, once published
     std::atomic<std::uint64_t> takeovers_{0};
@@ -293,6 +302,10 @@ public:
     std::uint8_t* arena_range(std::uint64_t arena_offset, std::uint64_t length);
     // Maps the target's arena now, if it has published one (arena_range would on first use).
     void map_arena() { (void)arena_range(1, 0); }
+    // The target's CQ event descriptor `published` (an entry's receive_cq_event_descriptor) as a
+    // descriptor of this process, or -1 (none published, or pidfd_getfd refused). Taken on first
+    // use, through the target's pidfd as the arena is, and kept until this table goes.
+    int event_descriptor(std::uint32_t published);
     // The target simulates a network partition (simulate_partition in its process).
     bool partitioned() const { return layout_->partitioned.load(std::memory_order_acquire) != 0; }
     // The target's receive lock, by one compare-and-swap: false when another holds it (the
@@ -334,6 +347,8 @@ private:
     std::uint8_t* arena_ = nullptr;      // its arena, once mapped
     bool arena_failed_ = false;          // mapping it failed: not tried again
     const SharedArena* own_arena_ = nullptr;  // this process's own table: its device's arena
+    // Event descriptors taken from the target: its number plus 1, and ours.
+    std::vector<std::pair<std::uint32_t, int>> event_descriptors_;
     // Claims a holder slot in layout_: a free one, else one whose process exited.
     bool claim_holder();
 };

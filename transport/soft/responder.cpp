@@ -332,7 +332,8 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             consume_receive(queue_pair);
             answer_then_complete(answer(request, wire::ResponseKind::ack), [&] {
                 write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
-                                    request.length, request.immediate, request.source_qpn, connection.lid, global_route);
+                                    request.length, request.immediate, request.source_qpn, connection.lid, global_route,
+                                    request.solicited != 0);
             });
             return;
         }
@@ -379,7 +380,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             const std::uint8_t cqe_opcode = request.opcode == kOpcodeSendImmediate ? kCqeResponderSendImmediate : kCqeResponderSend;
             answer_then_complete(answer(request, wire::ResponseKind::ack), [&] {
                 write_responder_cqe(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
-                                    request.immediate, request.source_qpn, connection.lid, global_route);
+                                    request.immediate, request.source_qpn, connection.lid, global_route, request.solicited != 0);
             });
             return;
         }
@@ -458,8 +459,8 @@ std::uint8_t* DeviceCore::claim_cqe(CompletionQueueContext& cq) {
     return ring.claim();
 }
 
-void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode) {
-    cq.view().publish(cqe64, cqe_opcode);
+void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited) {
+    cq.view().publish(cqe64, cqe_opcode, solicited);
 }
 
 void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
@@ -472,7 +473,7 @@ void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePair
     store_big32(cqe + kCqeByteCount, byte_count);
     store_big32(cqe + kCqeSopDropQpn, static_cast<std::uint32_t>(wqe_opcode) << 24 | queue_pair.qpn);
     store_big16(cqe + kCqeWqeCounter, wqe_counter);
-    publish_cqe(cq, cqe, kCqeRequester);
+    publish_cqe(cq, cqe, kCqeRequester, false);
 }
 
 void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
@@ -486,19 +487,19 @@ void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairCont
     cqe[kCqeSyndrome] = syndrome;
     store_big32(cqe + kCqeSopDropQpn, (requester ? static_cast<std::uint32_t>(wqe_opcode) << 24 : 0u) | queue_pair.qpn);
     store_big16(cqe + kCqeWqeCounter, wqe_counter);
-    publish_cqe(cq, cqe, requester ? kCqeRequesterError : kCqeResponderError);
+    publish_cqe(cq, cqe, requester ? kCqeRequesterError : kCqeResponderError, false);
 }
 
 void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
                                      std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
-                                     std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route) {
+                                     std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited) {
     flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
     fill_responder_cqe(cqe, {cqe_opcode, wqe_counter, byte_count, immediate, source_qpn, source_lid, global_route,
-                             queue_pair.user_index, queue_pair.qpn});
-    publish_cqe(cq, cqe, cqe_opcode);
+                             queue_pair.user_index, queue_pair.qpn, solicited});
+    publish_cqe(cq, cqe, cqe_opcode, solicited);
 }
 
 }  // namespace rdmachan::soft

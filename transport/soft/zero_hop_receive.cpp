@@ -101,7 +101,8 @@ ResponderCompletion responder_completion(const wire::Request& request, std::uint
     if (request.opcode == kOpcodeSend) cqe_opcode = kCqeResponderSend;
     if (request.opcode == kOpcodeSendImmediate) cqe_opcode = kCqeResponderSendImmediate;
     return {cqe_opcode, static_cast<std::uint16_t>(wqe_counter), static_cast<std::uint32_t>(length), request.immediate,
-            initiator_qpn, initiator_lid, (request.dc_flags & wire::kDcGlobalRoute) != 0, target.user_index, target.qpn};
+            initiator_qpn, initiator_lid, (request.dc_flags & wire::kDcGlobalRoute) != 0, target.user_index, target.qpn,
+            request.solicited != 0};
 }
 
 // Under the target's receive lock, the bytes in place: the journal first (if this process dies
@@ -120,6 +121,7 @@ void consume_and_complete(PeerTable& table, const PublishedQueuePairView& target
     receive_cq.make_visible(cqe, completion.cqe_opcode);
     hold_for_test(ZeroHopReceiveStep::completion_visible);
     receive_cq.advance();
+    receive_cq.raise_event(completion.cqe_opcode, completion.solicited);
     table.end_receive();
 }
 
@@ -158,7 +160,11 @@ std::optional<ReceiveSide> map_receive_side(PeerTable& table, const PublishedQue
                                               static_cast<std::uint64_t>(target.receive_cqe_count) * target.receive_cqe_size);
     auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(table.arena_range(target.receive_cq_doorbell_offset, 64));
     if (side.queue == nullptr || side.doorbell == nullptr || entries == nullptr || cq_doorbell == nullptr) return std::nullopt;
-    side.cq = {entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell};
+    // A CQE written here must be able to raise the target's event, or a consumer armed there
+    // would sleep through it: without the descriptor the request path carries the receive.
+    const int event_descriptor = table.event_descriptor(target.receive_cq_event_descriptor);
+    if (event_descriptor < 0) return std::nullopt;
+    side.cq = {entries, target.receive_cqe_count, target.receive_cqe_size, cq_doorbell, event_descriptor};
     return side;
 }
 

@@ -1,0 +1,240 @@
+// Completion events on the software device (completion_ring.hpp): a CQ armed through its arm
+// doorbell record and ring_arm_doorbell() makes its eventfd readable once, for the next CQE or,
+// armed for solicited ones, for a solicited or error CQE, whichever writer wrote it: the device's
+// progress thread (request path), the thread that rang the doorbell (zero-hop), or a same-host peer
+// completing a receive into it. An arm with a CQE already past its consumer index raises the
+// event at once. The arm/complete race is run a million times at the ring level, where it is.
+#include <doctest/doctest.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/sanitizer_build.hpp"
+#include "tests/soft/device_pair.hpp"
+#include "transport/mlx5/barriers.hpp"
+#include "transport/mlx5/byte_order.hpp"
+#include "transport/soft/completion_ring.hpp"
+
+namespace mlx5 = rdmachan::mlx5;
+namespace soft = rdmachan::soft;
+using rdmachan::test::DevicePair;
+using rdmachan::test::DevicePairSettings;
+using rdmachan::test::send_request;
+using rdmachan::test::settle_path;
+using rdmachan::test::SoftEndpoint;
+using rdmachan::test::write_request;
+
+namespace {
+
+// What the mlx5 data path's arm writes (libmlx5's mlx5_arm_cq): sequence, command, the consumer
+// index the poller last wrote; then the device is told, as the NIC sees the CQ doorbell.
+void arm(soft::CompletionQueue& queue, bool solicited_only, std::uint32_t sequence = 0) {
+    const mlx5::CompletionQueueRing& ring = queue.ring();
+    const std::uint32_t consumer = mlx5::big_to_host32(mlx5::load_acquire32(ring.doorbell_record + mlx5::kCqSetConsumerIndex)) & 0xffffff;
+    const std::uint32_t word = (sequence & 3) << 28 | (solicited_only ? 1u << 24 : 0u) | consumer;
+    mlx5::store_release32(ring.doorbell_record + mlx5::kCqArm, mlx5::host_to_big32(word));
+    queue.ring_arm_doorbell();
+}
+
+bool readable(int descriptor, std::chrono::milliseconds timeout) {
+    pollfd entry{descriptor, POLLIN, 0};
+    return ::poll(&entry, 1, static_cast<int>(timeout.count())) == 1 && (entry.revents & POLLIN) != 0;
+}
+
+constexpr auto kLong = std::chrono::seconds(10);
+constexpr auto kShort = std::chrono::milliseconds(0);
+
+DevicePairSettings pair_settings(const char* transport, const char* zero_hop) {
+    DevicePairSettings settings;
+    settings.transport = transport;
+    settings.zero_hop = zero_hop;
+    settings.target.allocated = true;
+    settings.initiator.allocated = true;
+    return settings;
+}
+
+// One pair per path a CQE can be written on.
+struct Path {
+    const char* name;
+    const char* transport;
+    const char* zero_hop;
+};
+const Path kPaths[] = {
+    {"same host, zero-hop (the initiator's thread writes the target's CQE)", "auto", "1"},
+    {"same host, request path (the target's device writes it)", "shm", "0"},
+    {"TCP (the target's progress thread writes it)", "tcp", "0"},
+};
+
+void send_one(SoftEndpoint& initiator, std::uint64_t wr_id, std::uint32_t flags) {
+    const mlx5::ScatterGatherElement element = initiator.local(0, 64);
+    mlx5::SendWorkRequest request = send_request(wr_id, &element, 1, mlx5::SendOpcode::send, flags | mlx5::kSendSignaled);
+    REQUIRE(initiator.post(&request, 1) == mlx5::PostResult::ok);
+    const auto sent = initiator.wait_send();
+    REQUIRE(sent.has_value());
+    REQUIRE(sent->status == mlx5::CompletionStatus::success);
+}
+
+}  // namespace
+
+TEST_CASE("an armed receive CQ raises one event for the next CQE, on every path") {
+    for (const Path& path : kPaths) {
+        const std::string name = path.name;
+        CAPTURE(name);
+        DevicePair pair(pair_settings(path.transport, path.zero_hop));
+        REQUIRE(settle_path(pair.initiator, pair.remote));
+        soft::CompletionQueue& queue = pair.target.receive_cq();
+        const int descriptor = queue.event_descriptor();
+        REQUIRE(descriptor >= 0);
+        for (std::uint32_t round = 0; round < 6; ++round) {
+            CAPTURE(round);
+            REQUIRE(pair.target.post_receive(round, 4096, 64) == mlx5::PostResult::ok);
+            CHECK_FALSE(readable(descriptor, kShort));
+            arm(queue, false, round);
+            CHECK_FALSE(readable(descriptor, kShort));  // armed, nothing written yet
+            send_one(pair.initiator, round, 0);
+            CHECK(readable(descriptor, kLong));
+            CHECK(queue.take_event());
+            CHECK_FALSE(queue.take_event());  // one arm, one event
+            const auto received = pair.target.wait_receive();
+            REQUIRE(received.has_value());
+            CHECK(received->wr_id == round);
+        }
+        // Not armed: a CQE raises nothing.
+        REQUIRE(pair.target.post_receive(99, 4096, 64) == mlx5::PostResult::ok);
+        send_one(pair.initiator, 99, 0);
+        REQUIRE(pair.target.wait_receive().has_value());
+        CHECK_FALSE(readable(descriptor, kShort));
+    }
+}
+
+TEST_CASE("an arm with a CQE already past its consumer index raises the event at once") {
+    DevicePair pair(pair_settings("auto", "1"));
+    REQUIRE(settle_path(pair.initiator, pair.remote));
+    soft::CompletionQueue& queue = pair.target.receive_cq();
+    REQUIRE(pair.target.post_receive(1, 4096, 64) == mlx5::PostResult::ok);
+    send_one(pair.initiator, 1, 0);
+    // The CQE is there (the sender's completion came after it), not yet polled.
+    CHECK_FALSE(readable(queue.event_descriptor(), kShort));
+    arm(queue, false);
+    CHECK(readable(queue.event_descriptor(), kShort));
+    CHECK(queue.take_event());
+    REQUIRE(pair.target.wait_receive().has_value());
+    // Polled: the consumer index moved past it, and a new arm waits for the next one.
+    arm(queue, false, 1);
+    CHECK_FALSE(readable(queue.event_descriptor(), kShort));
+}
+
+TEST_CASE("armed for solicited CQEs: a send without the solicited bit raises nothing, one with it does, an error does") {
+    for (const Path& path : kPaths) {
+        const std::string name = path.name;
+        CAPTURE(name);
+        DevicePair pair(pair_settings(path.transport, path.zero_hop));
+        REQUIRE(settle_path(pair.initiator, pair.remote));
+        soft::CompletionQueue& queue = pair.target.receive_cq();
+        REQUIRE(pair.target.post_receive(1, 4096, 64) == mlx5::PostResult::ok);
+        REQUIRE(pair.target.post_receive(2, 8192, 64) == mlx5::PostResult::ok);
+        arm(queue, true);
+        send_one(pair.initiator, 1, 0);
+        REQUIRE(pair.target.wait_receive().has_value());
+        CHECK_FALSE(readable(queue.event_descriptor(), kShort));
+        // Still armed: the solicited one wakes it, though an unsolicited CQE came first.
+        send_one(pair.initiator, 2, mlx5::kSendSolicited);
+        CHECK(readable(queue.event_descriptor(), kLong));
+        CHECK(queue.take_event());
+        REQUIRE(pair.target.wait_receive().has_value());
+
+        // An arm for solicited CQEs with only an unsolicited one waiting past its index: nothing.
+        REQUIRE(pair.target.post_receive(3, 4096, 64) == mlx5::PostResult::ok);
+        send_one(pair.initiator, 3, 0);
+        arm(queue, true, 1);
+        CHECK_FALSE(readable(queue.event_descriptor(), kShort));
+        REQUIRE(pair.target.wait_receive().has_value());
+
+        // The initiator's send CQ, armed for solicited CQEs: a successful write raises nothing,
+        // a write with a bad key completes in error and raises the event.
+        soft::CompletionQueue& send_queue = pair.initiator.send_cq();
+        arm(send_queue, true);
+        const mlx5::ScatterGatherElement element = pair.initiator.local(0, 64);
+        REQUIRE(rdmachan::test::run_signaled(pair.initiator, write_request(10, &element, pair.remote.buffer_addr, pair.remote.rkey)).status ==
+                mlx5::CompletionStatus::success);
+        CHECK_FALSE(readable(send_queue.event_descriptor(), kShort));
+        mlx5::SendWorkRequest bad = write_request(11, &element, pair.remote.buffer_addr, pair.remote.rkey ^ 0x5a00);
+        REQUIRE(pair.initiator.post(&bad, 1) == mlx5::PostResult::ok);
+        const auto failed = pair.initiator.wait_send();
+        REQUIRE(failed.has_value());
+        CHECK(failed->status != mlx5::CompletionStatus::success);
+        CHECK(readable(send_queue.event_descriptor(), kLong));
+        CHECK(send_queue.take_event());
+    }
+}
+
+// The race itself, where it is decided: a writer publishing CQEs as the device does, one at a
+// time, each only once the consumer took the one before, so that it lands while the consumer
+// finds the ring empty, arms, and sleeps on the descriptor. A lost wake-up leaves the consumer
+// asleep with the CQE in the ring and the writer waiting for it: the wait's deadline catches it.
+TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event per arm") {
+    const std::uint32_t total = rdmachan::test::kSanitizerBuild ? 100'000 : 1'000'000;
+    constexpr std::uint32_t kEntries = 256;
+    std::vector<std::uint8_t> entries(kEntries * 64);
+    for (std::uint32_t i = 0; i < kEntries; ++i) entries[i * 64 + 63] = mlx5::kCqeInvalid << 4;
+    alignas(64) std::uint32_t doorbell[16] = {};
+    const int descriptor = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    REQUIRE(descriptor >= 0);
+    const soft::CompletionRingView ring{entries.data(), kEntries, 64, doorbell, descriptor};
+    mlx5::CompletionQueueRing consumer_ring{entries.data(), kEntries, 64, 0, doorbell, nullptr};
+
+    std::atomic<std::uint32_t> taken{0};
+    std::atomic<bool> failed{false};
+    std::thread writer([&] {
+        for (std::uint32_t written = 0; written < total; ++written) {
+            while (taken.load(std::memory_order_acquire) < written) {
+                if (failed.load(std::memory_order_relaxed)) return;
+            }
+            std::uint8_t* cqe = ring.claim();
+            mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(mlx5::kOpcodeRdmaWrite) << 24 | 1);
+            mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, static_cast<std::uint16_t>(written));
+            ring.publish(cqe, mlx5::kCqeRequester, false);
+        }
+    });
+
+    std::vector<std::uint64_t> wr_ids(1, 0);
+    std::vector<std::uint32_t> wqe_ends(1, 0);
+    mlx5::SendQueueTracking tracking{wr_ids.data(), wqe_ends.data(), 0, 0, nullptr};
+    mlx5::CompletionTarget target{&tracking, 1, nullptr, nullptr};
+    mlx5::CompletionQueue queue(consumer_ring);
+    std::uint32_t consumed = 0;
+    std::uint64_t arms = 0;
+    std::uint64_t raised_at_arm = 0;
+    mlx5::Completion completion;
+    while (consumed < total) {
+        if (queue.poll(&completion, 1, [&](std::uint32_t, std::uint32_t) { return &target; }) == 1) {
+            taken.store(++consumed, std::memory_order_release);
+            continue;
+        }
+        // Arm for CQEs past what was consumed, then sleep until the event.
+        const std::uint32_t word = static_cast<std::uint32_t>(arms & 3) << 28 | (consumed & 0xffffff);
+        mlx5::store_release32(doorbell + mlx5::kCqArm, mlx5::host_to_big32(word));
+        ring.take_arm(false, consumed & 0xffffff);
+        ++arms;
+        raised_at_arm += readable(descriptor, kShort) ? 1 : 0;
+        if (!readable(descriptor, std::chrono::seconds(10))) {
+            failed = true;
+            writer.join();
+            FAIL("lost wake-up: asleep for 10 s with " << consumed << " of " << total << " CQEs consumed, the next one written");
+        }
+        std::uint64_t raised = 0;
+        REQUIRE(::read(descriptor, &raised, sizeof raised) == sizeof raised);
+        REQUIRE(raised == 1);  // one event per arm
+    }
+    writer.join();
+    ::close(descriptor);
+    MESSAGE(total << " CQEs, " << arms << " arms, " << raised_at_arm << " of them raised at once by a CQE already there");
+    CHECK(arms > total / 2);           // the consumer slept for most CQEs: the race was run
+    CHECK(raised_at_arm > total / 1000);  // and CQEs often landed between the poll and the arm
+}
