@@ -7,9 +7,10 @@
 // The ioctl interface answers ENOTTY ("no ioctl framework"), but for one DEVX method (creating
 // a memory key), so libibverbs uses the older write() commands, each of which is answered here
 // the way the mlx5 kernel driver answers (drivers/infiniband/hw/mlx5 and include/uapi/rdma): a
-// context with BlueFlame registers, a protection domain, memory keys, completion queues, shared
-// receive queues and queue pairs whose buffers libmlx5 allocated itself. Nothing is executed:
-// the tests write the CQEs a NIC would write. A command not answered here fails with EOPNOTSUPP
+// context with BlueFlame registers, a protection domain, memory keys, completion channels and
+// queues, shared receive queues and queue pairs whose buffers libmlx5 allocated itself. Nothing
+// is executed: the tests write the CQEs a NIC would write, and report the completion events a
+// kernel would (report_completion_event). A command not answered here fails with EOPNOTSUPP
 // and is named on stderr; an extended command other than MODIFY_QP fails with EOPNOTSUPP
 // silently, as on a kernel without it.
 #include "tests/libmlx5/fake_uverbs.hpp"
@@ -254,16 +255,35 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
         respond(request.response, answer);
         return static_cast<ssize_t>(length);
     }
+    case IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL: {
+        // A pipe: libibverbs reads events from the descriptor answered, as from the kernel's
+        // anonymous file, and the fake writes them into the other end.
+        const auto request = read<ib_uverbs_create_comp_channel>(body);
+        int ends[2];
+        if (pipe2(ends, O_CLOEXEC) != 0) return -1;
+        state.channel_writers[ends[0]] = ends[1];
+        ib_uverbs_create_comp_channel_resp answer{};
+        answer.fd = static_cast<std::uint32_t>(ends[0]);
+        respond(request.response, answer);
+        return static_cast<ssize_t>(length);
+    }
     case IB_USER_VERBS_CMD_CREATE_CQ: {
         const auto request = read<ib_uverbs_create_cq>(body);
         const auto driver_request = read<mlx5_ib_create_cq>(body + sizeof request);
+        // The kernel refuses a descriptor that is not a completion channel.
+        if (request.comp_channel >= 0 && state.channel_writers.count(request.comp_channel) == 0) {
+            errno = EINVAL;
+            return -1;
+        }
+        const std::uint32_t handle = ++state.completion_queues;
+        state.completion_events[handle] = {request.user_handle, request.comp_channel, 0};
         state.cq_buffer = driver_request.buf_addr;
         state.cq_doorbell_record = driver_request.db_addr;
         state.cqe_count = request.cqe + 1;
         state.cqe_size = driver_request.cqe_size;
-        state.cqn = 0x80;
+        state.cqn = state.next_cqn++ & 0xffffff;
         ib_uverbs_create_cq_resp answer{};
-        answer.cq_handle = 1;
+        answer.cq_handle = handle;
         answer.cqe = request.cqe;
         mlx5_ib_create_cq_resp driver{};
         driver.cqn = state.cqn;
@@ -316,8 +336,8 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
         respond(request.response, answer);
         return static_cast<ssize_t>(length);
     }
-    // Destruction: no asynchronous events were ever reported, which libibverbs waits to have
-    // acknowledged before it returns.
+    // Destruction: libibverbs waits until the events reported were acknowledged; no
+    // asynchronous events ever are.
     case IB_USER_VERBS_CMD_DESTROY_QP: {
         const auto request = read<ib_uverbs_destroy_qp>(body);
         respond(request.response, ib_uverbs_destroy_qp_resp{});
@@ -325,7 +345,13 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
     }
     case IB_USER_VERBS_CMD_DESTROY_CQ: {
         const auto request = read<ib_uverbs_destroy_cq>(body);
-        respond(request.response, ib_uverbs_destroy_cq_resp{});
+        ib_uverbs_destroy_cq_resp answer{};
+        const auto events = state.completion_events.find(request.cq_handle);
+        if (events != state.completion_events.end()) {
+            answer.comp_events_reported = events->second.reported;
+            state.completion_events.erase(events);
+        }
+        respond(request.response, answer);
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_DESTROY_SRQ: {
@@ -386,6 +412,19 @@ int execute_ioctl(ib_uverbs_ioctl_hdr* header) {
 }  // namespace
 
 FakeKernelState& fake_kernel() { return state; }
+
+bool report_completion_event(std::uint32_t cq_handle) {
+    const auto events = state.completion_events.find(cq_handle);
+    if (events == state.completion_events.end() || events->second.channel < 0) return false;
+    const auto writer = state.channel_writers.find(events->second.channel);
+    if (writer == state.channel_writers.end()) return false;
+    ib_uverbs_comp_event_desc event{};
+    event.cq_handle = events->second.user_handle;
+    if (next<ssize_t (*)(int, const void*, size_t)>("write")(writer->second, &event, sizeof event) != sizeof event)
+        return false;
+    ++events->second.reported;
+    return true;
+}
 
 }  // namespace rdmachan::libmlx5_instructions
 
@@ -464,6 +503,11 @@ int close(int fd) {
     if (is_device(fd)) {
         device_descriptors[fd] = false;
         state.registers.erase(fd);
+    }
+    const auto channel = state.channel_writers.find(fd);
+    if (channel != state.channel_writers.end()) {
+        next<int (*)(int)>("close")(channel->second);
+        state.channel_writers.erase(channel);
     }
     return next<int (*)(int)>("close")(fd);
 }

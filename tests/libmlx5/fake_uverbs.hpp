@@ -26,8 +26,23 @@ struct FakeKernelState {
     std::uint64_t cq_buffer = 0;  // the CQ ring libmlx5 allocated (create_cq's buf_addr)
     std::uint32_t cqe_count = 0;
     std::uint32_t cqe_size = 0;
-    std::uint32_t cqn = 0;
+    std::uint32_t cqn = 0;  // the last CQ's
+    std::uint32_t next_cqn = 0x80;  // the number the next CQ gets (24 bits); then one more
     std::uint64_t cq_doorbell_record = 0;
+    // Completion channels (CREATE_COMP_CHANNEL): a pipe each, libibverbs reading events from the
+    // read end (the channel's descriptor), the fake writing them into the other; by the channel's
+    // descriptor. close() of the channel closes both.
+    std::map<int, int> channel_writers;
+    // Every CQ's completion events, by the CQ's kernel handle: the user handle the events name,
+    // the channel it was created with (-1: none) and the events reported so far, which
+    // DESTROY_CQ answers (libibverbs waits until as many were acknowledged).
+    struct CompletionEvents {
+        std::uint64_t user_handle = 0;
+        int channel = -1;
+        std::uint32_t reported = 0;
+    };
+    std::map<std::uint32_t, CompletionEvents> completion_events;
+    std::uint32_t completion_queues = 0;
     std::uint32_t qpn = 0;  // the last QP's
     std::uint32_t queue_pairs = 0;
     std::uint32_t shared_receive_queues = 0;
@@ -48,5 +63,11 @@ struct FakeKernelState {
 };
 
 FakeKernelState& fake_kernel();
+
+// Reports a completion event of the CQ of kernel handle `cq_handle` (ibv_cq::handle) on its
+// completion channel, as the kernel does when an armed CQ gets a CQE: one
+// struct ib_uverbs_comp_event_desc naming the CQ, which ibv_get_cq_event reads. False if the CQ
+// has no channel.
+bool report_completion_event(std::uint32_t cq_handle);
 
 }  // namespace rdmachan::libmlx5_instructions
