@@ -153,6 +153,23 @@ ChannelBuilder& ChannelBuilder::backoff(std::uint32_t spin_polls, std::uint32_t 
     return *this;
 }
 
+ChannelBuilder& ChannelBuilder::wait_mode(WaitMode mode) {
+    if (mode != WaitMode::spin && mode != WaitMode::adaptive && mode != WaitMode::event) {
+        throw Error("ChannelBuilder::wait_mode: " + std::to_string(static_cast<int>(mode)) + " is not spin, adaptive or event");
+    }
+    settings_.wait = mode;
+    return *this;
+}
+
+const char* to_string(WaitMode mode) {
+    switch (mode) {
+        case WaitMode::spin: return "spin";
+        case WaitMode::adaptive: return "adaptive";
+        case WaitMode::event: return "event";
+    }
+    return "unknown";
+}
+
 PreparedChannel ChannelBuilder::build() const {
     try {
         return PreparedChannel(detail::make_engine(settings_, 1));
@@ -309,6 +326,8 @@ WorkResult Channel::execute(const WorkBatch& batch) { return post_batch(batch).w
 PeerCounters Channel::counters() const { return core_->counters(0); }
 std::string Channel::device_name() const { return core_->device_name(); }
 bool Channel::progress() { return core_->progress(); }
+int Channel::native_handle() { return core_->event_descriptor(); }
+bool Channel::arm() { return core_->arm(); }
 
 WorkResult Channel::send(const LocalSlice& local, std::optional<std::uint32_t> immediate) { return post_send(local, immediate).wait(); }
 WorkResult Channel::receive(const LocalSlice& local) { return post_receive(local).wait(); }

@@ -1,7 +1,14 @@
 #include "src/engine.hpp"
 #include "src/registered.hpp"
 
+#include <poll.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <thread>
 
 #include "rdmachan/handshake.hpp"
@@ -163,6 +170,54 @@ Engine::~Engine() {
     for (std::uint32_t peer = 0; peer < peers_.size(); ++peer) {
         if (peers_[peer].outstanding != 0) fail_and_flush(peer, "channel destroyed with work outstanding");
     }
+    if (event_set_ >= 0) ::close(event_set_);
+}
+
+int Engine::event_descriptor() {
+    if (event_set_made_) return event_set_;
+    if (send_completions_ == nullptr || receive_completions_ == nullptr) return -1;
+    event_set_made_ = true;
+    const int send = send_completions_->event_descriptor();
+    const int receive = receive_completions_->event_descriptor();
+    if (send < 0 || receive < 0) return -1;
+    const int set = ::epoll_create1(EPOLL_CLOEXEC);
+    if (set < 0) {
+        logger().warn("{}: no completion events: epoll_create1: {}", device_->name(), std::strerror(errno));
+        return -1;
+    }
+    for (const int member : {send, receive}) {
+        epoll_event event{};
+        event.events = EPOLLIN;
+        event.data.fd = member;
+        if (::epoll_ctl(set, EPOLL_CTL_ADD, member, &event) != 0 && errno != EEXIST) {
+            logger().warn("{}: no completion events: epoll_ctl: {}", device_->name(), std::strerror(errno));
+            ::close(set);
+            return -1;
+        }
+    }
+    event_set_ = set;
+    return event_set_;
+}
+
+bool Engine::arm() {
+    if (event_descriptor() < 0) return false;
+    send_completions_->take_event();
+    if (receive_completions_ != send_completions_) receive_completions_->take_event();
+    if (!send_completions_->arm()) return false;
+    return receive_completions_ == send_completions_ || receive_completions_->arm();
+}
+
+// Arms, then sleeps until an event or `until`; returns at once when a completion is waiting.
+void Engine::block_for_event(std::chrono::steady_clock::time_point until) {
+    if (!arm()) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (until == std::chrono::steady_clock::time_point{}) until = now + std::chrono::milliseconds(10);
+    if (until <= now) return;
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+    pollfd entry{event_set_, POLLIN, 0};
+    // An interrupted or timed-out wait returns as a woken one does: the caller polls, then
+    // reads its deadline.
+    (void)::poll(&entry, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
 }
 
 PeerCounters Engine::counters(std::uint32_t peer) const {
@@ -484,7 +539,7 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
         if (result != mlx5::PostResult::queue_full || std::chrono::steady_clock::now() >= until) {
             return fail_immediately(ticket, status_of_refusal(result), reason_of_refusal(result));
         }
-        if (!poll_once()) backoff(round);
+        if (!poll_once()) backoff(round, until);
     }
 }
 
@@ -532,9 +587,20 @@ bool Engine::poll_once() {
     return sends || receives;
 }
 
-// Spin briefly, then yield, then sleep: 16 processes on 2 cores must all make progress.
-void Engine::backoff(std::uint32_t& round) const {
+// Spin briefly, then yield, then sleep: 16 processes on 2 cores must all make progress. With
+// completion events (adaptive and event modes), sleep on them instead of between polls.
+void Engine::backoff(std::uint32_t& round, std::chrono::steady_clock::time_point until) {
     ++round;
+    if (settings_.wait != WaitMode::spin && event_descriptor() >= 0) {
+        const std::uint32_t spins = settings_.wait == WaitMode::adaptive ? settings_.spin_polls : 0;
+        if (round <= spins) {
+            device_->progress();
+            return;
+        }
+        if (round == spins + 1) device_->stop_progress();
+        block_for_event(until);
+        return;
+    }
     // A software device reads its sockets here rather than waking its own thread for each frame,
     // while this thread spins; once it starts giving the core away (yields, then sleeps), the
     // device's own thread takes them back: a thread that yields on a busy machine may not run
@@ -602,7 +668,7 @@ WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline
             error.peer = peers_[entry->peer].name;
             return WorkResult::failure(error);
         }
-        backoff(round);
+        backoff(round, until);
     }
     WorkResult result = result_of(*entry);
     release(static_cast<std::uint32_t>(ticket));
@@ -633,7 +699,7 @@ void Engine::fail_and_flush(std::uint32_t index, const char* why) {
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
     std::uint32_t round = 0;
     while (peer.outstanding != 0 && std::chrono::steady_clock::now() < until) {
-        if (!poll_once()) backoff(round);
+        if (!poll_once()) backoff(round, until);
     }
     // A last look: a thread that was not scheduled until the deadline had passed still collects
     // what arrived meanwhile.

@@ -93,6 +93,12 @@ public:
     const transport::PortIdentity& port() const { return port_; }
     std::string device_name() const { return device_->name(); }
     bool progress() { return device_->progress(); }
+    // Completion events (Channel::native_handle, arm): an epoll set of both CQs' event
+    // descriptors, made on first use; -1 where the device gives none.
+    int event_descriptor();
+    // Takes the events raised since the last arm, then arms both CQs; false when a completion is
+    // already waiting (or there are no events).
+    bool arm();
     // DC: one endpoint per process (any peer index gives it); RC: the queue pair for that peer.
     const ChannelEndpoint& local_endpoint(std::uint32_t peer) const { return rc_queues_[dc_.enabled ? 0 : peer].local; }
     const ChannelEndpoint& remote_endpoint(std::uint32_t peer) const { return rc_queues_[dc_.enabled ? 0 : peer].remote; }
@@ -411,7 +417,11 @@ private:
     void match_receives(std::uint32_t peer);
     void repost_receive_buffer(std::uint32_t index);
     void fail_and_flush_dc(std::uint32_t peer, const char* why);
-    void backoff(std::uint32_t& round) const;
+    // A wait's pause after a poll that found nothing, as settings_.wait says; a block on the
+    // completion event ends at `until` (none given: after 10 ms, for loops that read their own
+    // deadline).
+    void backoff(std::uint32_t& round, std::chrono::steady_clock::time_point until = {});
+    void block_for_event(std::chrono::steady_clock::time_point until);
     // Layouts: posts the UMR work request on umr_queue_pair_ (created on first use) and waits
     // for its completion; throws rdmachan::Error naming the call and the status.
     void configure_on_own_queue_pair(const mlx5::SendWorkRequest& request, const std::string& call);
@@ -422,6 +432,8 @@ private:
     std::shared_ptr<transport::ProtectionDomain> domain_;
     std::shared_ptr<transport::CompletionQueue> send_completions_;
     std::shared_ptr<transport::CompletionQueue> receive_completions_;
+    int event_set_ = -1;  // epoll set of the CQs' event descriptors, once made
+    bool event_set_made_ = false;
     std::vector<Peer> peers_;
     std::vector<RcQueue> rc_queues_;  // RC: by peer; DC: one, the process's own endpoint
     std::vector<mlx5::SendWorkRequest> scratch_requests_;

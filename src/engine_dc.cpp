@@ -150,7 +150,7 @@ std::int32_t Engine::choose_initiator(Peer& peer, std::uint32_t count) {
         }
         if (poll_once()) continue;
         if (std::chrono::steady_clock::now() >= until) return -1;
-        backoff(round);
+        backoff(round, until);
     }
 }
 
@@ -256,7 +256,7 @@ std::uint64_t Engine::post_dc_receive(std::uint32_t index, const LocalSlice& loc
             return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
                                     "the queue stayed full until the deadline");
         }
-        backoff(round);
+        backoff(round, until);
     }
     peer.waiting.push(waiting_links_, slot_index);
     match_receives(index);
@@ -286,7 +286,7 @@ void Engine::fail_and_flush_dc(std::uint32_t index, const char* why) {
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
     std::uint32_t round = 0;
     while (peer.outstanding != 0 && std::chrono::steady_clock::now() < until) {
-        if (!poll_once()) backoff(round);
+        if (!poll_once()) backoff(round, until);
     }
     if (peer.outstanding != 0) {
         logger().error("{}: {} operations not flushed within the deadline", peer.name, peer.outstanding);

@@ -229,6 +229,8 @@ std::string MultiChannel::peer_name(std::uint32_t peer) const {
 
 std::string MultiChannel::device_name() const { return engine_->device_name(); }
 bool MultiChannel::progress() { return engine_->progress(); }
+int MultiChannel::native_handle() { return engine_->event_descriptor(); }
+bool MultiChannel::arm() { return engine_->arm(); }
 
 PendingWork MultiChannel::post_send(std::uint32_t peer, const LocalSlice& local, std::optional<std::uint32_t> immediate) {
     check_peer("MultiChannel::post_send", peer);

@@ -99,6 +99,14 @@ public:
     // Fills up to `capacity` completions; wr_id is what the work request carried.
     virtual std::uint32_t poll(mlx5::Completion* completions, std::uint32_t capacity) noexcept = 0;
     virtual std::uint32_t depth() const noexcept = 0;
+    // Completion events: a descriptor that becomes readable when the CQ, armed, gets a CQE; -1
+    // where the device gives none (post_defaults.cpp).
+    virtual int event_descriptor() const noexcept;
+    // Arms the CQ for one event, at the next CQE. False, and nothing to wait for, when a
+    // completion is already waiting to be polled (or the CQ has no events).
+    virtual bool arm() noexcept;
+    // Takes the event the CQ raised, if any: the descriptor then waits for the next arm's.
+    virtual void take_event() noexcept;
 };
 
 class QueuePair {

@@ -54,6 +54,17 @@ struct ChannelEndpoint {
 void to_json(nlohmann::json& json, const ChannelEndpoint& endpoint);
 void from_json(const nlohmann::json& json, ChannelEndpoint& endpoint);  // throws rdmachan::Error naming the field
 
+// How a wait for a completion lets time pass once a poll found nothing.
+//   spin:     polls `spin_polls` times, yields the core for `yield_polls` more, then sleeps
+//             `sleep` between polls until the deadline.
+//   adaptive: polls `spin_polls` times, then arms the channel and sleeps on its completion event
+//             (native_handle) until a completion comes or the deadline passes.
+//   event:    arms and sleeps on the event as soon as a poll finds nothing.
+// Where the device gives no completion events (Channel::native_handle() is -1), adaptive and
+// event waits behave as spin.
+enum class WaitMode : std::uint8_t { spin, adaptive, event };
+const char* to_string(WaitMode mode);
+
 struct ChannelSettings {
     // auto (RDMACHAN_DEVICE, else an mlx5 device, another verbs device, the software device)
     // | soft | a verbs device name such as mlx5_0 or rxe0
@@ -80,6 +91,7 @@ struct ChannelSettings {
     std::uint32_t spin_polls = 64;
     std::uint32_t yield_polls = 192;
     std::chrono::microseconds sleep{50};
+    WaitMode wait = WaitMode::adaptive;
 };
 
 struct WorkCompletion {
@@ -246,6 +258,16 @@ public:
     // completions do this already); a NIC needs nothing, and it returns false at once. Never
     // blocks; true if it handled something.
     bool progress();
+    // Completion events, for an event loop: a descriptor that becomes readable when a completion
+    // may be waiting (epoll, poll, Boost.Asio's posix::stream_descriptor). Readable only after
+    // arm(): arm() returns false when completions are already waiting (poll or wait for your
+    // work first; nothing was armed), true when the descriptor will become readable at the
+    // channel's next completion. Then poll your work, and arm again before the next sleep. -1
+    // where the device gives no events. What a wake costs: on the software device, one eventfd
+    // write by the thread that writes the CQE (the device's, or a same-host peer's on the
+    // zero-hop path) and one read by arm().
+    int native_handle();
+    bool arm();
 
     // A region the peer published under `name` (only after PreparedChannel::connect);
     // rdmachan::Error naming it if the peer published none.
@@ -319,6 +341,7 @@ public:
     ChannelBuilder& deadline(std::chrono::milliseconds value);
     // Waiting: polls spent spinning, then yielding, then the sleep between polls (0 to 10 ms).
     ChannelBuilder& backoff(std::uint32_t spin_polls, std::uint32_t yield_polls, std::chrono::microseconds sleep);
+    ChannelBuilder& wait_mode(WaitMode mode);
 
     const ChannelSettings& settings() const { return settings_; }
     PreparedChannel build() const;

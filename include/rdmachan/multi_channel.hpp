@@ -226,6 +226,9 @@ public:
     std::string device_name() const;
     // As Channel::progress.
     bool progress();
+    // As Channel::native_handle and Channel::arm: one descriptor for every peer's completions.
+    int native_handle();
+    bool arm();
     // A region the peer published under `name` (PreparedMultiChannel::publish_region), as
     // learned in the handshake; rdmachan::Error naming the peer and the name if there is none.
     PeerRemoteMemoryRegion remote_region(std::uint32_t peer, const std::string& name) const;

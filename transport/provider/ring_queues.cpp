@@ -19,8 +19,22 @@
 
 namespace rdmachan::transport {
 
-RingCompletionQueue::RingCompletionQueue(const mlx5::CompletionQueueRing& ring, std::shared_ptr<void> owner)
-    : ring_(ring), owner_(std::move(owner)), queue_(ring) {}
+RingCompletionQueue::RingCompletionQueue(const mlx5::CompletionQueueRing& ring, std::shared_ptr<void> owner,
+                                         std::unique_ptr<RingCompletionEvents> events)
+    : ring_(ring), owner_(std::move(owner)), queue_(ring), events_(std::move(events)) {}
+
+bool RingCompletionQueue::arm() noexcept {
+    if (events_ == nullptr || queue_.completion_waiting()) return false;
+    queue_.arm(false);
+    events_->armed();
+    // A CQE written between the check and the arm: whether its event comes depends on where the
+    // device drew the line; the caller polls it now rather than sleep on that.
+    return !queue_.completion_waiting();
+}
+
+void RingCompletionQueue::take_event() noexcept {
+    if (events_ != nullptr && events_->take()) queue_.event_received();
+}
 
 mlx5::CompletionTarget* RingCompletionQueue::find(std::uint32_t qpn) const noexcept {
     if (qpn == last_qpn_ && last_target_ != nullptr) return last_target_;

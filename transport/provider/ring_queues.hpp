@@ -16,14 +16,32 @@
 
 namespace rdmachan::transport {
 
+// Where a ring CQ's completion events come from, besides the data path's arm (which writes the
+// arm doorbell record and the CQ doorbell): the software device's eventfd, or a ConnectX CQ's
+// completion channel.
+class RingCompletionEvents {
+public:
+    virtual ~RingCompletionEvents() = default;
+    virtual int descriptor() const noexcept = 0;
+    // Right after the data path's arm: the software device is told, as ring_send_doorbell tells
+    // it of a send doorbell; on a ConnectX the arm's register write was the doorbell.
+    virtual void armed() noexcept = 0;
+    // Takes one raised event; false when none was raised.
+    virtual bool take() noexcept = 0;
+};
+
 // A CQ ring shared by any number of queue pairs: a CQE names its QP by number, and the QP's
 // rings say which work request it completes.
 class RingCompletionQueue final : public CompletionQueue {
 public:
-    // owner keeps the device object behind the ring alive.
-    RingCompletionQueue(const mlx5::CompletionQueueRing& ring, std::shared_ptr<void> owner);
+    // owner keeps the device object behind the ring alive; events, when the device has them.
+    RingCompletionQueue(const mlx5::CompletionQueueRing& ring, std::shared_ptr<void> owner,
+                        std::unique_ptr<RingCompletionEvents> events = nullptr);
     std::uint32_t poll(mlx5::Completion* completions, std::uint32_t capacity) noexcept override;
     std::uint32_t depth() const noexcept override { return ring_.cqe_count; }
+    int event_descriptor() const noexcept override { return events_ != nullptr ? events_->descriptor() : -1; }
+    bool arm() noexcept override;
+    void take_event() noexcept override;
 
     // Control plane: queue pairs register their rings here while they exist.
     void attach(std::uint32_t qpn, mlx5::CompletionTarget* target);
@@ -37,6 +55,7 @@ private:
     mlx5::CompletionQueueRing ring_;
     std::shared_ptr<void> owner_;
     mlx5::CompletionQueue queue_;
+    std::unique_ptr<RingCompletionEvents> events_;
     // Sorted by qpn; a handful to a few thousand entries, searched by bisection.
     std::vector<std::pair<std::uint32_t, mlx5::CompletionTarget*>> targets_;
     // The last queue pair found: consecutive completions mostly come from the same one (always,

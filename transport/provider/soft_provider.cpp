@@ -20,6 +20,19 @@ std::uint32_t soft_access(std::uint32_t access) {
     return flags;
 }
 
+// The software device's completion events: its CQ's eventfd, told of each arm as the NIC sees
+// the CQ doorbell. The CQ outlives this object (the RingCompletionQueue's owner holds it).
+class SoftCompletionEvents final : public RingCompletionEvents {
+public:
+    explicit SoftCompletionEvents(soft::CompletionQueue& queue) : queue_(queue) {}
+    int descriptor() const noexcept override { return queue_.event_descriptor(); }
+    void armed() noexcept override { queue_.ring_arm_doorbell(); }
+    bool take() noexcept override { return queue_.take_event(); }
+
+private:
+    soft::CompletionQueue& queue_;
+};
+
 class SoftQueuePair final : public RingQueuePair {
 public:
     SoftQueuePair(RingQueuePairInit init, std::shared_ptr<soft::QueuePair> queue_pair)
@@ -120,7 +133,8 @@ public:
         try {
             std::shared_ptr<soft::CompletionQueue> queue = device_->create_completion_queue(depth);
             const mlx5::CompletionQueueRing ring = queue->ring();
-            return std::make_shared<RingCompletionQueue>(ring, std::move(queue));
+            auto events = std::make_unique<SoftCompletionEvents>(*queue);
+            return std::make_shared<RingCompletionQueue>(ring, std::move(queue), std::move(events));
         } catch (const soft::SoftDeviceError& error) {
             throw Error("create_completion_queue(" + std::to_string(depth) + ") on " + device_->name() + ": " +
                         error.what());
