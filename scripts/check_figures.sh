@@ -35,6 +35,7 @@ declare -A measured_paths=(
     [instruction-counts]="scripts/performance.sh scripts/instruction_counts.sh tests/mlx5/data_path_benchmark.cpp tests/mlx5/data_path_fixture.hpp tests/mlx5/send_reference.hpp tests/mlx5/CMakeLists.txt tests/channel/channel_instruction_benchmark.cpp tests/channel/CMakeLists.txt tests/CMakeLists.txt tests/libmlx5 transport/mlx5 transport/provider transport/soft transport/device_interface.hpp src include/rdmachan $release_build"
     [sweep]="scripts/performance.sh scripts/bench_sweep.sh tools/bench transport src include/rdmachan handshake $release_build"
     [ucx]="scripts/performance.sh scripts/compare_ucx.sh tools/bench transport src include/rdmachan handshake $release_build"
+    [wait-modes]="scripts/performance.sh scripts/wait_modes.sh tests/channel/idle_wake_benchmark.cpp tests/channel/process_pair_settings.hpp tests/channel/CMakeLists.txt tests/CMakeLists.txt tools/bench transport src include/rdmachan handshake $release_build"
     [demo]="scripts/performance.sh scripts/demo_throughput.sh examples transport src include/rdmachan handshake $release_build"
     [scale]="scripts/scale.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/handshake/CMakeLists.txt tests/multi_channel/peer_cost_benchmark.cpp tests/multi_channel/CMakeLists.txt tests/pmix/pmix_exchange_benchmark.cpp tests/pmix/CMakeLists.txt tests/CMakeLists.txt handshake src include/rdmachan transport $release_build"
     # What CI's command runs: all the code, its tests and the scripts that build and run them.
@@ -51,6 +52,7 @@ declare -A record_of_a_run=([soak]=1)
 documents="README.md docs/PERFORMANCE.md docs/SCALE.md docs/RELIABILITY.md"
 declare -A regenerated_by=(
     [instruction-counts]=scripts/performance.sh [sweep]=scripts/performance.sh [ucx]=scripts/performance.sh
+    [wait-modes]=scripts/performance.sh
     [demo]=scripts/performance.sh
     [scale]=scripts/scale.sh [reliability]=scripts/reliability.sh [soak]=scripts/soak.sh
 )

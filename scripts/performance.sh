@@ -5,6 +5,7 @@
 #   instruction-counts   scripts/instruction_counts.sh   (callgrind, Release -O3)
 #   sweep                scripts/bench_sweep.sh          (also docs/performance/sweep.png, .csv)
 #   ucx                  scripts/compare_ucx.sh          (rdmachan-bench against ucx_perftest)
+#   wait-modes           scripts/wait_modes.sh           (idle wake and CPU per wait mode, busy latency)
 #   demo                 scripts/demo_throughput.sh      (README.md: the demo's aggregate throughput)
 #   scripts/performance.sh [build-dir]                   (default: build-perf)
 set -euo pipefail
@@ -28,6 +29,8 @@ echo "performance: rdmachan-bench size sweep" >&2
 "$source_dir/scripts/bench_sweep.sh" "$build_dir" "$source_dir/docs/performance" >"$blocks/performance/sweep"
 echo "performance: rdmachan against ucx_perftest" >&2
 "$source_dir/scripts/compare_ucx.sh" "$build_dir" >"$blocks/performance/ucx"
+echo "performance: the wait modes" >&2
+"$source_dir/scripts/wait_modes.sh" "$build_dir" >"$blocks/performance/wait-modes"
 echo "performance: rdmachan-demo's aggregate throughput" >&2
 "$source_dir/scripts/demo_throughput.sh" "$build_dir" >"$blocks/readme/demo"
 

@@ -195,6 +195,9 @@ int Engine::event_descriptor() {
             return -1;
         }
     }
+    event_members_[0] = {send, POLLIN, 0};
+    event_members_[1] = {receive, POLLIN, 0};
+    event_member_count_ = send == receive ? 1 : 2;
     event_set_ = set;
     return event_set_;
 }
@@ -214,10 +217,9 @@ void Engine::block_for_event(std::chrono::steady_clock::time_point until) {
     if (until == std::chrono::steady_clock::time_point{}) until = now + std::chrono::milliseconds(10);
     if (until <= now) return;
     const auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
-    pollfd entry{event_set_, POLLIN, 0};
     // An interrupted or timed-out wait returns as a woken one does: the caller polls, then
     // reads its deadline.
-    (void)::poll(&entry, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+    (void)::poll(event_members_, event_member_count_, static_cast<int>(std::min<long long>(left, 1 << 30)));
 }
 
 PeerCounters Engine::counters(std::uint32_t peer) const {

@@ -9,6 +9,8 @@
 // queue pairs can produce, error and flush completions of unsignaled requests included.
 #pragma once
 
+#include <poll.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -434,6 +436,10 @@ private:
     std::shared_ptr<transport::CompletionQueue> receive_completions_;
     int event_set_ = -1;  // epoll set of the CQs' event descriptors, once made
     bool event_set_made_ = false;
+    // The CQs' own descriptors (one when both CQs are one): a wait inside the engine polls them
+    // directly, one wake-up fewer than through the epoll set.
+    pollfd event_members_[2] = {};
+    nfds_t event_member_count_ = 0;
     std::vector<Peer> peers_;
     std::vector<RcQueue> rc_queues_;  // RC: by peer; DC: one, the process's own endpoint
     std::vector<mlx5::SendWorkRequest> scratch_requests_;

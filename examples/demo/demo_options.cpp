@@ -11,6 +11,8 @@ void add_workload_options(CLI::App& app, Workload& workload, bool& json) {
     app.add_option("--size", workload.size, "bytes of each per-peer slice")->check(CLI::Range(1u, 64u << 20));
     app.add_option("--iterations", workload.iterations, "rounds of the workload")->check(CLI::Range(1u, 1000000u));
     app.add_option("--device", workload.device, "auto | soft | a verbs device name");
+    app.add_option("--wait", workload.wait, "spin | adaptive (the default) | event: how the peers' waits pass time")
+        ->check(CLI::IsMember({"spin", "adaptive", "event"}));
     app.add_option_function<std::uint32_t>(
            "--timeout", [&workload](std::uint32_t seconds) { workload.timeout = std::chrono::seconds(seconds); },
            "seconds for the whole job, set-up included (default 120)")

@@ -16,6 +16,7 @@ struct Workload {
     std::uint32_t size = 65536;    // bytes of each slice, per peer
     std::uint32_t iterations = 20;
     std::string device = "auto";
+    std::string wait = "adaptive";      // spin | adaptive | event: ChannelSettings::wait
     std::chrono::seconds timeout{120};  // the whole job, set-up included
     std::optional<std::uint32_t> fail_rank;  // test hook: that rank fails on purpose
     // Run for this long instead of `iterations` rounds (rank 0 decides when to stop and tells

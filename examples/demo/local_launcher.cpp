@@ -64,6 +64,8 @@ std::vector<std::string> peer_arguments(const Options& options, std::uint32_t ra
                                           std::to_string(workload.iterations),
                                           "--device",
                                           workload.device,
+                                          "--wait",
+                                          workload.wait,
                                           "--timeout",
                                           std::to_string(workload.timeout.count())};
     if (workload.duration) {

@@ -26,6 +26,7 @@ void to_json(nlohmann::json& json, const PeerReport& report) {
             {"latency_p99_us", report.latency_p99_us},
             {"throughput_mb_s", report.throughput_mb_s},
             {"seconds", report.seconds},
+            {"cpu_seconds", report.cpu_seconds},
             {"counters", report.counters}};
 }
 
@@ -38,6 +39,7 @@ void from_json(const nlohmann::json& json, PeerReport& report) {
     report.latency_p99_us = json.at("latency_p99_us").get<double>();
     report.throughput_mb_s = json.at("throughput_mb_s").get<double>();
     report.seconds = json.at("seconds").get<double>();
+    report.cpu_seconds = json.at("cpu_seconds").get<double>();
     report.counters = json.at("counters").get<std::vector<PeerCounterRow>>();
 }
 
@@ -76,13 +78,13 @@ std::string summary_table(const JobDescription& job, const std::vector<PeerRepor
     text += format("rdmachan-demo: %u peers, mode %s, device %s, %u-byte slices, %u iterations, %.2f s: every byte "
                    "verified\n\n",
                    job.peers, job.mode.c_str(), device.c_str(), job.size, job.iterations, wall_seconds);
-    text += format("%6s %14s %12s %12s %12s %18s\n", "rank", "bytes moved", "operations", "p50 (us)", "p99 (us)",
-                   "throughput (MB/s)");
+    text += format("%6s %14s %12s %12s %12s %18s %12s\n", "rank", "bytes moved", "operations", "p50 (us)", "p99 (us)",
+                   "throughput (MB/s)", "CPU (s)");
     std::uint64_t total_bytes = 0, total_operations = 0;
     for (const PeerReport& report : reports) {
-        text += format("%6u %14s %12llu %12.1f %12.1f %18.1f\n", report.rank, megabytes(report.bytes).c_str(),
+        text += format("%6u %14s %12llu %12.1f %12.1f %18.1f %12.3f\n", report.rank, megabytes(report.bytes).c_str(),
                        static_cast<unsigned long long>(report.operations), report.latency_p50_us,
-                       report.latency_p99_us, report.throughput_mb_s);
+                       report.latency_p99_us, report.throughput_mb_s, report.cpu_seconds);
         total_bytes += report.bytes;
         total_operations += report.operations;
     }

@@ -26,6 +26,7 @@ struct PeerReport {
     double latency_p99_us = 0;
     double throughput_mb_s = 0;    // bytes / workload seconds
     double seconds = 0;
+    double cpu_seconds = 0;        // the process's CPU time over the workload, every thread
     std::vector<PeerCounterRow> counters;  // MultiChannel::counters(peer), per peer
 };
 

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <stdexcept>
 #include <vector>
@@ -40,6 +41,17 @@ rdmachan::MultiChannelMode mode_of(const std::string& name) {
                         : rdmachan::MultiChannelMode::reliable_connected;
 }
 
+rdmachan::WaitMode wait_mode_of(const std::string& name) {
+    if (name == "spin") return rdmachan::WaitMode::spin;
+    return name == "event" ? rdmachan::WaitMode::event : rdmachan::WaitMode::adaptive;
+}
+
+double process_cpu_seconds() {
+    timespec time{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time);
+    return static_cast<double>(time.tv_sec) + static_cast<double>(time.tv_nsec) / 1e9;
+}
+
 PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, const ProgressCallback& progress) {
     // Waits spin, then sleep, without the default's yields: the local peers and their device
     // threads outnumber the cores, and a thread that yields keeps its share of the CPU under
@@ -49,7 +61,8 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
     rdmachan::ChannelBuilder channel = rdmachan::ChannelBuilder()
                                            .device(workload.device)
                                            .deadline(workload.timeout)
-                                           .backoff(64, 0, std::chrono::microseconds(50));
+                                           .backoff(64, 0, std::chrono::microseconds(50))
+                                           .wait_mode(wait_mode_of(workload.wait));
     rdmachan::MultiChannelBuilder builder = rdmachan::MultiChannelBuilder(channel).mode(mode_of(workload.mode));
     builder.bootstrap(identity.pmix ? rdmachan::Bootstrap::pmix : rdmachan::Bootstrap::tcp);
     if (identity.rank) builder.rank(*identity.rank);
@@ -135,6 +148,7 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         // to a few milliseconds apart on a loaded host, and the first to leave would otherwise
         // count waiting for the last as transfer time.
         const Clock::time_point started = Clock::now();
+        const double cpu_started = process_cpu_seconds();
         // A timed run stops after the iteration rank 0 announced as the last in the control
         // message before it, so every peer knows not to post notices for another.
         bool last = !workload.duration && workload.iterations == 1;
@@ -210,6 +224,7 @@ PeerReport run_workload(const PeerIdentity& identity, const Workload& workload, 
         report.rank = rank;
         report.device = channels.device_name();
         report.seconds = seconds;
+        report.cpu_seconds = process_cpu_seconds() - cpu_started;
         if (workload.duration && latencies_seen < kLatencySamples) latencies.resize(latencies_seen);
         report.latency_p50_us = percentile(latencies, 50);
         report.latency_p99_us = percentile(latencies, 99);

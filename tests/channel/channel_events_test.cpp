@@ -154,7 +154,8 @@ TEST_CASE("a blocked receive wakes for a send 300 ms later in every wait mode; a
 
 TEST_CASE("native_handle and arm: readable at the next completion after an arm, never while armed with nothing") {
     for (const char* transport : kTransports) {
-        CAPTURE(transport);
+        const std::string name = transport;
+        CAPTURE(name);
         Pair pair(transport, WaitMode::event);
         Channel& channel = pair.channel();
         const int descriptor = channel.native_handle();
@@ -186,7 +187,8 @@ TEST_CASE("native_handle and arm: readable at the next completion after an arm, 
 
 TEST_CASE("event mode: a waiter asleep on the event when its peer dies gets the error, naming the peer") {
     for (const char* transport : kTransports) {
-        CAPTURE(transport);
+        const std::string name = transport;
+        CAPTURE(name);
         Pair pair(transport, WaitMode::event);
         Channel& channel = pair.channel();
         const RemoteMemoryRegion remote = channel.remote_region("memory");
@@ -195,15 +197,20 @@ TEST_CASE("event mode: a waiter asleep on the event when its peer dies gets the 
         int signal = 0;
         CHECK(pair.wait_child(signal) == -1);
         CHECK(signal == SIGKILL);
-        // Writes to the dead peer until one fails: a write may still land in memory the dead
-        // process left mapped; the first that cannot be delivered fails, and its wait was asleep.
+        // Writes to the dead peer until one fails. Until this device has seen the peer's
+        // connection close, a same-host write still lands zero-hop in the memory the dead process
+        // left mapped, as a NIC's writes land until the kernel has torn down the dead process's
+        // queue pair; the first that cannot be delivered fails, and its wait sleeps on the event.
         bool failed = false;
         std::string peer;
-        for (int attempt = 0; attempt < 50 && !failed; ++attempt) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+        while (!failed && std::chrono::steady_clock::now() < until) {
             const WorkResult result = channel.write(pair.region().slice(0, kMessage), remote.slice(0, kMessage));
             if (!result.ok()) {
                 failed = true;
                 peer = result.error().peer;
+            } else {
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
             }
         }
         CHECK(failed);

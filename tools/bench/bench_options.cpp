@@ -31,6 +31,8 @@ Parsed parse_options(int argc, char** argv) {
                    "allocated (allocate_memory, the default) | heap (a vector given to register_memory)")
         ->check(CLI::IsMember({"allocated", "heap"}));
     app.add_option("--format", options.format, "table | json | csv")->check(CLI::IsMember({"table", "json", "csv"}));
+    app.add_option("--wait", options.wait, "spin (the default) | adaptive | event: how completion waits pass time")
+        ->check(CLI::IsMember({"spin", "adaptive", "event"}));
     app.add_option("--cpus", options.cpus, "pin rank r to the r-th CPU of this list (comma separated)")->delimiter(',');
     try {
         app.parse(argc, argv);

@@ -25,6 +25,9 @@ struct Options {
     std::string memory = "allocated";
     std::string format = "table";  // table | json | csv
     std::vector<int> cpus;          // --cpus 0,1: rank r pinned to cpus[r % size]
+    // How the channels' completion waits pass time (ChannelSettings::wait). Spin by default: the
+    // bench measures the data path, as ucx_perftest busy-polls.
+    std::string wait = "spin";  // spin | adaptive | event
 };
 
 struct Parsed {

@@ -253,6 +253,9 @@ RankOutcome run_rank(const Options& options, const RankIdentity& identity) {
                                            .max_recv_wr(depth)
                                            .min_rnr_timer(1)
                                            .backoff(64, kYieldPolls, std::chrono::microseconds(50))
+                                           .wait_mode(options.wait == "event"      ? rdmachan::WaitMode::event
+                                                      : options.wait == "adaptive" ? rdmachan::WaitMode::adaptive
+                                                                                   : rdmachan::WaitMode::spin)
                                            .deadline(std::chrono::seconds(30));
     rdmachan::PreparedMultiChannel prepared =
         rdmachan::MultiChannelBuilder(channel)
