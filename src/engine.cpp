@@ -211,8 +211,18 @@ bool Engine::arm() {
 }
 
 // Arms, then sleeps until an event or `until`; returns at once when a completion is waiting.
+// Only an event the last sleep saw raised is taken (a read each): one arm raises at most one
+// event, so a CQ whose descriptor was not readable has none to take, and arming it again is
+// harmless; an event raised after that sleep ended makes the next one return at once.
 void Engine::block_for_event(std::chrono::steady_clock::time_point until) {
-    if (!arm()) return;
+    transport::CompletionQueue* const queues[2] = {send_completions_.get(), receive_completions_.get()};
+    for (nfds_t i = 0; i < event_member_count_; ++i) {
+        if ((event_members_[i].revents & POLLIN) != 0) queues[i]->take_event();
+        event_members_[i].revents = 0;
+    }
+    for (nfds_t i = 0; i < event_member_count_; ++i) {
+        if (!queues[i]->arm()) return;
+    }
     const auto now = std::chrono::steady_clock::now();
     if (until == std::chrono::steady_clock::time_point{}) until = now + std::chrono::milliseconds(10);
     if (until <= now) return;
@@ -593,13 +603,15 @@ bool Engine::poll_once() {
 // completion events (adaptive and event modes), sleep on them instead of between polls.
 void Engine::backoff(std::uint32_t& round, std::chrono::steady_clock::time_point until) {
     ++round;
-    if (settings_.wait != WaitMode::spin && event_descriptor() >= 0) {
-        const std::uint32_t spins = settings_.wait == WaitMode::adaptive ? settings_.spin_polls : 0;
-        if (round <= spins) {
-            device_->progress();
-            return;
-        }
-        if (round == spins + 1) device_->stop_progress();
+    if (settings_.wait == WaitMode::event && event_descriptor() >= 0) {
+        if (round == 1) device_->stop_progress();
+        block_for_event(until);
+        return;
+    }
+    // Adaptive waits as spin waits while the yields last (busy traffic pays for no system call
+    // but the yield), then sleep on the completion event instead of between polls.
+    if (settings_.wait == WaitMode::adaptive && round > settings_.spin_polls + settings_.yield_polls &&
+        event_descriptor() >= 0) {
         block_for_event(until);
         return;
     }

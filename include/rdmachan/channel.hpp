@@ -57,8 +57,9 @@ void from_json(const nlohmann::json& json, ChannelEndpoint& endpoint);  // throw
 // How a wait for a completion lets time pass once a poll found nothing.
 //   spin:     polls `spin_polls` times, yields the core for `yield_polls` more, then sleeps
 //             `sleep` between polls until the deadline.
-//   adaptive: polls `spin_polls` times, then arms the channel and sleeps on its completion event
-//             (native_handle) until a completion comes or the deadline passes.
+//   adaptive: polls `spin_polls` times and yields `yield_polls` times as spin does, then arms
+//             the channel and sleeps on its completion event (native_handle) until a completion
+//             comes or the deadline passes.
 //   event:    arms and sleeps on the event as soon as a poll finds nothing.
 // Where the device gives no completion events (Channel::native_handle() is -1), adaptive and
 // event waits behave as spin.
@@ -133,7 +134,13 @@ public:
     WorkResult wait(std::chrono::milliseconds deadline);
     // The completion if it is there already (polls once); nothing otherwise.
     std::optional<WorkResult> poll();
+    // Ends it without waiting, for shutting down with work outstanding: the completion if it is
+    // there, else its peer's queue pair is moved to ERR and flushed (that peer's other
+    // operations fail too), so the device holds none of the memory, and the result is the
+    // flush's. Once only, like wait().
+    WorkResult flush();
     bool pending() const { return engine_ != nullptr; }
+    Operation operation() const { return operation_; }
 
 private:
     friend class Channel;
