@@ -603,15 +603,16 @@ bool Engine::poll_once() {
 // completion events (adaptive and event modes), sleep on them instead of between polls.
 void Engine::backoff(std::uint32_t& round, std::chrono::steady_clock::time_point until) {
     ++round;
-    if (settings_.wait == WaitMode::event && event_descriptor() >= 0) {
-        if (round == 1) device_->stop_progress();
-        block_for_event(until);
-        return;
-    }
-    // Adaptive waits as spin waits while the yields last (busy traffic pays for no system call
-    // but the yield), then sleep on the completion event instead of between polls.
-    if (settings_.wait == WaitMode::adaptive && round > settings_.spin_polls + settings_.yield_polls &&
-        event_descriptor() >= 0) {
+    if (settings_.wait != WaitMode::spin && event_descriptor() >= 0) {
+        // Adaptive spins as spin mode does, with the device's caller progress, then sleeps on the
+        // completion event where spin mode would yield and sleep between polls; event sleeps at
+        // once. A longer spin (spin_polls) keeps busy traffic off the event's system calls.
+        const std::uint32_t spins = settings_.wait == WaitMode::adaptive ? settings_.spin_polls : 0;
+        if (round <= spins) {
+            device_->progress();
+            return;
+        }
+        if (round == spins + 1) device_->stop_progress();
         block_for_event(until);
         return;
     }

@@ -57,9 +57,8 @@ void from_json(const nlohmann::json& json, ChannelEndpoint& endpoint);  // throw
 // How a wait for a completion lets time pass once a poll found nothing.
 //   spin:     polls `spin_polls` times, yields the core for `yield_polls` more, then sleeps
 //             `sleep` between polls until the deadline.
-//   adaptive: polls `spin_polls` times and yields `yield_polls` times as spin does, then arms
-//             the channel and sleeps on its completion event (native_handle) until a completion
-//             comes or the deadline passes.
+//   adaptive: polls `spin_polls` times, then arms the channel and sleeps on its completion event
+//             (native_handle) until a completion comes or the deadline passes.
 //   event:    arms and sleeps on the event as soon as a poll finds nothing.
 // Where the device gives no completion events (Channel::native_handle() is -1), adaptive and
 // event waits behave as spin.
