@@ -192,9 +192,16 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
     std::atomic<std::uint32_t> taken{0};
     std::atomic<bool> failed{false};
     std::thread writer([&] {
+        std::uint32_t jitter = 1;
         for (std::uint32_t written = 0; written < total; ++written) {
             while (taken.load(std::memory_order_acquire) < written) {
                 if (failed.load(std::memory_order_relaxed)) return;
+            }
+            // A varying delay spreads the CQE over the consumer's poll, arm and sleep, whose
+            // lengths differ between builds (sanitizers slow the consumer several times).
+            jitter = jitter * 1103515245u + 12345u;
+            for (std::uint32_t delay = (jitter >> 16) % 256; delay != 0; --delay) {
+                __atomic_signal_fence(__ATOMIC_SEQ_CST);
             }
             std::uint8_t* cqe = ring.claim();
             mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(mlx5::kOpcodeRdmaWrite) << 24 | 1);
