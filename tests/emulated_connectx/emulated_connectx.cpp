@@ -737,6 +737,15 @@ ibv_cq_ex* mlx5dv_create_cq(ibv_context* verbs_context, ibv_cq_init_attr_ex* att
     }, nullptr);
 }
 
+// Completion channels are not emulated: refused (said once per process, not for every CQ), so
+// the binding creates its CQs without one; they give no completion events and waits poll.
+ibv_comp_channel* ibv_create_comp_channel(ibv_context*) {
+    static std::once_flag said;
+    std::call_once(said, [] { report("ibv_create_comp_channel: completion channels are not emulated (said once): CQs give no events"); });
+    errno = EOPNOTSUPP;
+    return nullptr;
+}
+
 ibv_cq* ibv_create_cq(ibv_context* verbs_context, int cqe, void* cq_context, ibv_comp_channel* channel, int) {
     if (channel != nullptr) return refuse_pointer<ibv_cq>(EOPNOTSUPP, "ibv_create_cq: completion channels are not emulated");
     if (cqe <= 0) return refuse_pointer<ibv_cq>(EINVAL, fmt::format("ibv_create_cq: cqe {}", cqe));

@@ -24,6 +24,7 @@
 #include <rdma/mlx5_user_ioctl_cmds.h>
 #include <rdma/rdma_user_ioctl_cmds.h>
 #include <linux/netlink.h>
+#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
@@ -36,6 +37,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 namespace rdmachan::libmlx5_instructions {
 namespace {
@@ -147,6 +149,31 @@ ssize_t execute_extended(const ib_uverbs_cmd_hdr& header, const std::uint8_t* bo
         respond(extended.response + header.out_words * 8u, driver);
     }
     return static_cast<ssize_t>(length);
+}
+
+// A destroyed CQ's events still queued on its channel, unread: removed from the channel, as the
+// kernel's ib_uverbs_release_ucq removes them, and not counted in DESTROY_CQ's answer (the kernel
+// counts an event when ib_uverbs_event_read hands it out), so libibverbs waits only for the
+// acknowledgement of events it read. Other CQs' events stay queued, in their order. Returns how
+// many were dropped.
+std::uint32_t drop_unread_events(const FakeKernelState::CompletionEvents& events) {
+    const auto writer = state.channel_writers.find(events.channel);
+    if (events.channel < 0 || writer == state.channel_writers.end()) return 0;
+    std::vector<ib_uverbs_comp_event_desc> others;
+    std::uint32_t dropped = 0;
+    pollfd entry{events.channel, POLLIN, 0};
+    ib_uverbs_comp_event_desc event{};
+    while (::poll(&entry, 1, 0) == 1 && (entry.revents & POLLIN) != 0 &&
+           ::read(events.channel, &event, sizeof event) == static_cast<ssize_t>(sizeof event)) {
+        if (event.cq_handle == events.user_handle) {
+            ++dropped;
+        } else {
+            others.push_back(event);
+        }
+    }
+    for (const ib_uverbs_comp_event_desc& other : others)
+        (void)!next<ssize_t (*)(int, const void*, size_t)>("write")(writer->second, &other, sizeof other);
+    return dropped;
 }
 
 // The legacy write() commands on descriptor `fd`: header, the core command, then the driver's
@@ -348,7 +375,7 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
         ib_uverbs_destroy_cq_resp answer{};
         const auto events = state.completion_events.find(request.cq_handle);
         if (events != state.completion_events.end()) {
-            answer.comp_events_reported = events->second.reported;
+            answer.comp_events_reported = events->second.reported - drop_unread_events(events->second);
             state.completion_events.erase(events);
         }
         respond(request.response, answer);

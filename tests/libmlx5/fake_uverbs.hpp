@@ -33,9 +33,10 @@ struct FakeKernelState {
     // read end (the channel's descriptor), the fake writing them into the other; by the channel's
     // descriptor. close() of the channel closes both.
     std::map<int, int> channel_writers;
-    // Every CQ's completion events, by the CQ's kernel handle: the user handle the events name,
-    // the channel it was created with (-1: none) and the events reported so far, which
-    // DESTROY_CQ answers (libibverbs waits until as many were acknowledged).
+    // Every CQ's completion events, by the CQ's kernel handle: the user handle the events name
+    // (libibverbs' ibv_cq), the channel it was created with (-1: none) and the events reported so
+    // far. DESTROY_CQ drops those still unread from the channel and answers the rest, the events
+    // read (libibverbs waits until as many were acknowledged), as the kernel does.
     struct CompletionEvents {
         std::uint64_t user_handle = 0;
         int channel = -1;

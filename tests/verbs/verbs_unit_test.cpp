@@ -435,7 +435,10 @@ TEST_CASE("mlx5dv structs map to the ring descriptors") {
     cq.cqe_cnt = 32;
     cq.cqe_size = 128;
     cq.cqn = 0x77;
+    alignas(64) std::uint8_t uar_page[64] = {};
+    cq.cq_uar = uar_page;
     const mlx5::CompletionQueueRing cq_ring = ring_from_mlx5dv(cq);
+    CHECK(cq_ring.uar == uar_page);  // the page whose CQ doorbell (at 0x20) an arm writes
     CHECK(cq_ring.buffer == cq_buffer);
     CHECK(cq_ring.cqe_count == 32);
     CHECK(cq_ring.cqe_size == 128);

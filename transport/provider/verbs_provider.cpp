@@ -131,6 +131,20 @@ private:
     std::shared_ptr<verbs::CompletionQueue> queue_;
 };
 
+// A ConnectX CQ's events: its completion channel's descriptor. The arm is the data path's
+// (arm doorbell record, then the CQ doorbell in the UAR page), a register write the NIC sees
+// itself: nothing to tell it after. The CQ outlives this object (the ring CQ's owner holds it).
+class Mlx5CompletionEvents final : public RingCompletionEvents {
+public:
+    explicit Mlx5CompletionEvents(std::shared_ptr<verbs::CompletionQueue> queue) : queue_(std::move(queue)) {}
+    int descriptor() const noexcept override { return queue_->event_descriptor(); }
+    void armed() noexcept override {}
+    bool take() noexcept override { return queue_->take_event(); }
+
+private:
+    std::shared_ptr<verbs::CompletionQueue> queue_;
+};
+
 class VerbsQueuePair final : public QueuePair {
 public:
     VerbsQueuePair(std::shared_ptr<verbs::QueuePair> queue_pair, LocalPort port)
@@ -225,7 +239,11 @@ public:
             if (direct_) {
                 verbs::Mlx5CompletionQueue created = verbs::create_mlx5_completion_queue(domain_->context(), depth);
                 auto owner = std::make_shared<Mlx5CompletionQueueOwner>(Mlx5CompletionQueueOwner{created.completion_queue});
-                return std::make_shared<RingCompletionQueue>(created.ring, std::move(owner));
+                // Events need the channel and the UAR page the arm rings; without either, none.
+                std::unique_ptr<RingCompletionEvents> events;
+                if (created.completion_queue->event_descriptor() >= 0 && created.ring.uar != nullptr)
+                    events = std::make_unique<Mlx5CompletionEvents>(created.completion_queue);
+                return std::make_shared<RingCompletionQueue>(created.ring, std::move(owner), std::move(events));
             }
             return std::make_shared<VerbsCompletionQueue>(verbs::CompletionQueue::create(domain_->context(), depth));
         } catch (const verbs::VerbsError& error) {

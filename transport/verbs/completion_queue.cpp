@@ -15,25 +15,31 @@ namespace {
 constexpr std::size_t kPollBatch = 32;
 }  // namespace
 
-std::shared_ptr<CompletionQueue> CompletionQueue::create(std::shared_ptr<Context> context,
-                                                         std::uint32_t depth) {
+std::shared_ptr<CompletionQueue> CompletionQueue::create(
+    std::shared_ptr<Context> context, std::uint32_t depth,
+    std::shared_ptr<CompletionChannel> channel) {
     errno = 0;
-    ibv_cq* cq = ibv_create_cq(context->handle(), static_cast<int>(depth), nullptr, nullptr, 0);
+    ibv_cq* cq = ibv_create_cq(context->handle(), static_cast<int>(depth), nullptr,
+                               channel != nullptr ? channel->handle() : nullptr, 0);
     if (cq == nullptr) {
         throw_from_errno("ibv_create_cq",
                          fmt::format("device '{}' depth {}", context->name(), depth));
     }
-    return std::shared_ptr<CompletionQueue>(new CompletionQueue(std::move(context), cq, nullptr));
+    return std::shared_ptr<CompletionQueue>(
+        new CompletionQueue(std::move(context), cq, nullptr, std::move(channel)));
 }
 
-std::shared_ptr<CompletionQueue> CompletionQueue::adopt(std::shared_ptr<Context> context,
-                                                        ibv_cq* cq,
-                                                        std::shared_ptr<const void> keep_alive) {
+std::shared_ptr<CompletionQueue> CompletionQueue::adopt(
+    std::shared_ptr<Context> context, ibv_cq* cq, std::shared_ptr<const void> keep_alive,
+    std::shared_ptr<CompletionChannel> channel) {
     return std::shared_ptr<CompletionQueue>(
-        new CompletionQueue(std::move(context), cq, std::move(keep_alive)));
+        new CompletionQueue(std::move(context), cq, std::move(keep_alive), std::move(channel)));
 }
 
 CompletionQueue::~CompletionQueue() {
+    // ibv_destroy_cq returns only once every event ibv_get_cq_event handed out was
+    // acknowledged (events still queued unread are dropped by the kernel, not waited for).
+    if (unacknowledged_ != 0) ibv_ack_cq_events(cq_, unacknowledged_);
     ibv_destroy_cq(cq_);
 }
 
@@ -54,6 +60,24 @@ std::uint32_t CompletionQueue::poll(std::span<mlx5::Completion> completions) noe
         if (static_cast<std::size_t>(count) < wanted) break;  // the CQ is empty
     }
     return filled;
+}
+
+bool CompletionQueue::take_event() noexcept {
+    if (channel_ == nullptr) return false;
+    ibv_cq* cq = nullptr;
+    void* cq_context = nullptr;
+    if (ibv_get_cq_event(channel_->handle(), &cq, &cq_context) != 0) return false;  // none queued
+    if (cq != cq_) {
+        // Each channel serves one CQ, so this cannot happen; were it another CQ's event, it is
+        // acknowledged at once, so that CQ's destruction does not wait for it.
+        ibv_ack_cq_events(cq, 1);
+        return false;
+    }
+    if (++unacknowledged_ == kAcknowledgeBatch) {
+        ibv_ack_cq_events(cq_, unacknowledged_);
+        unacknowledged_ = 0;
+    }
+    return true;
 }
 
 }  // namespace rdmachan::verbs

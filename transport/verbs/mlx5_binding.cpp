@@ -73,6 +73,7 @@ mlx5::CompletionQueueRing ring_from_mlx5dv(const mlx5dv_cq& cq) {
     ring.cqe_size = cq.cqe_size;
     ring.cqn = cq.cqn;
     ring.doorbell_record = reinterpret_cast<std::uint32_t*>(cq.dbrec);
+    ring.uar = static_cast<std::uint8_t*>(cq.cq_uar);
     return ring;
 }
 
@@ -123,8 +124,11 @@ Mlx5ParentDomain::~Mlx5ParentDomain() {
 
 Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context,
                                                  std::uint32_t depth) {
+    // A channel of its own: the CQ's events, and only its, make the descriptor readable.
+    std::shared_ptr<CompletionChannel> channel = CompletionChannel::try_create(context);
     ibv_cq_init_attr_ex attributes{};
     attributes.cqe = depth;
+    attributes.channel = channel != nullptr ? channel->handle() : nullptr;
     attributes.wc_flags = IBV_WC_STANDARD_FLAGS;
     mlx5dv_cq_init_attr dv_attributes{};  // comp_mask 0: no CQE compression, default CQE size
     errno = 0;
@@ -134,7 +138,8 @@ Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> contex
                          fmt::format("device '{}' depth {}", context->name(), depth));
     }
     ibv_cq* cq = ibv_cq_ex_to_cq(cq_ex);
-    std::shared_ptr<CompletionQueue> owner = CompletionQueue::adopt(context, cq);
+    std::shared_ptr<CompletionQueue> owner =
+        CompletionQueue::adopt(context, cq, nullptr, std::move(channel));
     mlx5dv_cq dv_cq{};
     mlx5dv_obj object{};
     object.cq.in = cq;

@@ -60,8 +60,11 @@ struct Mlx5QueuePair {
     Mlx5QueuePairRings rings;
 };
 
-// mlx5dv_create_cq (no CQE compression: the poller reads plain 64-B CQEs) + mlx5dv_init_obj.
-// After this the CQ is DV-owned: poll it through the ring only (mlx5-facts.md §9 pitfall 7).
+// mlx5dv_create_cq (no CQE compression: the poller reads plain 64-B CQEs) with a completion
+// channel of its own (none, and the reason logged, where the device gives none), then
+// mlx5dv_init_obj; the ring names the UAR page whose CQ doorbell an arm writes (cq_uar).
+// After this the CQ is DV-owned: poll and arm it through the ring only (mlx5-facts.md §9
+// pitfall 7); take its events with CompletionQueue::take_event.
 Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context,
                                                  std::uint32_t depth);
 
