@@ -259,13 +259,14 @@ TEST_CASE_FIXTURE(ArenaPair, "an allocated region deregistered under a stream of
 
     rdmachan::test::WriteStream writer(initiator, address, rkey);
     writer.wait_started();
-    // Each write now waits 20 ms between its checks and its copy, so the deregistration comes
+    // Each write now waits 20 ms between its checks and its copy; the deregistration starts
     // while one holds the key.
     soft::delay_zero_hop_writes(std::chrono::milliseconds(20));
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const std::uint32_t holder = rdmachan::test::wait_for_holder(*target_device, rkey);
     // The memory goes back to the arena with the region: keep a view of it to watch (the
     // arena's pages stay mapped in this process, freed ranges read as zeros).
     region.reset();
+    CHECK(holder == static_cast<std::uint32_t>(::getpid()));  // the race was met: a write held the key
     std::vector<std::uint8_t> snapshot(window, window + 65536);
     writer.join();
     soft::delay_zero_hop_writes(std::chrono::microseconds(0));

@@ -271,12 +271,13 @@ TEST_CASE_FIXTURE(ZeroHopPair, "zero-hop writes and deregistration: no byte land
 
     rdmachan::test::WriteStream writer(initiator, address, rkey);
     writer.wait_started();
-    // From now on each write waits 20 ms between its checks and its move: the deregistration
-    // below almost surely comes while one holds the key it checked.
+    // From now on each write waits 20 ms between its checks and its move; the deregistration
+    // below starts while one holds the key it checked.
     soft::delay_zero_hop_writes(std::chrono::milliseconds(20));
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const std::uint32_t holder = rdmachan::test::wait_for_holder(*target_device, rkey);
     const auto deregistration = std::chrono::steady_clock::now();
     region.reset();  // deregistration: returns only when no zero-hop write holds the key
+    CHECK(holder == static_cast<std::uint32_t>(::getpid()));  // the race was met: a write held the key
     const auto deregistered = std::chrono::steady_clock::now();
     std::uint8_t snapshot[65536];
     std::memcpy(snapshot, window, sizeof snapshot);

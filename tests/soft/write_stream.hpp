@@ -59,4 +59,17 @@ private:
     std::thread thread_;  // last: starts once the counters exist
 };
 
+// Waits until a zero-hop write of a peer holds `device`'s region `key` (between its checks and
+// its move), so that what the caller does next meets a write in flight; returns the holder's pid,
+// 0 if none held it before the deadline.
+inline std::uint32_t wait_for_holder(const soft::Device& device, std::uint32_t key,
+                                     std::chrono::milliseconds deadline = std::chrono::seconds(10)) {
+    const auto until = std::chrono::steady_clock::now() + deadline;
+    while (std::chrono::steady_clock::now() < until) {
+        if (const std::uint32_t holder = device.zero_hop_holder(key); holder != 0) return holder;
+        std::this_thread::yield();
+    }
+    return 0;
+}
+
 }  // namespace rdmachan::test
