@@ -13,6 +13,7 @@
 #include <string>
 
 #include "transport/mlx5/completion.hpp"
+#include "transport/verbs/completion_channel.hpp"
 #include "transport/verbs/connection.hpp"
 #include "transport/verbs/context.hpp"
 #include "transport/verbs/gid_selection.hpp"
@@ -79,6 +80,7 @@ struct Side {
 struct SideOptions {
     QueuePairCapabilities capabilities{16, 16, 2, 2, 64};
     bool with_shared_receive_queue = false;
+    bool with_completion_channel = false;  // the CQ raises completion events on a channel
     std::uint32_t psn = 0x10;
     std::optional<std::uint32_t> gid_index;
 };
@@ -89,7 +91,9 @@ inline Side make_side(const std::string& device, const SideOptions& options = {}
     side.port = side.context->query_port(kPort);
     side.gid = select_gid(side.port.gid_table, side.port.link_layer, options.gid_index);
     side.protection_domain = ProtectionDomain::allocate(side.context);
-    side.completion_queue = CompletionQueue::create(side.context, 64);
+    side.completion_queue = CompletionQueue::create(
+        side.context, 64,
+        options.with_completion_channel ? CompletionChannel::try_create(side.context) : nullptr);
     if (options.with_shared_receive_queue) {
         side.shared_receive_queue = SharedReceiveQueue::create(side.protection_domain, 16, 2);
     }
@@ -131,10 +135,12 @@ inline void connect(Side& a, Side& b) {
 }
 
 // a on the first device; b on the second (cross = true, over the veth pair) or also on the
-// first (rxe loopback). Connected with distinct PSNs so a PSN mix-up cannot go unnoticed.
+// first (rxe loopback). Connected with distinct PSNs so a PSN mix-up cannot go unnoticed. a's CQ
+// has a completion channel when b's has.
 inline void make_pair(bool cross, Side& a, Side& b, const SideOptions& b_options = {}) {
     SideOptions a_options;
     a_options.psn = 0x1234;
+    a_options.with_completion_channel = b_options.with_completion_channel;
     a = make_side(first_device(), a_options);
     SideOptions options_for_b = b_options;
     options_for_b.psn = 0xabcde;

@@ -118,6 +118,8 @@ void move_to_init(verbs::QueuePair& queue_pair, const LocalPort& port) {
     queue_pair.modify(verbs::make_init_transition(parameters), "RESET->INIT");
 }
 
+// The generic verbs path's CQ; its events come from its completion channel, armed with
+// ibv_req_notify_cq (verbs::CompletionQueue::arm).
 class VerbsCompletionQueue final : public CompletionQueue {
 public:
     explicit VerbsCompletionQueue(std::shared_ptr<verbs::CompletionQueue> queue) : queue_(std::move(queue)) {}
@@ -125,6 +127,9 @@ public:
         return queue_->poll(std::span<mlx5::Completion>(completions, capacity));
     }
     std::uint32_t depth() const noexcept override { return queue_->depth(); }
+    int event_descriptor() const noexcept override { return queue_->event_descriptor(); }
+    bool arm() noexcept override { return queue_->arm(); }
+    void take_event() noexcept override { (void)queue_->take_event(); }
     const std::shared_ptr<verbs::CompletionQueue>& queue() const { return queue_; }
 
 private:
@@ -245,7 +250,8 @@ public:
                     events = std::make_unique<Mlx5CompletionEvents>(created.completion_queue);
                 return std::make_shared<RingCompletionQueue>(created.ring, std::move(owner), std::move(events));
             }
-            return std::make_shared<VerbsCompletionQueue>(verbs::CompletionQueue::create(domain_->context(), depth));
+            return std::make_shared<VerbsCompletionQueue>(verbs::CompletionQueue::create(
+                domain_->context(), depth, verbs::CompletionChannel::try_create(domain_->context())));
         } catch (const verbs::VerbsError& error) {
             throw Error(error.what());
         }

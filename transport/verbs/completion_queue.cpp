@@ -45,6 +45,10 @@ CompletionQueue::~CompletionQueue() {
 
 std::uint32_t CompletionQueue::poll(std::span<mlx5::Completion> completions) noexcept {
     std::uint32_t filled = 0;
+    if (held_ && !completions.empty()) {
+        completions[filled++] = held_completion_;
+        held_ = false;
+    }
     ibv_wc entries[kPollBatch];
     while (filled < completions.size()) {
         const std::size_t wanted = std::min(kPollBatch, completions.size() - filled);
@@ -60,6 +64,18 @@ std::uint32_t CompletionQueue::poll(std::span<mlx5::Completion> completions) noe
         if (static_cast<std::size_t>(count) < wanted) break;  // the CQ is empty
     }
     return filled;
+}
+
+bool CompletionQueue::arm() noexcept {
+    if (channel_ == nullptr || held_) return false;
+    if (ibv_req_notify_cq(cq_, 0) != 0) return false;
+    // Requested first, polled second: a completion the poll misses comes after the request
+    // and raises the event.
+    mlx5::Completion completion;
+    if (poll({&completion, 1}) == 0) return true;
+    held_completion_ = completion;
+    held_ = true;
+    return false;
 }
 
 bool CompletionQueue::take_event() noexcept {

@@ -49,6 +49,13 @@ class CompletionQueue {
     int event_descriptor() const noexcept {
         return channel_ != nullptr ? channel_->descriptor() : -1;
     }
+    // The generic verbs path's arm: ibv_req_notify_cq for the next completion, then one poll. A
+    // completion that came before the request raises no event, so a waiter that slept on it
+    // would sleep through it: when the poll finds one, it is kept for the next poll() and arm()
+    // returns false (sleep not). Also false without a channel or when the request fails. Never
+    // on a CQ the mlx5 data path polls: libmlx5's arm would carry its own consumer index, which
+    // that poller never advances (mlx5-facts.md §9, pitfall 7); the ring arms it instead.
+    bool arm() noexcept;
     // Takes one completion event from the channel without waiting: true if one of this CQ's
     // was queued (ibv_get_cq_event; EAGAIN means none). Events are acknowledged in batches
     // (ibv_ack_cq_events takes libibverbs' CQ mutex), the rest when the CQ is destroyed.
@@ -70,6 +77,8 @@ class CompletionQueue {
     std::shared_ptr<const void> keep_alive_;
     ibv_cq* cq_;
     std::uint32_t unacknowledged_ = 0;  // events taken, not yet acknowledged
+    bool held_ = false;  // a completion arm() polled, returned first by the next poll()
+    mlx5::Completion held_completion_{};
 };
 
 }  // namespace rdmachan::verbs
