@@ -91,6 +91,9 @@ std::uint64_t Device::connects_started() const { return core_->connects_started.
 std::uint64_t Device::connects_failed() const { return core_->connects_failed.load(std::memory_order_relaxed); }
 std::uint64_t Device::paths_settled() const { return core_->paths_settled.load(std::memory_order_acquire); }
 std::uint64_t Device::zero_hop_writes() const { return core_->zero_hop_writes.load(std::memory_order_relaxed); }
+std::uint64_t Device::doorbells_left_to_progress() const {
+    return core_->doorbells_left_to_progress.load(std::memory_order_relaxed);
+}
 std::uint64_t Device::zero_hop_arena_writes() const { return core_->zero_hop_arena_writes.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_reads() const { return core_->zero_hop_reads.load(std::memory_order_relaxed); }
 std::uint64_t Device::zero_hop_arena_reads() const { return core_->zero_hop_arena_reads.load(std::memory_order_relaxed); }

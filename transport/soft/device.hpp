@@ -397,6 +397,9 @@ public:
     // Compare-and-swap and fetch-and-add executed zero-hop (on the target's arena, by this
     // device's thread).
     std::uint64_t zero_hop_atomics() const;
+    // Doorbells of a QP whose remote is zero-hop that the ringing thread left to the progress
+    // thread (the device's mutex was taken, or a WQE could not go zero-hop): their CQEs come later.
+    std::uint64_t doorbells_left_to_progress() const;
     // Sends and RDMA writes with immediate executed zero-hop, their receive consumed and their
     // CQE written by this device (zero_hop_receive.cpp).
     std::uint64_t zero_hop_receives() const;

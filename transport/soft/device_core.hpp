@@ -256,6 +256,8 @@ public:
     // something is left for the progress thread (the caller then notifies it), including when
     // the device mutex is busy: the doorbell thread never waits for it.
     bool execute_from_doorbell(QueuePairContext& queue_pair);
+    // Its body: true when every new WQE was executed here (execute_from_doorbell counts the rest).
+    bool execute_all_from_doorbell(QueuePairContext& queue_pair);
     // Then: executes the QP's new WQEs on the calling thread and writes their request frames to
     // the peer's socket (doorbell_requests.cpp). False when something is left for the progress
     // thread, as above.
@@ -318,6 +320,9 @@ public:
     std::atomic<std::uint64_t> zero_hop_arena_reads{0};
     // Atomics this device, as initiator, executed zero-hop.
     std::atomic<std::uint64_t> zero_hop_atomics{0};
+    // Doorbells of a QP with a zero-hop remote whose WQEs the ringing thread left to the progress
+    // thread (its mutex was taken, or a WQE could not go zero-hop): written by several threads.
+    std::atomic<std::uint64_t> doorbells_left_to_progress{0};
     // WQEs this device executed on the doorbell thread by send_from_doorbell (doorbell_requests.cpp).
     std::atomic<std::uint64_t> doorbell_requests{0};
     // Plain-write ACKs not sent because a later ACK of the same QP covered them (respond_coalescing).

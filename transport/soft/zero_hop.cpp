@@ -71,6 +71,12 @@ void delay_zero_hop_writes(std::chrono::microseconds delay) noexcept {
 
 bool DeviceCore::execute_from_doorbell(QueuePairContext& queue_pair) {
     if (!zero_hop_enabled_ || !queue_pair.zero_hop_remote.load(std::memory_order_relaxed)) return false;
+    if (execute_all_from_doorbell(queue_pair)) return true;
+    doorbells_left_to_progress.fetch_add(1, std::memory_order_relaxed);
+    return false;
+}
+
+bool DeviceCore::execute_all_from_doorbell(QueuePairContext& queue_pair) {
     // Never wait for the progress thread: if it holds the mutex, it will execute the WQEs.
     std::unique_lock lock(mutex, std::try_to_lock);
     if (!lock.owns_lock()) return false;
