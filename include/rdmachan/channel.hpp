@@ -269,9 +269,15 @@ public:
     // arm(): arm() returns false when completions are already waiting (poll or wait for your
     // work first; nothing was armed), true when the descriptor will become readable at the
     // channel's next completion. Then poll your work, and arm again before the next sleep. -1
-    // where the device gives no events. What a wake costs: on the software device, one eventfd
-    // write by the thread that writes the CQE (the device's, or a same-host peer's on the
-    // zero-hop path) and one read by arm().
+    // where the device gives no events (a CQ whose completion channel could not be made). What a
+    // wake costs:
+    //   software device: one eventfd write by the thread that writes the CQE (the device's, or a
+    //     same-host peer's on the zero-hop path); the arm is a few stores, and one read per CQ
+    //     that raised an event;
+    //   ConnectX (mlx5 direct path): the NIC's interrupt and the completion channel; the arm is
+    //     the data path's doorbell-record store and UAR write (no system call), and taking an
+    //     event is one read (ibv_get_cq_event), acknowledged in batches;
+    //   other verbs devices: the same, but the arm is an ibv_req_notify_cq system call per CQ.
     int native_handle();
     bool arm();
 
