@@ -4,17 +4,22 @@
 // RDMACHAN_DEVICE=auto selects the mlx5 direct data path and the project's mlx5 binding
 // (transport/verbs/mlx5_binding.cpp, mlx5_dc.cpp) and DC provider run unchanged.
 //
-// mlx5dv_init_obj hands out the software device's own rings, doorbell records and BlueFlame
-// buffers. The device learns of doorbells as a NIC does, without being told: a thread per
-// context polls every send doorbell record and wakes the device when one changes (plain memory
-// cannot trap the data path's store). Before touching the device, every call applies the rules
-// the kernel and libmlx5 apply (qp_state_rules.hpp for ibv_modify_qp; creation and capability
-// checks below) and fails with the errno they return.
+// mlx5dv_init_obj hands out the software device's own rings, doorbell records, BlueFlame
+// buffers and CQ doorbell registers (cq_uar). The device learns of doorbells as a NIC does,
+// without being told: a thread per context polls every send doorbell record and the CQ doorbell
+// register of every CQ with a completion channel, and wakes the device when one was written
+// (plain memory cannot trap the data path's store). A completion channel is an epoll set over
+// its CQs' eventfds (the software device's completion channel). Before touching the device,
+// every call applies the rules the kernel and libmlx5 apply (qp_state_rules.hpp for
+// ibv_modify_qp; creation and capability checks below) and fails with the errno they return.
 //
-// Not emulated: the generic verbs data path (ibv_post_send/recv, ibv_poll_cq through the
-// context's ops return EOPNOTSUPP / an error), completion channels and events, memory windows.
+// Not emulated: the generic verbs data path (ibv_post_send/recv, ibv_poll_cq, ibv_req_notify_cq
+// through the context's ops return EOPNOTSUPP / an error), memory windows.
+#include <fcntl.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -22,6 +27,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,7 +41,9 @@
 
 #include "tests/emulated_connectx/emulated_connectx.hpp"
 #include "tests/emulated_connectx/qp_state_rules.hpp"
+#include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/completion_ring.hpp"
 #include "transport/soft/device.hpp"
 
 #undef ibv_query_port
@@ -96,11 +104,29 @@ struct WatchedQueue {
     std::function<void()> ring;
 };
 
+// The CQ doorbell register (ring().uar + 0x20) of a CQ with a completion channel. What a
+// register write carries (arm word << 32 | CQN) can repeat: an arm with the same sequence
+// number, command and consumer index writes the same value again, and the NIC sees that write
+// too. So the poller does not compare values: it takes the register, exchanging it for a value
+// no write can hold (a CQN has 24 bits), as the NIC consumes each write. Every arm whose write
+// came before the exchange is served by the ring_arm_doorbell() after it (which reads the
+// newest arm word from the doorbell record, stored before the register); every later write
+// leaves the register set for the next look.
+inline constexpr std::uint64_t kCqDoorbellTaken = ~0ull;
+std::atomic<std::uint64_t> arm_doorbells_seen{0};
+std::atomic<std::uint64_t> arm_doorbells_with_completion_waiting{0};
+struct WatchedArm {
+    const void* owner;
+    std::uint64_t* cq_doorbell;
+    std::shared_ptr<soft::CompletionQueue> queue;
+};
+
 struct Context {
     verbs_context verbs{};  // must stay first: ibv_context is its last member
     std::shared_ptr<soft::Device> device;
-    std::mutex mutex;  // control plane only: the watched list
+    std::mutex mutex;  // control plane only: the watched lists
     std::vector<WatchedQueue> watched;
+    std::vector<WatchedArm> watched_arms;
     std::atomic<bool> stopping{false};
     std::thread poller;
     std::uint32_t next_user_index = 1;
@@ -113,8 +139,24 @@ struct Context {
         std::lock_guard<std::mutex> lock(mutex);
         watched.erase(std::remove_if(watched.begin(), watched.end(), [&](const WatchedQueue& queue) { return queue.owner == owner; }),
                       watched.end());
+        watched_arms.erase(std::remove_if(watched_arms.begin(), watched_arms.end(), [&](const WatchedArm& arm) { return arm.owner == owner; }),
+                           watched_arms.end());
     }
-    // The NIC's view of the send doorbell records: a changed value is a doorbell.
+    void watch_arms(const void* owner, std::shared_ptr<soft::CompletionQueue> queue) {
+        auto* cq_doorbell = reinterpret_cast<std::uint64_t*>(queue->ring().uar + rdmachan::mlx5::kCqDoorbellOffset);
+        std::lock_guard<std::mutex> lock(mutex);
+        __atomic_store_n(cq_doorbell, kCqDoorbellTaken, __ATOMIC_RELEASE);
+        watched_arms.push_back({owner, cq_doorbell, std::move(queue)});
+    }
+    static void count_arm(const rdmachan::mlx5::CompletionQueueRing& ring) {
+        const std::uint32_t word = rdmachan::mlx5::big_to_host32(__atomic_load_n(ring.doorbell_record + rdmachan::mlx5::kCqArm, __ATOMIC_ACQUIRE));
+        const std::uint32_t produced = __atomic_load_n(ring.doorbell_record + soft::kCqProducerIndexWord, __ATOMIC_ACQUIRE);
+        arm_doorbells_seen.fetch_add(1, std::memory_order_relaxed);
+        if (((produced - word) & rdmachan::mlx5::kCqConsumerIndexMask) != 0)
+            arm_doorbells_with_completion_waiting.fetch_add(1, std::memory_order_relaxed);
+    }
+    // The NIC's view of the send doorbell records (a changed value is a doorbell) and of the CQ
+    // doorbell registers (every write is an arm, WatchedArm).
     void poll_doorbells() {
         while (!stopping.load(std::memory_order_acquire)) {
             {
@@ -124,6 +166,12 @@ struct Context {
                     if (value != queue.last_seen) {
                         queue.last_seen = value;
                         queue.ring();
+                    }
+                }
+                for (WatchedArm& arm : watched_arms) {
+                    if (__atomic_exchange_n(arm.cq_doorbell, kCqDoorbellTaken, __ATOMIC_ACQ_REL) != kCqDoorbellTaken) {
+                        count_arm(arm.queue->ring());
+                        arm.queue->ring_arm_doorbell();
                     }
                 }
             }
@@ -158,9 +206,25 @@ struct IndirectKey {
     std::shared_ptr<soft::IndirectKey> key;
 };
 
+// A completion channel: an epoll set over the eventfds of its CQs (the software device's
+// completion channel, soft::CompletionQueue::event_descriptor), so its descriptor is readable
+// when one of them raised an event. refcnt counts its CQs, as libibverbs does.
+struct CompletionChannel {
+    ibv_comp_channel channel{};  // first
+    std::mutex mutex;            // refcnt
+};
+CompletionChannel* channel_of(ibv_comp_channel* channel) { return reinterpret_cast<CompletionChannel*>(channel); }
+
 struct CompletionQueue {
     ibv_cq_ex cq{};  // first: ibv_cq_ex_to_cq casts, and ibv_cq is its prefix
     std::shared_ptr<soft::CompletionQueue> queue;
+    // Completion events handed out by ibv_get_cq_event and acknowledged by ibv_ack_cq_events:
+    // ibv_destroy_cq waits until they are equal, as libibverbs waits for the count the kernel
+    // reports (the kernel counts an event when it is read; one queued unread is dropped).
+    std::mutex events_mutex;
+    std::condition_variable events_acknowledged;
+    std::uint64_t events_read = 0;
+    std::uint64_t events_completed = 0;
 };
 CompletionQueue* queue_of(ibv_cq* cq) { return reinterpret_cast<CompletionQueue*>(cq); }
 
@@ -206,6 +270,12 @@ int unsupported_post_srq_recv(ibv_srq*, ibv_recv_wr*, ibv_recv_wr** bad) {
 int unsupported_poll_cq(ibv_cq*, int, ibv_wc*) {
     report("ibv_poll_cq: the generic verbs data path is not emulated (poll the mlx5 CQ ring)");
     return -1;
+}
+
+// libmlx5's arm would carry libmlx5's consumer index, which a direct poller never advances: the
+// project arms through the ring (mlx5::CompletionQueue::arm), and so must anything run here.
+int unsupported_req_notify_cq(ibv_cq*, int) {
+    return refuse(EOPNOTSUPP, "ibv_req_notify_cq: not emulated (arm through the mlx5 CQ ring: arm word, then the CQ doorbell on cq_uar)");
 }
 
 int query_port_op(ibv_context* context, std::uint8_t port, ibv_port_attr* attributes, size_t) {
@@ -523,6 +593,9 @@ auto guarded(const char* name, Call&& call, decltype(call()) failed) -> decltype
 
 namespace rdmachan::emulated {
 const char* device_name() noexcept { return "mlx5_0"; }
+ArmDoorbellCounts arm_doorbell_counts() noexcept {
+    return {arm_doorbells_seen.load(std::memory_order_relaxed), arm_doorbells_with_completion_waiting.load(std::memory_order_relaxed)};
+}
 }  // namespace rdmachan::emulated
 
 extern "C" {
@@ -564,6 +637,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
         verbs.context.ops.post_recv = unsupported_post_recv;
         verbs.context.ops.post_srq_recv = unsupported_post_srq_recv;
         verbs.context.ops.poll_cq = unsupported_poll_cq;
+        verbs.context.ops.req_notify_cq = unsupported_req_notify_cq;
         pthread_mutex_init(&verbs.context.mutex, nullptr);
         context->poller = std::thread([context] { context->poll_doorbells(); });
         return &verbs.context;
@@ -726,37 +800,134 @@ ibv_cq_ex* mlx5dv_create_cq(ibv_context* verbs_context, ibv_cq_init_attr_ex* att
                 return refuse_pointer<ibv_cq_ex>(EINVAL, fmt::format("mlx5dv_create_cq: cqe_size {} is not 64 or 128", cqe_size));
         }
     }
+    ibv_comp_channel* channel = attributes->channel;
+    if (channel != nullptr && channel->context != verbs_context)
+        return refuse_pointer<ibv_cq_ex>(EINVAL, "mlx5dv_create_cq: the completion channel belongs to another context");
+    // The kernel (ib_uverbs create_cq): comp_vector below num_comp_vectors.
+    if (attributes->comp_vector >= static_cast<std::uint32_t>(verbs_context->num_comp_vectors))
+        return refuse_pointer<ibv_cq_ex>(EINVAL, fmt::format("mlx5dv_create_cq: comp_vector {} outside 0..{}", attributes->comp_vector,
+                                                             verbs_context->num_comp_vectors - 1));
     return guarded("mlx5dv_create_cq", [&]() -> ibv_cq_ex* {
-        auto* queue = new CompletionQueue();
-        queue->queue = context_of(verbs_context)->device->create_completion_queue(attributes->cqe, cqe_size);
+        auto queue = std::make_unique<CompletionQueue>();
+        Context& context = *context_of(verbs_context);
+        queue->queue = context.device->create_completion_queue(attributes->cqe, cqe_size);
         queue->cq.context = verbs_context;
+        queue->cq.channel = channel;
         queue->cq.cq_context = attributes->cq_context;
         queue->cq.cqe = static_cast<int>(queue->queue->ring().cqe_count - 1);
         queue->cq.handle = queue->queue->cqn();
-        return &queue->cq;
+        if (channel != nullptr) {
+            epoll_event entry{};
+            entry.events = EPOLLIN;
+            entry.data.ptr = queue.get();
+            if (::epoll_ctl(channel->fd, EPOLL_CTL_ADD, queue->queue->event_descriptor(), &entry) != 0) {
+                const int error = errno;
+                return refuse_pointer<ibv_cq_ex>(error, fmt::format("mlx5dv_create_cq: epoll_ctl(ADD) of the CQ's eventfd: {}", std::strerror(error)));
+            }
+            {
+                std::lock_guard<std::mutex> lock(channel_of(channel)->mutex);
+                ++channel->refcnt;
+            }
+            context.watch_arms(queue.get(), queue->queue);
+        }
+        return &queue.release()->cq;
     }, nullptr);
 }
 
-// Completion channels are not emulated: refused (said once per process, not for every CQ), so
-// the binding creates its CQs without one; they give no completion events and waits poll.
-ibv_comp_channel* ibv_create_comp_channel(ibv_context*) {
-    static std::once_flag said;
-    std::call_once(said, [] { report("ibv_create_comp_channel: completion channels are not emulated (said once): CQs give no events"); });
-    errno = EOPNOTSUPP;
-    return nullptr;
+// The channel's descriptor is an epoll set: readable while one of its CQs' eventfds is. Blocking
+// unless the caller makes it O_NONBLOCK (ibv_get_cq_event then answers EAGAIN), as the kernel's.
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+    const int descriptor = ::epoll_create1(EPOLL_CLOEXEC);
+    if (descriptor < 0) return refuse_pointer<ibv_comp_channel>(errno, fmt::format("ibv_create_comp_channel: epoll_create1: {}", std::strerror(errno)));
+    auto* channel = new (std::nothrow) CompletionChannel();
+    if (channel == nullptr) {
+        ::close(descriptor);
+        return refuse_pointer<ibv_comp_channel>(ENOMEM, "ibv_create_comp_channel: out of memory");
+    }
+    channel->channel.context = context;
+    channel->channel.fd = descriptor;
+    channel->channel.refcnt = 0;
+    return &channel->channel;
 }
 
-ibv_cq* ibv_create_cq(ibv_context* verbs_context, int cqe, void* cq_context, ibv_comp_channel* channel, int) {
-    if (channel != nullptr) return refuse_pointer<ibv_cq>(EOPNOTSUPP, "ibv_create_cq: completion channels are not emulated");
+// libibverbs refuses while a CQ still uses the channel (ibv_destroy_comp_channel(3)): EBUSY.
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+    {
+        std::lock_guard<std::mutex> lock(channel_of(channel)->mutex);
+        if (channel->refcnt != 0) return refuse(EBUSY, fmt::format("ibv_destroy_comp_channel: {} CQ(s) still use the channel", channel->refcnt));
+    }
+    ::close(channel->fd);
+    delete channel_of(channel);
+    return 0;
+}
+
+// One event, of whichever CQ of the channel raised one: its eventfd is read, and what it counted
+// beyond one is written back, so that each event the device raised is handed out once, as the
+// kernel queues one per event.
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+    const int flags = ::fcntl(channel->fd, F_GETFL);
+    const int timeout = flags >= 0 && (flags & O_NONBLOCK) != 0 ? 0 : -1;
+    for (;;) {
+        epoll_event entry{};
+        const int ready = ::epoll_wait(channel->fd, &entry, 1, timeout);
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready < 0) return -1;
+        if (ready == 0) {
+            errno = EAGAIN;
+            return -1;
+        }
+        CompletionQueue& queue = *static_cast<CompletionQueue*>(entry.data.ptr);
+        std::uint64_t count = 0;
+        const int descriptor = queue.queue->event_descriptor();
+        // Another thread may have taken it since epoll_wait said so: look again.
+        if (::read(descriptor, &count, sizeof count) != static_cast<ssize_t>(sizeof count)) continue;
+        if (count > 1) {
+            const std::uint64_t rest = count - 1;
+            [[maybe_unused]] const ssize_t written = ::write(descriptor, &rest, sizeof rest);
+        }
+        {
+            std::lock_guard<std::mutex> lock(queue.events_mutex);
+            ++queue.events_read;
+        }
+        *cq = ibv_cq_ex_to_cq(&queue.cq);
+        *cq_context = queue.cq.cq_context;
+        return 0;
+    }
+}
+
+void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+    CompletionQueue& queue = *queue_of(cq);
+    std::lock_guard<std::mutex> lock(queue.events_mutex);
+    queue.events_completed += nevents;
+    queue.events_acknowledged.notify_all();
+}
+
+ibv_cq* ibv_create_cq(ibv_context* verbs_context, int cqe, void* cq_context, ibv_comp_channel* channel, int comp_vector) {
     if (cqe <= 0) return refuse_pointer<ibv_cq>(EINVAL, fmt::format("ibv_create_cq: cqe {}", cqe));
+    if (comp_vector < 0) return refuse_pointer<ibv_cq>(EINVAL, fmt::format("ibv_create_cq: comp_vector {}", comp_vector));
     ibv_cq_init_attr_ex attributes{};
     attributes.cqe = static_cast<std::uint32_t>(cqe);
     attributes.cq_context = cq_context;
+    attributes.channel = channel;
+    attributes.comp_vector = static_cast<std::uint32_t>(comp_vector);
     return reinterpret_cast<ibv_cq*>(mlx5dv_create_cq(verbs_context, &attributes, nullptr));
 }
 
+// As libibverbs over the kernel: an event queued unread is dropped with the CQ
+// (ib_uverbs_release_ucq), and destruction waits until every event read was acknowledged.
 int ibv_destroy_cq(ibv_cq* cq) {
-    delete queue_of(cq);
+    CompletionQueue* queue = queue_of(cq);
+    if (cq->channel != nullptr) {
+        context_of(cq->context)->unwatch(queue);
+        ::epoll_ctl(cq->channel->fd, EPOLL_CTL_DEL, queue->queue->event_descriptor(), nullptr);
+        {
+            std::unique_lock<std::mutex> lock(queue->events_mutex);
+            queue->events_acknowledged.wait(lock, [&] { return queue->events_completed == queue->events_read; });
+        }
+        std::lock_guard<std::mutex> lock(channel_of(cq->channel)->mutex);
+        --cq->channel->refcnt;
+    }
+    delete queue;
     return 0;
 }
 
@@ -945,6 +1116,9 @@ int mlx5dv_init_obj(mlx5dv_obj* object, std::uint64_t types) {
         out.cqe_cnt = ring.cqe_count;
         out.cqe_size = ring.cqe_size;
         out.cqn = ring.cqn;
+        // The UAR page whose CQ doorbell (+0x20) an arm writes; the poller watches it for a CQ
+        // with a completion channel.
+        out.cq_uar = ring.uar;
     }
     if ((types & MLX5DV_OBJ_SRQ) != 0) {
         const soft::SharedReceiveQueue& queue = *shared_of(object->srq.in)->queue;
