@@ -42,6 +42,10 @@ const char* to_string(Operation operation) {
 }
 
 std::string WorkError::message() const {
+    if (cancelled) {
+        return std::string(to_string(operation)) + (peer.empty() ? "" : " with " + peer) +
+               ": its wait was cancelled (the operation stays posted until its completion)";
+    }
     std::string text = std::string(to_string(operation)) + " with " + peer + " failed: ";
     if (deadline_expired) return text + "no completion before the deadline";
     if (not_posted != nullptr) return text + "it could not be posted: " + not_posted;
@@ -251,6 +255,22 @@ WorkResult PendingWork::wait(std::chrono::milliseconds deadline) {
         if (std::optional<WorkResult> flushed = engine.try_take(ticket_)) (void)flushed;
     }
     return result;
+}
+
+WorkResult PendingWork::flush() {
+    if (engine_ == nullptr) throw Error("PendingWork::flush: this handle holds no pending work (already waited for, or moved)");
+    const HandleReference reference{std::exchange(engine_, nullptr)};
+    detail::Engine& engine = *reference.engine;
+    if (std::optional<WorkResult> result = engine.try_take(ticket_)) return std::move(*result);
+    const std::optional<std::uint32_t> peer = engine.peer_of(ticket_);
+    if (peer.has_value()) engine.fail_and_flush(*peer, "work given up unfinished (PendingWork::flush)");
+    if (std::optional<WorkResult> flushed = engine.try_take(ticket_)) return std::move(*flushed);
+    // The device did not flush it within the deadline (fail_and_flush logged it).
+    WorkError error;
+    error.operation = operation_;
+    error.status = static_cast<std::uint8_t>(mlx5::CompletionStatus::work_request_flushed);
+    if (peer.has_value()) error.peer = engine.peer_name(*peer);
+    return WorkResult::failure(std::move(error));
 }
 
 // The completion's delivery that issue 22 counts: Engine::ready and take_ready are inlined, the

@@ -3,6 +3,7 @@
 #include "rdmachan/multi_channel.hpp"
 
 #include <exception>
+#include <utility>
 
 #include "rdmachan/handshake.hpp"
 #include "src/engine.hpp"
@@ -39,12 +40,57 @@ std::string MultiResult::message() const {
     return text;
 }
 
-MultiResult PendingMultiWork::wait() {
+namespace {
+
+// Every share's result: those poll() took already, the rest through `wait_for`.
+template <typename WaitFor>
+MultiResult take_all(std::vector<std::pair<std::uint32_t, PendingWork>>& work, std::vector<PeerResult>& taken,
+                     WaitFor wait_for) {
     std::vector<PeerResult> results;
-    results.reserve(work_.size());
-    for (auto& [peer, work] : work_) results.push_back({peer, work.wait()});
-    work_.clear();
+    results.reserve(work.size());
+    for (std::size_t share = 0; share < work.size(); ++share) {
+        auto& [peer, handle] = work[share];
+        const bool polled = share < taken.size() && !handle.pending();
+        results.push_back(polled ? std::move(taken[share]) : PeerResult{peer, wait_for(handle)});
+    }
+    work.clear();
+    taken.clear();
     return MultiResult(std::move(results));
+}
+
+}  // namespace
+
+MultiResult PendingMultiWork::wait() {
+    return take_all(work_, taken_, [](PendingWork& handle) { return handle.wait(); });
+}
+
+MultiResult PendingMultiWork::flush() {
+    return take_all(work_, taken_, [](PendingWork& handle) { return handle.flush(); });
+}
+
+std::optional<MultiResult> PendingMultiWork::poll() {
+    if (work_.empty()) return std::nullopt;
+    if (taken_.empty()) taken_.resize(work_.size());
+    bool complete = true;
+    for (std::size_t share = 0; share < work_.size(); ++share) {
+        auto& [peer, work] = work_[share];
+        if (!work.pending()) continue;
+        if (std::optional<WorkResult> result = work.poll()) {
+            taken_[share] = {peer, std::move(*result)};
+        } else {
+            complete = false;
+        }
+    }
+    if (!complete) return std::nullopt;
+    work_.clear();
+    return MultiResult(std::exchange(taken_, {}));
+}
+
+std::vector<std::uint32_t> PendingMultiWork::peers() const {
+    std::vector<std::uint32_t> peers;
+    peers.reserve(work_.size());
+    for (const auto& [peer, work] : work_) peers.push_back(peer);
+    return peers;
 }
 
 MultiResult ScopedMultiWork::wait() {

@@ -36,6 +36,9 @@ struct WorkError {
     std::uint8_t syndrome = 0;
     std::uint8_t vendor_syndrome = 0;
     bool deadline_expired = false;  // no completion before the wait's deadline
+    // The wait for it was cancelled (rdmachan/asio.hpp); the operation itself stays posted until
+    // its completion, as work on a NIC cannot be taken back.
+    bool cancelled = false;
     const char* not_posted = nullptr;  // why the device refused to take it (nothing was posted)
     std::string peer;
 

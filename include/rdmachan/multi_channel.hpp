@@ -98,11 +98,20 @@ public:
     PendingMultiWork() = default;
     explicit PendingMultiWork(std::vector<std::pair<std::uint32_t, PendingWork>> work) : work_(std::move(work)) {}
     MultiResult wait();  // waits for every peer's share (each under the deadline)
+    // Each share's PendingWork::flush(): its completion, or its peer's queue pair failed.
+    MultiResult flush();
+    // Every share's result if all have completed (polls each one not yet taken once); nothing
+    // otherwise. The shares that completed are kept until the last one has, so polling again,
+    // or wait(), goes on from there. Once only, like wait().
+    std::optional<MultiResult> poll();
     std::size_t size() const { return work_.size(); }
+    // The peer of each share, in the order of the results.
+    std::vector<std::uint32_t> peers() const;
 
 private:
     friend class MultiScope;
     std::vector<std::pair<std::uint32_t, PendingWork>> work_;
+    std::vector<PeerResult> taken_;  // by share, once poll() has looked: the results taken so far
 };
 
 // Scoped handles of a multi-peer operation.
