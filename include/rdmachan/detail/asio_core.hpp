@@ -185,6 +185,7 @@ using ResultOf = std::conditional_t<std::is_same_v<Work, PendingMultiWork>, Mult
 #if BOOST_VERSION >= 107700
 // Installed in the handler's cancellation slot: terminal and partial cancellation give up the wait.
 struct CancellationRequest {
+    CancellationRequest(CoreBase* core, PendingOperation* operation) : core(core), operation(operation) {}
     CoreBase* core;
     PendingOperation* operation;
     void operator()(boost::asio::cancellation_type_t type) const {
