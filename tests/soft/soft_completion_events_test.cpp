@@ -178,6 +178,9 @@ TEST_CASE("armed for solicited CQEs: a send without the solicited bit raises not
 // time, each only once the consumer took the one before, so that it lands while the consumer
 // finds the ring empty, arms, and sleeps on the descriptor. A lost wake-up leaves the consumer
 // asleep with the CQE in the ring and the writer waiting for it: the wait's deadline catches it.
+// Every fourth CQE is placed in the window on purpose, whatever the threads' speeds: the writer
+// waits until the consumer found the ring empty, and the consumer waits a varying moment before
+// it arms, so that CQE is mostly there before the arm, which must then raise the event itself.
 TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event per arm") {
     const std::uint32_t total = rdmachan::test::kSanitizerBuild ? 100'000 : 1'000'000;
     constexpr std::uint32_t kEntries = 256;
@@ -190,17 +193,24 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
     mlx5::CompletionQueueRing consumer_ring{entries.data(), kEntries, 64, 0, doorbell, nullptr};
 
     std::atomic<std::uint32_t> taken{0};
+    std::atomic<std::uint32_t> found_empty{0};  // 1 + the CQEs consumed when the consumer last found none
     std::atomic<bool> failed{false};
+    const auto placed = [](std::uint32_t index) { return index % 4 == 0; };
     std::thread writer([&] {
         std::uint32_t jitter = 1;
         for (std::uint32_t written = 0; written < total; ++written) {
             while (taken.load(std::memory_order_acquire) < written) {
                 if (failed.load(std::memory_order_relaxed)) return;
             }
+            if (placed(written)) {
+                while (found_empty.load(std::memory_order_acquire) != written + 1) {
+                    if (failed.load(std::memory_order_relaxed)) return;
+                }
+            }
             // A varying delay spreads the CQE over the consumer's poll, arm and sleep, whose
             // lengths differ between builds (sanitizers slow the consumer several times).
             jitter = jitter * 1103515245u + 12345u;
-            for (std::uint32_t delay = (jitter >> 16) % 256; delay != 0; --delay) {
+            for (std::uint32_t delay = placed(written) ? 0 : (jitter >> 16) % 256; delay != 0; --delay) {
                 __atomic_signal_fence(__ATOMIC_SEQ_CST);
             }
             std::uint8_t* cqe = ring.claim();
@@ -218,18 +228,34 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
     std::uint32_t consumed = 0;
     std::uint64_t arms = 0;
     std::uint64_t raised_at_arm = 0;
+    std::uint64_t placed_arms = 0;
+    std::uint64_t placed_raised_at_arm = 0;
+    std::uint32_t jitter = 7;
     mlx5::Completion completion;
     while (consumed < total) {
         if (queue.poll(&completion, 1, [&](std::uint32_t, std::uint32_t) { return &target; }) == 1) {
             taken.store(++consumed, std::memory_order_release);
             continue;
         }
+        const bool in_window = placed(consumed);
+        if (in_window) {
+            found_empty.store(consumed + 1, std::memory_order_release);
+            jitter = jitter * 1103515245u + 12345u;
+            for (std::uint32_t delay = 64 + (jitter >> 16) % 1024; delay != 0; --delay) {
+                __atomic_signal_fence(__ATOMIC_SEQ_CST);
+            }
+        }
         // Arm for CQEs past what was consumed, then sleep until the event.
         const std::uint32_t word = static_cast<std::uint32_t>(arms & 3) << 28 | (consumed & 0xffffff);
         mlx5::store_release32(doorbell + mlx5::kCqArm, mlx5::host_to_big32(word));
         ring.take_arm(false, consumed & 0xffffff);
         ++arms;
-        raised_at_arm += readable(descriptor, kShort) ? 1 : 0;
+        const bool raised_at_once = readable(descriptor, kShort);
+        raised_at_arm += raised_at_once ? 1 : 0;
+        if (in_window) {
+            ++placed_arms;
+            placed_raised_at_arm += raised_at_once ? 1 : 0;
+        }
         if (!readable(descriptor, std::chrono::seconds(10))) {
             failed = true;
             writer.join();
@@ -241,7 +267,10 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
     }
     writer.join();
     ::close(descriptor);
-    MESSAGE(total << " CQEs, " << arms << " arms, " << raised_at_arm << " of them raised at once by a CQE already there");
-    CHECK(arms > total / 2);           // the consumer slept for most CQEs: the race was run
-    CHECK(raised_at_arm > total / 1000);  // and CQEs often landed between the poll and the arm
+    MESSAGE(total << " CQEs, " << arms << " arms, " << raised_at_arm << " of them raised at once by a CQE already there; of the "
+                  << placed_arms << " arms with a CQE placed between the poll and the arm, " << placed_raised_at_arm
+                  << " raised at once");
+    CHECK(arms > total / 2);                           // the consumer slept for most CQEs: the race was run
+    CHECK(placed_arms == total / 4);                   // every placed CQE met an empty ring and an arm
+    CHECK(placed_raised_at_arm > placed_arms / 10);    // and was there before the arm, often
 }
