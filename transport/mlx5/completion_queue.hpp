@@ -4,11 +4,16 @@
 // libmlx5's mlx5_poll_cq_v1 by mlx5-golden-check. Header-only, no exceptions, allocation or
 // locks.
 //
+// Off the common case: CQEs carrying data (scatter-to-CQE, inline_scatter.hpp) for a target
+// that says its QP was created with it, and compressed sessions (compressed_session.hpp) on a
+// ring that says its CQ was.
+//
 // Deliberate differences from libmlx5 v44 (docs/ARCHITECTURE.md says why):
 // - a non-SRQ responder CQE is matched by its wqe_counter, not by in-order consumption;
-// - scatter-to-CQE is disabled when our QPs are created, so a CQE carrying inline data
-//   (format 1 or 2) or a compressed CQE (format 3) is reported as a local QP operation error
-//   instead of being unpacked;
+// - a CQE carrying data (format 1 or 2) for a target without scatter_to_cqe, or a compressed
+//   CQE (format 3) on a ring without compressed_cqes, is reported as a local QP operation error
+//   instead of being unpacked; a receive's data stops at its list's invalid-lkey terminator;
+//   a requester's data in a 128-byte CQE is read where rdma-core 45184d2c8 reads it;
 // - a CQE whose QP the caller does not know, a resize or a no-packet CQE is consumed and
 //   reported as a general-error completion naming the QPN, instead of failing the whole poll.
 #pragma once
@@ -21,7 +26,9 @@
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/completion.hpp"
+#include "transport/mlx5/compressed_session.hpp"
 #include "transport/mlx5/host_device.hpp"
+#include "transport/mlx5/inline_scatter.hpp"
 #include "transport/mlx5/receive_queue.hpp"
 #include "transport/mlx5/rings.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
@@ -35,6 +42,14 @@ struct CompletionTarget {
     std::uint32_t send_wqe_count = 0;
     ReceiveQueue* receive = nullptr;
     SharedReceiveQueue* shared_receive = nullptr;
+    // The QP was created with scatter-to-CQE (mlx5dv's default, unless
+    // MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE): a CQE's data goes to the WQE's buffers. Without
+    // it such a CQE is reported as a local QP operation error.
+    bool scatter_to_cqe = false;
+    // The send queue's WQEBBs (send_wqe_count of them), RC layout: a read's or an atomic's data
+    // in a CQE goes to the data segments of its WQE, read back from here. nullptr: such a CQE is
+    // a local QP operation error.
+    const std::uint8_t* send_ring = nullptr;
 };
 
 // The error CQE syndrome, as a verbs status (cq.c mlx5_handle_error_cqe).
@@ -273,7 +288,7 @@ class CompletionQueue {
                         first_resolved = false;
                         if (target == nullptr || target->send == nullptr) {
                             decode(cqe, cqe[kCqeOpOwn], byte_swap32(sop_drop_qpn), target,
-                                   *completion);
+                                   *completion, ring_.cqe_size);
                             cached_sop_drop_qpn = std::uint64_t{1} << 32;
                             send_consumer_index = nullptr;
                             goto next;
@@ -300,6 +315,23 @@ class CompletionQueue {
                 if (state >= kNotOwned) break;
                 from_device_barrier();
             general:
+                if (RDMACHAN_UNLIKELY((cqe[kCqeOpOwn] & kCqeFormatMask) == kCqeFormatMask) &&
+                    ring_.compressed_cqes) {
+                    // A compressed session (or the rest of one): as many of its CQEs as there
+                    // is room for, through the general decoder.
+                    first_resolved = false;
+                    const std::uint32_t room =
+                        capacity - static_cast<std::uint32_t>(completion - completions);
+                    const std::uint32_t taken =
+                        take_session(completion, room, cqe, parity, resolve);
+                    if (taken != 0) {
+                        completion += taken;
+                        if (taken == room) break;
+                        limit = pass_limit(cqe, room - taken);
+                        state = cqe_state(load_acquire8(cqe + kCqeOpOwn), parity);
+                        continue;
+                    }
+                }
                 // Responder, error and every other CQE: the general decoder.
                 const std::uint32_t sop_drop_qpn = load_big32(cqe + kCqeSopDropQpn);
                 CompletionTarget* target = first_target;
@@ -307,7 +339,7 @@ class CompletionQueue {
                     target = resolve(sop_drop_qpn & 0xffffff,
                                      load_big32(cqe + kCqeSrqnUserIndex) & 0xffffff);
                 first_resolved = false;
-                decode(cqe, cqe[kCqeOpOwn], sop_drop_qpn, target, *completion);
+                decode(cqe, cqe[kCqeOpOwn], sop_drop_qpn, target, *completion, ring_.cqe_size);
                 // decode() may have retired send WQEs of the cached QP: the cache stays valid,
                 // as complete_send() reads the consumer index afresh from wqe_ends each time.
             }
@@ -329,6 +361,64 @@ class CompletionQueue {
         next_cqe64_ = cqe;
         owner_parity_ = static_cast<std::uint8_t>(parity);
         return finish((done_resolved & 1) + static_cast<std::uint32_t>(completion - completions));
+    }
+
+    // Consumes up to `room` CQEs of the compressed session whose title or next entry `cqe` is,
+    // into `completions`; returns how many (0: `cqe` starts no session, its title is malformed).
+    // `cqe` and `parity` move past the entries consumed. A session left unfinished marks its
+    // next entry as a software-owned compressed CQE, so that the next poll, even an empty one's
+    // first look, comes back here: the common poll never asks whether a session is open.
+    template <typename Resolver>
+    RDMACHAN_NOINLINE std::uint32_t take_session(Completion* completions, std::uint32_t room,
+                                                 const std::uint8_t*& cqe, std::uint32_t& parity,
+                                                 Resolver& resolve) {
+        CompressedSession& session = session_;
+        if (!session.active()) {
+            const std::uint32_t size = CompressedSession::size_of(cqe, ring_.cqe_count);
+            if (size == 0) return 0;
+            std::memcpy(session.title, cqe, kCqeSize64);
+            const std::uint8_t* first_array = cqe + cqe_stride_;
+            if (first_array == end_cqe64_) first_array = first_cqe64_;
+            std::memcpy(session.minis, first_array, kCqeSize64);
+            session.loaded_array = 0;
+            session.position = 0;
+            session.size = size;
+        }
+        const std::uint32_t sop_drop_qpn = load_big32(session.title + kCqeSopDropQpn);
+        CompletionTarget* const target =
+            resolve(sop_drop_qpn & 0xffffff,
+                    load_big32(session.title + kCqeSrqnUserIndex) & 0xffffff);
+        std::uint32_t taken = 0;
+        alignas(8) std::uint8_t expanded[kCqeSize64];
+        while (taken < room && session.active()) {
+            const std::uint32_t array = session.position / kMiniCqesPerEntry;
+            if (array != session.loaded_array) {  // this entry is the array
+                std::memcpy(session.minis, cqe, kCqeSize64);
+                session.loaded_array = array;
+            }
+            session.expand(expanded);
+            // The ring is the caller's writable memory (CompletionQueueRing::buffer).
+            const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] = static_cast<std::uint8_t>(kCqeInvalid << 4);
+            ++session.position;
+            decode(expanded, expanded[kCqeOpOwn], load_big32(expanded + kCqeSopDropQpn), target,
+                   completions[taken], ring_.cqe_size);
+            ++taken;
+            cqe += cqe_stride_;
+            if (cqe == end_cqe64_) {
+                cqe = first_cqe64_;
+                parity ^= 1;
+            }
+        }
+        if (session.active()) {
+            const std::uint32_t array = session.position / kMiniCqesPerEntry;
+            if (array != session.loaded_array) {
+                std::memcpy(session.minis, cqe, kCqeSize64);
+                session.loaded_array = array;
+            }
+            const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] =
+                static_cast<std::uint8_t>(kCqeFormatMask | parity);
+        }
+        return taken;
     }
 
     // Where a walk from `cqe` for at most `room` entries stops: at the ring end or after them.
@@ -486,7 +576,7 @@ class CompletionQueue {
     // Everything but the common requester CQE: responder, error, unknown-QP and other CQEs.
     RDMACHAN_COLD static void decode(const std::uint8_t* cqe, std::uint8_t op_own,
                                      std::uint32_t sop_drop_qpn, CompletionTarget* target,
-                                     Completion& completion) {
+                                     Completion& completion, std::uint32_t cqe_size) {
         const std::uint8_t opcode = op_own >> 4;
         const std::uint32_t qpn = sop_drop_qpn & 0xffffff;
         const std::uint16_t wqe_counter = load_big16(cqe + kCqeWqeCounter);
@@ -501,8 +591,11 @@ class CompletionQueue {
             completion.status = CompletionStatus::general_error;
             return;
         }
-        if (RDMACHAN_UNLIKELY(((op_own >> 2) & 3) != 0 && opcode <= kCqeResponderSendInvalidate)) {
-            // Inline-scatter or compressed format on a QP created without scatter-to-CQE.
+        const std::uint32_t format = (op_own >> 2) & 3;
+        if (RDMACHAN_UNLIKELY(format != 0 && opcode <= kCqeResponderSendInvalidate &&
+                              (format == kCqeFormatCompressed || !target->scatter_to_cqe))) {
+            // Inline-scatter format on a QP created without scatter-to-CQE, or a compressed
+            // CQE on a CQ created without compression (or a malformed title).
             completion.wr_id = retire(opcode, target, wqe_counter);
             completion.status = CompletionStatus::local_qp_operation_error;
             return;
@@ -522,6 +615,9 @@ class CompletionQueue {
                 if ((sop_drop_qpn >> 24) == kOpcodeUmr && target->send->umr_opcode != nullptr)
                     completion.opcode = static_cast<CompletionOpcode>(
                         target->send->umr_opcode[wqe_counter & (target->send_wqe_count - 1)]);
+                if (RDMACHAN_UNLIKELY(format != 0))
+                    completion.status = scatter_requester(cqe, format, cqe_size, *target,
+                                                          wqe_counter, completion.byte_len);
                 return;
             }
             case kCqeResponderWriteImmediate:
@@ -531,6 +627,9 @@ class CompletionQueue {
                 completion.wr_id = retire(opcode, target, wqe_counter);
                 completion.status = CompletionStatus::success;
                 decode_responder(cqe, opcode, completion);
+                if (RDMACHAN_UNLIKELY(format != 0))
+                    completion.status = scatter_responder(cqe, format, cqe_size, *target,
+                                                          wqe_counter, completion.byte_len);
                 return;
             }
             case kCqeRequesterError:
@@ -547,6 +646,55 @@ class CompletionQueue {
                 completion.status = CompletionStatus::general_error;
                 return;
         }
+    }
+
+    // A read's or an atomic's response data in the CQE goes to the buffers of the WQE the CQE
+    // names (mlx5_copy_to_send_wqe); anything else with data is what libmlx5 reports.
+    RDMACHAN_HOST_DEVICE static CompletionStatus scatter_requester(
+        const std::uint8_t* cqe, std::uint32_t format, std::uint32_t cqe_size,
+        const CompletionTarget& target, std::uint16_t wqe_counter, std::uint32_t byte_len) {
+        const std::uint8_t* const data = inline_scatter_data(cqe, format, cqe_size);
+        if (data == nullptr || target.send_ring == nullptr)
+            return CompletionStatus::local_qp_operation_error;
+        switch (scatter_to_send(target.send_ring, target.send_wqe_count, wqe_counter, data,
+                                byte_len)) {
+            case SendScatterResult::placed:
+                return CompletionStatus::success;
+            case SendScatterResult::too_long:
+                return CompletionStatus::local_length_error;
+            case SendScatterResult::wrong_opcode:
+                break;
+        }
+        return CompletionStatus::remote_invalid_request;
+    }
+
+    // A received message's data in the CQE goes to the buffers of the receive WQE it consumed
+    // (mlx5_copy_to_recv_wqe, mlx5_copy_to_recv_srq).
+    RDMACHAN_HOST_DEVICE static CompletionStatus scatter_responder(
+        const std::uint8_t* cqe, std::uint32_t format, std::uint32_t cqe_size,
+        const CompletionTarget& target, std::uint16_t wqe_counter, std::uint32_t byte_len) {
+        const std::uint8_t* const data = inline_scatter_data(cqe, format, cqe_size);
+        const std::uint8_t* segments = nullptr;
+        std::uint32_t count = 0;
+        if (target.shared_receive != nullptr) {
+            const SharedReceiveQueueRing& ring = target.shared_receive->ring();
+            segments = ring.buffer +
+                       static_cast<std::size_t>(wqe_counter & (ring.wqe_count - 1)) * ring.stride +
+                       kSrqNextSegmentSize;
+            count = target.shared_receive->max_sge();
+        } else if (target.receive != nullptr) {
+            const ReceiveQueueRing& ring = target.receive->ring();
+            const std::uint32_t list = target.receive->max_sge() * kDataSegmentSize;
+            segments = ring.buffer +
+                       static_cast<std::size_t>(wqe_counter & (ring.wqe_count - 1)) * ring.stride +
+                       (ring.stride - list);
+            count = target.receive->max_sge();
+        }
+        if (data == nullptr || segments == nullptr)
+            return CompletionStatus::local_qp_operation_error;
+        return scatter_to_receive(segments, count, data, byte_len)
+                   ? CompletionStatus::success
+                   : CompletionStatus::local_length_error;
     }
 
     RDMACHAN_HOST_DEVICE static std::uint64_t retire(std::uint8_t opcode, CompletionTarget* target,
@@ -642,6 +790,8 @@ class CompletionQueue {
     std::uint8_t owner_parity_ = 0;
     std::uint8_t arm_sequence_ = 0;  // 2 bits: the completion events taken, modulo 4
     std::uint32_t consumer_index_ = 0;
+    // The compressed session being consumed; its next entry is marked (take_session).
+    CompressedSession session_{};
 };
 
 }  // namespace rdmachan::mlx5

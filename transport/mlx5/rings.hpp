@@ -43,6 +43,10 @@ struct CompletionQueueRing {
     // mlx5dv_cq.cq_uar: the UAR page whose CQ doorbell register (at 0x20) an arm writes;
     // nullptr where the CQ is never armed.
     std::uint8_t* uar = nullptr;
+    // Created with CQE compression (MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE): the poller unpacks
+    // compressed sessions and rewrites the entries it consumed (compressed_session.hpp). Without
+    // it a compressed CQE is reported as a local QP operation error.
+    bool compressed_cqes = false;
 };
 
 // Send-queue bookkeeping shared by the poster (which fills it) and the completion poller
