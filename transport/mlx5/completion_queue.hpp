@@ -627,9 +627,12 @@ class CompletionQueue {
                 completion.wr_id = retire(opcode, target, wqe_counter);
                 completion.status = CompletionStatus::success;
                 decode_responder(cqe, opcode, completion);
-                if (RDMACHAN_UNLIKELY(format != 0))
+                if (RDMACHAN_UNLIKELY(format != 0)) {
                     completion.status = scatter_responder(cqe, format, cqe_size, *target,
                                                           wqe_counter, completion.byte_len);
+                    // A receive whose data did not fit reports no flags, as libmlx5's does.
+                    if (completion.status != CompletionStatus::success) completion.flags = 0;
+                }
                 return;
             }
             case kCqeRequesterError:
