@@ -30,6 +30,7 @@
 
 #include "tests/libmlx5/fake_device.hpp"
 #include "tests/libmlx5/fake_uverbs.hpp"
+#include "tests/libmlx5/scoped_environment.hpp"
 #include "transport/mlx5/completion_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
@@ -291,10 +292,13 @@ void acknowledge(Side& side, std::mt19937_64& random) {
 
 // `steps` random steps; with `start_before_wrap`, from that many CQEs before the consumer
 // index's 24-bit wrap.
-void run(int cq_entries, std::uint64_t seed, std::uint32_t steps, std::uint32_t start_before_wrap = 0) {
+// `cqe_size`: the CQE size the run must get (libmlx5 takes it from MLX5_CQE_SIZE).
+void run(int cq_entries, std::uint64_t seed, std::uint32_t steps, std::uint32_t cqe_size,
+         std::uint32_t start_before_wrap = 0) {
     Side side;
     const std::string error = open_side(side, cq_entries);
     REQUIRE_MESSAGE(error.empty(), error);
+    REQUIRE(side.theirs.cqe_size == cqe_size);
     if (start_before_wrap != 0) {
         const std::string failure = fast_forward(side, kConsumerIndexWrap - start_before_wrap);
         REQUIRE_MESSAGE(failure.empty(), failure);
@@ -365,17 +369,16 @@ void run(int cq_entries, std::uint64_t seed, std::uint32_t steps, std::uint32_t 
 }  // namespace
 
 TEST_CASE("CQ arms, events and acknowledgements agree with the installed libmlx5, byte for byte") {
-    run(15, 21, 50000);   // 16 entries
-    run(200, 22, 50000);  // 256 entries
+    run(15, 21, 50000, 64);   // 16 entries
+    run(200, 22, 50000, 64);  // 256 entries
 }
 
 TEST_CASE("the same across the consumer index's 24-bit wrap") {
-    run(4000, 24, 20000, 1800000);  // 4096 entries; about 1.8 million CQEs of random steps
+    run(4000, 24, 20000, 64, 1800000);  // 4096 entries; about 1.8 million CQEs of random steps
 }
 
 TEST_CASE("the same with 128-byte CQEs") {
     // libmlx5 sizes a new CQ's entries by MLX5_CQE_SIZE (64 unless set).
-    setenv("MLX5_CQE_SIZE", "128", 1);
-    run(7, 23, 50000);
-    unsetenv("MLX5_CQE_SIZE");
+    const ScopedEnvironment cqe_size("MLX5_CQE_SIZE", "128");
+    run(7, 23, 50000, 128);
 }

@@ -7,7 +7,11 @@
 // immediate: random byte count, immediate, sender QPN, SL, GRH bits, SLID, path bits, solicited
 // bit) or a responder error — are written into both CQ rings, and libmlx5's ibv_poll_cq and
 // CompletionQueue::poll, with random capacities, must return the same number of completions,
-// the same value in every ibv_wc field libmlx5 wrote, and the same CQ doorbell record.
+// the same value in every ibv_wc field libmlx5 wrote, and the same CQ doorbell record. A refused
+// post must refuse the same request for the same reason (libmlx5_refusals.hpp): a full receive
+// queue or SRQ, too many SGEs, and on the send side too many SGEs or inline data too large. What
+// a run reached is required by count (Coverage): errors of both sides, every responder kind,
+// SRQ completions out of order, full queues.
 //
 // Fields libmlx5 wrote: the ibv_wc array is filled with a random byte before each poll, and a
 // field still holding it was not written (a field written with that value is missed, a
@@ -29,7 +33,10 @@
 #include <string>
 #include <vector>
 
+#include "tests/libmlx5/coverage.hpp"
 #include "tests/libmlx5/differential_queues.hpp"
+#include "tests/libmlx5/libmlx5_refusals.hpp"
+#include "tests/libmlx5/scoped_environment.hpp"
 #include "tools/golden_check/post_errno.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
@@ -58,6 +65,7 @@ struct State {
     std::deque<std::uint32_t> receives;  // receive indices posted, not completed, in order
     std::uint32_t cqes = 0;              // CQEs written
     std::uint32_t compared_fields = 0, completions = 0, receive_posts = 0;
+    Coverage coverage;
     std::string written;  // the CQEs written since the last poll, for a failure message
     std::vector<std::uint8_t> payload;
     std::uint64_t below(std::uint64_t bound) { return bound == 0 ? 0 : random() % bound; }
@@ -71,6 +79,19 @@ void write_cqe(State& state, std::uint8_t* cqe, std::uint8_t opcode_and_flags) {
     std::snprintf(entry, sizeof entry, " [opcode %u syndrome 0x%02x wqe_counter %u]", opcode_and_flags >> 4,
                   cqe[mlx5::kCqeSyndrome], static_cast<unsigned>(cqe[mlx5::kCqeWqeCounter]) << 8 | cqe[mlx5::kCqeWqeCounter + 1]);
     state.written += entry;
+}
+
+// Empty when libmlx5 refused what its code, as modelled, refuses, and our post refused the same
+// request for the same reason; counts the refusal by reason.
+std::string compare_refusals(const char* queue, const std::string& what, State& state, const Refusal& expected, int their_result,
+                             std::uint32_t their_posted, std::uint32_t requests, mlx5::PostResult our_result,
+                             std::uint32_t our_posted, int (*errno_of)(mlx5::PostResult)) {
+    const std::string derivation = check_derivation(expected, their_result, their_posted, requests, errno_of);
+    if (!derivation.empty()) return what + ": " + derivation;
+    const std::string refusal = refusal_difference(expected, our_result, our_posted);
+    if (!refusal.empty()) return what + ": " + refusal;
+    if (expected.reason != mlx5::PostResult::ok) state.coverage.count(std::string(queue) + " refusal: " + reason_name(expected.reason));
+    return {};
 }
 
 // Empty if libmlx5's SRQ ring and ours hold the same bytes, else where they first differ.
@@ -98,15 +119,18 @@ std::string post_shared_receives(State& state) {
         const std::uint8_t* wqe = queues.our_shared_receive.bytes + static_cast<std::size_t>(index) * queues.srq_stride;
         index = mlx5::load_big16(wqe + mlx5::kSrqNextWqeIndex);
     }
+    const Refusal expected = libmlx5_shared_receive_refusal(chain.verbs, static_cast<std::uint32_t>(state.receives.size()),
+                                                            queues.srq_wqe_count, queues.srq_max_sge);
     ibv_recv_wr* bad = nullptr;
     const int their_result = ibv_post_srq_recv(queues.srq, chain.verbs.data(), &bad);
     const std::uint32_t their_posted = accepted(bad, chain.verbs);
     std::uint32_t our_posted = 0;
     const mlx5::PostResult our_result =
         queues.shared_receive.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
-    const std::string posts =
-        post_difference("SRQ post", their_result, their_posted, rdmachan::golden::receive_errno_of(our_result), our_posted);
-    if (!posts.empty()) return posts;
+    const std::string refused = compare_refusals("SRQ", "SRQ post", state, expected, their_result, their_posted,
+                                                 static_cast<std::uint32_t>(chain.verbs.size()), our_result, our_posted,
+                                                 rdmachan::golden::receive_errno_of);
+    if (!refused.empty()) return refused;
     if (queues.their_srq_doorbell_record[0] != queues.our_srq_doorbell_record[0]) return "SRQ doorbell records differ";
     const std::string rings = compare_shared_receive_rings(queues);
     if (!rings.empty()) return "after a post, " + rings;
@@ -123,14 +147,17 @@ std::string post_receives(State& state) {
     std::memset(queues.their_receive.bytes, value, queues.their_receive.length);
     std::memset(queues.our_receive.bytes, value, queues.our_receive.length);
     const std::uint32_t first = queues.receive.head();
+    const Refusal expected = libmlx5_receive_refusal(chain.verbs, static_cast<std::uint32_t>(state.receives.size()),
+                                                     {queues.caps.max_recv_wr, queues.caps.max_recv_sge, 0});
     ibv_recv_wr* bad = nullptr;
     const int their_result = ibv_post_recv(queues.qp, chain.verbs.data(), &bad);
     const std::uint32_t their_posted = accepted(bad, chain.verbs);
     std::uint32_t our_posted = 0;
     const mlx5::PostResult our_result = queues.receive.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
-    const std::string posts =
-        post_difference("receive post", their_result, their_posted, rdmachan::golden::receive_errno_of(our_result), our_posted);
-    if (!posts.empty()) return posts;
+    const std::string refused = compare_refusals("receive", "receive post", state, expected, their_result, their_posted,
+                                                 static_cast<std::uint32_t>(chain.verbs.size()), our_result, our_posted,
+                                                 rdmachan::golden::receive_errno_of);
+    if (!refused.empty()) return refused;
     if (queues.their_doorbell_record[0] != queues.our_doorbell_record[0]) return "receive doorbell records differ";
     for (std::uint32_t index = first; index != queues.receive.head(); ++index) {
         const std::size_t at = static_cast<std::size_t>(index & (queues.receive_wqe_count - 1)) * queues.receive_stride;
@@ -149,14 +176,17 @@ std::string post_sends(State& state) {
     DifferentialQueues& queues = state.queues;
     SendChain chain = random_send_chain(state.random, queues.caps, state.payload);
     std::uint32_t start = queues.send.tracking().producer_index;
+    const Refusal expected = libmlx5_send_refusal(chain.verbs, static_cast<std::uint32_t>(state.sends.size()),
+                                                  {queues.caps.max_send_wr, queues.caps.max_send_sge, queues.caps.max_inline_data});
     ibv_send_wr* bad = nullptr;
     const int their_result = ibv_post_send(queues.qp, chain.verbs.data(), &bad);
     const std::uint32_t their_posted = accepted(bad, chain.verbs);
     std::uint32_t our_posted = 0;
     const mlx5::PostResult our_result = queues.send.post(chain.ours.data(), static_cast<std::uint32_t>(chain.ours.size()), &our_posted);
-    const std::string posts = post_difference("send post (" + chain.description + ")", their_result, their_posted,
-                                              rdmachan::golden::send_errno_of(our_result), our_posted);
-    if (!posts.empty()) return posts;
+    const std::string refused = compare_refusals("send", "send post (" + chain.description + ")", state, expected, their_result,
+                                                 their_posted, static_cast<std::uint32_t>(chain.verbs.size()), our_result,
+                                                 our_posted, rdmachan::golden::send_errno_of);
+    if (!refused.empty()) return refused;
     for (std::uint32_t i = 0; i < their_posted; ++i) {
         const std::uint8_t* ctrl = queues.their_send.bytes + static_cast<std::size_t>(start & (queues.send_wqe_count - 1)) * 64;
         state.sends.push_back({start, ctrl[3]});
@@ -186,14 +216,17 @@ void write_requester_completion(State& state) {
         cqe[mlx5::kCqeSyndrome] = state.below(5) == 0 ? static_cast<std::uint8_t>(state.random())
                                                       : kSyndromes[state.below(std::size(kSyndromes))];
         write_cqe(state, cqe, mlx5::kCqeRequesterError << 4);
+        state.coverage.count("requester error");
     } else {
         write_cqe(state, cqe, static_cast<std::uint8_t>(mlx5::kCqeRequester << 4));
+        state.coverage.count("requester success");
     }
 }
 
 void write_responder_completion(State& state) {
     // An RQ's receives complete in order; an SRQ's in any order.
     const std::size_t pick = state.queues.srq != nullptr ? state.below(state.receives.size()) : 0;
+    if (pick != 0) state.coverage.count("SRQ completion out of order");
     const std::uint32_t index = state.receives[pick];
     state.receives.erase(state.receives.begin() + static_cast<std::ptrdiff_t>(pick));
     std::uint8_t cqe[64];
@@ -209,12 +242,21 @@ void write_responder_completion(State& state) {
         if (cqe[mlx5::kCqeSyndrome] == mlx5::kSyndromeRemoteAborted && cqe[mlx5::kCqeVendorSyndrome] == 0x93)
             cqe[mlx5::kCqeVendorSyndrome] = 0x92;
         write_cqe(state, cqe, mlx5::kCqeResponderError << 4);
+        state.coverage.count("responder error");
         return;
     }
-    constexpr std::uint8_t kinds[] = {mlx5::kCqeResponderWriteImmediate, mlx5::kCqeResponderSend,
-                                      mlx5::kCqeResponderSendImmediate, mlx5::kCqeResponderSendInvalidate};
+    struct Kind {
+        std::uint8_t opcode;
+        const char* name;
+    };
+    constexpr Kind kinds[] = {{mlx5::kCqeResponderWriteImmediate, "responder write with immediate"},
+                              {mlx5::kCqeResponderSend, "responder send"},
+                              {mlx5::kCqeResponderSendImmediate, "responder send with immediate"},
+                              {mlx5::kCqeResponderSendInvalidate, "responder send with invalidate"}};
+    const Kind& kind = kinds[state.below(std::size(kinds))];
     // Format 0 (bits 3:2): no data scattered into the CQE.
-    write_cqe(state, cqe, static_cast<std::uint8_t>(kinds[state.below(std::size(kinds))] << 4 | solicited));
+    write_cqe(state, cqe, static_cast<std::uint8_t>(kind.opcode << 4 | solicited));
+    state.coverage.count(kind.name);
 }
 
 // Compares the ibv_wc fields libmlx5 wrote (those not still `poison`) with our completion.
@@ -287,10 +329,13 @@ std::string poll_both(State& state) {
     }
 }
 
-void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t steps, std::uint32_t shared_receive_wr = 0) {
+// `cqe_size`: the CQE size the run must get (libmlx5 takes it from MLX5_CQE_SIZE).
+void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t steps, std::uint32_t cqe_size,
+         std::uint32_t shared_receive_wr = 0) {
     State state;
     const std::string error = open_differential_queues(state.queues, wanted, false, shared_receive_wr);
     REQUIRE_MESSAGE(error.empty(), error);
+    REQUIRE(state.queues.cqe_size == cqe_size);
     state.random.seed(seed);
     state.payload.resize(8192);
     for (std::uint8_t& byte : state.payload) byte = static_cast<std::uint8_t>(state.random());
@@ -298,10 +343,13 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t steps, std:
     INFO("queues: send wqe_cnt ", queues.send_wqe_count, ", receive wqe_cnt ", queues.receive_wqe_count, " stride ",
          queues.receive_stride, ", SRQ ", queues.srq_wqe_count, " of stride ", queues.srq_stride, " and ", queues.srq_max_sge,
          " SGEs, max_recv_sge ", queues.caps.max_recv_sge, ", CQEs ", queues.cqe_count, " of ", queues.cqe_size, " bytes; seed ", seed);
+    bool filling = false;
     for (std::uint32_t step = 0; step < steps; ++step) {
         CAPTURE(step);
         std::string failure;
-        const std::uint64_t choice = state.below(4);
+        // Now and then a stretch of mostly receive posts, which fills the receive queue or SRQ.
+        if (state.below(filling ? 50 : 1000) == 0) filling = !filling;
+        const std::uint64_t choice = filling && state.below(4) != 0 ? 0 : state.below(4);
         if (choice == 0) {
             failure = post_receives(state);
         } else if (choice == 1 && state.sends.size() + 4 < queues.caps.max_send_wr) {
@@ -322,8 +370,26 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t steps, std:
         REQUIRE_MESSAGE(failure.empty(), failure);
     }
     MESSAGE(steps, " steps: ", state.receive_posts, " receive posts compared, ", state.completions, " completions with ",
-            state.compared_fields, " fields compared");
+            state.compared_fields, " fields compared; ", state.coverage.summary());
     CHECK(state.completions > steps / 4);
+    // The coverage claimed above, by count.
+    const bool shared = queues.srq != nullptr;
+    std::vector<std::pair<std::string, std::uint32_t>> minimums = {
+        {"requester success", steps / 10},
+        {"requester error", steps / 40},
+        {"responder error", steps / 40},
+        {"responder write with immediate", steps / 40},
+        {"responder send", steps / 40},
+        {"responder send with immediate", steps / 40},
+        {"responder send with invalidate", steps / 40},
+        {shared ? "SRQ refusal: queue full" : "receive refusal: queue full", steps / 200},
+        {shared ? "SRQ refusal: too many SGEs" : "receive refusal: too many SGEs", steps / 200},
+        {"send refusal: too many SGEs", steps / 200},
+        {"send refusal: inline too large", steps / 200},
+    };
+    if (shared) minimums.push_back({"SRQ completion out of order", steps / 20});
+    const std::string missing = state.coverage.shortfalls(minimums);
+    CHECK_MESSAGE(missing.empty(), missing);
 }
 
 }  // namespace
@@ -335,24 +401,23 @@ TEST_CASE("receive posts and CQE decoding agree with the installed libmlx5, on r
     caps.max_inline_data = 64;
     caps.max_recv_wr = 32;
     caps.max_recv_sge = 4;
-    run(caps, 11, 20000);
+    run(caps, 11, 20000, 64);
     caps.max_recv_wr = 8;
     caps.max_recv_sge = 1;
     caps.max_send_wr = 16;
-    run(caps, 12, 20000);
+    run(caps, 12, 20000, 64);
 }
 
 TEST_CASE("the same with 128-byte CQEs") {
-    // libmlx5 sizes a new CQ's entries by MLX5_CQE_SIZE (64 unless set).
-    setenv("MLX5_CQE_SIZE", "128", 1);
+    // libmlx5 sizes a new CQ's entries by MLX5_CQE_SIZE (64 unless set); the run requires 128.
+    const ScopedEnvironment cqe_size("MLX5_CQE_SIZE", "128");
     ibv_qp_cap caps{};
     caps.max_send_wr = 32;
     caps.max_send_sge = 2;
     caps.max_inline_data = 64;
     caps.max_recv_wr = 16;
     caps.max_recv_sge = 2;
-    run(caps, 13, 20000);
-    unsetenv("MLX5_CQE_SIZE");
+    run(caps, 13, 20000, 128);
 }
 
 TEST_CASE("SRQ posts, their free list and their completions, in any order, agree with the installed libmlx5") {
@@ -361,7 +426,7 @@ TEST_CASE("SRQ posts, their free list and their completions, in any order, agree
     caps.max_send_sge = 2;
     caps.max_inline_data = 64;
     caps.max_recv_sge = 3;
-    run(caps, 14, 20000, 31);
+    run(caps, 14, 20000, 64, 31);
     caps.max_recv_sge = 1;
-    run(caps, 15, 20000, 7);
+    run(caps, 15, 20000, 64, 7);
 }

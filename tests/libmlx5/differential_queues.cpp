@@ -312,6 +312,19 @@ std::string send_side_difference(DifferentialQueues& queues, std::uint32_t first
     return {};
 }
 
+bool blueflame_written(const DifferentialQueues& queues, std::uint8_t poison) {
+    for (std::uint32_t half = 0; half < 2; ++half) {
+        const std::uint8_t* bytes = queues.their_blueflame + static_cast<std::size_t>(half) * queues.blueflame_size;
+        for (std::uint32_t i = 8; i < queues.blueflame_size; ++i)
+            if (bytes[i] != poison) return true;
+    }
+    return false;
+}
+
+bool crosses_ring_end(const DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint32_t end_wqebb) {
+    return (first_wqebb & (queues.send_wqe_count - 1)) + (end_wqebb - first_wqebb) > queues.send_wqe_count;
+}
+
 std::uint32_t last_wqe_start(const DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint32_t wqes) {
     std::uint32_t start = first_wqebb;
     std::uint32_t last = start;

@@ -98,6 +98,11 @@ void poison_send_side(DifferentialQueues& queues, std::uint8_t poison);
 // registers; else where they first differ.
 std::string send_side_difference(DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint8_t poison,
                                  bool compare_register);
+// Whether libmlx5's last doorbell was a BlueFlame copy: it wrote past the first 8 bytes (the
+// doorbell's) of either half of its register, which poison_send_side filled with `poison`.
+bool blueflame_written(const DifferentialQueues& queues, std::uint8_t poison);
+// Whether the WQEBBs from `first_wqebb` up to `end_wqebb` run past the ring end.
+bool crosses_ring_end(const DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint32_t end_wqebb);
 // The first WQEBB of the last of `wqes` WQEs libmlx5 posted from `first_wqebb` (walking their ds).
 std::uint32_t last_wqe_start(const DifferentialQueues& queues, std::uint32_t first_wqebb, std::uint32_t wqes);
 // Retires the `wqes` WQEs both sides posted from `first_wqebb`, as a completion of libmlx5's

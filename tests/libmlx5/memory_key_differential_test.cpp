@@ -7,7 +7,10 @@
 // wrote into the WQEs posted, the doorbell record and the register must agree, the fence libmlx5
 // puts on the request after a UMR WQE included. Only requests both accept are chained; a
 // request that may be refused (too many entries for the key or for the queue's inline space)
-// is posted alone, and then both must refuse it the same way or both take it.
+// is posted alone, and then both must refuse it for the same reason (libmlx5_refusals.hpp: too
+// many entries, whether the key's or the inline room's limit was passed) or both take it. What a
+// run reached is required by count (Coverage): each kind of request, both layouts past each
+// limit, the fence after a UMR WQE, BlueFlame posts and ring wraps.
 //
 // Not generated, where we differ from libmlx5 v44 on purpose (docs/ARCHITECTURE.md): interleaved
 // byte counts or strides above 16 bits, which libmlx5 truncates silently and we refuse
@@ -25,7 +28,9 @@
 #include <string>
 #include <vector>
 
+#include "tests/libmlx5/coverage.hpp"
 #include "tests/libmlx5/differential_queues.hpp"
+#include "tests/libmlx5/libmlx5_refusals.hpp"
 #include "tools/golden_check/post_errno.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
@@ -42,6 +47,7 @@ struct Key {
 };
 
 enum class Kind { list, interleaved, invalidate, write, send };
+constexpr const char* kKindNames[] = {"list layout", "interleaved layout", "local invalidate", "write", "send"};
 
 struct Request {
     Kind kind = Kind::write;
@@ -210,7 +216,9 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t calls) {
     }
     INFO("queue: wqe_cnt ", queues.send_wqe_count, ", max_send_sge ", queues.caps.max_send_sge, ", max_inline_data ",
          queues.caps.max_inline_data, "; seed ", seed);
-    std::uint32_t configured = 0, refused = 0, cqes = 0;
+    std::uint32_t cqes = 0;
+    Coverage coverage;
+    bool umr_last = false;  // the last WQE posted was a UMR WQE: the next owes its fence
     bool completion_opcodes[256] = {};
     for (std::uint32_t call = 0; call < calls; ++call) {
         CAPTURE(call);
@@ -243,17 +251,37 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t calls) {
         const int their_result = ibv_wr_complete(qpx);
         std::uint32_t posted = 0;
         const mlx5::PostResult our_result = queues.send.post(ours.data(), static_cast<std::uint32_t>(ours.size()), &posted);
-        REQUIRE(rdmachan::golden::send_errno_of(our_result) == their_result);
+        // Only a request posted alone may be refused; the ibv_wr_* API then takes nothing.
+        Refusal expected{static_cast<std::uint32_t>(requests.size()), mlx5::PostResult::ok};
+        const Request& first = requests.front();
+        if (first.may_be_refused) {
+            const bool interleaved = first.kind == Kind::interleaved;
+            const mlx5::PostResult reason = libmlx5_layout_refusal(interleaved, first.layout.num_entries,
+                                                                   keys[first.key].max_entries, queues.caps.max_inline_data);
+            if (reason != mlx5::PostResult::ok) expected = {0, reason};
+        }
+        const std::string derivation = check_derivation(expected, their_result, their_result == 0 ? static_cast<std::uint32_t>(requests.size()) : 0,
+                                                        static_cast<std::uint32_t>(requests.size()), rdmachan::golden::send_errno_of);
+        REQUIRE_MESSAGE(derivation.empty(), derivation);
+        const std::string refusal = refusal_difference(expected, our_result, posted);
+        REQUIRE_MESSAGE(refusal.empty(), refusal);
         if (their_result != 0) {
-            REQUIRE(requests.size() == 1);
-            REQUIRE(posted == 0);
-            ++refused;
+            // Which limit the entries passed: the key's, or the queue's inline room.
+            const bool key_limit = first.layout.num_entries > keys[first.key].max_entries;
+            coverage.count(std::string("refusal: ") + reason_name(expected.reason) + ", " + kKindNames[static_cast<int>(first.kind)] +
+                           (key_limit ? ", the key's limit" : ", the inline room"));
             continue;
         }
         REQUIRE(posted == requests.size());
         const std::string difference = send_side_difference(queues, first_wqebb, value, true);
         REQUIRE_MESSAGE(difference.empty(), difference);
-        for (const Request& request : requests) configured += request.kind == Kind::list || request.kind == Kind::interleaved;
+        for (const Request& request : requests) {
+            coverage.count(kKindNames[static_cast<int>(request.kind)]);
+            if (umr_last) coverage.count("fence owed after a UMR WQE");
+            umr_last = request.kind == Kind::list || request.kind == Kind::interleaved || request.kind == Kind::invalidate;
+        }
+        if (blueflame_written(queues, value)) coverage.count("BlueFlame post");
+        if (crosses_ring_end(queues, first_wqebb, queues.send.tracking().producer_index)) coverage.count("ring wrap");
         // Its completion, decoded by both: a UMR WQE's opcode comes from what was posted
         // (LOCAL_INV, or MLX5DV_WC_UMR for a key configuration), not from the CQE.
         const std::uint32_t last = last_wqe_start(queues, first_wqebb, posted);
@@ -271,8 +299,33 @@ void run(const ibv_qp_cap& wanted, std::uint64_t seed, std::uint32_t calls) {
         REQUIRE(static_cast<std::uint32_t>(theirs.opcode) == static_cast<std::uint32_t>(our_completion.opcode));
         completion_opcodes[static_cast<std::uint8_t>(our_completion.opcode)] = true;
     }
-    MESSAGE(calls, " random chains: ", configured, " key configurations posted, ", refused, " posts refused by both");
-    CHECK(refused > 0);
+    MESSAGE(calls, " random chains on wqe_cnt ", queues.send_wqe_count, ", max_inline_data ", queues.caps.max_inline_data, ": ",
+            coverage.summary());
+    // The coverage claimed above, by count; a refusal by the key's limit wherever some key holds
+    // fewer entries than the inline room.
+    std::vector<std::pair<std::string, std::uint32_t>> minimums = {
+        {"list layout", calls / 5},
+        {"interleaved layout", calls / 5},
+        {"local invalidate", calls / 5},
+        {"write", calls / 5},
+        {"send", calls / 5},
+        {"fence owed after a UMR WQE", calls / 5},
+        {"BlueFlame post", calls / 20},
+        {"ring wrap", calls / 400},
+        {"refusal: too many entries, list layout, the inline room", calls / 400},
+        {"refusal: too many entries, interleaved layout, the inline room", calls / 400},
+    };
+    for (const bool interleaved : {false, true}) {
+        const std::uint32_t room = mlx5::umr_max_entries(interleaved, queues.caps.max_inline_data);
+        bool key_binds = false;
+        for (const Key& key : keys) key_binds = key_binds || key.max_entries < room;
+        if (key_binds)
+            minimums.push_back({std::string("refusal: too many entries, ") + (interleaved ? "interleaved" : "list") +
+                                    " layout, the key's limit",
+                                calls / 400});
+    }
+    const std::string missing = coverage.shortfalls(minimums);
+    CHECK_MESSAGE(missing.empty(), missing);
     // Every kind of last request was completed and decoded alike.
     CHECK(completion_opcodes[static_cast<std::uint8_t>(mlx5::CompletionOpcode::memory_key_configured)]);
     CHECK(completion_opcodes[static_cast<std::uint8_t>(mlx5::CompletionOpcode::local_invalidate)]);
