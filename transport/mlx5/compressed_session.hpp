@@ -52,11 +52,6 @@ struct CompressedSession {
 
     RDMACHAN_HOST_DEVICE bool active() const { return position < size; }
 
-    // The session's entry, counted from the title's, that holds array `array`.
-    RDMACHAN_HOST_DEVICE static std::uint32_t array_entry(std::uint32_t array) {
-        return array == 0 ? 1 : array * kMiniCqesPerEntry;
-    }
-
     // The title's CQE count, if it can start a session on a ring of `cqe_count` entries: at least
     // two (the first array is in the title's next entry, inside the session) and no more than
     // the ring holds. 0 if not.
