@@ -95,7 +95,8 @@ CaseResult check_poll(const json& cq, const json& outputs, PollQueues& queues) {
     qp_a.send_wqe_count = queues.send_wqe_count;
     qp_a.receive = queues.receive;
     qp_a.shared_receive = queues.shared_receive;
-    mlx5::CompletionTarget qp_b;  // the second QP of the harness has no queues of ours
+    mlx5::CompletionTarget qp_b;  // the second QP of the harness: its receive queue, if any
+    qp_b.receive = queues.receive_b;
     auto resolve = [&](std::uint32_t, std::uint32_t user_index) {
         if (user_index == queues.qp_a_user_index) return &qp_a;
         if (user_index == queues.qp_b_user_index) return &qp_b;
@@ -108,13 +109,17 @@ CaseResult check_poll(const json& cq, const json& outputs, PollQueues& queues) {
         std::uint32_t wqe_counter = 0;
         if (queues.shared_receive != nullptr) {
             if (i >= queues.shared_receive_posted.size()) {
-                return CaseResult::unsupported("inputs.setup.pre_polled_cqes not reproduced: more than the receives posted");
+                // An SRQ CQE names its WQE by wqe_counter, and libmlx5 frees that WQE whatever
+                // it is: with none posted left, the capture does not say which one was named.
+                return CaseResult::unsupported("inputs.setup.pre_polled_cqes not reproduced: more than the SRQ receives "
+                                               "posted, and the capture does not record which WQE the rest named");
             }
             wqe_counter = queues.shared_receive_posted[i];
-        } else if (queues.receive != nullptr && queues.receive->outstanding() != 0) {
+        } else if (queues.receive != nullptr) {
+            // Outstanding or not: handle_responder takes the slot at the tail and advances it.
             wqe_counter = queues.receive->tail();
         } else {
-            return CaseResult::unsupported("inputs.setup.pre_polled_cqes not reproduced: no receive outstanding to complete");
+            return CaseResult::unsupported("inputs.setup.pre_polled_cqes not reproduced: QP A has no receive queue");
         }
         const std::uint32_t index = completion_queue.consumer_index();
         std::uint8_t* cqe = buffer.data() + static_cast<std::size_t>(index % cqe_count) * cqe_size + (cqe_size - mlx5::kCqeSize64);
@@ -142,6 +147,13 @@ CaseResult check_poll(const json& cq, const json& outputs, PollQueues& queues) {
                                     before.at("qp_a_rq").dump() + ", ours " + std::to_string(queues.receive->head()) +
                                     "/" + std::to_string(queues.receive->tail()));
     }
+    if (queues.receive_b != nullptr && before.contains("qp_b_rq") &&
+        (queues.receive_b->head() != number(before.at("qp_b_rq").at("head")) ||
+         queues.receive_b->tail() != number(before.at("qp_b_rq").at("tail")))) {
+        return CaseResult::mismatch("in QP B's receive queue head/tail before the capture: libmlx5 " +
+                                    before.at("qp_b_rq").dump() + ", ours " + std::to_string(queues.receive_b->head()) +
+                                    "/" + std::to_string(queues.receive_b->tail()));
+    }
     if (queues.send != nullptr && before.contains("qp_a_sq") &&
         queues.send->producer_index != number(before.at("qp_a_sq").at("cur_post"))) {
         return CaseResult::mismatch("in the send queue's cur_post before the capture");
@@ -157,6 +169,7 @@ CaseResult check_poll(const json& cq, const json& outputs, PollQueues& queues) {
 
     // Deliberate differences are found from the CQE bytes, never from the case's name.
     std::uint32_t in_order_receive = queues.receive != nullptr ? queues.receive->tail() : 0;
+    std::uint32_t in_order_receive_b = queues.receive_b != nullptr ? queues.receive_b->tail() : 0;
     for (const json& written : outputs.at("cqes_written")) {
         const std::vector<std::uint8_t> entry = bytes_from_hex(written.at("entry_hex").get<std::string>());
         const std::size_t slot = static_cast<std::size_t>(number(written.at("slot")));
@@ -187,15 +200,24 @@ CaseResult check_poll(const json& cq, const json& outputs, PollQueues& queues) {
         }
         const bool responder = (opcode >= mlx5::kCqeResponderWriteImmediate && opcode <= mlx5::kCqeResponderSendInvalidate) ||
                                opcode == mlx5::kCqeResponderError;
-        if (responder && user_index == queues.qp_a_user_index && queues.receive != nullptr &&
-            queues.shared_receive == nullptr) {
+        // Each QP's receive queue, as libmlx5 v44 consumes it: in order.
+        mlx5::ReceiveQueue* receive = nullptr;
+        std::uint32_t* in_order = nullptr;
+        if (user_index == queues.qp_a_user_index && queues.shared_receive == nullptr) {
+            receive = queues.receive;
+            in_order = &in_order_receive;
+        } else if (user_index == queues.qp_b_user_index) {
+            receive = queues.receive_b;
+            in_order = &in_order_receive_b;
+        }
+        if (responder && receive != nullptr) {
             const std::uint16_t wqe_counter = mlx5::load_big16(cqe64 + mlx5::kCqeWqeCounter);
-            const std::uint32_t mask = queues.receive->ring().wqe_count - 1;
-            if ((wqe_counter & mask) != (in_order_receive & mask)) {
+            const std::uint32_t mask = receive->ring().wqe_count - 1;
+            if ((wqe_counter & mask) != (*in_order & mask)) {
                 return CaseResult::unsupported("differs on purpose — a receive completion is matched by its CQE's "
                                                "wqe_counter (as rdma-core does since v55), libmlx5 v44 assumes order");
             }
-            ++in_order_receive;
+            ++*in_order;
         }
     }
 
@@ -225,6 +247,10 @@ CaseResult check_poll(const json& cq, const json& outputs, PollQueues& queues) {
     if (queues.receive != nullptr && after.contains("qp_a_rq") &&
         queues.receive->tail() != number(after.at("qp_a_rq").at("tail"))) {
         return CaseResult::mismatch("in the receive queue tail after the poll");
+    }
+    if (queues.receive_b != nullptr && after.contains("qp_b_rq") &&
+        queues.receive_b->tail() != number(after.at("qp_b_rq").at("tail"))) {
+        return CaseResult::mismatch("in QP B's receive queue tail after the poll");
     }
     if (queues.shared_receive != nullptr && after.contains("srq")) {
         const json& srq = after.at("srq");

@@ -11,17 +11,21 @@
 
 namespace rdmachan::golden {
 
-// The harness's QP A (whose queues we model) and QP B (a second QP with none), by user index.
+// The harness's QP A (whose queues we model) and QP B (a second QP, whose receive queue we model
+// when the setup lists its receives), by user index.
 struct PollQueues {
     mlx5::SendQueueTracking* send = nullptr;
     std::uint32_t send_wqe_count = 0;
     mlx5::ReceiveQueue* receive = nullptr;
     mlx5::SharedReceiveQueue* shared_receive = nullptr;
+    mlx5::ReceiveQueue* receive_b = nullptr;  // QP B's, when the setup posted receives to it
     std::uint32_t qp_a_user_index = 1;
     std::uint32_t qp_b_user_index = 0;
     std::uint32_t qp_a_qpn = 0;
     // inputs.setup.pre_polled_cqes: completions of QP A's first receives (RQ order, or the SRQ
     // indices in shared_receive_posted), written as RESP_SEND CQEs and polled before the capture.
+    // Past the receives outstanding, a receive queue's still take the next slot: libmlx5 v44
+    // takes wrid[tail] and advances the tail without asking whether a receive is there.
     std::uint32_t pre_polled = 0;
     std::vector<std::uint32_t> shared_receive_posted;
 };

@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "tools/golden_check/before_capture.hpp"
 #include "tools/golden_check/completion_check.hpp"
 #include "tools/golden_check/hex.hpp"
-#include "tools/golden_check/post_errno.hpp"
 #include "tools/golden_check/input_fields.hpp"
+#include "tools/golden_check/post_errno.hpp"
+#include "tools/golden_check/receive_fillers.hpp"
+#include "tools/golden_check/request_lists.hpp"
 #include "tools/golden_check/verbs_names.hpp"
 #include "transport/mlx5/send_queue.hpp"
 
@@ -25,30 +28,6 @@ using nlohmann::json;
 
 constexpr std::uint8_t kPoison = 0xa5;
 constexpr std::uint32_t kDoorbellRecordPoison = 0xdeadbeef;
-
-struct ReceiveRequests {
-    std::vector<mlx5::ReceiveWorkRequest> requests;
-    std::vector<std::vector<mlx5::ScatterGatherElement>> elements;
-};
-
-ReceiveRequests receive_requests(const json& wr_list) {
-    ReceiveRequests result;
-    result.elements.reserve(wr_list.size());
-    for (const json& wr : wr_list) {
-        std::vector<mlx5::ScatterGatherElement> elements;
-        for (const json& element : wr.at("sg_list")) {
-            elements.push_back({number(element.at("addr")), static_cast<std::uint32_t>(number(element.at("length"))),
-                                static_cast<std::uint32_t>(number(element.at("lkey")))});
-        }
-        result.elements.push_back(std::move(elements));
-        mlx5::ReceiveWorkRequest request;
-        request.wr_id = number(wr.at("wr_id"));
-        request.num_sge = static_cast<std::uint32_t>(number(wr.at("num_sge")));
-        request.sg_list = result.elements.back().data();
-        result.requests.push_back(request);
-    }
-    return result;
-}
 
 std::string compare_bytes(const std::uint8_t* actual, const json& bytes_hex, const json& mask_hex, const std::string& what) {
     const std::vector<std::uint8_t> expected = bytes_from_hex(bytes_hex.get<std::string>());
@@ -93,7 +72,7 @@ const ReproducedFields kReceiveWqeFields = {
     "inputs.qp_create_attr.max_recv_sge",    // checked: its result is rq_before.max_gs
     "inputs.qp_create_attr.qp_state",        // checked: its result is rq_before.qp_state_max_gs
     "inputs.qp_create_attr.MLX5_QP_SIGNATURE",  // checked: equals rq_before.wq_sig
-    "inputs.before_capture",                 // replayed: the filler posts
+    "inputs.before_capture",                 // replayed: the filler posts or the steps
     "inputs.wr_list[].wr_id", "inputs.wr_list[].num_sge", "inputs.wr_list[].sg_list[].addr",
     "inputs.wr_list[].sg_list[].length", "inputs.wr_list[].sg_list[].lkey",
 };
@@ -117,7 +96,7 @@ const ReproducedFields kSharedReceiveWqeFields = {
     "inputs.attached_qp.user_index",         // names the QP to the CQ in poll steps
     "inputs.attached_qp.qp_num",             // checked against the CQEs' QPN by the poll
     "inputs.attached_qp.rq_wqe_cnt",         // the QP's own RQ is unused (receives go to the SRQ)
-    "inputs.before_capture",                 // replayed: the post/poll cycles
+    "inputs.before_capture",                 // replayed: the post/poll cycles or the steps
 };
 
 const ReproducedFields kCompletionFields = {
@@ -133,13 +112,15 @@ const ReproducedFields kCompletionFields = {
     "inputs.qp_a.rq.head", "inputs.qp_a.rq.tail",               // checked: 0, a fresh QP
     "inputs.qp_a.rq.rq_offset_in_qp_buf", "inputs.qp_a.rq.sq_offset_in_qp_buf",  // layout
     "inputs.qp_b.qp_num", "inputs.qp_b.user_index",
+    "inputs.qp_b.rq.wqe_cnt", "inputs.qp_b.rq.stride_bytes",  // QP B's ring, when recorded
     "inputs.srq_after_create.*",
     "inputs.setup.pre_polled_cqes",          // replayed: receive completions polled first
     "inputs.setup.unsignaled_rdma_write_fillers", "inputs.setup.send_wrs[].*", "inputs.setup.recv_wrs[].*",
     "inputs.setup.posted_to",                // checked: agrees with qp_a.srq
     "inputs.setup.rq_completions_emulated_before",
-    // Not listed: inputs.setup.qp_b_recv_wrs. The format records how many receives QP B had,
-    // neither their wr_ids nor QP B's receive-queue geometry, so they cannot be rebuilt.
+    // QP B's receives, when listed with their wr_ids and SGEs. A bare count (the other form of
+    // inputs.setup.qp_b_recv_wrs) names no wr_ids, so it cannot be rebuilt and stays unlisted.
+    "inputs.setup.qp_b_recv_wrs[].*",
 };
 
 std::optional<CaseResult> unreproduced(const json& one_case, const ReproducedFields& fields) {
@@ -156,29 +137,6 @@ unsigned log2_of(std::uint64_t value) {
     unsigned shift = 0;
     while ((std::uint64_t{1} << shift) < value) ++shift;
     return shift;
-}
-
-// inputs.before_capture of a recv_wqe case: "<N> filler WRs (1 SGE {<addr>, len <L>, lkey <K>})
-// posted with ibv_post_recv, <M> per call".
-struct ReceiveFillers {
-    std::uint32_t count = 0;
-    std::uint32_t per_call = 1;
-    mlx5::ScatterGatherElement element{};
-};
-
-std::optional<ReceiveFillers> parse_receive_fillers(const std::string& text) {
-    static const std::regex pattern(
-        R"(^(\d+) filler WRs \(1 SGE \{(0x[0-9a-fA-F]+), len (\d+), lkey (0x[0-9a-fA-F]+)\}\) posted with ibv_post_recv, (\d+) per call$)");
-    std::smatch match;
-    if (!std::regex_match(text, match, pattern)) return std::nullopt;
-    ReceiveFillers fillers;
-    fillers.count = static_cast<std::uint32_t>(std::stoul(match[1].str()));
-    fillers.element.addr = std::stoull(match[2].str(), nullptr, 16);
-    fillers.element.length = static_cast<std::uint32_t>(std::stoul(match[3].str()));
-    fillers.element.lkey = static_cast<std::uint32_t>(std::stoul(match[4].str(), nullptr, 16));
-    fillers.per_call = static_cast<std::uint32_t>(std::stoul(match[5].str()));
-    if (fillers.per_call == 0) return std::nullopt;
-    return fillers;
 }
 
 // inputs.before_capture of an srq_wqe case: "<N> cycles of (post 1 WR, poll its RESP_SEND CQE)".
@@ -219,13 +177,8 @@ CaseResult check_receive_wqe(const json& one_case) {
     if (number(create.at("max_recv_wr")) > wqe_count || number(create.at("max_recv_sge")) > number(before.at("max_gs"))) {
         return *unreproduced_value("inputs.qp_create_attr", "the ring in rq_before is smaller than it asks for");
     }
-    const std::optional<ReceiveFillers> fillers = parse_receive_fillers(one_case.at("inputs").at("before_capture").get<std::string>());
-    if (!fillers.has_value()) return *unreproduced_value("inputs.before_capture", "not a form this tool replays");
     const std::uint32_t head_before = static_cast<std::uint32_t>(number(before.at("head")));
     const std::uint32_t tail_before = static_cast<std::uint32_t>(number(before.at("tail")));
-    if (head_before - tail_before < fillers->count || head_before - tail_before > wqe_count) {
-        return *unreproduced_value("inputs.before_capture", "its fillers are not the receives outstanding in rq_before");
-    }
     std::vector<std::uint8_t> buffer(static_cast<std::size_t>(wqe_count) * stride, kPoison);
     std::uint32_t doorbell_record[2] = {kDoorbellRecordPoison, kDoorbellRecordPoison};
     std::vector<std::uint64_t> wr_ids(wqe_count, 0);
@@ -238,25 +191,33 @@ CaseResult check_receive_wqe(const json& one_case) {
     if (queue.max_sge() != number(before.at("max_gs"))) {
         return CaseResult::mismatch("in max_gs derived from the stride: libmlx5 " + before.at("max_gs").dump());
     }
-    // The fillers really posted, so the ring holds their WQEs and wr_ids and the doorbell record
-    // their count, as libmlx5's did when the capture began.
-    queue.set_counters(head_before - fillers->count, tail_before);
-    for (std::uint32_t posted_fillers = 0; posted_fillers < fillers->count;) {
-        const std::uint32_t batch = std::min(fillers->per_call, fillers->count - posted_fillers);
-        std::vector<mlx5::ReceiveWorkRequest> filler_requests(batch);
-        for (std::uint32_t i = 0; i < batch; ++i) {
-            filler_requests[i].wr_id = 0xf0000000u + posted_fillers + i;
-            filler_requests[i].num_sge = 1;
-            filler_requests[i].sg_list = &fillers->element;
-        }
-        if (queue.post(filler_requests.data(), batch, nullptr) != mlx5::PostResult::ok) {
-            return CaseResult::mismatch("a filler receive (inputs.before_capture) was refused");
-        }
-        posted_fillers += batch;
+    // The receives really posted before the capture (and the sends, whose doorbell record is the
+    // same), so the ring holds their WQEs and wr_ids and the record their counts, as libmlx5's
+    // did when the capture began.
+    const json& prior = one_case.at("inputs").at("before_capture");
+    std::optional<CaseResult> replayed;
+    if (prior.is_array()) {
+        PriorStateQueues prior_queues;
+        prior_queues.receive = &queue;
+        prior_queues.doorbell_record = doorbell_record;
+        prior_queues.qpn = config.qpn;
+        prior_queues.user_index = static_cast<std::uint32_t>(number_or(before, "user_index", 0));
+        BeforeCaptureReplay replay(prior_queues);
+        replayed = replay.replay(prior);
+    } else if (prior.is_string()) {
+        replayed = replay_receive_fillers(prior.get<std::string>(), queue, head_before, tail_before);
+    } else {
+        replayed = unreproduced_value("inputs.before_capture", "neither the text form nor a list of steps");
     }
-    if (queue.head() != head_before) return CaseResult::mismatch("in the head after the fillers");
+    if (replayed.has_value()) return *replayed;
+    if (queue.head() != head_before || queue.tail() != tail_before) {
+        return CaseResult::mismatch("in the receive queue head/tail after the before-capture steps: libmlx5 " +
+                                    std::to_string(head_before) + "/" + std::to_string(tail_before) + ", ours " +
+                                    std::to_string(queue.head()) + "/" + std::to_string(queue.tail()));
+    }
     const std::vector<std::uint8_t> buffer_before = buffer;
     const std::uint32_t receive_record_before = doorbell_record[mlx5::kReceiveDoorbell];
+    const std::uint32_t send_record_before = doorbell_record[mlx5::kSendDoorbell];
 
     ReceiveRequests requests = receive_requests(one_case.at("inputs").at("wr_list"));
     std::uint32_t posted = 0;
@@ -297,7 +258,9 @@ CaseResult check_receive_wqe(const json& one_case) {
     } else if (receive_record != receive_record_before) {
         return CaseResult::mismatch("the receive doorbell record was written where libmlx5 wrote none");
     }
-    if (doorbell_record[mlx5::kSendDoorbell] != kDoorbellRecordPoison) return CaseResult::mismatch("the send doorbell record was written");
+    if (doorbell_record[mlx5::kSendDoorbell] != send_record_before) {
+        return CaseResult::mismatch("the send doorbell record was written by a receive post");
+    }
     return CaseResult::matched();
 }
 
@@ -417,40 +380,57 @@ CaseResult check_shared_receive_wqe(const json& one_case) {
     if (fixture.queue.max_sge() != number(created.at("max_gs"))) {
         return CaseResult::mismatch("in max_gs derived from the SRQ stride");
     }
-    const std::optional<std::uint32_t> cycles = parse_shared_receive_cycles(inputs.at("before_capture").get<std::string>());
-    if (!cycles.has_value()) return *unreproduced_value("inputs.before_capture", "not a form this tool replays");
-    if (*cycles != 0) {
-        constexpr std::uint32_t kCycleCqeCount = 64;
-        std::vector<std::uint8_t> cq_buffer(static_cast<std::size_t>(kCycleCqeCount) * mlx5::kCqeSize64, 0);
-        for (std::uint32_t i = 0; i < kCycleCqeCount; ++i) cq_buffer[(i + 1) * mlx5::kCqeSize64 - 1] = 0xf0;
-        std::uint32_t cq_doorbell_record[2] = {0, 0};
-        mlx5::CompletionQueueRing cq_ring;
-        cq_ring.buffer = cq_buffer.data();
-        cq_ring.cqe_count = kCycleCqeCount;
-        cq_ring.cqe_size = mlx5::kCqeSize64;
-        cq_ring.doorbell_record = cq_doorbell_record;
-        mlx5::CompletionQueue completion_queue(cq_ring, 0);
-        const json& qp = inputs.at("attached_qp");
-        for (std::uint32_t cycle = 0; cycle < *cycles; ++cycle) {
-            CaseResult result = run_shared_receive_cycle(fixture, completion_queue, cq_buffer, kCycleCqeCount,
-                                                         static_cast<std::uint32_t>(number(qp.at("user_index"))),
-                                                         static_cast<std::uint32_t>(number(qp.at("qp_num"))), cycle);
-            if (result.kind != CaseResult::Kind::match) return result;
+    const json& prior = inputs.at("before_capture");
+    const json& qp = inputs.at("attached_qp");
+    std::string replayed_what;
+    if (prior.is_array()) {
+        PriorStateQueues prior_queues;
+        prior_queues.shared_receive = &fixture.queue;
+        prior_queues.qpn = static_cast<std::uint32_t>(number(qp.at("qp_num")));
+        prior_queues.user_index = static_cast<std::uint32_t>(number(qp.at("user_index")));
+        BeforeCaptureReplay replay(prior_queues);
+        if (std::optional<CaseResult> result = replay.replay(prior)) return *result;
+        replayed_what = "steps";
+    } else {
+        const std::optional<std::uint32_t> cycles =
+            prior.is_string() ? parse_shared_receive_cycles(prior.get<std::string>()) : std::nullopt;
+        if (!cycles.has_value()) return *unreproduced_value("inputs.before_capture", "not a form this tool replays");
+        if (*cycles != 0) {
+            constexpr std::uint32_t kCycleCqeCount = 64;
+            std::vector<std::uint8_t> cq_buffer(static_cast<std::size_t>(kCycleCqeCount) * mlx5::kCqeSize64, 0);
+            for (std::uint32_t i = 0; i < kCycleCqeCount; ++i) cq_buffer[(i + 1) * mlx5::kCqeSize64 - 1] = 0xf0;
+            std::uint32_t cq_doorbell_record[2] = {0, 0};
+            mlx5::CompletionQueueRing cq_ring;
+            cq_ring.buffer = cq_buffer.data();
+            cq_ring.cqe_count = kCycleCqeCount;
+            cq_ring.cqe_size = mlx5::kCqeSize64;
+            cq_ring.doorbell_record = cq_doorbell_record;
+            mlx5::CompletionQueue completion_queue(cq_ring, 0);
+            for (std::uint32_t cycle = 0; cycle < *cycles; ++cycle) {
+                CaseResult result = run_shared_receive_cycle(fixture, completion_queue, cq_buffer, kCycleCqeCount,
+                                                             static_cast<std::uint32_t>(number(qp.at("user_index"))),
+                                                             static_cast<std::uint32_t>(number(qp.at("qp_num"))), cycle);
+                if (result.kind != CaseResult::Kind::match) return result;
+            }
+            replayed_what = "cycles";
         }
-        // The cycles must have left the SRQ where libmlx5's left it when the capture began.
+    }
+    if (!replayed_what.empty()) {
+        // The replay must have left the SRQ where libmlx5's was when the capture began.
         const json& first = one_case.at("steps").at(0);
         const json* state = first.contains("srq_before") ? &first.at("srq_before")
                             : first.contains("state_before") ? &first.at("state_before").at("srq")
                                                              : nullptr;
         if (state == nullptr) return *unreproduced_value("inputs.before_capture", "the first step records no SRQ state to start from");
+        // A poll's state records no counter; a post's does.
         if (fixture.queue.head() != number(state->at("head")) || fixture.queue.tail() != number(state->at("tail")) ||
-            fixture.queue.counter() != number(state->at("counter"))) {
-            return CaseResult::mismatch("in the SRQ head/tail/counter after the before-capture cycles");
+            (state->contains("counter") && fixture.queue.counter() != number(state->at("counter")))) {
+            return CaseResult::mismatch("in the SRQ head/tail/counter after the before-capture " + replayed_what);
         }
         const json& links = first.contains("srq_links_before") ? first.at("srq_links_before")
                                                                 : first.at("state_before").at("srq_links");
         std::string difference = compare_srq_links(fixture.queue, links);
-        if (!difference.empty()) return CaseResult::mismatch(difference + " after the before-capture cycles");
+        if (!difference.empty()) return CaseResult::mismatch(difference + " after the before-capture " + replayed_what);
     }
     // The vectors' polls name no CQ; a 64-entry CQ of the entries' size stands in (only the
     // owner-bit parity depends on it, and every index here is far below 64).
@@ -470,6 +450,61 @@ CaseResult check_shared_receive_wqe(const json& one_case) {
     }
     return CaseResult::matched();
 }
+
+// Receives posted and completed by emulation (rq.tail = rq.head), as many per round as the
+// ring holds; their WQEs stay in the ring as libmlx5's did.
+std::optional<CaseResult> post_completed_fillers(mlx5::ReceiveQueue& queue, std::uint32_t count) {
+    mlx5::ScatterGatherElement element{0x00007f1122334450, 64, 0x0a0b0c0d};
+    std::vector<mlx5::ReceiveWorkRequest> requests(queue.ring().wqe_count);
+    for (std::uint32_t posted = 0; posted < count;) {
+        const std::uint32_t batch = std::min<std::uint32_t>(queue.ring().wqe_count, count - posted);
+        for (std::uint32_t i = 0; i < batch; ++i) {
+            requests[i].wr_id = 0xe0000000u + posted + i;
+            requests[i].num_sge = 1;
+            requests[i].sg_list = &element;
+        }
+        if (queue.post(requests.data(), batch, nullptr) != mlx5::PostResult::ok) {
+            return CaseResult::mismatch("a receive completed before the setup (inputs.setup."
+                                        "rq_completions_emulated_before) was refused");
+        }
+        queue.set_counters(queue.head(), queue.head());
+        posted += batch;
+    }
+    return std::nullopt;
+}
+
+// QP B's receive queue: the geometry in inputs.qp_b.rq when recorded, else the smallest ring in
+// which no slot is used twice. A completion finds its receive by the counter modulo the ring, so
+// with every receive QP B ever had in its own slot, any larger ring (QP B's real one) answers
+// the same.
+struct SecondReceiveQueue {
+    ReceiveRequests requests;
+    std::vector<std::uint8_t> buffer;
+    std::uint32_t doorbell_record[2] = {0, 0};
+    std::vector<std::uint64_t> wr_ids;
+    mlx5::ReceiveQueue queue;
+    bool posted = false;
+
+    SecondReceiveQueue(const json& qp_b, const json& wr_list) : requests(receive_requests(wr_list)) {
+        std::uint32_t max_sge = 1;
+        for (const mlx5::ReceiveWorkRequest& request : requests.requests) max_sge = std::max(max_sge, request.num_sge);
+        std::uint32_t wqe_count = 1;
+        while (wqe_count < requests.requests.size()) wqe_count *= 2;
+        std::uint32_t stride = 16;
+        while (stride < 16 * max_sge) stride *= 2;
+        if (qp_b.contains("rq")) {
+            wqe_count = static_cast<std::uint32_t>(number(qp_b.at("rq").at("wqe_cnt")));
+            stride = static_cast<std::uint32_t>(number(qp_b.at("rq").at("stride_bytes")));
+        }
+        buffer.assign(static_cast<std::size_t>(wqe_count) * stride, 0);
+        wr_ids.assign(wqe_count, 0);
+        queue = mlx5::ReceiveQueue({buffer.data(), wqe_count, stride, doorbell_record}, wr_ids.data(), {});
+        posted = queue.post(requests.requests.data(), static_cast<std::uint32_t>(requests.requests.size()), nullptr) ==
+                 mlx5::PostResult::ok;
+    }
+    SecondReceiveQueue(const SecondReceiveQueue&) = delete;
+    SecondReceiveQueue& operator=(const SecondReceiveQueue&) = delete;
+};
 
 mlx5::SendOpcode send_opcode(const std::string& name) {
     const std::optional<mlx5::SendOpcode> opcode = send_opcode_from_name(name);
@@ -550,6 +585,14 @@ CaseResult check_completion_case(const json& one_case) {
     queues.qp_a_qpn = static_cast<std::uint32_t>(number(qp_a.at("qp_num")));
     queues.pre_polled = static_cast<std::uint32_t>(number(setup.at("pre_polled_cqes")));
 
+    // QP B's receives, when the setup lists them: really posted to a receive queue of its own.
+    std::optional<SecondReceiveQueue> qp_b_receive;
+    if (setup.contains("qp_b_recv_wrs") && setup.at("qp_b_recv_wrs").is_array() && !setup.at("qp_b_recv_wrs").empty()) {
+        qp_b_receive.emplace(inputs.at("qp_b"), setup.at("qp_b_recv_wrs"));
+        if (!qp_b_receive->posted) return CaseResult::mismatch("a setup receive of QP B was refused");
+        queues.receive_b = &qp_b_receive->queue;
+    }
+
     // QP A's receive queue or the SRQ, with the setup's receives really posted.
     const json& rq = qp_a.at("rq");
     const std::uint32_t receive_wqe_count = std::max<std::uint32_t>(1, static_cast<std::uint32_t>(number(rq.at("wqe_cnt"))));
@@ -584,15 +627,21 @@ CaseResult check_completion_case(const json& one_case) {
             return CaseResult::mismatch("a setup SRQ receive was refused");
         }
         queues.shared_receive = &shared_receive->queue;
+        if (number(setup.at("rq_completions_emulated_before")) != 0) {
+            return *unreproduced_value("inputs.setup.rq_completions_emulated_before", "QP A receives from an SRQ");
+        }
         return check_poll(inputs.at("cq"), outputs, queues);
     }
+    // The harness completes receives by rq.tail = rq.head: those it counts as emulated before the
+    // setup were posted first, so they moved the head as much as the tail (and the setup's
+    // receives start that far into the ring).
+    const std::uint32_t emulated = static_cast<std::uint32_t>(number(setup.at("rq_completions_emulated_before")));
+    if (std::optional<CaseResult> refused = post_completed_fillers(receive_queue, emulated)) return *refused;
     if (!receives.requests.empty() &&
         receive_queue.post(receives.requests.data(), static_cast<std::uint32_t>(receives.requests.size()), nullptr) !=
             mlx5::PostResult::ok) {
         return CaseResult::mismatch("a setup receive was refused");
     }
-    const std::uint32_t emulated = static_cast<std::uint32_t>(number(setup.at("rq_completions_emulated_before")));
-    receive_queue.set_counters(receive_queue.head(), receive_queue.tail() + emulated);
     queues.receive = &receive_queue;
     return check_poll(inputs.at("cq"), outputs, queues);
 }
