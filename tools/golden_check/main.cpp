@@ -3,10 +3,11 @@
 // unsupported.
 //
 // A case is judged only on the state it describes: every input field is either reproduced
-// (replayed, like filler posts, SRQ post/poll cycles and pre-polled completions before the
-// capture, then checked against the recorded state_before) or, when non-zero and not
-// reproduced, makes the case "unsupported: <field> not reproduced" (input_fields.hpp and the
-// field lists in send_cases.cpp / receive_cases.cpp).
+// (replayed, like filler posts, SRQ post/poll cycles, before_capture steps (before_capture.hpp),
+// receives completed before the setup and pre-polled completions, then checked against the
+// recorded state before the capture) or, when non-zero and not reproduced, makes the case
+// "unsupported: <field> not reproduced" (input_fields.hpp and the field lists in
+// send_cases.cpp / receive_cases.cpp).
 //
 //   mlx5-golden-check [--expected-unsupported LIST.json] VECTORS.json [VECTORS.json ...]
 //
