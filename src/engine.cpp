@@ -204,25 +204,30 @@ int Engine::event_descriptor() {
 
 bool Engine::arm() {
     if (event_descriptor() < 0) return false;
-    send_completions_->take_event();
-    if (receive_completions_ != send_completions_) receive_completions_->take_event();
-    if (!send_completions_->arm()) return false;
-    return receive_completions_ == send_completions_ || receive_completions_->arm();
+    return arm_queues(true);
 }
 
-// Arms, then sleeps until an event or `until`; returns at once when a completion is waiting.
-// Only an event the last sleep saw raised is taken (a read each): one arm raises at most one
-// event, so a CQ whose descriptor was not readable has none to take, and arming it again is
-// harmless; an event raised after that sleep ended makes the next one return at once.
-void Engine::block_for_event(std::chrono::steady_clock::time_point until) {
+// Takes the raised events, then arms every CQ; false when a completion is waiting. An
+// application that calls arm() may have been woken by either CQ, so it takes every event; the
+// engine's own sleep takes only the events its poll saw raised (a read each): one arm raises at
+// most one event, so a CQ whose descriptor was not readable has none to take, and arming it again
+// is harmless.
+bool Engine::arm_queues(bool take_every_event) {
     transport::CompletionQueue* const queues[2] = {send_completions_.get(), receive_completions_.get()};
     for (nfds_t i = 0; i < event_member_count_; ++i) {
-        if ((event_members_[i].revents & POLLIN) != 0) queues[i]->take_event();
+        if (take_every_event || (event_members_[i].revents & POLLIN) != 0) queues[i]->take_event();
         event_members_[i].revents = 0;
     }
     for (nfds_t i = 0; i < event_member_count_; ++i) {
-        if (!queues[i]->arm()) return;
+        if (!queues[i]->arm()) return false;
     }
+    return true;
+}
+
+// Arms, then sleeps until an event or `until`; returns at once when a completion is waiting. An
+// event raised after the sleep ended makes the next one return at once.
+void Engine::block_for_event(std::chrono::steady_clock::time_point until) {
+    if (!arm_queues(false)) return;
     const auto now = std::chrono::steady_clock::now();
     if (until == std::chrono::steady_clock::time_point{}) until = now + std::chrono::milliseconds(10);
     if (until <= now) return;

@@ -424,6 +424,7 @@ private:
     // deadline).
     void backoff(std::uint32_t& round, std::chrono::steady_clock::time_point until = {});
     void block_for_event(std::chrono::steady_clock::time_point until);
+    bool arm_queues(bool take_every_event);
     // Layouts: posts the UMR work request on umr_queue_pair_ (created on first use) and waits
     // for its completion; throws rdmachan::Error naming the call and the status.
     void configure_on_own_queue_pair(const mlx5::SendWorkRequest& request, const std::string& call);

@@ -15,6 +15,7 @@
 
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
+#include "transport/mlx5/rings.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
 namespace rdmachan::soft {
@@ -49,6 +50,9 @@ struct CompletionRingView {
     std::uint32_t* doorbell_record = nullptr;  // [0] the consumer index, [kCqProducerIndexWord] ours
     int event_descriptor = -1;                 // the CQ's eventfd in the writing process
 
+    static CompletionRingView of(const mlx5::CompletionQueueRing& ring, int event_descriptor) {
+        return {ring.buffer, ring.cqe_count, ring.cqe_size, ring.doorbell_record, event_descriptor};
+    }
     std::uint32_t producer_index() const {
         return __atomic_load_n(doorbell_record + kCqProducerIndexWord, __ATOMIC_RELAXED);
     }

@@ -298,8 +298,7 @@ void CompletionQueue::ring_arm_doorbell() {
     const std::uint32_t word = mlx5::big_to_host32(mlx5::load_acquire32(ring_.doorbell_record + mlx5::kCqArm));
     // The arm word: sequence number, command (next or solicited), consumer index.
     const bool solicited_only = (word & mlx5::kCqArmSolicited) != 0;
-    const CompletionRingView view{ring_.buffer, ring_.cqe_count, ring_.cqe_size, ring_.doorbell_record, event_descriptor_};
-    view.take_arm(solicited_only, word & mlx5::kCqConsumerIndexMask);
+    CompletionRingView::of(ring_, event_descriptor_).take_arm(solicited_only, word & mlx5::kCqConsumerIndexMask);
 }
 
 bool CompletionQueue::take_event() {

@@ -76,9 +76,7 @@ struct CompletionQueueContext {
     CompletionQueueContext(const CompletionQueueContext&) = delete;
     CompletionQueueContext& operator=(const CompletionQueueContext&) = delete;
     ~CompletionQueueContext();
-    CompletionRingView view() const {
-        return {ring.buffer, ring.cqe_count, ring.cqe_size, ring.doorbell_record, event_descriptor};
-    }
+    CompletionRingView view() const { return CompletionRingView::of(ring, event_descriptor); }
 };
 
 struct SharedReceiveQueueContext {
