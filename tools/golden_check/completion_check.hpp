@@ -30,6 +30,9 @@ struct PollQueues {
     std::vector<std::uint32_t> shared_receive_posted;
 };
 
+// A case of kind "cqe" (completion_case.cpp).
+CaseResult check_completion_case(const nlohmann::json& one_case);
+
 // `cq`: the case's inputs.cq; `outputs`: a cqe case's outputs or an ibv_poll_cq step.
 CaseResult check_poll(const nlohmann::json& cq, const nlohmann::json& outputs, PollQueues& queues);
 

@@ -54,4 +54,14 @@ std::optional<std::string> first_unreproduced_field(const nlohmann::json& value,
     return std::nullopt;
 }
 
+std::optional<CaseResult> unreproduced(const nlohmann::json& one_case, const ReproducedFields& reproduced) {
+    std::optional<std::string> field = first_unreproduced_field(one_case.at("inputs"), "inputs", reproduced);
+    if (!field.has_value()) return std::nullopt;
+    return CaseResult::unsupported(*field + " not reproduced");
+}
+
+std::optional<CaseResult> unreproduced_value(const std::string& field, const std::string& why) {
+    return CaseResult::unsupported(field + " not reproduced: " + why);
+}
+
 }  // namespace rdmachan::golden

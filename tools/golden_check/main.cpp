@@ -7,7 +7,7 @@
 // receives completed before the setup and pre-polled completions, then checked against the
 // recorded state before the capture) or, when non-zero and not reproduced, makes the case
 // "unsupported: <field> not reproduced" (input_fields.hpp and the field lists in
-// send_cases.cpp / receive_cases.cpp).
+// send_cases.cpp, receive_cases.cpp and completion_case.cpp).
 //
 //   mlx5-golden-check [--expected-unsupported LIST.json] VECTORS.json [VECTORS.json ...]
 //
