@@ -185,6 +185,43 @@ json rq_fillers_completed_between_calls(std::uint8_t poison) {
     return one_case;
 }
 
+// 65534 fillers one per call, completions emulated whenever the ring is full and after the
+// last: the capture's chain takes the 16-bit doorbell record past 65535 (it writes 1).
+json rq_fillers_dbrec_16bit_wrap(std::uint8_t poison) {
+    Libmlx5Queues queues(63);
+    QueuePair& qp = queues.add_queue_pair(8, 4);
+    ibv_sge filler{0x00007f1122334450, 64, 0x0a0b0c0d};
+    constexpr std::uint32_t kFillers = 65534;
+    std::uint32_t tail = 0;
+    for (std::uint32_t head = 0; head < kFillers;) {
+        if (head - tail == qp.dv.rq.wqe_cnt) {
+            ReceiveCounters(qp.qp, qp.dv.rq.wqe_cnt, 6, head, tail).set_tail(head);
+            tail = head;
+        }
+        ibv_recv_wr wr{};
+        wr.wr_id = 0xf0000 + head;
+        wr.sg_list = &filler;
+        wr.num_sge = 1;
+        ibv_recv_wr* bad = nullptr;
+        if (ibv_post_recv(qp.qp, &wr, &bad) != 0) throw std::runtime_error("a filler post failed");
+        ++head;
+    }
+    ReceiveCounters(qp.qp, qp.dv.rq.wqe_cnt, 6, kFillers, tail).set_tail(kFillers);
+    ReceiveCounters counters(qp.qp, qp.dv.rq.wqe_cnt, 6, kFillers, kFillers);
+    json one_case = recv_case("rq_fillers_dbrec_16bit_wrap",
+                              "RC QP (max_recv_wr 8, max_recv_sge 4): 65534 fillers one per call, completions emulated "
+                              "whenever the ring is full and after the last; then a 3-WR chain (head 65534 to 65537)");
+    json inputs = recv_inputs(qp, counters.head(), counters.tail());
+    inputs["before_capture"] =
+        "65534 filler WRs (1 SGE {0x00007f1122334450, len 64, lkey 0x0a0b0c0d}) posted with ibv_post_recv, 1 per call";
+    const std::vector<ReceiveSpec> list = {{0x5100, 1}, {0x5101, 2}, {0x5102, 3}};
+    inputs["wr_list"] = json::array();
+    for (const ReceiveSpec& spec : list) inputs["wr_list"].push_back(receive_json(spec));
+    one_case["inputs"] = inputs;
+    one_case["outputs"] = capture_receive_post(queues, qp, counters, list, poison);
+    return one_case;
+}
+
 json srq_state(const mlx5dv_srq& view, std::uint32_t counter) {
     return {{"head", view.head}, {"tail", view.tail}, {"counter", counter}};
 }
@@ -440,7 +477,8 @@ int main(int argc, char** argv) {
     try {
         json cases = json::array();
         for (const auto& make : std::vector<std::function<json(std::uint8_t)>>{
-                 rq_steps_wrap_after_polls, rq_fillers_completed_between_calls, srq_steps_out_of_order_frees,
+                 rq_steps_wrap_after_polls, rq_fillers_completed_between_calls, rq_fillers_dbrec_16bit_wrap,
+                 srq_steps_out_of_order_frees,
                  resp_send_after_rq_wrap_emulated, cq_owner_wrap_pre_polled_without_receives,
                  cq_mixed_qps_qp_b_receives}) {
             cases.push_back(merge_runs(make(kPoisons[0]), make(kPoisons[1])));
