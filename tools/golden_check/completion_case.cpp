@@ -33,7 +33,7 @@ const ReproducedFields kCompletionFields = {
     "inputs.qp_a.rq.qp_num", "inputs.qp_a.rq.user_index",      // the same QP as qp_a
     "inputs.qp_a.rq.wqe_shift", "inputs.qp_a.rq.max_gs", "inputs.qp_a.rq.max_post",
     "inputs.qp_a.rq.qp_state_max_gs", "inputs.qp_a.rq.wq_sig",  // checked: 0
-    "inputs.qp_a.rq.head", "inputs.qp_a.rq.tail",               // checked: 0, a fresh QP
+    "inputs.qp_a.rq.head", "inputs.qp_a.rq.tail",  // receives completed before the setup, if any
     "inputs.qp_a.rq.rq_offset_in_qp_buf", "inputs.qp_a.rq.sq_offset_in_qp_buf",  // layout
     "inputs.qp_b.qp_num", "inputs.qp_b.user_index",
     "inputs.qp_b.rq.wqe_cnt", "inputs.qp_b.rq.stride_bytes",  // QP B's ring, when recorded
@@ -123,9 +123,18 @@ CaseResult check_completion_case(const json& one_case) {
     }
     if (qp_a.at("qp_type") != "IBV_QPT_RC") return *unreproduced_value("inputs.qp_a.qp_type", "only RC QPs are modelled");
     const json& rq_geometry = qp_a.at("rq");
-    if (number_or(rq_geometry, "head", 0) != 0 || number_or(rq_geometry, "tail", 0) != 0) {
-        return *unreproduced_value("inputs.qp_a.rq.head", "the setup's receives are posted to a fresh receive queue");
+    // QP A's receive queue before the setup: fresh, or all its earlier receives completed (the
+    // harness's rq.tail = rq.head), recorded here, as rq_completions_emulated_before, or both.
+    const std::uint32_t recorded_head = static_cast<std::uint32_t>(number_or(rq_geometry, "head", 0));
+    const std::uint32_t recorded_tail = static_cast<std::uint32_t>(number_or(rq_geometry, "tail", 0));
+    const std::uint32_t emulated = static_cast<std::uint32_t>(number(setup.at("rq_completions_emulated_before")));
+    if (recorded_head != recorded_tail) {
+        return *unreproduced_value("inputs.qp_a.rq.head", "receives outstanding before the setup are not listed");
     }
+    if (recorded_head != 0 && emulated != 0 && recorded_head != emulated) {
+        return *unreproduced_value("inputs.qp_a.rq.head", "it disagrees with inputs.setup.rq_completions_emulated_before");
+    }
+    const std::uint32_t completed_before = std::max(recorded_head, emulated);
     if (number_or(rq_geometry, "wq_sig", 0) != 0) return *unreproduced_value("inputs.qp_a.rq.wq_sig", "not modelled for polls");
     const bool to_shared_receive = qp_a.at("srq").get<bool>();
     if (setup.contains("posted_to") && setup.at("posted_to").is_string() &&
@@ -225,16 +234,15 @@ CaseResult check_completion_case(const json& one_case) {
             return CaseResult::mismatch("a setup SRQ receive was refused");
         }
         queues.shared_receive = &shared_receive->queue;
-        if (number(setup.at("rq_completions_emulated_before")) != 0) {
+        if (completed_before != 0) {
             return *unreproduced_value("inputs.setup.rq_completions_emulated_before", "QP A receives from an SRQ");
         }
         return check_poll(inputs.at("cq"), outputs, queues);
     }
-    // The harness completes receives by rq.tail = rq.head: those it counts as emulated before the
-    // setup were posted first, so they moved the head as much as the tail (and the setup's
-    // receives start that far into the ring).
-    const std::uint32_t emulated = static_cast<std::uint32_t>(number(setup.at("rq_completions_emulated_before")));
-    if (std::optional<CaseResult> refused = post_completed_fillers(receive_queue, emulated)) return *refused;
+    // The harness completes receives by rq.tail = rq.head: those completed before the setup were
+    // posted first, so they moved the head as much as the tail (and the setup's receives start
+    // that far into the ring).
+    if (std::optional<CaseResult> refused = post_completed_fillers(receive_queue, completed_before)) return *refused;
     if (!receives.requests.empty() &&
         receive_queue.post(receives.requests.data(), static_cast<std::uint32_t>(receives.requests.size()), nullptr) !=
             mlx5::PostResult::ok) {
