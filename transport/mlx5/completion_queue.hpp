@@ -6,7 +6,8 @@
 //
 // Off the common case: CQEs carrying data (scatter-to-CQE, inline_scatter.hpp) for a target
 // that says its QP was created with it, and compressed sessions (compressed_session.hpp) on a
-// ring that says its CQ was.
+// ring that says its CQ was. A poll ends before a compressed session that follows other CQEs
+// and the next poll starts with it, so that the loop over plain CQEs carries nothing for them.
 //
 // Deliberate differences from libmlx5 v44 (docs/ARCHITECTURE.md says why):
 // - a non-SRQ responder CQE is matched by its wqe_counter, not by in-order consumption;
@@ -173,6 +174,8 @@ class CompletionQueue {
     // requester CQE in the plain 64-byte format.
     static constexpr std::uint32_t kNotOwned = kCqeInvalid << 3;
     static constexpr std::uint32_t kPlainRequester = 1;
+    // The format bits in cqe_state(): both set for a compressed CQE (format 3).
+    static constexpr std::uint32_t kStateCompressed = kCqeFormatMask >> 1;
 
     // Ownership and the common case in one byte (mlx5-facts.md §5). Software owns the entry when
     // its opcode is not "invalid" and its owner bit equals the pass parity of the index. With
@@ -194,8 +197,11 @@ class CompletionQueue {
     RDMACHAN_NOINLINE std::uint32_t poll_owned(Completion* completion, std::uint32_t capacity,
                                                Resolver resolve, std::uint8_t state,
                                                const std::uint8_t* cqe) {
-        if (RDMACHAN_UNLIKELY(state > kPlainRequester))
+        if (RDMACHAN_UNLIKELY(state > kPlainRequester)) {
+            if (RDMACHAN_UNLIKELY((state & kStateCompressed) == kStateCompressed))
+                return poll_session(completion, capacity, resolve);
             return poll_more(completion, capacity, resolve, nullptr, 0);
+        }
         // The CQE body is read only after its owner bit said it is complete (mlx5-facts.md §5).
         from_device_barrier();
         const std::uint32_t sop_drop_qpn = load32(cqe + kCqeSopDropQpn);  // as stored (big-endian)
@@ -287,8 +293,8 @@ class CompletionQueue {
                             target = resolve(qpn, load_big32(cqe + kCqeSrqnUserIndex) & 0xffffff);
                         first_resolved = false;
                         if (target == nullptr || target->send == nullptr) {
-                            decode(cqe, cqe[kCqeOpOwn], byte_swap32(sop_drop_qpn), target,
-                                   *completion, ring_.cqe_size);
+                            decode(cqe, entry_of(cqe, stride), byte_swap32(sop_drop_qpn), target,
+                                   *completion);
                             cached_sop_drop_qpn = std::uint64_t{1} << 32;
                             send_consumer_index = nullptr;
                             goto next;
@@ -312,26 +318,11 @@ class CompletionQueue {
                 *send_consumer_index = complete_plain_send(*completion, cqe, wr_ids, wqe_ends,
                                                            wqe_mask, cached_bytes, qpn_word);
             } else {
-                if (state >= kNotOwned) break;
+                // Not ours yet, or a compressed session (format 3, state bits 2:1): the poll
+                // ends before it, and the next one starts with it (poll_owned()).
+                if (state >= kNotOwned || (state & kStateCompressed) == kStateCompressed) break;
                 from_device_barrier();
             general:
-                if (RDMACHAN_UNLIKELY((cqe[kCqeOpOwn] & kCqeFormatMask) == kCqeFormatMask) &&
-                    ring_.compressed_cqes) {
-                    // A compressed session (or the rest of one): as many of its CQEs as there
-                    // is room for, through the general decoder.
-                    first_resolved = false;
-                    const std::uint32_t room =
-                        capacity - static_cast<std::uint32_t>(completion - completions);
-                    const std::uint32_t taken =
-                        take_session(completion, room, cqe, parity, resolve);
-                    if (taken != 0) {
-                        completion += taken;
-                        if (taken == room) break;
-                        limit = pass_limit(cqe, room - taken);
-                        state = cqe_state(load_acquire8(cqe + kCqeOpOwn), parity);
-                        continue;
-                    }
-                }
                 // Responder, error and every other CQE: the general decoder.
                 const std::uint32_t sop_drop_qpn = load_big32(cqe + kCqeSopDropQpn);
                 CompletionTarget* target = first_target;
@@ -339,7 +330,7 @@ class CompletionQueue {
                     target = resolve(sop_drop_qpn & 0xffffff,
                                      load_big32(cqe + kCqeSrqnUserIndex) & 0xffffff);
                 first_resolved = false;
-                decode(cqe, cqe[kCqeOpOwn], sop_drop_qpn, target, *completion, ring_.cqe_size);
+                decode(cqe, entry_of(cqe, stride), sop_drop_qpn, target, *completion);
                 // decode() may have retired send WQEs of the cached QP: the cache stays valid,
                 // as complete_send() reads the consumer index afresh from wqe_ends each time.
             }
@@ -363,62 +354,117 @@ class CompletionQueue {
         return finish((done_resolved & 1) + static_cast<std::uint32_t>(completion - completions));
     }
 
-    // Consumes up to `room` CQEs of the compressed session whose title or next entry `cqe` is,
-    // into `completions`; returns how many (0: `cqe` starts no session, its title is malformed).
-    // `cqe` and `parity` move past the entries consumed. A session left unfinished marks its
-    // next entry as a software-owned compressed CQE, so that the next poll, even an empty one's
-    // first look, comes back here: the common poll never asks whether a session is open.
+    // A poll whose first CQE is compressed (a session's title, or the next entry of one begun):
+    // as many of its CQEs as there is room for, and of the sessions right after it; the CQEs
+    // after those go to the loop, which ends the poll before the next session.
+    template <typename Resolver>
+    RDMACHAN_NOINLINE std::uint32_t poll_session(Completion* completion, std::uint32_t room,
+                                                 Resolver resolve) {
+        std::uint32_t done = 0;
+        for (;;) {
+            const std::uint32_t taken = take_session(completion, room, resolve);
+            completion += taken;
+            room -= taken;
+            done += taken;
+            const std::uint8_t state =
+                cqe_state(load_acquire8(next_cqe64_ + kCqeOpOwn), owner_parity_);
+            if (room == 0 || state >= kNotOwned) return finish(done);
+            if ((state & kStateCompressed) != kStateCompressed) {
+                // The CQEs after the sessions, up to the next session (the loop stops there, so
+                // this never nests); the loop's finish() writes the doorbell record for all.
+                consumer_index_ += done;
+                return done + poll_more(completion, room, resolve, nullptr, 0);
+            }
+        }
+    }
+
+    // Consumes up to `room` (at least 1) CQEs of the compressed session at next_cqe64_ into
+    // `completions` and returns how many; next_cqe64_ and owner_parity_ move past them. A title
+    // that cannot start a session, or any compressed CQE on a ring without compressed_cqes, is
+    // decoded alone, as a local QP operation error. A session left unfinished marks its next
+    // entry as a software-owned compressed CQE, so that the next poll, even an empty one's first
+    // look, comes back here: the common poll never asks whether a session is open.
     template <typename Resolver>
     RDMACHAN_NOINLINE std::uint32_t take_session(Completion* completions, std::uint32_t room,
-                                                 const std::uint8_t*& cqe, std::uint32_t& parity,
                                                  Resolver& resolve) {
         CompressedSession& session = session_;
+        const std::uint8_t* cqe = next_cqe64_;
+        std::uint32_t parity = owner_parity_;
+        from_device_barrier();
         if (!session.active()) {
-            const std::uint32_t size = CompressedSession::size_of(cqe, ring_.cqe_count);
-            if (size == 0) return 0;
-            std::memcpy(session.title, cqe, kCqeSize64);
-            const std::uint8_t* first_array = cqe + cqe_stride_;
-            if (first_array == end_cqe64_) first_array = first_cqe64_;
-            std::memcpy(session.minis, first_array, kCqeSize64);
-            session.loaded_array = 0;
-            session.position = 0;
-            session.size = size;
+            const std::uint32_t size =
+                ring_.compressed_cqes ? CompressedSession::size_of(cqe, ring_.cqe_count) : 0;
+            if (size == 0) {
+                const std::uint32_t sop_drop_qpn = load_big32(cqe + kCqeSopDropQpn);
+                decode(cqe, entry_of(cqe, cqe_stride_), sop_drop_qpn,
+                       resolve(sop_drop_qpn & 0xffffff,
+                               load_big32(cqe + kCqeSrqnUserIndex) & 0xffffff),
+                       completions[0]);
+            } else {
+                std::memcpy(session.title, cqe, kCqeSize64);
+                const std::uint8_t* first_array = cqe + cqe_stride_;
+                if (first_array == end_cqe64_) first_array = first_cqe64_;
+                std::memcpy(session.minis, first_array, kCqeSize64);
+                session.loaded_array = 0;
+                session.position = 0;
+                session.size = size;
+            }
         }
-        const std::uint32_t sop_drop_qpn = load_big32(session.title + kCqeSopDropQpn);
-        CompletionTarget* const target =
-            resolve(sop_drop_qpn & 0xffffff,
-                    load_big32(session.title + kCqeSrqnUserIndex) & 0xffffff);
         std::uint32_t taken = 0;
-        alignas(8) std::uint8_t expanded[kCqeSize64];
-        while (taken < room && session.active()) {
-            const std::uint32_t array = session.position / kMiniCqesPerEntry;
-            if (array != session.loaded_array) {  // this entry is the array
-                std::memcpy(session.minis, cqe, kCqeSize64);
-                session.loaded_array = array;
-            }
-            session.expand(expanded);
-            // The ring is the caller's writable memory (CompletionQueueRing::buffer).
-            const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] = static_cast<std::uint8_t>(kCqeInvalid << 4);
-            ++session.position;
-            decode(expanded, expanded[kCqeOpOwn], load_big32(expanded + kCqeSopDropQpn), target,
-                   completions[taken], ring_.cqe_size);
-            ++taken;
-            cqe += cqe_stride_;
-            if (cqe == end_cqe64_) {
-                cqe = first_cqe64_;
-                parity ^= 1;
-            }
-        }
         if (session.active()) {
-            const std::uint32_t array = session.position / kMiniCqesPerEntry;
-            if (array != session.loaded_array) {
-                std::memcpy(session.minis, cqe, kCqeSize64);
-                session.loaded_array = array;
+            const std::uint32_t sop_drop_qpn = load_big32(session.title + kCqeSopDropQpn);
+            CompletionTarget* const target = resolve(
+                sop_drop_qpn & 0xffffff, load_big32(session.title + kCqeSrqnUserIndex) & 0xffffff);
+            alignas(8) std::uint8_t expanded[kCqeSize64];
+            while (taken < room && session.active()) {
+                const std::uint32_t array = session.position / kMiniCqesPerEntry;
+                if (array != session.loaded_array) {  // this entry is the array
+                    std::memcpy(session.minis, cqe, kCqeSize64);
+                    session.loaded_array = array;
+                }
+                session.expand(expanded);
+                // Not software's on any later pass until the NIC writes it again. The ring is
+                // the caller's writable memory (CompletionQueueRing::buffer).
+                const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] =
+                    static_cast<std::uint8_t>(kCqeInvalid << 4);
+                ++session.position;
+                decode(expanded, entry_of(expanded, cqe_stride_),
+                       load_big32(expanded + kCqeSopDropQpn), target, completions[taken]);
+                ++taken;
+                cqe = next_entry(cqe, parity);
             }
-            const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] =
-                static_cast<std::uint8_t>(kCqeFormatMask | parity);
+            if (session.active()) {
+                const std::uint32_t array = session.position / kMiniCqesPerEntry;
+                if (array != session.loaded_array) {
+                    std::memcpy(session.minis, cqe, kCqeSize64);
+                    session.loaded_array = array;
+                }
+                const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] =
+                    static_cast<std::uint8_t>(kCqeFormatMask | parity);
+            }
+        } else {
+            taken = 1;  // the malformed title, decoded above
+            cqe = next_entry(cqe, parity);
         }
+        next_cqe64_ = cqe;
+        owner_parity_ = static_cast<std::uint8_t>(parity);
         return taken;
+    }
+
+    // decode()'s second argument: the CQE's op_own and the CQE size.
+    RDMACHAN_HOST_DEVICE static std::uint32_t entry_of(const std::uint8_t* cqe, std::size_t size) {
+        return cqe[kCqeOpOwn] | static_cast<std::uint32_t>(size) << 8;
+    }
+
+    // The entry after `cqe`; past the ring's end, the first, on the next pass.
+    RDMACHAN_HOST_DEVICE const std::uint8_t* next_entry(const std::uint8_t* cqe,
+                                                        std::uint32_t& parity) const {
+        cqe += cqe_stride_;
+        if (cqe == end_cqe64_) {
+            cqe = first_cqe64_;
+            parity ^= 1;
+        }
+        return cqe;
     }
 
     // Where a walk from `cqe` for at most `room` entries stops: at the ring end or after them.
@@ -574,9 +620,13 @@ class CompletionQueue {
                   "complete_send() fills Completion bytes 0-23 in three words in this order");
 
     // Everything but the common requester CQE: responder, error, unknown-QP and other CQEs.
-    RDMACHAN_COLD static void decode(const std::uint8_t* cqe, std::uint8_t op_own,
+    // `entry` is the CQE's op_own in bits 7:0 and the CQ's CQE size above (five arguments: the
+    // poll loop keeps its cursor in the sixth argument register).
+    RDMACHAN_COLD static void decode(const std::uint8_t* cqe, std::uint32_t entry,
                                      std::uint32_t sop_drop_qpn, CompletionTarget* target,
-                                     Completion& completion, std::uint32_t cqe_size) {
+                                     Completion& completion) {
+        const std::uint8_t op_own = static_cast<std::uint8_t>(entry);
+        const std::uint32_t cqe_size = entry >> 8;
         const std::uint8_t opcode = op_own >> 4;
         const std::uint32_t qpn = sop_drop_qpn & 0xffffff;
         const std::uint16_t wqe_counter = load_big16(cqe + kCqeWqeCounter);
@@ -659,8 +709,8 @@ class CompletionQueue {
         const std::uint8_t* const data = inline_scatter_data(cqe, format, cqe_size);
         if (data == nullptr || target.send_ring == nullptr)
             return CompletionStatus::local_qp_operation_error;
-        switch (scatter_to_send(target.send_ring, target.send_wqe_count, wqe_counter, data,
-                                byte_len)) {
+        switch (
+            scatter_to_send(target.send_ring, target.send_wqe_count, wqe_counter, data, byte_len)) {
             case SendScatterResult::placed:
                 return CompletionStatus::success;
             case SendScatterResult::too_long:

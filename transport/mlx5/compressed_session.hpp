@@ -46,9 +46,9 @@ inline constexpr std::uint8_t kCqeFormatMask = 0x0c;    // op_own bits 3:2
 struct CompressedSession {
     std::uint8_t title[kCqeSize64] = {};
     std::uint8_t minis[kCqeSize64] = {};
-    std::uint32_t size = 0;         // N, the CQEs the session stands for
-    std::uint32_t position = 0;     // the next CQE's, 0 to N - 1
-    std::uint32_t loaded_array = 0; // which array `minis` holds (mini CQEs 8k to 8k + 7)
+    std::uint32_t size = 0;          // N, the CQEs the session stands for
+    std::uint32_t position = 0;      // the next CQE's, 0 to N - 1
+    std::uint32_t loaded_array = 0;  // which array `minis` holds (mini CQEs 8k to 8k + 7)
 
     RDMACHAN_HOST_DEVICE bool active() const { return position < size; }
 

@@ -34,8 +34,7 @@ RDMACHAN_HOST_DEVICE inline const std::uint8_t* inline_scatter_data(const std::u
 // whatever an earlier post left there; a NIC never sends more than the WQE holds, it reports a
 // length error instead).
 RDMACHAN_HOST_DEVICE inline void scatter_to_segments(const std::uint8_t* segment,
-                                                     std::uint32_t count,
-                                                     const std::uint8_t*& data,
+                                                     std::uint32_t count, const std::uint8_t*& data,
                                                      std::uint32_t& size) {
     for (std::uint32_t i = 0; i < count && size != 0; ++i, segment += kDataSegmentSize) {
         if (load_big32(segment + 4) == kInvalidLkey) break;
@@ -60,8 +59,8 @@ RDMACHAN_HOST_DEVICE inline bool scatter_to_receive(const std::uint8_t* segments
 // What an inline requester CQE did with its data.
 enum class SendScatterResult : std::uint8_t {
     placed,
-    too_long,       // more bytes than the WQE's data segments hold: local length error
-    wrong_opcode,   // not a read or an atomic: libmlx5 reports a remote invalid request
+    too_long,      // more bytes than the WQE's data segments hold: local length error
+    wrong_opcode,  // not a read or an atomic: libmlx5 reports a remote invalid request
 };
 
 // A read's or an atomic's response data goes to the data segments of the send WQE that starts at
@@ -75,7 +74,8 @@ RDMACHAN_HOST_DEVICE inline SendScatterResult scatter_to_send(const std::uint8_t
                                                               std::uint32_t size) {
     const std::uint8_t* const ctrl =
         ring + static_cast<std::size_t>(first_wqebb & (wqebb_count - 1)) * kSendWqeBasicBlockSize;
-    const std::uint8_t* const end = ring + static_cast<std::size_t>(wqebb_count) * kSendWqeBasicBlockSize;
+    const std::uint8_t* const end =
+        ring + static_cast<std::size_t>(wqebb_count) * kSendWqeBasicBlockSize;
     std::uint32_t offset = kControlSegmentSize + kRemoteAddressSegmentSize;
     switch (ctrl[3]) {
         case kOpcodeRdmaRead:
@@ -90,7 +90,8 @@ RDMACHAN_HOST_DEVICE inline SendScatterResult scatter_to_send(const std::uint8_t
     const std::uint32_t ds = load_big32(ctrl + 4) & 0x3f;
     std::uint32_t count = ds > offset / kSegmentUnit ? ds - offset / kSegmentUnit : 0;
     const std::uint8_t* segments = ctrl + offset;
-    const std::uint32_t before_end = static_cast<std::uint32_t>((end - segments) / kDataSegmentSize);
+    const std::uint32_t before_end =
+        static_cast<std::uint32_t>((end - segments) / kDataSegmentSize);
     if (count > before_end) {
         scatter_to_segments(segments, before_end, data, size);
         count -= before_end;
