@@ -18,9 +18,8 @@
 // naming the step.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
 
@@ -41,7 +40,7 @@ struct PriorStateQueues {
 };
 
 class BeforeCaptureReplay {
-public:
+  public:
     explicit BeforeCaptureReplay(const PriorStateQueues& queues);
     // Its queues point into its own storage.
     BeforeCaptureReplay(const BeforeCaptureReplay&) = delete;
@@ -51,8 +50,9 @@ public:
     // a step it cannot replay; mismatch: our queue answered a step otherwise).
     std::optional<CaseResult> replay(const nlohmann::json& steps);
 
-private:
-    std::optional<CaseResult> post_receives(const nlohmann::json& step, const std::string& where, bool shared);
+  private:
+    std::optional<CaseResult> post_receives(const nlohmann::json& step, const std::string& where,
+                                            bool shared);
     std::optional<CaseResult> post_sends(const nlohmann::json& step, const std::string& where);
     std::optional<CaseResult> poll(const nlohmann::json& step, const std::string& where);
 

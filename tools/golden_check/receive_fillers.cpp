@@ -37,10 +37,12 @@ CaseResult unreproduced(const std::string& why) {
 }  // namespace
 
 std::optional<CaseResult> replay_receive_fillers(const std::string& text, mlx5::ReceiveQueue& queue,
-                                                 std::uint32_t head_before, std::uint32_t tail_before) {
+                                                 std::uint32_t head_before,
+                                                 std::uint32_t tail_before) {
     const std::optional<ReceiveFillers> fillers = parse_receive_fillers(text);
     if (!fillers.has_value()) return unreproduced("not a form this tool replays");
-    if (fillers->count > head_before) return unreproduced("rq_before's head counts fewer receives than its fillers");
+    if (fillers->count > head_before)
+        return unreproduced("rq_before's head counts fewer receives than its fillers");
     const std::uint32_t wqe_count = queue.ring().wqe_count;
     const std::uint32_t first = head_before - fillers->count;
     if (head_before - tail_before > wqe_count) {
@@ -53,7 +55,8 @@ std::optional<CaseResult> replay_receive_fillers(const std::string& text, mlx5::
     queue.set_counters(first, completed_between ? first : tail_before);
     for (std::uint32_t posted = 0; posted < fillers->count;) {
         const std::uint32_t batch = std::min(fillers->per_call, fillers->count - posted);
-        if (completed_between && queue.outstanding() + batch > wqe_count) queue.set_counters(queue.head(), queue.head());
+        if (completed_between && queue.outstanding() + batch > wqe_count)
+            queue.set_counters(queue.head(), queue.head());
         std::vector<mlx5::ReceiveWorkRequest> requests(batch);
         for (std::uint32_t i = 0; i < batch; ++i) {
             requests[i].wr_id = 0xf0000000u + posted + i;
@@ -64,11 +67,13 @@ std::optional<CaseResult> replay_receive_fillers(const std::string& text, mlx5::
             return CaseResult::mismatch("a filler receive (inputs.before_capture) was refused");
         }
         posted += batch;
-        if (completed_between && queue.head() == tail_before) queue.set_counters(queue.head(), queue.head());
+        if (completed_between && queue.head() == tail_before)
+            queue.set_counters(queue.head(), queue.head());
     }
     if (queue.tail() != tail_before) {
-        return unreproduced("rq_before's tail is not where completions emulated between calls (rq.tail = rq.head) "
-                            "can leave it");
+        return unreproduced(
+            "rq_before's tail is not where completions emulated between calls (rq.tail = rq.head) "
+            "can leave it");
     }
     return std::nullopt;
 }

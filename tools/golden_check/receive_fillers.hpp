@@ -18,6 +18,7 @@ namespace rdmachan::golden {
 // replayed; unsupported when the text is not this form or no order of posts and emulated
 // completions reaches rq_before; mismatch when our queue refuses a filler libmlx5 took.
 std::optional<CaseResult> replay_receive_fillers(const std::string& text, mlx5::ReceiveQueue& queue,
-                                                 std::uint32_t head_before, std::uint32_t tail_before);
+                                                 std::uint32_t head_before,
+                                                 std::uint32_t tail_before);
 
 }  // namespace rdmachan::golden

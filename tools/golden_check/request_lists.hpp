@@ -3,7 +3,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <vector>
 
 #include "tools/golden_check/hex.hpp"
@@ -27,7 +26,8 @@ inline ReceiveRequests receive_requests(const nlohmann::json& wr_list) {
     result.elements.reserve(wr_list.size());
     for (const nlohmann::json& wr : wr_list) {
         std::vector<mlx5::ScatterGatherElement> elements;
-        for (const nlohmann::json& element : wr.at("sg_list")) elements.push_back(scatter_gather_element(element));
+        for (const nlohmann::json& element : wr.at("sg_list"))
+            elements.push_back(scatter_gather_element(element));
         result.elements.push_back(std::move(elements));
         mlx5::ReceiveWorkRequest request;
         request.wr_id = number(wr.at("wr_id"));

@@ -3,9 +3,8 @@
 // srq_wqe and cqe kinds of recv-vectors.json.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "tools/golden_check/hex.hpp"
@@ -29,12 +28,15 @@ struct SharedReceiveQueueFixture {
         buffer.assign(static_cast<std::size_t>(wqe_count) * stride, kPoison);
         wr_ids.assign(wqe_count, 0);
         for (std::uint32_t i = 0; i < wqe_count; ++i) {
-            mlx5::store_big16(buffer.data() + static_cast<std::size_t>(i) * stride + mlx5::kSrqNextWqeIndex,
-                              static_cast<std::uint16_t>(number(links[i])));
+            mlx5::store_big16(
+                buffer.data() + static_cast<std::size_t>(i) * stride + mlx5::kSrqNextWqeIndex,
+                static_cast<std::uint16_t>(number(links[i])));
         }
         mlx5::SharedReceiveQueueRing ring{buffer.data(), wqe_count, stride,
-                                          static_cast<std::uint32_t>(number(created.at("srqn"))), &doorbell_record};
-        queue = mlx5::SharedReceiveQueue(ring, wr_ids.data(), static_cast<std::uint32_t>(number(created.at("head"))),
+                                          static_cast<std::uint32_t>(number(created.at("srqn"))),
+                                          &doorbell_record};
+        queue = mlx5::SharedReceiveQueue(ring, wr_ids.data(),
+                                         static_cast<std::uint32_t>(number(created.at("head"))),
                                          static_cast<std::uint32_t>(number(created.at("tail"))));
         queue.set_counter(static_cast<std::uint16_t>(number(created.at("counter"))));
     }

@@ -38,7 +38,8 @@ json merge_runs(const json& first, const json& second) {
     if (first.is_object() && second.is_object()) {
         json merged = first;
         for (auto& entry : merged.items()) {
-            if (second.contains(entry.key())) entry.value() = merge_runs(entry.value(), second.at(entry.key()));
+            if (second.contains(entry.key()))
+                entry.value() = merge_runs(entry.value(), second.at(entry.key()));
         }
         if (merged.contains("written_mask_hex") && second.contains("written_mask_hex")) {
             std::string mask = merged.at("written_mask_hex").get<std::string>();
@@ -52,7 +53,8 @@ json merge_runs(const json& first, const json& second) {
     }
     if (first.is_array() && second.is_array() && first.size() == second.size()) {
         json merged = json::array();
-        for (std::size_t i = 0; i < first.size(); ++i) merged.push_back(merge_runs(first[i], second[i]));
+        for (std::size_t i = 0; i < first.size(); ++i)
+            merged.push_back(merge_runs(first[i], second[i]));
         return merged;
     }
     return first;
@@ -66,10 +68,12 @@ json completion_fields(const ibv_wc& wc, std::uint8_t poison) {
         return false;
     };
     auto field = [&](const auto& value) -> json {
-        return written(&value, sizeof value) ? json(static_cast<std::uint64_t>(value)) : json(nullptr);
+        return written(&value, sizeof value) ? json(static_cast<std::uint64_t>(value))
+                                             : json(nullptr);
     };
     json fields;
-    fields["wr_id"] = written(&wc.wr_id, sizeof wc.wr_id) ? json(hex_number(wc.wr_id)) : json(nullptr);
+    fields["wr_id"] =
+        written(&wc.wr_id, sizeof wc.wr_id) ? json(hex_number(wc.wr_id)) : json(nullptr);
     fields["status"] = field(wc.status);
     fields["opcode"] = field(wc.opcode);
     fields["vendor_err"] = field(wc.vendor_err);
@@ -91,20 +95,23 @@ json completion_fields(const ibv_wc& wc, std::uint8_t poison) {
     return fields;
 }
 
-ReceiveCounters::ReceiveCounters(ibv_qp* qp, std::uint32_t wqe_count, std::uint32_t wqe_shift, std::uint32_t head,
-                                 std::uint32_t tail) {
+ReceiveCounters::ReceiveCounters(ibv_qp* qp, std::uint32_t wqe_count, std::uint32_t wqe_shift,
+                                 std::uint32_t head, std::uint32_t tail) {
     // struct mlx5_qp holds the ibv_qp near its start and both work queues within a few hundred
     // bytes after it.
-    auto* first = reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uintptr_t>(qp) & ~std::uintptr_t{3});
+    auto* first =
+        reinterpret_cast<std::uint32_t*>(reinterpret_cast<std::uintptr_t>(qp) & ~std::uintptr_t{3});
     int found = 0;
     for (std::uint32_t* words = first; words < first + 1024; ++words) {
-        if (words[0] == wqe_count && words[1] == wqe_count && words[2] == head && words[3] == tail &&
-            words[5] == words[6] && static_cast<std::uint32_t>(words[7]) == wqe_shift) {
+        if (words[0] == wqe_count && words[1] == wqe_count && words[2] == head &&
+            words[3] == tail && words[5] == words[6] &&
+            static_cast<std::uint32_t>(words[7]) == wqe_shift) {
             words_ = words;
             ++found;
         }
     }
-    if (found != 1) throw std::runtime_error("libmlx5's receive-queue counters not found exactly once");
+    if (found != 1)
+        throw std::runtime_error("libmlx5's receive-queue counters not found exactly once");
 }
 
 }  // namespace rdmachan::golden::capture

@@ -5,9 +5,9 @@
 #pragma once
 
 #include <infiniband/verbs.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace rdmachan::golden::capture {
@@ -32,14 +32,14 @@ nlohmann::json completion_fields(const ibv_wc& wc, std::uint8_t poison);
 // wqe_shift, head and tail as the caller knows them): the only way to emulate a completion as
 // the golden harness did (rq.tail = rq.head). Throws if they are not found exactly once.
 class ReceiveCounters {
-public:
-    ReceiveCounters(ibv_qp* qp, std::uint32_t wqe_count, std::uint32_t wqe_shift, std::uint32_t head,
-                    std::uint32_t tail);
+  public:
+    ReceiveCounters(ibv_qp* qp, std::uint32_t wqe_count, std::uint32_t wqe_shift,
+                    std::uint32_t head, std::uint32_t tail);
     std::uint32_t head() const { return words_[2]; }
     std::uint32_t tail() const { return words_[3]; }
     void set_tail(std::uint32_t tail) { words_[3] = tail; }
 
-private:
+  private:
     std::uint32_t* words_ = nullptr;  // wqe_cnt, max_post, head, tail, ...
 };
 

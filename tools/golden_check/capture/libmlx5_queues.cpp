@@ -45,8 +45,8 @@ struct ReceiveChain {
     }
 };
 
-json post_step(const char* op, const std::vector<ReceiveSpec>& list, int result, const ibv_recv_wr* bad,
-               const ReceiveChain& chain) {
+json post_step(const char* op, const std::vector<ReceiveSpec>& list, int result,
+               const ibv_recv_wr* bad, const ReceiveChain& chain) {
     json step = {{"op", op}, {"wr_list", json::array()}, {"return_code", result}};
     for (const ReceiveSpec& spec : list) step["wr_list"].push_back(receive_json(spec));
     step["bad_wr_index"] = bad == nullptr ? json(nullptr) : json(bad - chain.wrs.data());
@@ -56,10 +56,12 @@ json post_step(const char* op, const std::vector<ReceiveSpec>& list, int result,
 }  // namespace
 
 json receive_json(const ReceiveSpec& spec) {
-    json wr = {{"wr_id", hex_number(spec.wr_id)}, {"num_sge", spec.sges}, {"sg_list", json::array()}};
+    json wr = {
+        {"wr_id", hex_number(spec.wr_id)}, {"num_sge", spec.sges}, {"sg_list", json::array()}};
     for (const ibv_sge& sge : sges_of(spec)) {
-        wr["sg_list"].push_back(
-            {{"addr", hex_number(sge.addr)}, {"length", hex_number(sge.length)}, {"lkey", hex_number(sge.lkey)}});
+        wr["sg_list"].push_back({{"addr", hex_number(sge.addr)},
+                                 {"length", hex_number(sge.length)},
+                                 {"lkey", hex_number(sge.lkey)}});
     }
     return wr;
 }
@@ -71,10 +73,12 @@ Libmlx5Queues::Libmlx5Queues(std::uint32_t cq_entries) {
     mlx5dv_obj object{};
     object.cq.in = device_.cq;
     object.cq.out = &cq_;
-    if (mlx5dv_init_obj(&object, MLX5DV_OBJ_CQ) != 0) throw std::runtime_error("mlx5dv_init_obj of the CQ failed");
+    if (mlx5dv_init_obj(&object, MLX5DV_OBJ_CQ) != 0)
+        throw std::runtime_error("mlx5dv_init_obj of the CQ failed");
 }
 
-QueuePair& Libmlx5Queues::add_queue_pair(std::uint32_t max_recv_wr, std::uint32_t max_recv_sge, ibv_srq* srq) {
+QueuePair& Libmlx5Queues::add_queue_pair(std::uint32_t max_recv_wr, std::uint32_t max_recv_sge,
+                                         ibv_srq* srq) {
     ibv_qp_cap caps{};
     caps.max_send_wr = 16;
     caps.max_send_sge = 4;
@@ -82,13 +86,15 @@ QueuePair& Libmlx5Queues::add_queue_pair(std::uint32_t max_recv_wr, std::uint32_
     caps.max_recv_sge = srq != nullptr ? 0 : max_recv_sge;
     std::string error;
     auto* queue_pair = new QueuePair;  // lives as long as the process: the fake device does too
-    queue_pair->qp = rdmachan::libmlx5_instructions::create_rts_queue_pair(device_, caps, error, false, srq);
+    queue_pair->qp =
+        rdmachan::libmlx5_instructions::create_rts_queue_pair(device_, caps, error, false, srq);
     if (queue_pair->qp == nullptr) throw std::runtime_error(error);
     queue_pair->user_index = rdmachan::libmlx5_instructions::fake_kernel().user_index;
     mlx5dv_obj object{};
     object.qp.in = queue_pair->qp;
     object.qp.out = &queue_pair->dv;
-    if (mlx5dv_init_obj(&object, MLX5DV_OBJ_QP) != 0) throw std::runtime_error("mlx5dv_init_obj of a QP failed");
+    if (mlx5dv_init_obj(&object, MLX5DV_OBJ_QP) != 0)
+        throw std::runtime_error("mlx5dv_init_obj of a QP failed");
     queue_pairs_.push_back(queue_pair);
     return *queue_pair;
 }
@@ -108,7 +114,8 @@ mlx5dv_srq Libmlx5Queues::shared_receive_view() const {
     mlx5dv_obj object{};
     object.srq.in = srq_;
     object.srq.out = &view;
-    if (mlx5dv_init_obj(&object, MLX5DV_OBJ_SRQ) != 0) throw std::runtime_error("mlx5dv_init_obj of the SRQ failed");
+    if (mlx5dv_init_obj(&object, MLX5DV_OBJ_SRQ) != 0)
+        throw std::runtime_error("mlx5dv_init_obj of the SRQ failed");
     return view;
 }
 
@@ -136,7 +143,9 @@ json Libmlx5Queues::post_send(const QueuePair& qp, std::uint64_t wr_id) {
     wr.num_sge = 1;
     ibv_send_wr* bad = nullptr;
     const int result = ibv_post_send(qp.qp, &wr, &bad);
-    json sg = {{"addr", hex_number(sge.addr)}, {"length", hex_number(sge.length)}, {"lkey", hex_number(sge.lkey)}};
+    json sg = {{"addr", hex_number(sge.addr)},
+               {"length", hex_number(sge.length)},
+               {"lkey", hex_number(sge.lkey)}};
     return {{"op", "ibv_post_send"},
             {"wr_list", json::array({{{"wr_id", hex_number(wr_id)},
                                       {"opcode", "IBV_WR_SEND"},
@@ -145,8 +154,8 @@ json Libmlx5Queues::post_send(const QueuePair& qp, std::uint64_t wr_id) {
             {"return_code", result}};
 }
 
-json Libmlx5Queues::write_and_poll(const std::vector<CqeSpec>& cqes, std::uint32_t ne, std::uint8_t poison,
-                                   std::vector<ibv_wc>& wc) {
+json Libmlx5Queues::write_and_poll(const std::vector<CqeSpec>& cqes, std::uint32_t ne,
+                                   std::uint8_t poison, std::vector<ibv_wc>& wc) {
     json step = {{"op", "ibv_poll_cq"}, {"cqes_written", json::array()}, {"ne", ne}};
     for (std::size_t i = 0; i < cqes.size(); ++i) {
         const CqeSpec& spec = cqes[i];
@@ -155,7 +164,8 @@ json Libmlx5Queues::write_and_poll(const std::vector<CqeSpec>& cqes, std::uint32
                               static_cast<std::size_t>(index & (cq_.cqe_cnt - 1)) * cq_.cqe_size;
         std::uint8_t* cqe = entry + (cq_.cqe_size - 64);
         std::memset(entry, 0, cq_.cqe_size - 1);
-        const bool error = spec.opcode == mlx5::kCqeRequesterError || spec.opcode == mlx5::kCqeResponderError;
+        const bool error =
+            spec.opcode == mlx5::kCqeRequesterError || spec.opcode == mlx5::kCqeResponderError;
         if (!error && spec.opcode != mlx5::kCqeRequester) {
             mlx5::store_big32(cqe + mlx5::kCqeFlagsRemoteQpn, 0x0500beef);
             mlx5::store_big16(cqe + mlx5::kCqeSlid, 0x0a0b);
@@ -168,7 +178,8 @@ json Libmlx5Queues::write_and_poll(const std::vector<CqeSpec>& cqes, std::uint32
         } else {
             mlx5::store_big32(cqe + mlx5::kCqeByteCount, spec.byte_count);
         }
-        rdmachan::libmlx5_instructions::name_cqe(cqe, spec.user_index, spec.sop_drop_qpn, spec.wqe_counter);
+        rdmachan::libmlx5_instructions::name_cqe(cqe, spec.user_index, spec.sop_drop_qpn,
+                                                 spec.wqe_counter);
         const std::uint8_t owner = (index / cq_.cqe_cnt) & 1;
         std::atomic_ref<std::uint8_t>(cqe[mlx5::kCqeOpOwn])
             .store(static_cast<std::uint8_t>(spec.opcode << 4 | owner), std::memory_order_release);
@@ -180,7 +191,8 @@ json Libmlx5Queues::write_and_poll(const std::vector<CqeSpec>& cqes, std::uint32
     if (result > 0) consumer_index_ += static_cast<std::uint32_t>(result);
     step["return_code"] = result;
     step["wc"] = json::array();
-    for (int i = 0; i < result; ++i) step["wc"].push_back({{"index", i}, {"fields", completion_fields(wc[i], poison)}});
+    for (int i = 0; i < result; ++i)
+        step["wc"].push_back({{"index", i}, {"fields", completion_fields(wc[i], poison)}});
     return step;
 }
 
@@ -194,8 +206,12 @@ json Libmlx5Queues::cq_inputs() const {
 
 json Libmlx5Queues::cqe_written(std::uint32_t index) const {
     const std::uint32_t slot = index & (cq_.cqe_cnt - 1);
-    const std::uint8_t* entry = static_cast<const std::uint8_t*>(cq_.buf) + static_cast<std::size_t>(slot) * cq_.cqe_size;
-    return {{"cq_index", index}, {"slot", slot}, {"cqe_size", cq_.cqe_size}, {"entry_hex", hex(entry, cq_.cqe_size)}};
+    const std::uint8_t* entry =
+        static_cast<const std::uint8_t*>(cq_.buf) + static_cast<std::size_t>(slot) * cq_.cqe_size;
+    return {{"cq_index", index},
+            {"slot", slot},
+            {"cqe_size", cq_.cqe_size},
+            {"entry_hex", hex(entry, cq_.cqe_size)}};
 }
 
 json receive_queue_geometry(const QueuePair& qp) {

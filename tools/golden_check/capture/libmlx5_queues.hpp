@@ -6,9 +6,9 @@
 
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
-#include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -42,11 +42,12 @@ struct QueuePair {
 };
 
 class Libmlx5Queues {
-public:
+  public:
     // A CQ of at least `cq_entries` entries; throws what failed.
     explicit Libmlx5Queues(std::uint32_t cq_entries);
 
-    QueuePair& add_queue_pair(std::uint32_t max_recv_wr, std::uint32_t max_recv_sge, ibv_srq* srq = nullptr);
+    QueuePair& add_queue_pair(std::uint32_t max_recv_wr, std::uint32_t max_recv_sge,
+                              ibv_srq* srq = nullptr);
     ibv_srq* add_shared_receive_queue(std::uint32_t max_wr, std::uint32_t max_sge);
     mlx5dv_srq shared_receive_view() const;
 
@@ -56,8 +57,8 @@ public:
     nlohmann::json post_send(const QueuePair& qp, std::uint64_t wr_id);
     // Writes the CQEs at the consumer index on and polls `ne`; `wc` gets what the poll returned
     // (the array filled with `poison` first). The step holds cqes_written, ne, return_code, wc.
-    nlohmann::json write_and_poll(const std::vector<CqeSpec>& cqes, std::uint32_t ne, std::uint8_t poison,
-                                  std::vector<ibv_wc>& wc);
+    nlohmann::json write_and_poll(const std::vector<CqeSpec>& cqes, std::uint32_t ne,
+                                  std::uint8_t poison, std::vector<ibv_wc>& wc);
 
     const mlx5dv_cq& cq() const { return cq_; }
     ibv_cq* verbs_cq() const { return device_.cq; }
@@ -67,7 +68,7 @@ public:
     // One entry of cqes_written: the CQE at consumer index `index`, as it is in the ring.
     nlohmann::json cqe_written(std::uint32_t index) const;
 
-private:
+  private:
     rdmachan::libmlx5_instructions::FakeMlx5 device_;
     mlx5dv_cq cq_{};
     ibv_srq* srq_ = nullptr;

@@ -29,7 +29,8 @@ using nlohmann::json;
 
 constexpr std::uint8_t kPoisons[2] = {0xa5, 0x5a};
 
-CqeSpec responder(const QueuePair& qp, std::uint8_t opcode, std::uint16_t wqe_counter, std::uint32_t immediate = 0) {
+CqeSpec responder(const QueuePair& qp, std::uint8_t opcode, std::uint16_t wqe_counter,
+                  std::uint32_t immediate = 0) {
     CqeSpec cqe;
     cqe.opcode = opcode;
     cqe.user_index = qp.user_index;
@@ -50,9 +51,11 @@ CqeSpec requester_send(const QueuePair& qp, std::uint16_t wqe_counter) {
     return cqe;
 }
 
-std::vector<CqeSpec> responder_sends(const QueuePair& qp, std::uint32_t first_counter, std::uint32_t count) {
+std::vector<CqeSpec> responder_sends(const QueuePair& qp, std::uint32_t first_counter,
+                                     std::uint32_t count) {
     std::vector<CqeSpec> cqes;
-    for (std::uint32_t i = 0; i < count; ++i) cqes.push_back(responder(qp, mlx5::kCqeResponderSend, first_counter + i));
+    for (std::uint32_t i = 0; i < count; ++i)
+        cqes.push_back(responder(qp, mlx5::kCqeResponderSend, first_counter + i));
     return cqes;
 }
 
@@ -60,14 +63,20 @@ std::uint32_t record_value(const volatile std::uint32_t* record, int word) {
     return mlx5::big_to_host32(record[word]);
 }
 
-json rq_state(const ReceiveCounters& counters) { return {{"head", counters.head()}, {"tail", counters.tail()}}; }
+json rq_state(const ReceiveCounters& counters) {
+    return {{"head", counters.head()}, {"tail", counters.tail()}};
+}
 
 json recv_inputs(const QueuePair& qp, std::uint32_t head, std::uint32_t tail) {
     json rq_before = receive_queue_geometry(qp);
     rq_before["head"] = head;
     rq_before["tail"] = tail;
     return {{"rq_before", rq_before},
-            {"qp_create_attr", {{"max_recv_wr", 8}, {"max_recv_sge", 4}, {"qp_state", "RTS"}, {"MLX5_QP_SIGNATURE", "unset"}}}};
+            {"qp_create_attr",
+             {{"max_recv_wr", 8},
+              {"max_recv_sge", 4},
+              {"qp_state", "RTS"},
+              {"MLX5_QP_SIGNATURE", "unset"}}}};
 }
 
 // The capture of a recv_wqe case: `list` posted to `qp`, whose receive ring and doorbell record
@@ -91,7 +100,8 @@ json capture_receive_post(Libmlx5Queues& queues, QueuePair& qp, ReceiveCounters&
                     {"wqes", json::array()}};
     for (std::uint32_t counter = head_before; counter != counters.head(); ++counter) {
         const std::uint32_t slot = counter & (qp.dv.rq.wqe_cnt - 1);
-        json wqe = written_region(ring + static_cast<std::size_t>(slot) * qp.dv.rq.stride, qp.dv.rq.stride, poison);
+        json wqe = written_region(ring + static_cast<std::size_t>(slot) * qp.dv.rq.stride,
+                                  qp.dv.rq.stride, poison);
         wqe["wr_index"] = counter - head_before;
         wqe["rq_counter"] = counter;
         wqe["ring_index"] = slot;
@@ -109,13 +119,17 @@ json capture_receive_post(Libmlx5Queues& queues, QueuePair& qp, ReceiveCounters&
     const std::uint32_t outstanding = counters.head() - counters.tail();
     const std::uint32_t first = counters.tail();
     queues.write_and_poll(responder_sends(qp, first, outstanding), outstanding, poison, wc);
-    for (std::uint32_t i = 0; i < wc.size(); ++i) wr_ids[(first + i) & (qp.dv.rq.wqe_cnt - 1)] = hex_number(wc[i].wr_id);
+    for (std::uint32_t i = 0; i < wc.size(); ++i)
+        wr_ids[(first + i) & (qp.dv.rq.wqe_cnt - 1)] = hex_number(wc[i].wr_id);
     outputs["wrid_array_after"] = wr_ids;
     return outputs;
 }
 
 json recv_case(const char* name, const char* description) {
-    return {{"name", name}, {"kind", "recv_wqe"}, {"api", "ibv_post_recv"}, {"description", description}};
+    return {{"name", name},
+            {"kind", "recv_wqe"},
+            {"api", "ibv_post_recv"},
+            {"description", description}};
 }
 
 // Receives in three calls, four of them completed by polled RESP_SEND CQEs and two more by
@@ -136,10 +150,11 @@ json rq_steps_wrap_after_polls(std::uint8_t poison) {
     steps.push_back({{"op", "emulate_rq_completions"}});
     steps.push_back(queues.post_receives(qp, {{0x2006, 1}, {0x2007, 2}}));
     ReceiveCounters counters(qp.qp, qp.dv.rq.wqe_cnt, 6, 8, 6);
-    json one_case = recv_case("rq_steps_wrap_after_polls",
-                              "RC QP (max_recv_wr 8, max_recv_sge 4): 8 receives in three calls, 4 completed by polled "
-                              "RESP_SEND CQEs and 2 by emulation, a signaled SEND and its completion between them; then "
-                              "a 3-WR chain that wraps the ring");
+    json one_case = recv_case(
+        "rq_steps_wrap_after_polls",
+        "RC QP (max_recv_wr 8, max_recv_sge 4): 8 receives in three calls, 4 completed by polled "
+        "RESP_SEND CQEs and 2 by emulation, a signaled SEND and its completion between them; then "
+        "a 3-WR chain that wraps the ring");
     json inputs = recv_inputs(qp, counters.head(), counters.tail());
     inputs["before_capture"] = steps;
     const std::vector<ReceiveSpec> list = {{0x4000, 2}, {0x4001, 1}, {0x4002, 4}};
@@ -171,12 +186,14 @@ json rq_fillers_completed_between_calls(std::uint8_t poison) {
         if (call == 4) ReceiveCounters(qp.qp, qp.dv.rq.wqe_cnt, 6, 10, 8).set_tail(10);
     }
     ReceiveCounters counters(qp.qp, qp.dv.rq.wqe_cnt, 6, 12, 10);
-    json one_case = recv_case("rq_fillers_completed_between_calls",
-                              "RC QP (max_recv_wr 8, max_recv_sge 4): 12 fillers, 2 per call, completions emulated "
-                              "after the fourth and fifth calls; then a 2-WR chain");
+    json one_case = recv_case(
+        "rq_fillers_completed_between_calls",
+        "RC QP (max_recv_wr 8, max_recv_sge 4): 12 fillers, 2 per call, completions emulated "
+        "after the fourth and fifth calls; then a 2-WR chain");
     json inputs = recv_inputs(qp, counters.head(), counters.tail());
     inputs["before_capture"] =
-        "12 filler WRs (1 SGE {0x00007f1122334450, len 64, lkey 0x0a0b0c0d}) posted with ibv_post_recv, 2 per call";
+        "12 filler WRs (1 SGE {0x00007f1122334450, len 64, lkey 0x0a0b0c0d}) posted with "
+        "ibv_post_recv, 2 per call";
     const std::vector<ReceiveSpec> list = {{0x5000, 1}, {0x5001, 2}};
     inputs["wr_list"] = json::array();
     for (const ReceiveSpec& spec : list) inputs["wr_list"].push_back(receive_json(spec));
@@ -208,12 +225,14 @@ json rq_fillers_dbrec_16bit_wrap(std::uint8_t poison) {
     }
     ReceiveCounters(qp.qp, qp.dv.rq.wqe_cnt, 6, kFillers, tail).set_tail(kFillers);
     ReceiveCounters counters(qp.qp, qp.dv.rq.wqe_cnt, 6, kFillers, kFillers);
-    json one_case = recv_case("rq_fillers_dbrec_16bit_wrap",
-                              "RC QP (max_recv_wr 8, max_recv_sge 4): 65534 fillers one per call, completions emulated "
-                              "whenever the ring is full and after the last; then a 3-WR chain (head 65534 to 65537)");
+    json one_case = recv_case(
+        "rq_fillers_dbrec_16bit_wrap",
+        "RC QP (max_recv_wr 8, max_recv_sge 4): 65534 fillers one per call, completions emulated "
+        "whenever the ring is full and after the last; then a 3-WR chain (head 65534 to 65537)");
     json inputs = recv_inputs(qp, counters.head(), counters.tail());
     inputs["before_capture"] =
-        "65534 filler WRs (1 SGE {0x00007f1122334450, len 64, lkey 0x0a0b0c0d}) posted with ibv_post_recv, 1 per call";
+        "65534 filler WRs (1 SGE {0x00007f1122334450, len 64, lkey 0x0a0b0c0d}) posted with "
+        "ibv_post_recv, 1 per call";
     const std::vector<ReceiveSpec> list = {{0x5100, 1}, {0x5101, 2}, {0x5102, 3}};
     inputs["wr_list"] = json::array();
     for (const ReceiveSpec& spec : list) inputs["wr_list"].push_back(receive_json(spec));
@@ -242,33 +261,45 @@ json srq_steps_out_of_order_frees(std::uint8_t poison) {
     ibv_srq* srq = queues.add_shared_receive_queue(4, 4);
     const mlx5dv_srq created = queues.shared_receive_view();
     const auto& kernel = rdmachan::libmlx5_instructions::fake_kernel();
-    const std::uint32_t kernel_max_wr = kernel.shared_receive_limits[kernel.shared_receive_queues - 1][0];
+    const std::uint32_t kernel_max_wr =
+        kernel.shared_receive_limits[kernel.shared_receive_queues - 1][0];
     const std::uint32_t count = kernel_max_wr + 1;
     ibv_srq_attr granted{};
     if (ibv_query_srq(srq, &granted) != 0) throw std::runtime_error("ibv_query_srq failed");
     QueuePair& qp = queues.add_queue_pair(0, 0, srq);
     std::uint32_t shift = 0;
     while ((1u << shift) < created.stride) ++shift;
-    json inputs = {
-        {"ibv_create_srq_attr_in", {{"max_wr", 4}, {"max_sge", 4}}},
-        {"ibv_create_srq_attr_out", {{"max_wr", created.tail}, {"max_sge", (created.stride - 16) / 16}}},
-        {"MLX5_SRQ_SIGNATURE", "unset"},
-        {"srq_wq_sig", 0},
-        {"srq_after_create",
-         {{"srqn", hex_number(created.srqn)}, {"max", count}, {"max_gs", (created.stride - 16) / 16}, {"wqe_shift", shift},
-          {"stride_bytes", created.stride}, {"head", created.head}, {"tail", created.tail}, {"counter", 0}}},
-        {"srq_links_after_create", srq_links(created, count)},
-        {"srq_dbrec_after_create", record_value(created.dbrec, 0)},
-        {"attached_qp", {{"qp_num", hex_number(qp.qp->qp_num)}, {"user_index", qp.user_index}, {"rq_wqe_cnt", 0}}}};
+    json inputs = {{"ibv_create_srq_attr_in", {{"max_wr", 4}, {"max_sge", 4}}},
+                   {"ibv_create_srq_attr_out",
+                    {{"max_wr", created.tail}, {"max_sge", (created.stride - 16) / 16}}},
+                   {"MLX5_SRQ_SIGNATURE", "unset"},
+                   {"srq_wq_sig", 0},
+                   {"srq_after_create",
+                    {{"srqn", hex_number(created.srqn)},
+                     {"max", count},
+                     {"max_gs", (created.stride - 16) / 16},
+                     {"wqe_shift", shift},
+                     {"stride_bytes", created.stride},
+                     {"head", created.head},
+                     {"tail", created.tail},
+                     {"counter", 0}}},
+                   {"srq_links_after_create", srq_links(created, count)},
+                   {"srq_dbrec_after_create", record_value(created.dbrec, 0)},
+                   {"attached_qp",
+                    {{"qp_num", hex_number(qp.qp->qp_num)},
+                     {"user_index", qp.user_index},
+                     {"rq_wqe_cnt", 0}}}};
     json steps = json::array();
     std::vector<ibv_wc> wc;
     steps.push_back(queues.post_shared_receives({{0x6000, 1}, {0x6001, 2}, {0x6002, 1}}));
     CqeSpec flushed = responder(qp, mlx5::kCqeResponderError, 2);
     flushed.syndrome = mlx5::kSyndromeWorkRequestFlushed;
     flushed.vendor_syndrome = 0xf9;
-    steps.push_back(queues.write_and_poll({responder(qp, mlx5::kCqeResponderSend, 1), flushed}, 2, poison, wc));
+    steps.push_back(
+        queues.write_and_poll({responder(qp, mlx5::kCqeResponderSend, 1), flushed}, 2, poison, wc));
     steps.push_back(queues.post_shared_receives({{0x6003, 3}}));
-    steps.push_back(queues.write_and_poll({responder(qp, mlx5::kCqeResponderSendImmediate, 0, 0x12345678)}, 1, poison, wc));
+    steps.push_back(queues.write_and_poll(
+        {responder(qp, mlx5::kCqeResponderSendImmediate, 0, 0x12345678)}, 1, poison, wc));
     inputs["before_capture"] = steps;
     std::uint32_t counter = 4;  // SRQ receives posted so far
 
@@ -285,7 +316,8 @@ json srq_steps_out_of_order_frees(std::uint8_t poison) {
     }
     std::memset(const_cast<std::uint32_t*>(created.dbrec), poison, 4);
     mlx5dv_srq view = queues.shared_receive_view();
-    json post = {{"srq_before", srq_state(view, counter)}, {"srq_links_before", srq_links(view, count)}};
+    json post = {{"srq_before", srq_state(view, counter)},
+                 {"srq_links_before", srq_links(view, count)}};
     const std::uint32_t first_index = view.head;
     json posted = queues.post_shared_receives({{0x7000, 1}, {0x7001, 4}});
     post["op"] = "ibv_post_srq_recv";
@@ -303,7 +335,8 @@ json srq_steps_out_of_order_frees(std::uint8_t poison) {
         json entry = written_region(wqe, created.stride, poison);
         // The link bytes were not poisoned: written only if they changed.
         std::string mask = entry.at("written_mask_hex").get<std::string>();
-        const bool link_changed = wqe[2] != links_before[2 * index] || wqe[3] != links_before[2 * index + 1];
+        const bool link_changed =
+            wqe[2] != links_before[2 * index] || wqe[3] != links_before[2 * index + 1];
         mask.replace(4, 4, link_changed ? "ffff" : "0000");
         entry["written_mask_hex"] = mask;
         entry["srq_index"] = index;
@@ -314,12 +347,14 @@ json srq_steps_out_of_order_frees(std::uint8_t poison) {
     dbrec["value"] = record_value(view.dbrec, 0);
     post["srq_dbrec"] = dbrec;
 
-    json poll = {{"state_before", {{"cq_cons_index", queues.consumer_index()},
-                                   {"srq", srq_state(view, counter)},
-                                   {"srq_links", srq_links(view, count)}}}};
+    json poll = {{"state_before",
+                  {{"cq_cons_index", queues.consumer_index()},
+                   {"srq", srq_state(view, counter)},
+                   {"srq_links", srq_links(view, count)}}}};
     std::memset(const_cast<std::uint32_t*>(queues.cq().dbrec), poison, 8);
-    json polled = queues.write_and_poll({responder(qp, mlx5::kCqeResponderSend, static_cast<std::uint16_t>(first_index))},
-                                        2, poison, wc);
+    json polled = queues.write_and_poll(
+        {responder(qp, mlx5::kCqeResponderSend, static_cast<std::uint16_t>(first_index))}, 2,
+        poison, wc);
     view = queues.shared_receive_view();
     poll["op"] = "ibv_poll_cq";
     poll["cqes_written"] = polled.at("cqes_written");
@@ -335,15 +370,16 @@ json srq_steps_out_of_order_frees(std::uint8_t poison) {
     return {{"name", "srq_steps_out_of_order_frees"},
             {"kind", "srq_wqe"},
             {"api", "ibv_post_srq_recv"},
-            {"description", "SRQ (max_wr 4, max_sge 4): 3 posted, completed 1 then 2 (flush error), 1 posted, 0 "
-                            "completed; then a 2-WR chain and a completion of its first WQE"},
+            {"description",
+             "SRQ (max_wr 4, max_sge 4): 3 posted, completed 1 then 2 (flush error), 1 posted, 0 "
+             "completed; then a 2-WR chain and a completion of its first WQE"},
             {"inputs", inputs},
             {"steps", json::array({post, poll})}};
 }
 
 // The outputs of a cqe case: `cqes` written and `ne` polled, with the state before and after.
-json capture_poll(Libmlx5Queues& queues, const std::vector<CqeSpec>& cqes, std::uint32_t ne, std::uint8_t poison,
-                  const std::function<json()>& state) {
+json capture_poll(Libmlx5Queues& queues, const std::vector<CqeSpec>& cqes, std::uint32_t ne,
+                  std::uint8_t poison, const std::function<json()>& state) {
     json outputs;
     json before = state();
     before["cq_cons_index"] = queues.consumer_index();
@@ -367,23 +403,35 @@ json qp_inputs(const QueuePair& qp) {
     json rq = receive_queue_geometry(qp);
     rq["head"] = 0;
     rq["tail"] = 0;
-    return {{"qp_num", hex_number(qp.qp->qp_num)}, {"user_index", qp.user_index}, {"sq_wqe_cnt", qp.dv.sq.wqe_cnt},
-            {"srq", false},  {"qp_type", "IBV_QPT_RC"}, {"rq", rq}};
+    return {{"qp_num", hex_number(qp.qp->qp_num)},
+            {"user_index", qp.user_index},
+            {"sq_wqe_cnt", qp.dv.sq.wqe_cnt},
+            {"srq", false},
+            {"qp_type", "IBV_QPT_RC"},
+            {"rq", rq}};
 }
 
 json setup_inputs() {
-    return {{"pre_polled_cqes", 0}, {"unsignaled_rdma_write_fillers", 0}, {"send_wrs", json::array()},
-            {"recv_wrs", json::array()}, {"posted_to", "QP A receive queue"}, {"rq_completions_emulated_before", 0},
+    return {{"pre_polled_cqes", 0},
+            {"unsignaled_rdma_write_fillers", 0},
+            {"send_wrs", json::array()},
+            {"recv_wrs", json::array()},
+            {"posted_to", "QP A receive queue"},
+            {"rq_completions_emulated_before", 0},
             {"qp_b_recv_wrs", 0}};
 }
 
-json cqe_case(const char* name, const char* description, Libmlx5Queues& queues, const QueuePair& qp_a,
-              const json& qp_b, const json& setup) {
+json cqe_case(const char* name, const char* description, Libmlx5Queues& queues,
+              const QueuePair& qp_a, const json& qp_b, const json& setup) {
     return {{"name", name},
             {"kind", "cqe"},
             {"api", "ibv_poll_cq"},
             {"description", description},
-            {"inputs", {{"cq", queues.cq_inputs()}, {"qp_a", qp_inputs(qp_a)}, {"qp_b", qp_b}, {"setup", setup}}}};
+            {"inputs",
+             {{"cq", queues.cq_inputs()},
+              {"qp_a", qp_inputs(qp_a)},
+              {"qp_b", qp_b},
+              {"setup", setup}}}};
 }
 
 // Seven receives completed by emulation before the setup's two, which then sit at slots 7
@@ -401,13 +449,18 @@ json resp_send_after_rq_wrap_emulated(std::uint8_t poison) {
     json setup = setup_inputs();
     for (const ReceiveSpec& spec : receives) setup["recv_wrs"].push_back(receive_json(spec));
     setup["rq_completions_emulated_before"] = 7;
-    json one_case = cqe_case("resp_send_after_rq_wrap_emulated",
-                             "RC QP (8 receive WQEs): 7 receives completed by emulation (rq.tail = rq.head), then 2 "
-                             "posted at slots 7 and 0; RESP_SEND and RESP_SEND_IMM CQEs for them",
-                             queues, qp, {{"qp_num", "0x0"}, {"user_index", 0xffffff}}, setup);
-    one_case["outputs"] = capture_poll(
-        queues, {responder(qp, mlx5::kCqeResponderSend, 7), responder(qp, mlx5::kCqeResponderSendImmediate, 8, 0x12345678)},
-        2, poison, [&] { return json{{"qp_a_rq", rq_state(counters)}}; });
+    json one_case = cqe_case(
+        "resp_send_after_rq_wrap_emulated",
+        "RC QP (8 receive WQEs): 7 receives completed by emulation (rq.tail = rq.head), then 2 "
+        "posted at slots 7 and 0; RESP_SEND and RESP_SEND_IMM CQEs for them",
+        queues, qp, {{"qp_num", "0x0"}, {"user_index", 0xffffff}}, setup);
+    one_case["outputs"] =
+        capture_poll(queues,
+                     {responder(qp, mlx5::kCqeResponderSend, 7),
+                      responder(qp, mlx5::kCqeResponderSendImmediate, 8, 0x12345678)},
+                     2, poison, [&] {
+                         return json{{"qp_a_rq", rq_state(counters)}};
+                     });
     return one_case;
 }
 
@@ -430,11 +483,14 @@ json cq_owner_wrap_pre_polled_without_receives(std::uint8_t poison) {
                                       {"sge", wr.at("sg_list").at(0)},
                                       {"wqe_index", 0}}});
     setup["pre_polled_cqes"] = 8;
-    json one_case = cqe_case("cq_owner_wrap_pre_polled_without_receives",
-                             "8-entry CQ: 8 RESP_SEND CQEs polled with no receive posted, then the requester CQE of "
-                             "a signaled SEND at ci 8 (owner bit 1)",
-                             queues, qp, {{"qp_num", "0x0"}, {"user_index", 0xffffff}}, setup);
-    one_case["outputs"] = capture_poll(queues, {requester_send(qp, 0)}, 2, poison, [&] { return json{{"qp_a_rq", rq_state(counters)}}; });
+    json one_case = cqe_case(
+        "cq_owner_wrap_pre_polled_without_receives",
+        "8-entry CQ: 8 RESP_SEND CQEs polled with no receive posted, then the requester CQE of "
+        "a signaled SEND at ci 8 (owner bit 1)",
+        queues, qp, {{"qp_num", "0x0"}, {"user_index", 0xffffff}}, setup);
+    one_case["outputs"] = capture_poll(queues, {requester_send(qp, 0)}, 2, poison, [&] {
+        return json{{"qp_a_rq", rq_state(counters)}};
+    });
     return one_case;
 }
 
@@ -454,16 +510,20 @@ json cq_mixed_qps_qp_b_receives(std::uint8_t poison) {
     for (const ReceiveSpec& spec : receives_a) setup["recv_wrs"].push_back(receive_json(spec));
     setup["qp_b_recv_wrs"] = json::array();
     for (const ReceiveSpec& spec : receives_b) setup["qp_b_recv_wrs"].push_back(receive_json(spec));
-    json one_case = cqe_case("cq_mixed_qps_qp_b_receives",
-                             "Two RC QPs on one CQ, QP A with 1 receive and QP B with 2 (listed with their SGEs): "
-                             "RESP_SEND for B, RESP_SEND_IMM for A, RESP_SEND_INV for B in one poll",
-                             queues, qp_a, {{"qp_num", hex_number(qp_b.qp->qp_num)}, {"user_index", qp_b.user_index}},
-                             setup);
+    json one_case = cqe_case(
+        "cq_mixed_qps_qp_b_receives",
+        "Two RC QPs on one CQ, QP A with 1 receive and QP B with 2 (listed with their SGEs): "
+        "RESP_SEND for B, RESP_SEND_IMM for A, RESP_SEND_INV for B in one poll",
+        queues, qp_a, {{"qp_num", hex_number(qp_b.qp->qp_num)}, {"user_index", qp_b.user_index}},
+        setup);
     one_case["outputs"] = capture_poll(
         queues,
-        {responder(qp_b, mlx5::kCqeResponderSend, 0), responder(qp_a, mlx5::kCqeResponderSendImmediate, 0, 0x12345678),
+        {responder(qp_b, mlx5::kCqeResponderSend, 0),
+         responder(qp_a, mlx5::kCqeResponderSendImmediate, 0, 0x12345678),
          responder(qp_b, mlx5::kCqeResponderSendInvalidate, 1, 0x00c0ffee)},
-        4, poison, [&] { return json{{"qp_a_rq", rq_state(counters_a)}, {"qp_b_rq", rq_state(counters_b)}}; });
+        4, poison, [&] {
+            return json{{"qp_a_rq", rq_state(counters_a)}, {"qp_b_rq", rq_state(counters_b)}};
+        });
     return one_case;
 }
 
@@ -477,8 +537,8 @@ int main(int argc, char** argv) {
     try {
         json cases = json::array();
         for (const auto& make : std::vector<std::function<json(std::uint8_t)>>{
-                 rq_steps_wrap_after_polls, rq_fillers_completed_between_calls, rq_fillers_dbrec_16bit_wrap,
-                 srq_steps_out_of_order_frees,
+                 rq_steps_wrap_after_polls, rq_fillers_completed_between_calls,
+                 rq_fillers_dbrec_16bit_wrap, srq_steps_out_of_order_frees,
                  resp_send_after_rq_wrap_emulated, cq_owner_wrap_pre_polled_without_receives,
                  cq_mixed_qps_qp_b_receives}) {
             cases.push_back(merge_runs(make(kPoisons[0]), make(kPoisons[1])));
