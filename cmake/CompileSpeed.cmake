@@ -33,7 +33,9 @@ endfunction()
 # flags, so the header built for this anchor target is valid for all of them (CMake's
 # REUSE_FROM). A program built with other flags would simply parse the headers itself.
 if(RDMACHAN_PRECOMPILED_HEADERS)
-    add_library(rdmachan_program_headers OBJECT ${PROJECT_SOURCE_DIR}/cmake/precompiled_anchor.cpp)
+    # Built only for the targets that reuse it (EXCLUDE_FROM_ALL; REUSE_FROM depends on it): a
+    # build with no program of this kind (ThreadSanitizer's, without the tools) skips it.
+    add_library(rdmachan_program_headers OBJECT EXCLUDE_FROM_ALL ${PROJECT_SOURCE_DIR}/cmake/precompiled_anchor.cpp)
     target_link_libraries(rdmachan_program_headers PRIVATE Threads::Threads nlohmann_json::nlohmann_json)
     target_precompile_headers(rdmachan_program_headers PRIVATE ${RDMACHAN_COMMON_HEADERS})
 endif()
@@ -61,7 +63,7 @@ set(RDMACHAN_TEST_OPTIMIZATION "-O0" CACHE STRING
 # (CMAKE_BUILD_TYPE empty) the header is made, and the generator expressions here and in
 # rdmachan_test_code_optimization leave its Debug configuration unoptimised like the suites'.
 if(RDMACHAN_PRECOMPILED_HEADERS AND RDMACHAN_TEST_OPTIMIZATION AND NOT CMAKE_BUILD_TYPE STREQUAL "Debug")
-    add_library(rdmachan_test_headers OBJECT ${PROJECT_SOURCE_DIR}/cmake/precompiled_anchor.cpp)
+    add_library(rdmachan_test_headers OBJECT EXCLUDE_FROM_ALL ${PROJECT_SOURCE_DIR}/cmake/precompiled_anchor.cpp)
     target_link_libraries(rdmachan_test_headers PRIVATE Threads::Threads nlohmann_json::nlohmann_json)
     target_precompile_headers(rdmachan_test_headers PRIVATE ${RDMACHAN_COMMON_HEADERS})
     target_compile_options(rdmachan_test_headers PRIVATE $<$<NOT:$<CONFIG:Debug>>:${RDMACHAN_TEST_OPTIMIZATION}>)

@@ -9,7 +9,6 @@
 // stop the service and checks the count it reports.
 #include "rdmachan/asio.hpp"  // first: with clang and Boost 1.74 it enables Asio's coroutines
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <boost/asio.hpp>
@@ -21,8 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "rdmachan/launcher_environment.hpp"
 #include "rdmachan/multi_channel.hpp"
+
+#include "local_ranks.hpp"
 
 namespace net = boost::asio;
 
@@ -175,22 +175,12 @@ int run_client(rdmachan::MultiChannel channels, std::uint32_t requests) {
     return failures == 0 ? 0 : 1;
 }
 
-int run_rank(std::uint32_t rank, std::uint32_t ranks, std::uint32_t requests, int port_pipe, int status_pipe,
-             const std::string& token) {
-    std::uint16_t port = 0;
-    if (read(port_pipe, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) {
-        std::fprintf(stderr, "rank %u: the launcher never sent the rendezvous port\n", rank);
-        return 1;
-    }
-    rdmachan::PreparedMultiChannel prepared =
-        rdmachan::MultiChannelBuilder(rdmachan::ChannelBuilder().deadline(std::chrono::seconds(20))).rank(rank).world_size(ranks).build();
-    rdmachan::RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = ranks;
-    settings.job = "asio_service";
-    settings.token = token;
-    settings.timeout = std::chrono::seconds(30);
+int run_rank(const rdmachan::RendezvousSettings& settings, std::uint32_t requests, int status_pipe) {
+    const std::uint32_t rank = settings.rank;
+    rdmachan::PreparedMultiChannel prepared = rdmachan::MultiChannelBuilder(rdmachan::ChannelBuilder().deadline(std::chrono::seconds(20)))
+                                                  .rank(rank)
+                                                  .world_size(settings.world_size)
+                                                  .build();
     rdmachan::MultiChannel channels = std::move(prepared).connect(settings);
     return rank == 0 ? run_service(std::move(channels), status_pipe) : run_client(std::move(channels), requests);
 }
@@ -215,64 +205,22 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: asio_service [ranks 2..64] [requests per client 0..1000000]\n");
         return 2;
     }
-    const std::string token = rdmachan::generate_job_token();
     int status_ends[2];
     if (pipe(status_ends) != 0) return 1;
-
-    std::vector<int> port_pipes;
-    std::vector<pid_t> children;
-    for (std::uint32_t rank = 0; rank < ranks; ++rank) {
-        int ends[2];
-        if (pipe(ends) != 0) return 1;
-        const pid_t child = fork();
-        if (child == 0) {
-            close(ends[1]);
-            close(status_ends[0]);
-            int code = 1;
-            try {
-                code = run_rank(rank, ranks, requests, ends[0], status_ends[1], token);
-            } catch (const std::exception& error) {
-                std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
-            }
-            std::fflush(stdout);
-            _exit(code);
-        }
-        close(ends[0]);
-        port_pipes.push_back(ends[1]);
-        children.push_back(child);
-    }
+    examples::LocalRanks launcher(ranks, "asio_service");
+    launcher.start([&](const rdmachan::RendezvousSettings& settings) {
+        close(status_ends[0]);
+        return run_rank(settings, requests, status_ends[1]);
+    });
     close(status_ends[1]);
-
-    // The server starts after the fork: no thread exists when the children are made.
-    int failures = 0;
-    try {
-        rdmachan::RendezvousServerSettings server_settings;
-        server_settings.world_size = ranks;
-        server_settings.job = "asio_service";
-        server_settings.token = token;
-        server_settings.timeout = std::chrono::seconds(30);
-        rdmachan::RendezvousServer server(server_settings);
-        server.start();
-        const std::uint16_t port = server.port();
-        for (int descriptor : port_pipes) {
-            if (write(descriptor, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ++failures;
-            close(descriptor);
-        }
-        server.wait();
-    } catch (const std::exception& error) {
-        std::fprintf(stderr, "launcher: %s\n", error.what());
-        ++failures;
-    }
+    int failures = launcher.rendezvous();
 
     std::uint16_t status_port = 0;
     if (read(status_ends[0], &status_port, sizeof status_port) != static_cast<ssize_t>(sizeof status_port)) {
         std::fprintf(stderr, "launcher: the service never said where its status port is\n");
         ++failures;
     }
-    for (std::size_t rank = 1; rank < children.size(); ++rank) {
-        int status = 0;
-        if (waitpid(children[rank], &status, 0) != children[rank] || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
-    }
+    for (std::uint32_t rank = 1; rank < ranks; ++rank) failures += launcher.wait(rank);
     const std::string expected = "served " + std::to_string(static_cast<std::uint64_t>(ranks - 1) * requests) + " clients_done " +
                                  std::to_string(ranks - 1) + " of " + std::to_string(ranks - 1) + "\n";
     if (status_port != 0) {
@@ -288,8 +236,7 @@ int main(int argc, char** argv) {
             ++failures;
         }
     }
-    int status = 0;
-    if (waitpid(children[0], &status, 0) != children[0] || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+    failures += launcher.wait(0);
     if (failures != 0) {
         std::fprintf(stderr, "asio_service: %d failure(s)\n", failures);
         return 1;

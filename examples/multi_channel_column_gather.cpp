@@ -8,10 +8,7 @@
 //
 // In DC mode each rank's layouts serve its DC target: the peers' DC initiators read through them.
 //
-// The parent process plays the launcher, as in multi_channel_all_to_all.cpp.
-#include <sys/wait.h>
-#include <unistd.h>
-
+// The parent process plays the launcher (local_ranks.hpp), as in multi_channel_all_to_all.cpp.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,8 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "rdmachan/error.hpp"
-#include "rdmachan/launcher_environment.hpp"
 #include "rdmachan/multi_channel.hpp"
+
+#include "local_ranks.hpp"
 
 namespace {
 
@@ -32,13 +30,9 @@ std::uint64_t element(std::uint32_t owner, std::uint32_t row, std::uint32_t colu
     return std::uint64_t{owner + 1} << 40 | std::uint64_t{row} << 16 | column;
 }
 
-int run_rank(std::uint32_t rank, std::uint32_t ranks, std::uint32_t rows, rdmachan::MultiChannelMode mode, int port_pipe,
-             const std::string& token) {
-    std::uint16_t port = 0;
-    if (read(port_pipe, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) {
-        std::fprintf(stderr, "rank %u: the launcher never sent the rendezvous port\n", rank);
-        return 1;
-    }
+int run_rank(const rdmachan::RendezvousSettings& settings, std::uint32_t rows, rdmachan::MultiChannelMode mode) {
+    const std::uint32_t rank = settings.rank;
+    const std::uint32_t ranks = settings.world_size;
     std::vector<std::uint64_t> matrix(static_cast<std::size_t>(rows) * ranks);
     for (std::uint32_t row = 0; row < rows; ++row)
         for (std::uint32_t column = 0; column < ranks; ++column) matrix[row * ranks + column] = element(rank, row, column);
@@ -53,13 +47,6 @@ int run_rank(std::uint32_t rank, std::uint32_t ranks, std::uint32_t rows, rdmach
             .build();
     rdmachan::MemoryRegion matrix_region = prepared.register_memory(matrix.data(), matrix.size() * 8);
     rdmachan::MemoryRegion scratch_region = prepared.register_memory(scratch.data(), scratch.size());
-    rdmachan::RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = ranks;
-    settings.job = "multi_channel_column_gather";
-    settings.token = token;
-    settings.timeout = std::chrono::seconds(30);
     rdmachan::MultiChannel channels = std::move(prepared).connect(settings);
 
     auto outgoing = [&](std::uint32_t peer) { return scratch_region.slice(gathered_bytes + peer * kMessageBytes, kMessageBytes); };
@@ -146,53 +133,10 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "usage: multi_channel_column_gather [ranks 2..16] [rows 1..4096] [rc|dc]\n");
         return 2;
     }
-    const std::string token = rdmachan::generate_job_token();
-
-    std::vector<int> port_pipes;
-    std::vector<pid_t> children;
-    for (std::uint32_t rank = 0; rank < ranks; ++rank) {
-        int ends[2];
-        if (pipe(ends) != 0) return 1;
-        const pid_t child = fork();
-        if (child == 0) {
-            close(ends[1]);
-            int code = 1;
-            try {
-                code = run_rank(rank, ranks, rows, mode, ends[0], token);
-            } catch (const std::exception& error) {
-                std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
-            }
-            std::fflush(stdout);
-            _exit(code);
-        }
-        close(ends[0]);
-        port_pipes.push_back(ends[1]);
-        children.push_back(child);
-    }
-    // The server starts after the fork: no thread exists when the children are made.
-    int failures = 0;
-    try {
-        rdmachan::RendezvousServerSettings server_settings;
-        server_settings.world_size = ranks;
-        server_settings.job = "multi_channel_column_gather";
-        server_settings.token = token;
-        server_settings.timeout = std::chrono::seconds(30);
-        rdmachan::RendezvousServer server(server_settings);
-        server.start();
-        const std::uint16_t port = server.port();
-        for (int descriptor : port_pipes) {
-            if (write(descriptor, &port, sizeof port) != static_cast<ssize_t>(sizeof port)) ++failures;
-            close(descriptor);
-        }
-        server.wait();
-    } catch (const std::exception& error) {
-        std::fprintf(stderr, "launcher: %s\n", error.what());
-        ++failures;
-    }
-    for (pid_t child : children) {
-        int status = 0;
-        if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
-    }
+    examples::LocalRanks launcher(ranks, "multi_channel_column_gather");
+    launcher.start([rows, mode](const rdmachan::RendezvousSettings& settings) { return run_rank(settings, rows, mode); });
+    int failures = launcher.rendezvous();
+    failures += launcher.wait_all();
     if (failures != 0) {
         std::fprintf(stderr, "multi_channel_column_gather: %d failure(s)\n", failures);
         return 1;

@@ -36,6 +36,7 @@ declare -A measured_paths=(
     [sweep]="scripts/performance.sh scripts/bench_sweep.sh tools/bench transport src include/rdmachan handshake $release_build"
     [ucx]="scripts/performance.sh scripts/compare_ucx.sh tools/bench transport src include/rdmachan handshake $release_build"
     [wait-modes]="scripts/performance.sh scripts/wait_modes.sh tests/channel/idle_wake_benchmark.cpp tests/channel/process_pair_settings.hpp tests/channel/CMakeLists.txt tests/CMakeLists.txt tools/bench transport src include/rdmachan handshake $release_build"
+    [asio-instructions]="scripts/performance.sh scripts/asio_instructions.sh tests/asio/asio_instruction_benchmark.cpp tests/asio/asio_test_support.hpp tests/asio/CMakeLists.txt tests/mlx5/measured_function.hpp tests/CMakeLists.txt transport src include/rdmachan $release_build"
     [demo]="scripts/performance.sh scripts/demo_throughput.sh examples transport src include/rdmachan handshake $release_build"
     [scale]="scripts/scale.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/handshake/CMakeLists.txt tests/multi_channel/peer_cost_benchmark.cpp tests/multi_channel/CMakeLists.txt tests/pmix/pmix_exchange_benchmark.cpp tests/pmix/CMakeLists.txt tests/CMakeLists.txt handshake src include/rdmachan transport $release_build"
     # What CI's command runs: all the code, its tests and the scripts that build and run them.
@@ -52,7 +53,7 @@ declare -A record_of_a_run=([soak]=1)
 documents="README.md docs/PERFORMANCE.md docs/SCALE.md docs/RELIABILITY.md"
 declare -A regenerated_by=(
     [instruction-counts]=scripts/performance.sh [sweep]=scripts/performance.sh [ucx]=scripts/performance.sh
-    [wait-modes]=scripts/performance.sh
+    [wait-modes]=scripts/performance.sh [asio-instructions]=scripts/performance.sh
     [demo]=scripts/performance.sh
     [scale]=scripts/scale.sh [reliability]=scripts/reliability.sh [soak]=scripts/soak.sh
 )

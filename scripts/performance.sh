@@ -6,6 +6,7 @@
 #   sweep                scripts/bench_sweep.sh          (also docs/performance/sweep.png, .csv)
 #   ucx                  scripts/compare_ucx.sh          (rdmachan-bench against ucx_perftest)
 #   wait-modes           scripts/wait_modes.sh           (idle wake and CPU per wait mode, busy latency)
+#   asio-instructions    scripts/asio_instructions.sh    (callgrind: what async_wait adds over wait())
 #   demo                 scripts/demo_throughput.sh      (README.md: the demo's aggregate throughput)
 #   scripts/performance.sh [build-dir]                   (default: build-perf)
 set -euo pipefail
@@ -31,6 +32,7 @@ echo "performance: rdmachan against ucx_perftest" >&2
 "$source_dir/scripts/compare_ucx.sh" "$build_dir" >"$blocks/performance/ucx"
 echo "performance: the wait modes" >&2
 "$source_dir/scripts/wait_modes.sh" "$build_dir" >"$blocks/performance/wait-modes"
+"$source_dir/scripts/asio_instructions.sh" "$build_dir" >"$blocks/performance/asio-instructions"
 echo "performance: rdmachan-demo's aggregate throughput" >&2
 "$source_dir/scripts/demo_throughput.sh" "$build_dir" >"$blocks/readme/demo"
 

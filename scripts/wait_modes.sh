@@ -27,12 +27,35 @@ cpus=$(nproc)
 
 echo '```'
 echo "\$ scripts/wait_modes.sh    # $cpus cores, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
+idle_output=$(mktemp)
+trap 'rm -f "$idle_output"' EXIT
 for run in "200 $rounds auto 0" "1000 $((rounds / 3 + 1)) auto 0" "200 $rounds auto $cpus" "200 $rounds tcp 0"; do
     read -r idle_ms count transport load <<<"$run"
     echo "\$ idle_wake_benchmark --idle-ms $idle_ms --rounds $count --transport $transport --load $load"
-    "$idle" --idle-ms "$idle_ms" --rounds "$count" --transport "$transport" --load "$load" || echo "FAILED (exit $?)"
+    status=0
+    "$idle" --idle-ms "$idle_ms" --rounds "$count" --transport "$transport" --load "$load" | tee -a "$idle_output" || status=$?
+    [ "$status" -eq 0 ] || echo "FAILED (exit $status)"
 done
 echo '```'
+echo
+
+# The idle targets, judged on each run's adaptive and event rows: CPU while idle <= 0.1% of a
+# core in every run; the wake <= 2x the pipe in the runs idle for 200 ms.
+echo "| idle target, per run | mode | measured | target | verdict |"
+echo "|---|---|---:|---|---|"
+awk '
+    /^idle_wake_benchmark: idle/ { transport = $8; sub(/,$/, "", transport); run = $3 " ms idle, " transport ", " $9 " spinning"; idle_ms = $3 + 0 }
+    ($1 == "adaptive" || $1 == "event") && $2 == "wake" {
+        for (i = 1; i <= NF; ++i) {
+            if ($i ~ /^x[0-9.]+$/) ratio = substr($i, 2) + 0
+            if ($i == "cpu") cpu = $(i + 1) + 0
+        }
+        printf "| %s | %s | %.3f%% of a core | <= 0.1%% | %s |\n", run, $1, cpu,
+               cpu <= 0.1 ? "met" : sprintf("missed by %.2fx", cpu / 0.1)
+        if (idle_ms == 200)
+            printf "| %s | %s | wake %.2fx the pipe | <= 2x | %s |\n", run, $1, ratio,
+                   ratio <= 2 ? "met" : sprintf("missed by %.2fx", ratio / 2)
+    }' "$idle_output"
 echo
 
 # The busy latency: the typical (median) one-way 8 B write latency of each run.
