@@ -415,6 +415,14 @@ class CompletionQueue {
             const std::uint32_t sop_drop_qpn = load_big32(session.title + kCqeSopDropQpn);
             CompletionTarget* const target = resolve(
                 sop_drop_qpn & 0xffffff, load_big32(session.title + kCqeSrqnUserIndex) & 0xffffff);
+            // What the CQEs share is decoded once: a requester CQE's fields come from its mini
+            // CQE's WQE opcode (requester_entry), a responder's from the first one decoded.
+            // Anything else goes through decode() expanded.
+            const std::uint8_t opcode = session.title[kCqeOpOwn] >> 4;
+            SendQueueTracking* const send =
+                opcode == kCqeRequester && target != nullptr ? target->send : nullptr;
+            Completion shared{};
+            bool have_shared = false;
             alignas(8) std::uint8_t expanded[kCqeSize64];
             while (taken < room && session.active()) {
                 const std::uint32_t array = session.position / kMiniCqesPerEntry;
@@ -422,14 +430,34 @@ class CompletionQueue {
                     std::memcpy(session.minis, cqe, kCqeSize64);
                     session.loaded_array = array;
                 }
-                session.expand(expanded);
+                const std::uint8_t* const mini =
+                    session.minis + (session.position % kMiniCqesPerEntry) * kMiniCqeSize;
+                Completion& completion = completions[taken];
+                const std::uint32_t entry =
+                    send != nullptr ? requester_entry(mini[kMiniCqeWqeOpcode]) : kRequesterUnknown;
+                if (entry != kRequesterUnknown) {
+                    complete_mini_send(completion, mini, entry, sop_drop_qpn & 0xffffff, *send,
+                                       target->send_wqe_count);
+                } else if (have_shared) {
+                    completion = shared;
+                    completion.byte_len = load_big32(mini + kMiniCqeByteCount);
+                    completion.wr_id =
+                        retire(opcode, target,
+                               static_cast<std::uint16_t>(
+                                   load_big16(session.title + kCqeWqeCounter) + session.position));
+                } else {
+                    session.expand(expanded);
+                    decode(expanded, entry_of(expanded, cqe_stride_),
+                           load_big32(expanded + kCqeSopDropQpn), target, completion);
+                    have_shared = opcode != kCqeRequester && target != nullptr &&
+                                  completion.status == CompletionStatus::success;
+                    shared = completion;
+                }
                 // Not software's on any later pass until the NIC writes it again. The ring is
                 // the caller's writable memory (CompletionQueueRing::buffer).
                 const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] =
                     static_cast<std::uint8_t>(kCqeInvalid << 4);
                 ++session.position;
-                decode(expanded, entry_of(expanded, cqe_stride_),
-                       load_big32(expanded + kCqeSopDropQpn), target, completions[taken]);
                 ++taken;
                 cqe = next_entry(cqe, parity);
             }
@@ -449,6 +477,31 @@ class CompletionQueue {
         next_cqe64_ = cqe;
         owner_parity_ = static_cast<std::uint8_t>(parity);
         return taken;
+    }
+
+    // A successful requester CQE of a session, from its mini CQE: what complete_send() stores,
+    // the WQE counter and byte count taken from the mini CQE.
+    RDMACHAN_HOST_DEVICE static void complete_mini_send(Completion& completion,
+                                                        const std::uint8_t* mini,
+                                                        std::uint32_t entry, std::uint32_t qpn,
+                                                        SendQueueTracking& send,
+                                                        std::uint32_t wqe_count) {
+        const std::uint32_t slot = load_big16(mini + kMiniCqeWqeCounter) & (wqe_count - 1);
+        completion.wr_id = send.wr_id[slot];
+        completion.status = CompletionStatus::success;
+        completion.opcode = static_cast<CompletionOpcode>((entry >> 8) & 0xff);
+        completion.flags = static_cast<std::uint8_t>(entry >> 16);
+        completion.is_receive = false;
+        completion.vendor_error = 0;
+        completion.syndrome = 0;
+        completion.sl = 0;
+        completion.dlid_path_bits = 0;
+        completion.byte_len = (entry & kRequesterLengthFromCqe) != 0
+                                  ? load_big32(mini + kMiniCqeByteCount)
+                              : (entry & kRequesterLengthEight) != 0 ? 8
+                                                                     : 0;
+        completion.qp_num = qpn;
+        send.consumer_index = send.wqe_end[slot];
     }
 
     // decode()'s second argument: the CQE's op_own and the CQE size.
