@@ -3,7 +3,7 @@
 #include <random>
 
 #include "rdmachan/error.hpp"
-#include "src/flight_recorder.hpp"
+#include "handshake/flight_events.hpp"
 
 namespace rdmachan::handshake {
 
@@ -20,7 +20,7 @@ void FramedConnection::set_peer(std::string peer) {
 Task<std::string> FramedConnection::read_frame() {
     for (;;) {
         if (auto frame = decoder_.next_frame()) {
-            flight::record(flight::Event::handshake_frame_received, frame->size());
+            flight::record(flight::HandshakeEvent::frame_received, frame->size());
             co_return std::move(*frame);
         }
         boost::system::error_code error;
@@ -51,7 +51,7 @@ Task<void> FramedConnection::write_frame(std::string payload) {
         error = failure.code();
     }
     if (error) throw Error("writing to " + peer() + " failed: " + error.message());
-    flight::record(flight::Event::handshake_frame_sent, payload.size());
+    flight::record(flight::HandshakeEvent::frame_sent, payload.size());
 }
 
 Task<nlohmann::json> FramedConnection::read_message(const char* expected_type) {

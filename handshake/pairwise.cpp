@@ -5,8 +5,8 @@
 #include "handshake/connection.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/handshake.hpp"
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "handshake/flight_events.hpp"
+#include "common/logger.hpp"
 
 namespace rdmachan {
 
@@ -98,7 +98,7 @@ Task<void> answer(FramedConnection& connection, const PairwiseSettings& settings
         co_await connection.write_message(refusal);
         throw Error("exchange_pairwise: cannot connect to " + connection.peer() + ": " + failure);
     }
-    flight::record(flight::Event::handshake_state, flight::text("pairwise: ready"), mine.rank);
+    flight::record(flight::HandshakeEvent::state, flight::text("pairwise: ready"), mine.rank);
     const std::string my_proof =
         make_proof(settings.token, listener_label, {connector.connector_nonce, connector.listener_nonce});
     const nlohmann::json answer_message = {
@@ -107,7 +107,7 @@ Task<void> answer(FramedConnection& connection, const PairwiseSettings& settings
     if (connector.confirms_ready) {
         waiting_for = "the connector " + connection.peer() + " did not confirm it was ready";
         (void)co_await connection.read_message("ready");
-        flight::record(flight::Event::handshake_state, flight::text("pairwise: peer ready"), mine.rank);
+        flight::record(flight::HandshakeEvent::state, flight::text("pairwise: peer ready"), mine.rank);
     }
 }
 
@@ -124,7 +124,7 @@ Task<void> listen(asio::io_context& io, const PairwiseSettings& settings, const 
         throw Error("exchange_pairwise: cannot listen on " + settings.address + ":" +
                     std::to_string(settings.port) + ": " + error.code().message());
     }
-    flight::record(flight::Event::handshake_state, flight::text("pairwise: listening"), mine.rank, acceptor.local_endpoint().port());
+    flight::record(flight::HandshakeEvent::state, flight::text("pairwise: listening"), mine.rank, acceptor.local_endpoint().port());
     if (settings.on_listening) settings.on_listening(acceptor.local_endpoint().port());
     // One peer at a time: a channel has exactly one, and a stranger is refused before the next.
     while (!result) {
@@ -132,7 +132,7 @@ Task<void> listen(asio::io_context& io, const PairwiseSettings& settings, const 
         boost::system::error_code ignored;
         const std::string peer = describe(socket.remote_endpoint(ignored));
         FramedConnection connection(std::move(socket), peer, unauthenticated_frame_size_cap);
-        flight::record(flight::Event::handshake_state, flight::text("pairwise: connection accepted"), mine.rank);
+        flight::record(flight::HandshakeEvent::state, flight::text("pairwise: connection accepted"), mine.rank);
         std::optional<Connector> connector;
         std::string failure;
         try {
@@ -140,7 +140,7 @@ Task<void> listen(asio::io_context& io, const PairwiseSettings& settings, const 
         } catch (const Error& error) {
             failure = error.what();
         }
-        flight::record(flight::Event::handshake_state,
+        flight::record(flight::HandshakeEvent::state,
                        flight::text(failure.empty() ? "pairwise: connector's endpoint received" : "pairwise: connector refused"), mine.rank);
         if (!failure.empty()) {
             detail::logger().warn("exchange_pairwise on {}: rejected {}",
@@ -160,7 +160,7 @@ Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine, const
         "listener " + settings.address + ":" + std::to_string(settings.port);
     tcp::socket socket = co_await connect_with_retries(settings.address, settings.port, settings.on_connect_refused);
     FramedConnection connection(std::move(socket), listener, unauthenticated_frame_size_cap);
-    flight::record(flight::Event::handshake_state, flight::text("pairwise: connected to the listener"), mine.rank, settings.port);
+    flight::record(flight::HandshakeEvent::state, flight::text("pairwise: connected to the listener"), mine.rank, settings.port);
     const std::string connector_nonce = make_nonce();
     const std::string hello = encode_hello(hello_body(connector_nonce).dump());
     co_await connection.write_frame(hello);
@@ -184,7 +184,7 @@ Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine, const
         !proofs_match(expected, theirs["proof"].get<std::string>()))
         throw Error(listener + " failed to prove the job token");
     Endpoint endpoint = read_endpoint(theirs, listener);
-    flight::record(flight::Event::handshake_state, flight::text("pairwise: endpoints exchanged"), mine.rank, settings.port);
+    flight::record(flight::HandshakeEvent::state, flight::text("pairwise: endpoints exchanged"), mine.rank, settings.port);
     const std::string failure = try_make_ready(make_ready, endpoint);
     if (!failure.empty()) {
         const nlohmann::json refusal = {{"type", "error"}, {"message", "the connector cannot connect: " + failure}};
@@ -193,7 +193,7 @@ Task<void> connect(const PairwiseSettings& settings, const Endpoint& mine, const
     }
     const nlohmann::json ready = {{"type", "ready"}};
     if (confirms_ready(body)) co_await connection.write_message(ready);
-    flight::record(flight::Event::handshake_state, flight::text("pairwise: ready"), mine.rank, settings.port);
+    flight::record(flight::HandshakeEvent::state, flight::text("pairwise: ready"), mine.rank, settings.port);
     result = std::move(endpoint);
     connection.close();
 }

@@ -13,7 +13,7 @@
 
 #include "handshake/hex.hpp"
 #include "rdmachan/error.hpp"
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 
 namespace rdmachan::detail {
 namespace {

@@ -7,8 +7,8 @@
 #include "handshake/rendezvous_table.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "handshake/flight_events.hpp"
+#include "common/logger.hpp"
 
 namespace rdmachan {
 
@@ -86,10 +86,10 @@ struct Rendezvous::State {
         const nlohmann::json registration = {
             {"type", "register"}, {"endpoint", without_rc}, {"rc", compact_rc_entries(mine.rc)}};
         co_await connection->write_message(registration);
-        flight::record(flight::Event::handshake_state, flight::text("rendezvous: registered"), settings.rank, settings.port);
+        flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: registered"), settings.rank, settings.port);
 
         const std::string table_frame = co_await connection->read_frame();
-        flight::record(flight::Event::handshake_state, flight::text("rendezvous: table received"), settings.rank, settings.port);
+        flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: table received"), settings.rank, settings.port);
         std::vector<Endpoint> scanned;
         if (scan_table(table_frame, settings.world_size, settings.rank, scanned)) {
             table = std::move(scanned);
@@ -121,7 +121,7 @@ struct Rendezvous::State {
         const nlohmann::json message = {{"type", "barrier"}};
         co_await connection->write_message(message);
         co_await connection->read_message("release");
-        flight::record(flight::Event::handshake_state, flight::text("rendezvous: barrier released"), settings.rank, settings.port);
+        flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: barrier released"), settings.rank, settings.port);
     }
 
     // The watch: events until the connection closes (or the Rendezvous is destroyed).

@@ -14,7 +14,7 @@
 #include "handshake/rendezvous_table.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 
 namespace rdmachan {
 

@@ -7,7 +7,7 @@
 
 #include "src/engine.hpp"
 #include "src/operations.hpp"
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/mlx5/completion.hpp"
 
 namespace rdmachan {

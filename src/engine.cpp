@@ -12,8 +12,8 @@
 #include <thread>
 
 #include "rdmachan/handshake.hpp"
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "src/flight_events.hpp"
+#include "common/logger.hpp"
 
 namespace rdmachan {
 
@@ -335,7 +335,7 @@ std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionSta
     completion.status = status;
     entry.error_seen = false;
     entry.not_posted = why;
-    flight::record(flight::Event::channel_post_refused, entry.peer, ticket, static_cast<std::uint64_t>(status), flight::text(why));
+    flight::record(flight::ChannelEvent::post_refused, entry.peer, ticket, static_cast<std::uint64_t>(status), flight::text(why));
     finish(entry, completion);
     return ticket;
 }
@@ -421,7 +421,7 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     slot.send_requests = count;
     peer.send_in_flight += count;
 
-    flight::record(flight::Event::channel_post_send, index, dc_.enabled ? 0 : rc_queues_[index].local.qpn, ticket, count,
+    flight::record(flight::ChannelEvent::post_send, index, dc_.enabled ? 0 : rc_queues_[index].local.qpn, ticket, count,
                    static_cast<std::uint64_t>(requests[0].opcode));
     std::uint32_t posted = 0;
     const mlx5::PostResult result = queue_pair->post_send(requests, count, &posted);
@@ -529,7 +529,7 @@ std::uint64_t Engine::post_converted(std::uint32_t index, std::uint64_t ticket, 
     slot.send_requests = count;
     peers_[index].send_in_flight += count;
     transport::QueuePair& queue_pair = *rc_queues_[index].queue_pair;
-    flight::record(flight::Event::channel_post_send, index, rc_queues_[index].local.qpn, ticket, count,
+    flight::record(flight::ChannelEvent::post_send, index, rc_queues_[index].local.qpn, ticket, count,
                    static_cast<std::uint64_t>(requests[0].opcode));
     std::uint32_t posted = 0;
     const mlx5::PostResult result = queue_pair.post_send(requests, count, &posted);
@@ -546,7 +546,7 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
     }
     const mlx5::ScatterGatherElement element{local.addr(), local.length(), local.lkey()};
     const mlx5::ReceiveWorkRequest request{ticket | kFinalRequest, &element, 1};
-    flight::record(flight::Event::channel_post_receive, index, rc_queues_[index].local.qpn, ticket, local.length());
+    flight::record(flight::ChannelEvent::post_receive, index, rc_queues_[index].local.qpn, ticket, local.length());
     std::uint32_t round = 0;
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
     while (true) {
@@ -696,7 +696,7 @@ WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline
 }
 
 void Engine::report_deadline(const Slot& slot, std::uint64_t ticket, std::chrono::milliseconds deadline) const {
-    flight::record(flight::Event::channel_deadline, slot.peer, ticket, static_cast<std::uint64_t>(slot.operation),
+    flight::record(flight::ChannelEvent::deadline, slot.peer, ticket, static_cast<std::uint64_t>(slot.operation),
                    static_cast<std::uint64_t>(deadline.count()));
     char reason[160];
     std::snprintf(reason, sizeof reason, "deadline of %lld ms passed waiting for an operation with peer %u",
@@ -705,7 +705,7 @@ void Engine::report_deadline(const Slot& slot, std::uint64_t ticket, std::chrono
 }
 
 void Engine::fail_and_flush(std::uint32_t index, const char* why) {
-    flight::record(flight::Event::channel_qp_error, index, dc_.enabled ? 0 : rc_queues_[index].local.qpn, flight::text(why));
+    flight::record(flight::ChannelEvent::qp_error, index, dc_.enabled ? 0 : rc_queues_[index].local.qpn, flight::text(why));
     if (dc_.enabled) return fail_and_flush_dc(index, why);
     Peer& peer = peers_[index];
     logger().warn("{}: moving QP {} to ERR: {}", peer.name, rc_queues_[index].local.qpn, why);

@@ -22,7 +22,7 @@
 #include "rdmachan/channel.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "rdmachan/peer_counters.hpp"
-#include "src/flight_recorder.hpp"
+#include "src/flight_events.hpp"
 #include "transport/device_interface.hpp"
 
 namespace rdmachan::detail {
@@ -174,7 +174,7 @@ public:
         slot.send_requests = 1;
         ++peer.send_in_flight;
         const RcQueue& queue = rc_queues_[index];
-        flight::record(flight::Event::channel_post_send, index, queue.local.qpn, ticket, 1,
+        flight::record(flight::ChannelEvent::post_send, index, queue.local.qpn, ticket, 1,
                        static_cast<std::uint64_t>(request.opcode));
         const mlx5::PostResult result = queue.queue_pair->post_one(request);
         if (result == mlx5::PostResult::ok) [[likely]] return ticket;
@@ -375,7 +375,7 @@ private:
     // Every completion polled: recorded, then a success (the common case) ends its operation
     // here; errors, flushes and DC arrivals go to deliver_general.
     static void record_completion(const mlx5::Completion& completion) {
-        flight::record(flight::Event::channel_completion, completion.qp_num, completion.wr_id,
+        flight::record(flight::ChannelEvent::completion, completion.qp_num, completion.wr_id,
                        static_cast<std::uint64_t>(completion.status), completion.syndrome, completion.byte_len);
     }
     void deliver(const mlx5::Completion& completion) {

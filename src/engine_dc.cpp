@@ -11,7 +11,7 @@
 
 #include "rdmachan/handshake.hpp"
 #include "src/engine.hpp"
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 
 namespace rdmachan::detail {
 namespace {

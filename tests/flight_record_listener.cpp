@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "rdmachan/flight_recorder.hpp"
-#include "src/flight_recorder.hpp"
+#include "tests/flight_test_events.hpp"
 
 namespace {
 
@@ -48,7 +48,7 @@ public:
     void test_run_start() override {}
     void test_case_start(const doctest::TestCaseData& test) override {
         current_ = test.m_name;  // a string literal of the TEST_CASE macro: static storage
-        rdmachan::flight::record(rdmachan::flight::Event::test_marker, 0, 0, rdmachan::flight::text(current_));
+        rdmachan::flight::record(rdmachan::flight::TestEvent::marker, 0, 0, rdmachan::flight::text(current_));
     }
     void test_case_reenter(const doctest::TestCaseData&) override {}
     void test_case_exception(const doctest::TestCaseException&) override {}

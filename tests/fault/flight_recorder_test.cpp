@@ -22,7 +22,7 @@
 
 #include "rdmachan/channel.hpp"
 #include "rdmachan/flight_recorder.hpp"
-#include "src/flight_recorder.hpp"
+#include "tests/flight_test_events.hpp"
 
 using rdmachan::Channel;
 using rdmachan::ChannelBuilder;
@@ -101,7 +101,7 @@ TEST_CASE("the ring keeps the last 4096 events, oldest first, and wraps without 
     const std::uint64_t before = rdmachan::flight_recorder::events_recorded();
     const std::uint64_t count = flight::kCapacity * 3 + 123;  // wraps three times and a bit
     for (std::uint64_t index = 0; index < count; ++index) {
-        flight::record(flight::Event::test_marker, index, 0xabc, flight::text("wrap check"));
+        flight::record(flight::TestEvent::marker, index, 0xabc, flight::text("wrap check"));
     }
     CHECK(rdmachan::flight_recorder::events_recorded() == before + count);
 
@@ -124,14 +124,14 @@ TEST_CASE("the ring keeps the last 4096 events, oldest first, and wraps without 
 }
 
 TEST_CASE("a forked child's events carry its own thread id, not its parent's") {
-    flight::record(flight::Event::test_marker, 1, 0, flight::text("before fork"));  // the parent learns its id
+    flight::record(flight::TestEvent::marker, 1, 0, flight::text("before fork"));  // the parent learns its id
     int pipe_ends[2];
     REQUIRE(::pipe(pipe_ends) == 0);
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
         ::close(pipe_ends[0]);
-        flight::record(flight::Event::test_marker, 2, 0, flight::text("in the child"));
+        flight::record(flight::TestEvent::marker, 2, 0, flight::text("in the child"));
         rdmachan::flight_recorder::dump_to(pipe_ends[1], "fork check");
         ::_exit(0);
     }

@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "rdmachan/error.hpp"
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/device_interface.hpp"
 #include "transport/fault/fault_injection.hpp"
 #include "transport/provider/soft_provider.hpp"

@@ -4,7 +4,7 @@
 #include <functional>
 
 #include "rdmachan/error.hpp"
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/provider/ring_queues.hpp"
 #include "transport/provider/soft_dc_provider.hpp"
 

@@ -5,7 +5,7 @@
 #include <mutex>
 
 #include "rdmachan/error.hpp"
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/provider/mlx5_dc_provider.hpp"
 #include "transport/provider/ring_queues.hpp"
 #include "transport/verbs/completion_queue.hpp"

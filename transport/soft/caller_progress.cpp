@@ -31,7 +31,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "src/flight_recorder.hpp"
+#include "transport/soft/flight_events.hpp"
 #include "transport/soft/device_core.hpp"
 
 namespace rdmachan::soft {
@@ -67,7 +67,7 @@ void DeviceCore::attach_connections(bool attached, const char* why) {
     event.data.u64 = kConnectionsTag;
     if (::epoll_ctl(epoll_fd_, attached ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, connections_epoll_fd_, &event) != 0) return;
     connections_attached_ = attached;
-    flight::record(flight::Event::soft_connections_holder, attached, flight::text(why));
+    flight::record(flight::SoftEvent::connections_holder, attached, flight::text(why));
 }
 
 Clock::time_point DeviceCore::settle_connections_holder() {

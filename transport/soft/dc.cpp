@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "src/flight_recorder.hpp"
+#include "transport/soft/flight_events.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/device.hpp"
@@ -136,7 +136,7 @@ void DcInitiator::modify_to_init(std::uint8_t port_num, std::uint32_t access_fla
     if ((access_flags & ~kAllAccess) != 0)
         fail(call + " to INIT: unknown access flags " + std::to_string(access_flags));
     context.access = access_flags;
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::init));
     context.state = QueuePairState::init;
 }
@@ -150,7 +150,7 @@ void DcInitiator::modify_to_ready_to_receive(std::uint32_t path_mtu_bytes) {
     context.receive_attributes = {};
     context.receive_attributes.path_mtu_bytes = path_mtu_bytes;
     context.dc_connected = false;
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::ready_to_receive));
     context.state = QueuePairState::ready_to_receive;
 }
@@ -169,7 +169,7 @@ void DcInitiator::modify_to_ready_to_send(const ReadyToSendAttributes& attribute
     context.send_attributes = attributes;
     context.next_psn = attributes.sq_psn;
     context.rnr_retries_left = attributes.rnr_retry;
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::ready_to_send));
     context.state = QueuePairState::ready_to_send;
     // WQEs posted before RTS are executed now, as the NIC starts its send queue.
@@ -187,7 +187,7 @@ void DcInitiator::modify_to_reset() {
     // RESET forgets everything outstanding: the send queue restarts at WQEBB 0 on both sides
     // (libmlx5 zeroes the doorbell record when it moves a QP to RESET), and the DCI is
     // connected to no DCT.
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::reset));
     context.state = QueuePairState::reset;
     context.in_flight.clear();
@@ -262,7 +262,7 @@ void DcTarget::modify_to_init(std::uint8_t port_num) {
     if (port_num != 1)
         fail(call + " to INIT: port_num = " + std::to_string(port_num) +
              ", the software device has port 1 only");
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::init));
     context.state = QueuePairState::init;
 }
@@ -278,7 +278,7 @@ void DcTarget::modify_to_ready_to_receive(const DcTargetReadyAttributes& attribu
     context.receive_attributes = {};
     context.receive_attributes.path_mtu_bytes = attributes.path_mtu_bytes;
     context.receive_attributes.min_rnr_timer = attributes.min_rnr_timer;
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::ready_to_receive));
     context.state = QueuePairState::ready_to_receive;
     // Same-host DCIs write to it and read from it zero-hop from now on (zero_hop.cpp).

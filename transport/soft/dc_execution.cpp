@@ -3,8 +3,8 @@
 // performing it as an RC responder would.
 #include <cstring>
 
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "transport/soft/flight_events.hpp"
+#include "common/logger.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/device_core.hpp"
@@ -64,7 +64,7 @@ void DeviceCore::handle_dc_request(Connection& connection, QueuePairContext& tar
                                    std::uint32_t payload_length) {
     // A DCT serves from RTR on (it has no RTS); before that it does not exist on the wire.
     if (target.state != QueuePairState::ready_to_receive) {
-        flight::record(flight::Event::soft_request_dropped, target.qpn, request.psn, 0, static_cast<std::uint64_t>(target.state),
+        flight::record(flight::SoftEvent::request_dropped, target.qpn, request.psn, 0, static_cast<std::uint64_t>(target.state),
                        flight::text("DCT not in RTR"));
         return;
     }
@@ -75,7 +75,7 @@ void DeviceCore::handle_dc_request(Connection& connection, QueuePairContext& tar
         // target; the initiator is answered with a NAK and completes with a remote access error
         // (syndrome 0x13), the IB NAK for a request the responder may not serve (see README).
         ++target.dc_key_violations;
-        flight::record(flight::Event::soft_request_dropped, target.qpn, request.psn, 0, static_cast<std::uint64_t>(target.state),
+        flight::record(flight::SoftEvent::request_dropped, target.qpn, request.psn, 0, static_cast<std::uint64_t>(target.state),
                        flight::text("DC key violation (NAK sent)"));
         detail::logger().info("software device {}: DCT {}: DC key violation from QP {} (lid {})",
                               owner_.name(), target.qpn, request.source_qpn, connection.lid);
@@ -95,7 +95,7 @@ void DeviceCore::handle_dc_request(Connection& connection, QueuePairContext& tar
     // Unknown initiators and out-of-sequence requests (after an RNR NAK) are dropped; the
     // initiator resends from the refused request.
     if (found == target.dc_expected_psn.end() || found->second != request.psn) {
-        flight::record(flight::Event::soft_request_dropped, target.qpn, request.psn,
+        flight::record(flight::SoftEvent::request_dropped, target.qpn, request.psn,
                        found == target.dc_expected_psn.end() ? 0 : found->second, static_cast<std::uint64_t>(target.state),
                        flight::text(found == target.dc_expected_psn.end() ? "unknown DC initiator" : "PSN out of sequence"));
         return;

@@ -13,8 +13,8 @@
 #include <random>
 #include <string>
 
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "transport/soft/flight_events.hpp"
+#include "common/logger.hpp"
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
@@ -423,7 +423,7 @@ void QueuePair::modify_to_init(std::uint8_t port_num, std::uint32_t access_flags
     }
     if (port_num != 1) fail("modify_qp(QP " + std::to_string(context.qpn) + ") to INIT: port_num = " + std::to_string(port_num) + ", the software device has port 1 only");
     context.access = access_flags;
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::init));
     context.state = QueuePairState::init;
     core_->published_table.publish_queue_pair(context);
@@ -444,7 +444,7 @@ void QueuePair::modify_to_ready_to_receive(const ReadyToReceiveAttributes& attri
     }
     context.receive_attributes = attributes;
     context.expected_psn = attributes.rq_psn;
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::ready_to_receive));
     context.state = QueuePairState::ready_to_receive;
     core_->published_table.publish_queue_pair(context);
@@ -463,7 +463,7 @@ void QueuePair::modify_to_ready_to_send(const ReadyToSendAttributes& attributes)
     context.send_attributes = attributes;
     context.next_psn = attributes.sq_psn;
     context.rnr_retries_left = attributes.rnr_retry;
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::ready_to_send));
     context.state = QueuePairState::ready_to_send;
     core_->published_table.publish_queue_pair(context);
@@ -481,7 +481,7 @@ void QueuePair::modify_to_reset() {
     std::lock_guard lock(core_->mutex);
     QueuePairContext& context = *core_->queue_pairs.at(send_ring_.qpn);
     // RESET empties both queues: the producer indices restart at 0 on both sides.
-    flight::record(flight::Event::soft_qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
+    flight::record(flight::SoftEvent::qp_state, context.qpn, static_cast<std::uint64_t>(context.state),
                   static_cast<std::uint64_t>(QueuePairState::reset));
     context.state = QueuePairState::reset;
     core_->published_table.publish_queue_pair(context);
@@ -501,7 +501,7 @@ void QueuePair::ring_send_doorbell() {
     // They record each WQE executed and are not recorded as a doorbell too: on this path the
     // records' timestamps (rdtsc) were a fifth of the post's time.
     if (core_->execute_from_doorbell(*context_)) return;
-    flight::record(flight::Event::soft_doorbell, send_ring_.qpn);
+    flight::record(flight::SoftEvent::doorbell, send_ring_.qpn);
     // Then requests go to the peer's socket from here (doorbell_requests.cpp).
     if (core_->send_from_doorbell(*context_)) return;
     core_->notify_doorbell(*doorbell_pending_);

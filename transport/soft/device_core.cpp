@@ -25,8 +25,8 @@
 #include <random>
 #include <thread>
 
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "transport/soft/flight_events.hpp"
+#include "common/logger.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 
 namespace rdmachan::soft {
@@ -645,7 +645,7 @@ void DeviceCore::close_connection(Connection& connection, const char* why) {
     connection.socket = -1;
     connection.holds_acknowledgement = false;
     if (!connection.identified) return;
-    flight::record(flight::Event::soft_connection_closed, connection.lid, connection.outgoing, flight::text(why));
+    flight::record(flight::SoftEvent::connection_closed, connection.lid, connection.outgoing, flight::text(why));
     detail::logger().info("software device {}: connection to lid {} closed: {}", owner_.name(), connection.lid, why);
     // A peer that completes zero-hop receives here connected to us; if it is gone holding our
     // receive lock, the lock is taken over once its process has exited.

@@ -6,8 +6,8 @@
 #include <span>
 #include <string>
 
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "transport/soft/flight_events.hpp"
+#include "common/logger.hpp"
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
@@ -368,14 +368,14 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     if (syndrome == 0 && ((opcode == kOpcodeRdmaWrite && zero_hop_write(queue_pair, request, payload.bytes(), segments, segment_count)) ||
                           (consumes_receive && zero_hop_receive(queue_pair, request, payload.bytes(), segments, segment_count)))) {
         zero_hop_done();
-        flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
+        flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
                        payload.empty() ? referenced_bytes : payload.size());
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
     if (syndrome == 0 && opcode == kOpcodeRdmaRead && zero_hop_read(queue_pair, request, in_flight.local_targets, in_flight.length)) {
         zero_hop_done();
-        flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
+        flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
         // A read's CQE carries the bytes read (libmlx5 reports it as byte_len).
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, in_flight.length);
         return true;
@@ -383,7 +383,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) &&
         zero_hop_atomic(queue_pair, request, in_flight.local_targets)) {
         zero_hop_done();
-        flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
+        flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
         if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 8);
         return true;
     }
@@ -419,7 +419,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     queue_pair.next_psn = (queue_pair.next_psn + 1) & 0xffffff;
     in_flight.psn = request.psn;
     payload.into_frame(request, in_flight.frame);
-    flight::record(flight::Event::soft_wqe_executed, queue_pair.qpn, wqe_index, opcode, request.psn, request.length);
+    flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, request.psn, request.length);
     if (queue_pair.in_flight.empty()) restart_ack_timer(queue_pair);
     queue_pair.in_flight.commit_back();
     if (!queue_pair.waiting_rnr && !send_request(queue_pair, queue_pair.in_flight.back().frame)) {
@@ -442,13 +442,13 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
     }
     if (queue_pair.state != QueuePairState::ready_to_send || queue_pair.in_flight.empty() ||
         queue_pair.in_flight.front().psn != response.psn) {
-        flight::record(flight::Event::soft_response_ignored, queue_pair.qpn, response.psn, static_cast<std::uint64_t>(queue_pair.state),
+        flight::record(flight::SoftEvent::response_ignored, queue_pair.qpn, response.psn, static_cast<std::uint64_t>(queue_pair.state),
                        queue_pair.in_flight.size(), queue_pair.in_flight.empty() ? 0 : queue_pair.in_flight.front().psn);
         detail::logger().debug("QP {}: response for psn {} ignored (state {}, in flight {})", queue_pair.qpn, response.psn,
                                to_string(queue_pair.state), queue_pair.in_flight.size());
         return;  // stale or duplicate: requests complete strictly in order
     }
-    flight::record(flight::Event::soft_response, queue_pair.qpn, response.psn, static_cast<std::uint64_t>(response.kind),
+    flight::record(flight::SoftEvent::response, queue_pair.qpn, response.psn, static_cast<std::uint64_t>(response.kind),
                    response.syndrome, queue_pair.in_flight.size());
     switch (response.kind) {
         case wire::ResponseKind::ack: {
@@ -543,7 +543,7 @@ void DeviceCore::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t synd
 
 void DeviceCore::move_to_error(QueuePairContext& queue_pair, const char* why) {
     if (queue_pair.state == QueuePairState::error) return;
-    flight::record(flight::Event::soft_qp_error, queue_pair.qpn, flight::text(why));
+    flight::record(flight::SoftEvent::qp_error, queue_pair.qpn, flight::text(why));
     detail::logger().info("software device {}: QP {} to ERR: {}", owner_.name(), queue_pair.qpn, why);
     queue_pair.state = QueuePairState::error;
     published_table.publish_queue_pair(queue_pair);
@@ -581,7 +581,7 @@ void DeviceCore::restart_ack_timer(QueuePairContext& queue_pair) {
 
 void DeviceCore::resend_in_flight(QueuePairContext& queue_pair, bool retransmission) {
     if (!queue_pair.in_flight.empty()) {
-        flight::record(flight::Event::soft_retransmit, queue_pair.qpn, queue_pair.in_flight.front().psn, queue_pair.in_flight.size(),
+        flight::record(flight::SoftEvent::retransmit, queue_pair.qpn, queue_pair.in_flight.front().psn, queue_pair.in_flight.size(),
                        flight::text(retransmission ? "no response within the ACK timeout" : "after an RNR NAK"),
                        retransmission ? queue_pair.transport_retries_left : queue_pair.rnr_retries_left);
     }

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/work_request.hpp"
 #include "transport/mlx5/wqe_layout.hpp"

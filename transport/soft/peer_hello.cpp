@@ -6,7 +6,7 @@
 #include <cstring>
 #include <memory>
 
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/soft/device_core.hpp"
 
 namespace rdmachan::soft {

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/soft/device_core.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/shared_arena.hpp"
@@ -382,12 +382,12 @@ void PublishedTable::finish_receive_journal(std::uint32_t holder) {
             } else {
                 // Its owner byte may already be the new one (published, the index not yet moved):
                 // the consumer may be reading that CQE, so it is not written again.
-                const std::uint8_t expected = ring.owner_byte(intent.completion.cqe_opcode);
+                const std::uint8_t expected = ring.owner_byte(intent.completion.cqe_opcode, intent.completion.solicited);
                 std::uint8_t* cqe = ring.next_entry();
                 if (__atomic_load_n(cqe + mlx5::kCqeOpOwn, __ATOMIC_ACQUIRE) != expected) {
                     ring.claim();
                     fill_responder_cqe(cqe, intent.completion);
-                    ring.make_visible(cqe, intent.completion.cqe_opcode);
+                    ring.make_visible(cqe, intent.completion.cqe_opcode, intent.completion.solicited);
                 }
                 ring.advance();
                 ring.raise_event(intent.completion.cqe_opcode, intent.completion.solicited);

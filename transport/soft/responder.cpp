@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "transport/soft/flight_events.hpp"
+#include "common/logger.hpp"
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
@@ -128,14 +128,14 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
     // A request for a QP that does not exist, is not ready, or is connected elsewhere is dropped,
     // as hardware drops such packets; the initiator's transport timeout reports it.
     if (found == queue_pairs.end()) {
-        flight::record(flight::Event::soft_request_dropped, request.destination_qpn, request.psn, 0, 0, flight::text("no such QP"));
+        flight::record(flight::SoftEvent::request_dropped, request.destination_qpn, request.psn, 0, 0, flight::text("no such QP"));
         return;
     }
     QueuePairContext& queue_pair = *found->second;
     // DC requests address DCTs and RC requests RC QPs; a packet of the other transport is dropped.
     const bool dc_request = (request.dc_flags & wire::kDcRequest) != 0;
     if (dc_request != (queue_pair.transport == Transport::dc_target)) {
-        flight::record(flight::Event::soft_request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
+        flight::record(flight::SoftEvent::request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
                        static_cast<std::uint64_t>(queue_pair.state), flight::text("wrong transport"));
         return;
     }
@@ -147,14 +147,14 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
     const RemoteQueuePair& peer = queue_pair.receive_attributes.remote;
     if ((queue_pair.state != QueuePairState::ready_to_receive && queue_pair.state != QueuePairState::ready_to_send) ||
         peer.qpn != request.source_qpn || !same_gid(peer.gid, connection.gid) || peer.lid != connection.lid) {
-        flight::record(flight::Event::soft_request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
+        flight::record(flight::SoftEvent::request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
                        static_cast<std::uint64_t>(queue_pair.state), flight::text("QP not ready or connected elsewhere"));
         detail::logger().debug("QP {}: request psn {} from QP {} dropped: not ready or connected elsewhere", queue_pair.qpn,
                                request.psn, request.source_qpn);
         return;
     }
     if (request.psn != queue_pair.expected_psn) {
-        flight::record(flight::Event::soft_request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
+        flight::record(flight::SoftEvent::request_dropped, queue_pair.qpn, request.psn, queue_pair.expected_psn,
                        static_cast<std::uint64_t>(queue_pair.state), flight::text("PSN out of sequence"));
         detail::logger().debug("QP {}: request psn {} dropped: {} expected", queue_pair.qpn, request.psn, queue_pair.expected_psn);
         return;  // out of sequence after a NAK, or a copy of one executed: the initiator resends
@@ -200,7 +200,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     const bool global_route = (request.dc_flags & wire::kDcGlobalRoute) != 0;
     auto accept = [&] { expected_psn = (expected_psn + 1) & 0xffffff; };
     auto performed = [&](std::uint8_t syndrome) {
-        flight::record(flight::Event::soft_request_performed, queue_pair.qpn, request.psn, request.opcode, request.rkey, syndrome);
+        flight::record(flight::SoftEvent::request_performed, queue_pair.qpn, request.psn, request.opcode, request.rkey, syndrome);
     };
     auto refuse = [&](std::uint8_t syndrome) {
         performed(syndrome);
@@ -238,7 +238,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         });
     };
     auto not_ready = [&] {
-        flight::record(flight::Event::soft_rnr_nak_sent, queue_pair.qpn, request.psn, request.source_qpn,
+        flight::record(flight::SoftEvent::rnr_nak_sent, queue_pair.qpn, request.psn, request.source_qpn,
                        queue_pair.receive_attributes.min_rnr_timer);
         respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
     };
@@ -465,7 +465,7 @@ void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, st
 
 void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
                                      std::uint8_t wqe_opcode, std::uint32_t byte_count) {
-    flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
+    flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
@@ -478,7 +478,7 @@ void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePair
 
 void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
                                  std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome) {
-    flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, wqe_opcode, syndrome, requester ? 0 : 1);
+    flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, wqe_opcode, syndrome, requester ? 0 : 1);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;
@@ -493,7 +493,7 @@ void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairCont
 void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
                                      std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
                                      std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited) {
-    flight::record(flight::Event::soft_completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
+    flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     std::uint8_t* cqe = claim_cqe(cq);
     if (cqe == nullptr) return;

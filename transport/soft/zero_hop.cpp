@@ -25,8 +25,8 @@
 #include <mutex>
 #include <thread>
 
-#include "src/flight_recorder.hpp"
-#include "src/logger.hpp"
+#include "transport/soft/flight_events.hpp"
+#include "common/logger.hpp"
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/wqe_layout.hpp"

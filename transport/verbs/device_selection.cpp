@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/verbs/context.hpp"
 #include "transport/verbs/device_list.hpp"
 #include "transport/verbs/verbs_error.hpp"

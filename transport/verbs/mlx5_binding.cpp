@@ -4,7 +4,7 @@
 
 #include <cerrno>
 
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/verbs/verbs_error.hpp"
 
 namespace rdmachan::verbs {

@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <string>
 
-#include "src/logger.hpp"
+#include "common/logger.hpp"
 #include "transport/verbs/verbs_error.hpp"
 
 namespace rdmachan::verbs {

@@ -1,8 +1,11 @@
-// The flight recorder's inside (issue 20): one ring per process of the last kCapacity events of
-// the software device, the channel core and the handshake, fixed-size records, always on. A rare
+// The flight recorder's inside: one ring per process of the last kCapacity events of the
+// software device, the channel core and the handshake, fixed-size records, always on. A rare
 // failure that leaves no trace cannot be found, and logging changes the timing enough to hide
 // it; recording an event costs a few stores. The public side (dump) is
 // include/rdmachan/flight_recorder.hpp.
+//
+// The recorder knows no layer's events: each layer declares its own enum (a 16-bit number range
+// of its own) beside its code and registers the names the dump prints (common/flight_events.hpp).
 //
 // record() is called on the data path: it never allocates, locks or throws. dump_automatically()
 // runs on an error path of the data path (an error completion, a passed deadline): it neither
@@ -10,43 +13,15 @@
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <cstdint>
+#include <type_traits>
 
 namespace rdmachan::flight {
 
-// What happened; each event's fields are named in flight_recorder_events.cpp, which the dump
-// prints. Text fields hold a pointer to a string literal (static storage), never a copy.
-enum class Event : std::uint16_t {
-    none = 0,
-    // The software device (its progress thread; doorbells on the poster's thread).
-    soft_doorbell,           // qpn
-    soft_wqe_executed,       // qpn, wqe, opcode, psn, length
-    soft_request_dropped,    // qpn, psn, expected psn, qp state, why (text)
-    soft_request_performed,  // qpn, psn, opcode, rkey, NAK syndrome (0: ACK)
-    soft_rnr_nak_sent,       // qpn, psn, source qpn, rnr timer
-    soft_response,           // qpn, psn, kind, syndrome, in flight
-    soft_response_ignored,   // qpn, psn, qp state, in flight, oldest psn in flight
-    soft_retransmit,         // qpn, from psn, requests, why (text), retries left
-    soft_completion,         // qpn, wqe, opcode (WQE's, or the CQE's on receive), syndrome, receive
-    soft_qp_state,           // qpn, from, to
-    soft_qp_error,           // qpn, why (text)
-    soft_connection_closed,  // lid, outgoing, why (text)
-    soft_connections_holder, // attached (1: the progress thread watches them), why (text)
-    // The channel core (the engine, on the application's thread).
-    channel_post_send,       // peer, qpn, ticket, requests, first request's opcode
-    channel_post_receive,    // peer, qpn, ticket, length
-    channel_post_refused,    // peer, ticket, status, why (text)
-    channel_completion,      // qpn, ticket, status, syndrome, bytes
-    channel_deadline,        // peer, ticket, operation, deadline ms
-    channel_qp_error,        // peer, qpn, why (text)
-    // The handshake (pairwise exchange, rendezvous client and server).
-    handshake_frame_sent,      // bytes
-    handshake_frame_received,  // bytes
-    handshake_state,           // what (text), rank, port
-    // Tests and tools.
-    test_marker,  // a, b, what (text)
-    count
-};
+// A layer's event enum: its numbers are what a record stores (event 0 is never used).
+template <typename LayerEvent>
+concept EventEnum = std::is_enum_v<LayerEvent> && std::same_as<std::underlying_type_t<LayerEvent>, std::uint16_t>;
 
 inline constexpr std::uint32_t kCapacity = 4096;  // a power of two
 
@@ -78,7 +53,8 @@ std::uint64_t now_ticks() noexcept;
 // Records one event. Lock-free (one atomic increment claims a slot), never allocates, never
 // throws; a no-op when RDMACHAN_FLIGHT_RECORDER=off. Always inlined: left to itself GCC keeps
 // one out-of-line copy, called through the PLT.
-[[gnu::always_inline]] inline void record(Event event, std::uint64_t a = 0, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0,
+template <EventEnum LayerEvent>
+[[gnu::always_inline]] inline void record(LayerEvent event, std::uint64_t a = 0, std::uint64_t b = 0, std::uint64_t c = 0, std::uint64_t d = 0,
                    std::uint64_t e = 0) noexcept {
     using namespace ring_detail;
     Ring& state = ring;

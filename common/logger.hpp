@@ -4,7 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "src/fmt_extern.hpp"  // after spdlog: its formatting loop is libfmt's, not compiled here
+#include "common/fmt_extern.hpp"  // after spdlog: its formatting loop is libfmt's, not compiled here
 
 namespace rdmachan::detail {
 

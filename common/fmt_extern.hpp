@@ -1,5 +1,5 @@
 // Keeps the body of fmt's formatting loop out of every file that logs or formats into a buffer.
-// Internal: included by src/logger.hpp after spdlog's headers.
+// Internal: included by common/logger.hpp after spdlog's headers.
 //
 // spdlog formats into a memory buffer through fmt::detail::vformat_to<char>, a template. The
 // shared libfmt already holds it (fmt's format.cc instantiates it, and Debian's libfmt.so.9

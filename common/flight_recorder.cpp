@@ -6,7 +6,7 @@
 // again, and prints the slot only when both stamps are the one expected: a slot overwritten
 // while it was read is left out, never printed torn. Every field is an atomic word (relaxed:
 // plain stores on x86), so a dump running beside writers is race-free under ThreadSanitizer too.
-#include "src/flight_recorder.hpp"
+#include "common/flight_recorder.hpp"
 
 #include <fcntl.h>
 #include <pthread.h>
@@ -22,14 +22,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 
-#include "rdmachan/error.hpp"
-#include "rdmachan/flight_recorder.hpp"
-#include "src/flight_recorder_events.hpp"
+#include "common/flight_events.hpp"
 
-namespace rdmachan {
-namespace flight {
+namespace rdmachan::flight {
 namespace ring_detail {
 std::uint64_t now_ticks() noexcept;
 }
@@ -110,12 +106,15 @@ void print_field(Writer& out, const FieldDescription& field, std::uint64_t value
         case FieldFormat::text:
             out.print(" %s=\"%s\"", field.name, value == 0 ? "" : reinterpret_cast<const char*>(value));
             return;
-        case FieldFormat::qp_state: out.print(" %s=%s", field.name, queue_pair_state_name(value)); return;
-        case FieldFormat::status: out.print(" %s=%s", field.name, completion_status_name(value)); return;
-        case FieldFormat::opcode: out.print(" %s=%s", field.name, wqe_opcode_name(value)); return;
-        case FieldFormat::answer: out.print(" %s=%s", field.name, answer_name(value)); return;
-        case FieldFormat::work_request: out.print(" %s=%s", field.name, work_request_name(value)); return;
+        case FieldFormat::named: out.print(" %s=%s", field.name, field.namer != nullptr ? field.namer(value) : "?"); return;
     }
+}
+
+// An event no layer registered (a record from a newer build): its number and every field in hex.
+void print_unknown(Writer& out, std::uint16_t event, const std::uint64_t* fields) {
+    out.print(" unknown event=%u", static_cast<unsigned>(event));
+    const char names[] = "abcde";
+    for (int i = 0; i < 5; ++i) out.print(" %c=0x%llx", names[i], static_cast<unsigned long long>(fields[i]));
 }
 
 // The directory dumps go to: $RDMACHAN_FLIGHT_RECORD_DIR, else $TMPDIR, else /tmp; created when
@@ -193,12 +192,16 @@ void dump_to_descriptor(int descriptor, const char* reason) noexcept {
         std::atomic_thread_fence(std::memory_order_acquire);
         if (stamp != sequence + 1 || slot.words[0].load(std::memory_order_relaxed) != stamp) continue;  // overwritten or unfinished
         const auto event = static_cast<std::uint16_t>(words[2] & 0xffff);
-        const EventDescription& description = describe(event);
+        const DescribedEvent described = describe(event);
         const double when = static_cast<double>(epoch.nanoseconds) +
                             static_cast<double>(static_cast<std::int64_t>(words[1] - epoch.ticks)) * nanoseconds_per_tick;
-        out.print("#%llu %.6f tid %u %s", static_cast<unsigned long long>(sequence), when / 1e9,
-                  static_cast<unsigned>(words[2] >> 32), description.name);
-        for (int i = 0; i < 5; ++i) print_field(out, description.fields[i], words[3 + i]);
+        out.print("#%llu %.6f tid %u", static_cast<unsigned long long>(sequence), when / 1e9, static_cast<unsigned>(words[2] >> 32));
+        if (described.event != nullptr) {
+            out.print(" %s.%s", described.layer, described.event->name);
+            for (int i = 0; i < 5; ++i) print_field(out, described.event->fields[i], words[3 + i]);
+        } else {
+            print_unknown(out, event, words + 3);
+        }
         out.print("\n");
         ++printed;
     }
@@ -245,25 +248,4 @@ void dump_automatically(const char* reason) noexcept {
     else out.print("rdmachan: flight record (%s) not written: %s\n", copied, path);
 }
 
-}  // namespace flight
-
-namespace flight_recorder {
-
-std::string dump(std::string_view reason) {
-    const std::string copied(reason);
-    char path[640];
-    if (!flight::dump_to_new_file(copied.c_str(), path, sizeof path)) throw Error(std::string("flight_recorder::dump: ") + path);
-    return path;
-}
-
-void dump_to(int descriptor, std::string_view reason) {
-    const std::string copied(reason);
-    flight::dump_to_descriptor(descriptor, copied.c_str());
-}
-
-std::uint64_t events_recorded() noexcept { return flight::recorded(); }
-
-std::uint32_t capacity() noexcept { return flight::kCapacity; }
-
-}  // namespace flight_recorder
-}  // namespace rdmachan
+}  // namespace rdmachan::flight
