@@ -212,6 +212,8 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
         driver.cqe_version = 1;
         driver.log_uar_size = 12;
         driver.num_uars_per_page = 1;
+        // On a RoCE port libmlx5 asks the kernel to resolve an address handle's MAC.
+        if (state.link_layer == IBV_LINK_LAYER_ETHERNET) driver.cmds_supp_uhw = MLX5_USER_CMDS_SUPP_UHW_CREATE_AH;
         driver.response_length = sizeof driver;
         const std::size_t room = header.out_words * 4u - sizeof answer;
         std::memcpy(reinterpret_cast<void*>(request.response + sizeof answer), &driver, std::min(room, sizeof driver));
@@ -260,7 +262,7 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
         answer.active_width = 2;
         answer.active_speed = 32;
         answer.phys_state = 5;  // LinkUp
-        answer.link_layer = 1;  // InfiniBand
+        answer.link_layer = state.link_layer;
         respond(request.response, answer);
         return static_cast<ssize_t>(length);
     }
@@ -384,6 +386,19 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
     case IB_USER_VERBS_CMD_DESTROY_SRQ: {
         const auto request = read<ib_uverbs_destroy_srq>(body);
         respond(request.response, ib_uverbs_destroy_srq_resp{});
+        return static_cast<ssize_t>(length);
+    }
+    case IB_USER_VERBS_CMD_CREATE_AH: {
+        // A RoCE address handle: the kernel resolves the next hop's MAC for the destination GID.
+        const auto request = read<ib_uverbs_create_ah>(body);
+        ib_uverbs_create_ah_resp answer{};
+        answer.ah_handle = ++state.address_handles;
+        mlx5_ib_create_ah_resp driver{};
+        driver.response_length = sizeof driver;
+        driver.dmac[0] = 0x02;
+        std::memcpy(driver.dmac + 2, request.attr.grh.dgid + 12, 4);
+        std::memcpy(state.address_handle_mac, driver.dmac, sizeof driver.dmac);
+        respond(request.response, answer, driver);
         return static_cast<ssize_t>(length);
     }
     case IB_USER_VERBS_CMD_DEALLOC_PD:

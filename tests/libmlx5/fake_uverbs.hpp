@@ -49,6 +49,15 @@ struct FakeKernelState {
     std::uint32_t shared_receive_queues = 0;
     static constexpr std::uint32_t kMaxSharedReceiveQueues = 256;
     std::uint32_t shared_receive_limits[kMaxSharedReceiveQueues][2] = {};  // by handle: max_wr, max_sge
+    // Port 1's link layer as QUERY_PORT answers it: IBV_LINK_LAYER_INFINIBAND (1) or
+    // IBV_LINK_LAYER_ETHERNET (2), a RoCE port. Set it before the device is opened: libmlx5
+    // caches it then.
+    std::uint8_t link_layer = 1;
+    // RoCE address handles (CREATE_AH, which libmlx5 sends only on an Ethernet port): how many,
+    // and the next hop's MAC the last one was answered, which a kernel resolves from the
+    // destination GID; here 02:00 and the GID's last four bytes.
+    std::uint32_t address_handles = 0;
+    std::uint8_t address_handle_mac[6] = {};
     std::uint32_t memory_keys = 0;  // DEVX CREATE_MKEY answered
     std::uint32_t dc_targets = 0;   // DCTs moved to RTR
     std::uint32_t user_index = 0;  // the last QP's, which a CQE of version 1 carries

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "rdmachan/error.hpp"
+#include "transport/mlx5/address_vector.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/shared_receive_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
@@ -177,11 +178,13 @@ std::shared_ptr<DcTarget> create_target(const std::shared_ptr<soft::Device>& dev
 std::array<std::uint8_t, 48> address_vector(const Gid& gid, std::uint16_t lid, std::uint32_t dctn, std::uint64_t key) {
     // The base vector as the software device reads it (and as an mlx5 address handle holds it):
     // GRH present, the peer's GID and LID; then the DCT number and key.
-    std::uint8_t base[mlx5::kAddressVectorSize] = {};
-    mlx5::store_big16(base + mlx5::kAvRlid, lid);
-    base[mlx5::kAvHopLimit] = 64;
-    mlx5::store_big32(base + mlx5::kAvGrhGidFl, 1u << 30);
-    std::copy(gid.begin(), gid.end(), base + mlx5::kAvRgid);
+    mlx5::Destination destination;
+    destination.lid = lid;
+    destination.global = true;
+    destination.route.hop_limit = 64;
+    std::copy(gid.begin(), gid.end(), destination.route.destination_gid);
+    std::uint8_t base[mlx5::kAddressVectorSize];
+    mlx5::make_address_vector(base, destination);
     std::uint8_t vector[mlx5::kAddressVectorSize];
     mlx5::make_dc_address_vector(vector, base, dctn, key);
     std::array<std::uint8_t, 48> result{};

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "transport/soft/flight_events.hpp"
+#include "transport/mlx5/address_vector.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/device.hpp"
@@ -53,12 +54,17 @@ void check_transition(const std::string& call, QueuePairState from, const char* 
 }  // namespace
 
 std::array<std::uint8_t, 48> Device::address_vector() const {
-    std::array<std::uint8_t, 48> vector{};
-    mlx5::store_big16(vector.data() + mlx5::kAvRlid, core_->lid);
-    vector[mlx5::kAvHopLimit] = 64;
-    mlx5::store_big32(vector.data() + mlx5::kAvGrhGidFl, 1u << 30);  // GRH present
-    std::copy(core_->gid.begin(), core_->gid.end(), vector.begin() + mlx5::kAvRgid);
-    return vector;
+    // An InfiniBand destination with a GRH: this device's LID and GID, hop limit 64.
+    mlx5::Destination destination;
+    destination.lid = core_->lid;
+    destination.global = true;
+    destination.route.hop_limit = 64;
+    std::copy(core_->gid.begin(), core_->gid.end(), destination.route.destination_gid);
+    std::uint8_t vector[mlx5::kAddressVectorSize];
+    mlx5::make_address_vector(vector, destination);
+    std::array<std::uint8_t, 48> result{};
+    std::copy(std::begin(vector), std::end(vector), result.begin());
+    return result;
 }
 
 std::shared_ptr<DcInitiator> Device::create_dc_initiator(
