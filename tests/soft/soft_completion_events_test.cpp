@@ -42,6 +42,14 @@ void arm(soft::CompletionQueue& queue, bool solicited_only, std::uint32_t sequen
     queue.ring_arm_doorbell();
 }
 
+// The op_own byte of the CQE the last poll took (a poll leaves the entry as it was written).
+std::uint8_t last_polled_op_own(soft::CompletionQueue& queue) {
+    const mlx5::CompletionQueueRing& ring = queue.ring();
+    const std::uint32_t consumer = mlx5::big_to_host32(mlx5::load_acquire32(ring.doorbell_record + mlx5::kCqSetConsumerIndex)) & 0xffffff;
+    const std::uint8_t* entry = ring.buffer + static_cast<std::size_t>((consumer - 1) & (ring.cqe_count - 1)) * ring.cqe_size;
+    return entry[ring.cqe_size - mlx5::kCqeSize64 + mlx5::kCqeOpOwn];
+}
+
 bool readable(int descriptor, std::chrono::milliseconds timeout) {
     pollfd entry{descriptor, POLLIN, 0};
     return ::poll(&entry, 1, static_cast<int>(timeout.count())) == 1 && (entry.revents & POLLIN) != 0;
@@ -143,11 +151,14 @@ TEST_CASE("armed for solicited CQEs: a send without the solicited bit raises not
         send_one(pair.initiator, 1, 0);
         REQUIRE(pair.target.wait_receive().has_value());
         CHECK_FALSE(readable(queue.event_descriptor(), kShort));
+        CHECK((last_polled_op_own(queue) & mlx5::kCqeSolicitedEvent) == 0);
         // Still armed: the solicited one wakes it, though an unsolicited CQE came first.
         send_one(pair.initiator, 2, mlx5::kSendSolicited);
         CHECK(readable(queue.event_descriptor(), kLong));
         CHECK(queue.take_event());
         REQUIRE(pair.target.wait_receive().has_value());
+        // Its CQE carries the SE bit, as a ConnectX writes it.
+        CHECK((last_polled_op_own(queue) & mlx5::kCqeSolicitedEvent) != 0);
 
         // An arm for solicited CQEs with only an unsolicited one waiting past its index: nothing.
         REQUIRE(pair.target.post_receive(3, 4096, 64) == mlx5::PostResult::ok);

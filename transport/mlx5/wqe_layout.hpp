@@ -139,6 +139,9 @@ inline constexpr std::uint32_t kCqeSopDropQpn = 56;      // bits 31:24 WQE opcod
 inline constexpr std::uint32_t kCqeWqeCounter = 60;
 inline constexpr std::uint32_t kCqeSignature = 62;
 inline constexpr std::uint32_t kCqeOpOwn = 63;
+// op_own: opcode << 4 | format << 2 | se << 1 | owner. SE: the request that completed this
+// receive asked for a solicited event (the poller ignores it; the CQ's solicited arm uses it).
+inline constexpr std::uint8_t kCqeSolicitedEvent = 0x02;
 
 enum CqeOpcode : std::uint8_t {
     kCqeRequester = 0,

@@ -118,7 +118,7 @@ void consume_and_complete(PeerTable& table, const PublishedQueuePairView& target
     hold_for_test(ZeroHopReceiveStep::receive_consumed);
     std::uint8_t* cqe = receive_cq.claim();
     fill_responder_cqe(cqe, completion);
-    receive_cq.make_visible(cqe, completion.cqe_opcode);
+    receive_cq.make_visible(cqe, completion.cqe_opcode, completion.solicited);
     hold_for_test(ZeroHopReceiveStep::completion_visible);
     receive_cq.advance();
     receive_cq.raise_event(completion.cqe_opcode, completion.solicited);
