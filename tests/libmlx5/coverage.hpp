@@ -19,18 +19,20 @@ class Coverage {
         return found == counts_.end() ? 0 : found->second;
     }
     // "kind: count, at least minimum" for each kind short of its minimum; empty when none is.
-    std::string shortfalls(const std::vector<std::pair<std::string, std::uint32_t>>& minimums) const {
+    std::string shortfalls(
+        const std::vector<std::pair<std::string, std::uint32_t>>& minimums) const {
         std::string text;
         for (const auto& [kind, minimum] : minimums)
             if ((*this)[kind] < minimum)
-                text += (text.empty() ? "" : "; ") + kind + ": " + std::to_string((*this)[kind]) + ", at least " +
-                        std::to_string(minimum) + " required";
+                text += (text.empty() ? "" : "; ") + kind + ": " + std::to_string((*this)[kind]) +
+                        ", at least " + std::to_string(minimum) + " required";
         return text;
     }
     // Every kind counted, for the log.
     std::string summary() const {
         std::string text;
-        for (const auto& [kind, times] : counts_) text += (text.empty() ? "" : ", ") + kind + " " + std::to_string(times);
+        for (const auto& [kind, times] : counts_)
+            text += (text.empty() ? "" : ", ") + kind + " " + std::to_string(times);
         return text;
     }
 

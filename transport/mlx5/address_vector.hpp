@@ -28,11 +28,11 @@ struct GlobalRoute {
 };
 
 struct Destination {
-    std::uint16_t lid = 0;             // InfiniBand: the destination LID
+    std::uint16_t lid = 0;  // InfiniBand: the destination LID
     std::uint8_t service_level = 0;
-    std::uint8_t static_rate = 0;      // an enum ibv_rate value (IBV_RATE_MAX: 0)
+    std::uint8_t static_rate = 0;       // an enum ibv_rate value (IBV_RATE_MAX: 0)
     std::uint8_t source_path_bits = 0;  // InfiniBand only
-    bool global = false;               // a GRH, from `route`
+    bool global = false;                // a GRH, from `route`
     GlobalRoute route;
     // A RoCE port (Ethernet link layer): the GRH is required, the LID and path bits unused.
     bool ethernet = false;
@@ -51,23 +51,40 @@ namespace detail {
 // it: 0 is unlimited, also for rates the device has no code for.
 RDMACHAN_HOST_DEVICE constexpr std::uint8_t mlx5_static_rate(std::uint8_t rate) {
     switch (rate) {
-        case 2: return 7;    // 2.5 Gb/s
-        case 3: return 8;    // 10
-        case 4: return 9;    // 30
-        case 5: return 10;   // 5
-        case 6: return 11;   // 20
-        case 7: return 12;   // 40
-        case 8: return 13;   // 60
-        case 9: return 14;   // 80
-        case 10: return 15;  // 120
-        case 11: return 11;  // 14, as 20
-        case 12: return 13;  // 56, as 60
-        case 13: return 15;  // 112, as 120
-        case 15: return 9;   // 25, as 30
-        case 16: return 15;  // 100, as 120
-        case 19: return 9;   // 28, as 30
-        case 20: return 13;  // 50, as 60
-        default: return 0;   // unlimited: IBV_RATE_MAX, 168, 200, 300, 400, 600 and unknown
+        case 2:
+            return 7;  // 2.5 Gb/s
+        case 3:
+            return 8;  // 10
+        case 4:
+            return 9;  // 30
+        case 5:
+            return 10;  // 5
+        case 6:
+            return 11;  // 20
+        case 7:
+            return 12;  // 40
+        case 8:
+            return 13;  // 60
+        case 9:
+            return 14;  // 80
+        case 10:
+            return 15;  // 120
+        case 11:
+            return 11;  // 14, as 20
+        case 12:
+            return 13;  // 56, as 60
+        case 13:
+            return 15;  // 112, as 120
+        case 15:
+            return 9;  // 25, as 30
+        case 16:
+            return 15;  // 100, as 120
+        case 19:
+            return 9;  // 28, as 30
+        case 20:
+            return 13;  // 50, as 60
+        default:
+            return 0;  // unlimited: IBV_RATE_MAX, 168, 200, 300, 400, 600 and unknown
     }
 }
 
@@ -82,8 +99,8 @@ RDMACHAN_HOST_DEVICE constexpr std::uint16_t udp_source_port_of(std::uint32_t fl
 
 // Writes the address vector; false (nothing written) for a RoCE destination without a GRH,
 // which libmlx5 refuses (EINVAL). The DC key and DCT number stay zero.
-RDMACHAN_HOST_DEVICE inline bool make_address_vector(std::uint8_t (&address_vector)[kAddressVectorSize],
-                                                     const Destination& destination) {
+RDMACHAN_HOST_DEVICE inline bool make_address_vector(
+    std::uint8_t (&address_vector)[kAddressVectorSize], const Destination& destination) {
     if (destination.ethernet && !destination.global) return false;
     std::memset(address_vector, 0, kAddressVectorSize);
     const std::uint8_t rate = detail::mlx5_static_rate(destination.static_rate);
@@ -110,9 +127,9 @@ RDMACHAN_HOST_DEVICE inline bool make_address_vector(std::uint8_t (&address_vect
         address_vector[kAvHopLimit] = route.hop_limit;
         // The GRH-present bit is InfiniBand's; RoCE packets always carry a GRH and keep it 0.
         const std::uint32_t present = destination.ethernet ? 0 : kAvGlobalRoutePresent;
-        store_big32(address_vector + kAvGrhGidFl, present |
-                                                      static_cast<std::uint32_t>(route.source_gid_index) << 20 |
-                                                      (route.flow_label & 0xfffff));
+        store_big32(address_vector + kAvGrhGidFl,
+                    present | static_cast<std::uint32_t>(route.source_gid_index) << 20 |
+                        (route.flow_label & 0xfffff));
         std::memcpy(address_vector + kAvRgid, route.destination_gid, sizeof route.destination_gid);
     }
     return true;
