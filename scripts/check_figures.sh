@@ -32,18 +32,18 @@ cd "$repository"
 # packages, so it is not listed.
 release_build="CMakeLists.txt cmake scripts/build_release.sh"
 declare -A measured_paths=(
-    [instruction-counts]="scripts/performance.sh scripts/instruction_counts.sh tests/mlx5/data_path_benchmark.cpp tests/mlx5/data_path_fixture.hpp tests/mlx5/send_reference.hpp tests/mlx5/CMakeLists.txt tests/channel/channel_instruction_benchmark.cpp tests/channel/CMakeLists.txt tests/CMakeLists.txt tests/libmlx5 transport/mlx5 transport/provider transport/soft transport/device_interface.hpp src include/rdmachan $release_build"
-    [sweep]="scripts/performance.sh scripts/bench_sweep.sh tools/bench transport src include/rdmachan handshake $release_build"
-    [ucx]="scripts/performance.sh scripts/compare_ucx.sh tools/bench transport src include/rdmachan handshake $release_build"
-    [wait-modes]="scripts/performance.sh scripts/wait_modes.sh tests/channel/idle_wake_benchmark.cpp tests/channel/process_pair_settings.hpp tests/channel/CMakeLists.txt tests/CMakeLists.txt tools/bench transport src include/rdmachan handshake $release_build"
-    [asio-instructions]="scripts/performance.sh scripts/asio_instructions.sh tests/asio/asio_instruction_benchmark.cpp tests/asio/asio_test_support.hpp tests/asio/CMakeLists.txt tests/mlx5/measured_function.hpp tests/CMakeLists.txt transport src include/rdmachan $release_build"
-    [demo]="scripts/performance.sh scripts/demo_throughput.sh examples transport src include/rdmachan handshake $release_build"
-    [scale]="scripts/scale.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/handshake/CMakeLists.txt tests/multi_channel/peer_cost_benchmark.cpp tests/multi_channel/CMakeLists.txt tests/pmix/pmix_exchange_benchmark.cpp tests/pmix/CMakeLists.txt tests/CMakeLists.txt handshake src include/rdmachan transport $release_build"
+    [instruction-counts]="scripts/performance.sh scripts/instruction_counts.sh tests/mlx5/data_path_benchmark.cpp tests/mlx5/compressed_poll_benchmark.cpp tests/mlx5/data_path_fixture.hpp tests/mlx5/send_reference.hpp tests/mlx5/CMakeLists.txt tests/channel/channel_instruction_benchmark.cpp tests/channel/CMakeLists.txt tests/CMakeLists.txt tests/libmlx5 transport/mlx5 transport/provider transport/soft transport/device_interface.hpp transport common src include/rdmachan $release_build"
+    [sweep]="scripts/performance.sh scripts/bench_sweep.sh tools/bench transport common src include/rdmachan handshake $release_build"
+    [ucx]="scripts/performance.sh scripts/compare_ucx.sh tools/bench transport common src include/rdmachan handshake $release_build"
+    [wait-modes]="scripts/performance.sh scripts/wait_modes.sh tests/channel/idle_wake_benchmark.cpp tests/channel/process_pair_settings.hpp tests/channel/CMakeLists.txt tests/CMakeLists.txt tools/bench transport common src include/rdmachan handshake $release_build"
+    [asio-instructions]="scripts/performance.sh scripts/asio_instructions.sh tests/asio/asio_instruction_benchmark.cpp tests/asio/asio_test_support.hpp tests/asio/CMakeLists.txt tests/mlx5/measured_function.hpp tests/CMakeLists.txt transport common src include/rdmachan $release_build"
+    [demo]="scripts/performance.sh scripts/demo_throughput.sh examples transport common src include/rdmachan handshake $release_build"
+    [scale]="scripts/scale.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/handshake/CMakeLists.txt tests/multi_channel/peer_cost_benchmark.cpp tests/multi_channel/CMakeLists.txt tests/pmix/pmix_exchange_benchmark.cpp tests/pmix/CMakeLists.txt tests/CMakeLists.txt handshake common src include/rdmachan transport $release_build"
     # What CI's command runs: all the code, its tests and the scripts that build and run them.
-    [reliability]="src include transport handshake tests tools examples scripts cmake CMakeLists.txt .ci"
+    [reliability]="common src include transport handshake tests tools examples scripts cmake CMakeLists.txt .ci"
     # The soak: the suites it repeats (tests), what they run (the library, the demo) and its
     # script, which configures its own build.
-    [soak]="scripts/soak.sh src include transport handshake tests examples cmake CMakeLists.txt"
+    [soak]="scripts/soak.sh common src include transport handshake tests examples cmake CMakeLists.txt"
 )
 # Records of a run rather than figures of the current code: the soak runs for up to hours (200
 # rounds took about two hours on this machine at 5723286), more than a change can wait for. Its
