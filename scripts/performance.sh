@@ -7,7 +7,7 @@
 #   ucx                  scripts/compare_ucx.sh          (rdmachan-bench against ucx_perftest)
 #   wait-modes           scripts/wait_modes.sh           (idle wake and CPU per wait mode, busy latency)
 #   asio-instructions    scripts/asio_instructions.sh    (callgrind: what async_wait adds over wait())
-#   demo                 scripts/demo_throughput.sh      (README.md: the demo's aggregate throughput)
+#   demo                 scripts/demo_throughput.sh      (the demo's aggregate throughput)
 #   scripts/performance.sh [build-dir]                   (default: build-perf)
 set -euo pipefail
 
@@ -20,10 +20,10 @@ commit="$(git -C "$source_dir" rev-parse --short=7 HEAD)"
 git -C "$source_dir" diff --quiet HEAD -- . ':(exclude)docs' ':(exclude,glob)**/*.md' || commit="$commit-dirty"
 
 # Each script installs what it measures with (setup.sh and its extra packages).
-# One folder of blocks per document they go into.
+# The blocks, one file each, all of docs/PERFORMANCE.md.
 blocks="$(mktemp -d)"
 trap 'rm -rf "$blocks"' EXIT
-mkdir "$blocks/performance" "$blocks/readme"
+mkdir "$blocks/performance"
 echo "performance: instruction counts (callgrind)" >&2
 "$source_dir/scripts/instruction_counts.sh" "$build_dir" >"$blocks/performance/instruction-counts"
 echo "performance: rdmachan-bench size sweep" >&2
@@ -34,7 +34,7 @@ echo "performance: the wait modes" >&2
 "$source_dir/scripts/wait_modes.sh" "$build_dir" >"$blocks/performance/wait-modes"
 "$source_dir/scripts/asio_instructions.sh" "$build_dir" >"$blocks/performance/asio-instructions"
 echo "performance: rdmachan-demo's aggregate throughput" >&2
-"$source_dir/scripts/demo_throughput.sh" "$build_dir" >"$blocks/readme/demo"
+"$source_dir/scripts/demo_throughput.sh" "$build_dir" >"$blocks/performance/demo"
 
 # replace_blocks DOCUMENT FOLDER: each file of FOLDER replaces the block of its name.
 replace_blocks() {
@@ -54,4 +54,3 @@ PY
     echo "performance: $1 regenerated" >&2
 }
 replace_blocks "$document" "$blocks/performance"
-replace_blocks "$source_dir/README.md" "$blocks/readme"

@@ -1,0 +1,23 @@
+# README.md shows examples/first_program.cpp whole, in the C++ block after the marker
+# "<!-- the whole of examples/first_program.cpp -->": fails, naming both files, when they differ.
+#   cmake -DREADME=<README.md> -DPROGRAM=<first_program.cpp> -P readme_first_program.cmake
+file(READ "${README}" text)
+file(READ "${PROGRAM}" program)
+set(marker "<!-- the whole of examples/first_program.cpp -->")
+string(FIND "${text}" "${marker}" at)
+if(at EQUAL -1)
+    message(FATAL_ERROR "${README}: no block is marked as the whole of examples/first_program.cpp")
+endif()
+string(SUBSTRING "${text}" ${at} -1 rest)
+string(FIND "${rest}" "```cpp\n" open)
+if(open EQUAL -1)
+    message(FATAL_ERROR "${README}: no ```cpp block after the first program's marker")
+endif()
+math(EXPR start "${open} + 7")
+string(SUBSTRING "${rest}" ${start} -1 rest)
+string(FIND "${rest}" "```" close)
+string(SUBSTRING "${rest}" 0 ${close} block)
+if(NOT block STREQUAL program)
+    message(FATAL_ERROR "${README}'s first program differs from ${PROGRAM}: copy the file into the block")
+endif()
+message(STATUS "README.md's first program is examples/first_program.cpp, whole")
