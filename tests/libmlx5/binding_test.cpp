@@ -19,13 +19,11 @@
 #include <poll.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -35,6 +33,7 @@
 #include "rdmachan/multi_channel.hpp"
 #include "tests/libmlx5/fake_device.hpp"
 #include "tests/libmlx5/fake_uverbs.hpp"
+#include "tests/watchdog.hpp"
 
 namespace {
 
@@ -121,41 +120,13 @@ bool readable(int descriptor, int timeout_ms) {
     return ::poll(&entry, 1, timeout_ms) == 1 && (entry.revents & POLLIN) != 0;
 }
 
-// Ends the program, saying what hung, if the guarded scope takes longer than `limit`: a read of a
-// blocking channel, or an ibv_destroy_cq waiting for acknowledgements that never come, would
-// otherwise hang the run until CTest's timeout.
-class Watchdog {
-public:
-    Watchdog(std::chrono::seconds limit, const char* what) : thread_([this, limit, what] {
-        std::unique_lock<std::mutex> lock(mutex_);
-        if (!done_condition_.wait_for(lock, limit, [this] { return done_; })) {
-            std::fprintf(stderr, "FAILED: %s did not return within %lld s\n", what, static_cast<long long>(limit.count()));
-            std::_Exit(1);
-        }
-    }) {}
-    ~Watchdog() {
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            done_ = true;
-        }
-        done_condition_.notify_one();
-        thread_.join();
-    }
-
-private:
-    std::mutex mutex_;
-    std::condition_variable done_condition_;
-    bool done_ = false;
-    std::thread thread_;
-};
-
 }  // namespace
 
 TEST_CASE("a Channel's completion events on the installed libmlx5: arm, the kernel's event, the engine's take, destruction") {
     // More rounds than the events acknowledged in one batch, so that a batch is acknowledged and
     // some events are left for the destruction to acknowledge.
     constexpr std::uint32_t kRounds = 37;
-    const Watchdog watchdog(std::chrono::seconds(30), "the completion-event case (arm, take or destruction)");
+    const rdmachan::test::Watchdog watchdog(std::chrono::seconds(30), "the completion-event case (arm, take or destruction)");
     const std::uint32_t before = fake_kernel().completion_queues;
     PreparedChannel first = on_fake_mlx5().wait_mode(WaitMode::event).build();
     std::vector<FakeCompletionQueue> queues = completion_queues_since(before);

@@ -11,50 +11,19 @@
 
 #include <chrono>
 #include <csignal>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 #include <thread>
 
 #include "rdmachan/channel.hpp"
 #include "rxe_fixture.hpp"
 #include "tests/channel/process_pair_settings.hpp"
+#include "tests/watchdog.hpp"
 
 using namespace rxe_test;
 
 namespace {
-
-// Ends the program, saying what hung, if the guarded scope takes longer than `limit`: a blocking
-// read of an empty channel, or an ibv_destroy_cq waiting for acknowledgements that never come,
-// would otherwise hang the VM until its own timeout.
-class Watchdog {
-public:
-    Watchdog(std::chrono::seconds limit, const char* what)
-        : thread_([this, limit, what] {
-              std::unique_lock<std::mutex> lock(mutex_);
-              if (!done_condition_.wait_for(lock, limit, [this] { return done_; })) {
-                  std::fprintf(stderr, "FAILED: %s did not return within %lld s\n", what,
-                               static_cast<long long>(limit.count()));
-                  std::_Exit(1);
-              }
-          }) {}
-    ~Watchdog() {
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            done_ = true;
-        }
-        done_condition_.notify_one();
-        thread_.join();
-    }
-
-private:
-    std::mutex mutex_;
-    std::condition_variable done_condition_;
-    bool done_ = false;
-    std::thread thread_;
-};
 
 bool readable(int descriptor, int timeout_ms) {
     pollfd entry{descriptor, POLLIN, 0};
@@ -86,7 +55,7 @@ struct Topology {
 TEST_CASE("a verbs CQ with a completion channel on soft-RoCE: armed, it wakes at the next completion; one already there is kept") {
     // More rounds than one acknowledgement batch: a batch is acknowledged, the rest at destruction.
     constexpr std::uint64_t kRounds = CompletionQueue::kAcknowledgeBatch + 8;
-    const Watchdog watchdog(std::chrono::seconds(120), "the verbs completion-event case");
+    const rdmachan::test::Watchdog watchdog(std::chrono::seconds(120), "the verbs completion-event case");
     const Topology topologies[] = {{"rxe0 <-> rxe1 across the veth pair", true}, {"rxe0 loopback", false}};
     for (const Topology& topology : topologies) {
         CAPTURE(topology.name);
@@ -257,7 +226,7 @@ long voluntary_switches() {
 }  // namespace
 
 TEST_CASE("a Channel in event wait mode between two processes on soft-RoCE: waits sleep on the completion channel; native_handle wakes after arm") {
-    const Watchdog watchdog(std::chrono::seconds(120), "the Channel event-mode case");
+    const rdmachan::test::Watchdog watchdog(std::chrono::seconds(120), "the Channel event-mode case");
     ProcessPair pair;
     rdmachan::Channel& channel = pair.channel();
     const int descriptor = channel.native_handle();
