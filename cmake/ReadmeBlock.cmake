@@ -1,0 +1,26 @@
+# readme_block(README MARKER BLOCK_VARIABLE LINE_VARIABLE): the text of README's ```cpp block that
+# follows the line MARKER (an HTML comment naming what uses it), and README's line number of the
+# block's first line. Fails, naming README, when there is no such marker or block. For scripts
+# run with cmake -P that check or compile README's code.
+function(readme_block readme marker block_variable line_variable)
+    file(READ "${readme}" text)
+    string(FIND "${text}" "${marker}" at)
+    if(at EQUAL -1)
+        message(FATAL_ERROR "${readme}: no code block is marked ${marker}")
+    endif()
+    string(SUBSTRING "${text}" ${at} -1 rest)
+    string(FIND "${rest}" "```cpp\n" open)
+    if(open EQUAL -1)
+        message(FATAL_ERROR "${readme}: no ```cpp block after ${marker}")
+    endif()
+    math(EXPR start "${at} + ${open} + 7")
+    string(SUBSTRING "${text}" ${start} -1 rest)
+    string(FIND "${rest}" "```" close)
+    string(SUBSTRING "${rest}" 0 ${close} block)
+    string(SUBSTRING "${text}" 0 ${start} before)
+    string(REGEX MATCHALL "\n" newlines "${before}")
+    list(LENGTH newlines line)
+    math(EXPR line "${line} + 1")
+    set(${block_variable} "${block}" PARENT_SCOPE)
+    set(${line_variable} ${line} PARENT_SCOPE)
+endfunction()
