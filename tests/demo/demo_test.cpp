@@ -134,12 +134,11 @@ TEST_CASE("failures: a bad option, an out-of-range value, a failing rank, an una
     CHECK(peer_without_rank.output.find("--rank") != std::string::npos);
 }
 
-// A timed run (issue 20): samples of every peer (5 s, one a second)'s memory and descriptors while it runs; none may
-// grow. The bound on memory is 1 MiB per peer above its settled (second) sample in any later
-// one, the figure the demo reports (resource_sampler.hpp says why the second): malloc returns
-// and takes back a few hundred KiB between samples (the 10-minute, 8-peer run of
-// docs/RELIABILITY.md swung by at most 448 KiB per peer and ended 64 KiB below its start), while
-// a leak of one allocation per operation would exceed it within the run. The test recomputes the
+// A timed run: samples of every peer (5 s, one a second)'s memory and descriptors while it runs;
+// none may grow. The bound on memory is 1 MiB per peer above its settled (second) sample in any
+// later one, the figure the demo reports (resource_sampler.hpp says why the second): malloc
+// returns and takes back a few hundred KiB between samples, while a leak of one allocation per
+// operation would exceed it within the run. The test recomputes the
 // figure from the samples, so a sampler that reported less than its samples show fails too.
 // AddressSanitizer keeps freed memory in its quarantine (256 MiB by default) before reusing it,
 // so under it a peer's resident size grows with every free until the quarantine is full (17-26
