@@ -18,7 +18,6 @@
 // different one each poll). CQEs we decode differently on purpose (docs/ARCHITECTURE.md:
 // scatter-to-CQE formats, resize and unknown-QP CQEs) are not generated; responder CQEs name
 // the receive libmlx5 v44 takes next (it assumes order, we read wqe_counter).
-#include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <infiniband/verbs.h>
 
@@ -34,6 +33,7 @@
 #include <vector>
 
 #include "tests/libmlx5/coverage.hpp"
+#include "tests/libmlx5/cqe_entries.hpp"
 #include "tests/libmlx5/differential_queues.hpp"
 #include "tests/libmlx5/libmlx5_refusals.hpp"
 #include "tests/libmlx5/scoped_environment.hpp"
@@ -64,7 +64,8 @@ struct State {
     std::deque<SendWqe> sends;           // posted, not completed, in order
     std::deque<std::uint32_t> receives;  // receive indices posted, not completed, in order
     std::uint32_t cqes = 0;              // CQEs written
-    std::uint32_t compared_fields = 0, completions = 0, receive_posts = 0;
+    std::uint64_t compared_fields = 0;
+    std::uint32_t completions = 0, receive_posts = 0;
     Coverage coverage;
     std::string written;  // the CQEs written since the last poll, for a failure message
     std::vector<std::uint8_t> payload;
@@ -259,42 +260,6 @@ void write_responder_completion(State& state) {
     state.coverage.count(kind.name);
 }
 
-// Compares the ibv_wc fields libmlx5 wrote (those not still `poison`) with our completion.
-std::string compare(State& state, const ibv_wc& theirs, const mlx5::Completion& ours, std::uint8_t poison) {
-    std::string difference;
-    auto field = [&](const char* name, const void* address, std::size_t size, std::uint64_t their_value, std::uint64_t our_value) {
-        const auto* bytes = static_cast<const std::uint8_t*>(address);
-        bool written = false;
-        for (std::size_t i = 0; i < size; ++i) written = written || bytes[i] != poison;
-        if (!written) return;
-        ++state.compared_fields;
-        if (difference.empty() && their_value != our_value)
-            difference = std::string(name) + ": libmlx5 " + std::to_string(their_value) + ", ours " + std::to_string(our_value);
-    };
-    std::uint32_t flags = 0;
-    if ((ours.flags & mlx5::kCompletionGrh) != 0) flags |= IBV_WC_GRH;
-    if ((ours.flags & mlx5::kCompletionWithImmediate) != 0) flags |= IBV_WC_WITH_IMM;
-    if ((ours.flags & mlx5::kCompletionWithInvalidate) != 0) flags |= IBV_WC_WITH_INV;
-    field("wr_id", &theirs.wr_id, 8, theirs.wr_id, ours.wr_id);
-    field("status", &theirs.status, sizeof theirs.status, theirs.status, static_cast<std::uint64_t>(ours.status));
-    field("opcode", &theirs.opcode, sizeof theirs.opcode, theirs.opcode, static_cast<std::uint64_t>(ours.opcode));
-    field("vendor_err", &theirs.vendor_err, 4, theirs.vendor_err, ours.vendor_error);
-    field("byte_len", &theirs.byte_len, 4, theirs.byte_len, ours.byte_len);
-    field("qp_num", &theirs.qp_num, 4, theirs.qp_num, ours.qp_num);
-    field("src_qp", &theirs.src_qp, 4, theirs.src_qp, ours.src_qp);
-    field("wc_flags", &theirs.wc_flags, 4, theirs.wc_flags, flags);
-    field("pkey_index", &theirs.pkey_index, 2, theirs.pkey_index, ours.pkey_index);
-    field("slid", &theirs.slid, 2, theirs.slid, ours.slid);
-    field("sl", &theirs.sl, 1, theirs.sl, ours.sl);
-    field("dlid_path_bits", &theirs.dlid_path_bits, 1, theirs.dlid_path_bits, ours.dlid_path_bits);
-    if ((theirs.wc_flags & IBV_WC_WITH_INV) != 0 && theirs.status == IBV_WC_SUCCESS) {
-        field("invalidated_rkey", &theirs.invalidated_rkey, 4, theirs.invalidated_rkey, ours.invalidated_rkey);
-    } else if ((theirs.wc_flags & IBV_WC_WITH_IMM) != 0 && theirs.status == IBV_WC_SUCCESS) {
-        field("imm_data", &theirs.imm_data, 4, ntohl(theirs.imm_data), ours.immediate);
-    }
-    return difference;
-}
-
 std::string poll_both(State& state) {
     DifferentialQueues& queues = state.queues;
     auto resolve = [&queues](std::uint32_t qpn, std::uint32_t) -> mlx5::CompletionTarget* {
@@ -318,7 +283,7 @@ std::string poll_both(State& state) {
             if (!rings.empty()) return "after a poll, " + rings;
         }
         for (std::uint32_t i = 0; i < our_count; ++i) {
-            const std::string difference = compare(state, theirs[i], ours[i], poison);
+            const std::string difference = compare_completion(theirs[i], ours[i], poison, state.compared_fields);
             if (!difference.empty()) return "completion " + std::to_string(i) + " of a poll: " + difference;
             ++state.completions;
         }
