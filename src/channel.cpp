@@ -165,6 +165,31 @@ ChannelBuilder& ChannelBuilder::wait_mode(WaitMode mode) {
     return *this;
 }
 
+ChannelBuilder& ChannelBuilder::cqe_compression(CqeCompression value) {
+    if (value != CqeCompression::off && value != CqeCompression::hash && value != CqeCompression::checksum &&
+        value != CqeCompression::checksum_stride_index) {
+        throw Error("ChannelBuilder::cqe_compression: " + std::to_string(static_cast<int>(value)) +
+                    " is not off, hash, checksum or checksum_stride_index");
+    }
+    settings_.cqe_compression = value;
+    return *this;
+}
+
+ChannelBuilder& ChannelBuilder::scatter_to_cqe(bool value) {
+    settings_.scatter_to_cqe = value;
+    return *this;
+}
+
+const char* to_string(CqeCompression compression) {
+    switch (compression) {
+        case CqeCompression::off: return "off";
+        case CqeCompression::hash: return "hash";
+        case CqeCompression::checksum: return "checksum";
+        case CqeCompression::checksum_stride_index: return "checksum_stride_index";
+    }
+    return "unknown";
+}
+
 const char* to_string(WaitMode mode) {
     switch (mode) {
         case WaitMode::spin: return "spin";

@@ -92,9 +92,9 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
     // everything every queue pair can have in flight.
     if (!dc_.enabled) {
         send_completions_ = domain_->create_completion_queue(
-            std::max(settings.cq_entries, saturating_product(peer_count, settings.max_send_wr)));
+            std::max(settings.cq_entries, saturating_product(peer_count, settings.max_send_wr)), cqe_compression());
         receive_completions_ = domain_->create_completion_queue(
-            std::max(settings.cq_entries, saturating_product(peer_count, settings.max_recv_wr)));
+            std::max(settings.cq_entries, saturating_product(peer_count, settings.max_recv_wr)), cqe_compression());
     }
 
     const transport::QueuePairSettings queue_pair_settings = rc_queue_pair_settings();
@@ -162,7 +162,19 @@ transport::QueuePairSettings Engine::rc_queue_pair_settings() const {
     queue_pair_settings.max_inline_data = settings_.max_inline_data;
     queue_pair_settings.port = settings_.port;
     queue_pair_settings.access = static_cast<std::uint32_t>(settings_.access);
+    queue_pair_settings.scatter_to_cqe = settings_.scatter_to_cqe;
     return queue_pair_settings;
+}
+
+transport::CqeCompression Engine::cqe_compression() const {
+    switch (settings_.cqe_compression) {
+        case CqeCompression::off: return transport::CqeCompression::off;
+        case CqeCompression::hash: return transport::CqeCompression::hash;
+        case CqeCompression::checksum: return transport::CqeCompression::checksum;
+        case CqeCompression::checksum_stride_index: return transport::CqeCompression::checksum_stride_index;
+    }
+    throw Error("cqe_compression: " + std::to_string(static_cast<int>(settings_.cqe_compression)) +
+                " is not off, hash, checksum or checksum_stride_index");
 }
 
 Engine::~Engine() {

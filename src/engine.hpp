@@ -306,6 +306,8 @@ private:
     };
 
     transport::QueuePairSettings rc_queue_pair_settings() const;
+    // ChannelSettings::cqe_compression as the transport spells it, for every CQ of the engine's.
+    transport::CqeCompression cqe_compression() const;
     std::uint64_t claim_slot(std::uint32_t peer, Operation operation) {
         if (free_count_ == 0 && !wait_for_free_slot()) [[unlikely]] return kNoTicket;
         return claim_free_slot(peer, operation);

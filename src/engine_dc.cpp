@@ -30,9 +30,15 @@ void Engine::build_dc() {
     if (initiator_count == 0 || dc_.receive_buffers == 0 || dc_.receive_size == 0) {
         throw Error("DC: initiators, receive buffers and receive size must be positive");
     }
+    // DC initiators and targets are created without scatter-to-CQE (a DC initiator's needs a
+    // capability of its own, dc_req_scat_data_cqe); saying so beats running without it.
+    if (settings_.scatter_to_cqe) {
+        throw Error("scatter_to_cqe: DC mode creates its queue pairs without scatter-to-CQE; it is for RC queue pairs only");
+    }
     send_completions_ = domain_->create_completion_queue(
-        std::max<std::uint32_t>(settings_.cq_entries, initiator_count * settings_.max_send_wr));
-    receive_completions_ = domain_->create_completion_queue(std::max(settings_.cq_entries, dc_.receive_buffers + 1));
+        std::max<std::uint32_t>(settings_.cq_entries, initiator_count * settings_.max_send_wr), cqe_compression());
+    receive_completions_ = domain_->create_completion_queue(std::max(settings_.cq_entries, dc_.receive_buffers + 1),
+                                                            cqe_compression());
 
     transport::QueuePairSettings queue_pair_settings;
     queue_pair_settings.max_send_wr = settings_.max_send_wr;

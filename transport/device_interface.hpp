@@ -44,6 +44,12 @@ struct PortIdentity {
     bool ethernet = true;           // RoCE (global routing always) or InfiniBand
 };
 
+// CQE compression and the mini-CQE format of a receive's compressed completions, the values of
+// rdmachan::CqeCompression (mlx5dv's cqe_comp_res_format: hash, checksum, checksum and stride
+// index).
+enum class CqeCompression : std::uint8_t { off, hash, checksum, checksum_stride_index };
+const char* to_string(CqeCompression compression) noexcept;
+
 struct QueuePairSettings {
     std::uint32_t max_send_wr = 128;
     std::uint32_t max_recv_wr = 128;
@@ -52,6 +58,9 @@ struct QueuePairSettings {
     std::uint32_t max_inline_data = 0;
     std::uint8_t port = 1;
     std::uint32_t access = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
+    // Small received messages and read or atomic responses inside the CQE (mlx5 scatter-to-CQE).
+    // A device that cannot give it refuses the queue pair, naming the setting.
+    bool scatter_to_cqe = false;
 };
 
 // INIT -> RTR -> RTS towards one remote queue pair.
@@ -158,6 +167,10 @@ public:
     // device hands out memory its same-host peers map (transport/soft/shared_arena.hpp).
     virtual Registration allocate_memory(std::size_t length, std::uint32_t access);
     virtual std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) = 0;
+    // The same with CQE compression asked for. The default creates the plain CQ when compression
+    // is off and otherwise refuses, naming the setting (completion_format_defaults.cpp); devices
+    // that compress override it.
+    virtual std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth, CqeCompression compression);
     // The QP is in INIT when returned, so receives may be posted before it connects. The send
     // and receive queues may be one completion queue.
     virtual std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,

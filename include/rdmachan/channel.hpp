@@ -65,6 +65,16 @@ void from_json(const nlohmann::json& json, ChannelEndpoint& endpoint);  // throw
 enum class WaitMode : std::uint8_t { spin, adaptive, event };
 const char* to_string(WaitMode mode);
 
+// CQE compression (ConnectX): consecutive completions of the same kind arrive as one title CQE
+// and arrays of 8-byte mini CQEs, fewer bytes for the NIC to write per completion. The value
+// names what a receive's mini CQE carries besides its byte count (mlx5dv's
+// cqe_comp_res_format): the RX hash result, the checksum, or the checksum and stride index.
+// None of it reaches a completion; it matters only in that a device may support some formats
+// and not others. A device without compression, or without the format, refuses it by name
+// when the channel is built.
+enum class CqeCompression : std::uint8_t { off, hash, checksum, checksum_stride_index };
+const char* to_string(CqeCompression compression);
+
 struct ChannelSettings {
     // auto (RDMACHAN_DEVICE, else an mlx5 device, another verbs device, the software device)
     // | soft | a verbs device name such as mlx5_0 or rxe0
@@ -92,6 +102,13 @@ struct ChannelSettings {
     std::uint32_t yield_polls = 192;
     std::chrono::microseconds sleep{50};
     WaitMode wait = WaitMode::adaptive;
+    // Completion formats that save the NIC writes (both off by default; a device that cannot
+    // give them refuses them by name when the channel is built).
+    CqeCompression cqe_compression = CqeCompression::off;
+    // Scatter-to-CQE on the RC queue pairs: a received message of up to 32 bytes, and an RDMA
+    // read's or an atomic's response of up to 32, arrive inside the CQE and are copied to the
+    // buffers when the completion is polled, saving a DMA write. DC modes refuse it.
+    bool scatter_to_cqe = false;
 };
 
 struct WorkCompletion {
@@ -354,6 +371,8 @@ public:
     // Waiting: polls spent spinning, then yielding, then the sleep between polls (0 to 10 ms).
     ChannelBuilder& backoff(std::uint32_t spin_polls, std::uint32_t yield_polls, std::chrono::microseconds sleep);
     ChannelBuilder& wait_mode(WaitMode mode);
+    ChannelBuilder& cqe_compression(CqeCompression value);
+    ChannelBuilder& scatter_to_cqe(bool value);
 
     const ChannelSettings& settings() const { return settings_; }
     PreparedChannel build() const;

@@ -461,6 +461,27 @@ TEST_CASE("mlx5dv structs map to the ring descriptors") {
     CHECK_THROWS_AS(ring_from_mlx5dv(srq, 100), VerbsError);
 }
 
+TEST_CASE("CQE compression is refused by name where mlx5dv_query_device's caps lack it") {
+    mlx5dv_cqe_comp_caps caps{};
+    SUBCASE("no compression at all: max_num 0") {
+        caps.supported_format = MLX5DV_CQE_RES_FORMAT_HASH;
+        const std::string refusal = cqe_compression_refusal(caps, MLX5DV_CQE_RES_FORMAT_HASH, "mlx5_0");
+        CHECK(refusal.find("cqe_compression: device 'mlx5_0' does not compress CQEs") != std::string::npos);
+    }
+    SUBCASE("compression without the asked format") {
+        caps.max_num = 64;
+        caps.supported_format = MLX5DV_CQE_RES_FORMAT_HASH | MLX5DV_CQE_RES_FORMAT_CSUM;
+        const std::string refusal = cqe_compression_refusal(caps, MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX, "mlx5_1");
+        CHECK(refusal.find("cqe_compression: device 'mlx5_1' has no mini-CQE format 0x4") != std::string::npos);
+        CHECK(refusal.find("supported_format 0x3") != std::string::npos);
+    }
+    SUBCASE("compression with the format: no refusal") {
+        caps.max_num = 64;
+        caps.supported_format = MLX5DV_CQE_RES_FORMAT_CSUM;
+        CHECK(cqe_compression_refusal(caps, MLX5DV_CQE_RES_FORMAT_CSUM, "mlx5_0").empty());
+    }
+}
+
 TEST_CASE("verbs error helpers name the call, the object and the code") {
     CHECK_NOTHROW(check_return_code(0, "ibv_modify_qp", "QP 0x1"));
     try {

@@ -117,6 +117,9 @@ public:
     std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) override {
         return std::make_shared<FaultCompletionQueue>(inner_->create_completion_queue(depth), plan_);
     }
+    std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth, CqeCompression compression) override {
+        return std::make_shared<FaultCompletionQueue>(inner_->create_completion_queue(depth, compression), plan_);
+    }
     std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,
                                                  std::shared_ptr<CompletionQueue> send_queue,
                                                  std::shared_ptr<CompletionQueue> receive_queue) override {

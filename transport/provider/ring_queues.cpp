@@ -94,6 +94,8 @@ RingQueuePair::RingQueuePair(RingQueuePairInit init)
     target_.send = &send_.tracking();
     target_.send_wqe_count = init_.send_ring.wqe_count;
     target_.receive = init_.receive_ring.wqe_count != 0 ? &receive_ : nullptr;
+    target_.scatter_to_cqe = init_.scatter_to_cqe;
+    target_.send_ring = init_.scatter_to_cqe ? init_.send_ring.buffer : nullptr;
     init_.send_queue->attach(qpn(), &target_);
     if (init_.receive_queue != init_.send_queue) init_.receive_queue->attach(qpn(), &target_);
 }

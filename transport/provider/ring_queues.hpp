@@ -72,6 +72,9 @@ struct RingQueuePairInit {
     std::uint32_t max_send_sge = 1;
     std::uint32_t max_inline_data = 0;
     bool dc_initiator = false;  // WQEs carry the address vector; no receive queue
+    // Created with scatter-to-CQE: a CQE's data goes to the buffers of the WQE it completed, the
+    // send WQE's read back from send_ring.
+    bool scatter_to_cqe = false;
     std::shared_ptr<RingCompletionQueue> send_queue;
     std::shared_ptr<RingCompletionQueue> receive_queue;
 };

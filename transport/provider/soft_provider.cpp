@@ -141,9 +141,21 @@ public:
         }
     }
 
+    // The software device writes plain CQEs only, so far: the completion formats a ConnectX
+    // saves writes with are refused by name rather than silently not given.
+    std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth, CqeCompression compression) override {
+        if (compression == CqeCompression::off) return create_completion_queue(depth);
+        throw Error(std::string("cqe_compression = ") + to_string(compression) + ": the software device " +
+                    device_->name() + " does not compress CQEs");
+    }
+
     std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,
                                                  std::shared_ptr<CompletionQueue> send_queue,
                                                  std::shared_ptr<CompletionQueue> receive_queue) override {
+        if (settings.scatter_to_cqe) {
+            throw Error("scatter_to_cqe: the software device " + device_->name() +
+                        " writes no data into CQEs; every payload lands in its buffers");
+        }
         auto send_ring_queue = std::dynamic_pointer_cast<RingCompletionQueue>(send_queue);
         auto receive_ring_queue = std::dynamic_pointer_cast<RingCompletionQueue>(receive_queue);
         if (send_ring_queue == nullptr || receive_ring_queue == nullptr) {

@@ -241,17 +241,25 @@ public:
 
     std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth) override {
         try {
-            if (direct_) {
-                verbs::Mlx5CompletionQueue created = verbs::create_mlx5_completion_queue(domain_->context(), depth);
-                auto owner = std::make_shared<Mlx5CompletionQueueOwner>(Mlx5CompletionQueueOwner{created.completion_queue});
-                // Events need the channel and the UAR page the arm rings; without either, none.
-                std::unique_ptr<RingCompletionEvents> events;
-                if (created.completion_queue->event_descriptor() >= 0 && created.ring.uar != nullptr)
-                    events = std::make_unique<Mlx5CompletionEvents>(created.completion_queue);
-                return std::make_shared<RingCompletionQueue>(created.ring, std::move(owner), std::move(events));
-            }
+            if (direct_) return create_direct_completion_queue(depth, 0);
             return std::make_shared<VerbsCompletionQueue>(verbs::CompletionQueue::create(
                 domain_->context(), depth, verbs::CompletionChannel::try_create(domain_->context())));
+        } catch (const verbs::VerbsError& error) {
+            throw Error(error.what());
+        }
+    }
+
+    // CQE compression: a ConnectX that has the format, through mlx5dv; the generic verbs path
+    // reads completions through ibv_poll_cq and has no say in their format.
+    std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t depth, CqeCompression compression) override {
+        if (compression == CqeCompression::off) return create_completion_queue(depth);
+        if (!direct_) {
+            throw Error(std::string("cqe_compression = ") + to_string(compression) + ": device '" +
+                        domain_->context()->name() + "' is driven through generic verbs, which cannot ask for it (an mlx5 "
+                        "device on the direct data path can)");
+        }
+        try {
+            return create_direct_completion_queue(depth, mlx5_compression_format(compression));
         } catch (const verbs::VerbsError& error) {
             throw Error(error.what());
         }
@@ -260,6 +268,11 @@ public:
     std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,
                                                  std::shared_ptr<CompletionQueue> send_queue,
                                                  std::shared_ptr<CompletionQueue> receive_queue) override {
+        if (settings.scatter_to_cqe && !direct_) {
+            throw Error("scatter_to_cqe: device '" + domain_->context()->name() +
+                        "' is driven through generic verbs, which cannot ask for it (an mlx5 device on the direct data "
+                        "path can)");
+        }
         const verbs::QueuePairCapabilities capabilities{settings.max_send_wr, settings.max_recv_wr,
                                                         settings.max_send_sge, settings.max_recv_sge,
                                                         settings.max_inline_data};
@@ -270,7 +283,7 @@ public:
         port.endless_retries_at_seven = is_soft_roce(*domain_->context());
         try {
             port.ethernet = domain_->context()->query_port(settings.port).link_layer == verbs::LinkLayer::ethernet;
-            if (direct_) return create_direct(capabilities, port, send_queue, receive_queue);
+            if (direct_) return create_direct(capabilities, port, settings.scatter_to_cqe, send_queue, receive_queue);
             auto send = std::dynamic_pointer_cast<VerbsCompletionQueue>(send_queue);
             auto receive = std::dynamic_pointer_cast<VerbsCompletionQueue>(receive_queue);
             if (send == nullptr || receive == nullptr) {
@@ -335,8 +348,29 @@ private:
         return ring;
     }
 
+    static std::uint8_t mlx5_compression_format(CqeCompression compression) {
+        switch (compression) {
+            case CqeCompression::off: return 0;
+            case CqeCompression::hash: return MLX5DV_CQE_RES_FORMAT_HASH;
+            case CqeCompression::checksum: return MLX5DV_CQE_RES_FORMAT_CSUM;
+            case CqeCompression::checksum_stride_index: return MLX5DV_CQE_RES_FORMAT_CSUM_STRIDX;
+        }
+        throw Error("cqe_compression: " + std::to_string(static_cast<int>(compression)) + " is no format");
+    }
+
+    std::shared_ptr<CompletionQueue> create_direct_completion_queue(std::uint32_t depth, std::uint8_t compression_format) {
+        verbs::Mlx5CompletionQueue created =
+            verbs::create_mlx5_completion_queue(domain_->context(), depth, compression_format);
+        auto owner = std::make_shared<Mlx5CompletionQueueOwner>(Mlx5CompletionQueueOwner{created.completion_queue});
+        // Events need the channel and the UAR page the arm rings; without either, none.
+        std::unique_ptr<RingCompletionEvents> events;
+        if (created.completion_queue->event_descriptor() >= 0 && created.ring.uar != nullptr)
+            events = std::make_unique<Mlx5CompletionEvents>(created.completion_queue);
+        return std::make_shared<RingCompletionQueue>(created.ring, std::move(owner), std::move(events));
+    }
+
     std::shared_ptr<QueuePair> create_direct(const verbs::QueuePairCapabilities& capabilities, const LocalPort& port,
-                                             const std::shared_ptr<CompletionQueue>& send_queue,
+                                             bool scatter_to_cqe, const std::shared_ptr<CompletionQueue>& send_queue,
                                              const std::shared_ptr<CompletionQueue>& receive_queue) {
         auto send = std::dynamic_pointer_cast<RingCompletionQueue>(send_queue);
         auto receive = std::dynamic_pointer_cast<RingCompletionQueue>(receive_queue);
@@ -347,7 +381,8 @@ private:
         parents.protection_domain = domain_;
         parents.send_completion_queue = std::static_pointer_cast<Mlx5CompletionQueueOwner>(send->owner())->queue;
         parents.receive_completion_queue = std::static_pointer_cast<Mlx5CompletionQueueOwner>(receive->owner())->queue;
-        verbs::Mlx5QueuePair created = verbs::create_mlx5_queue_pair(std::move(parents), capabilities, parent_domain_);
+        verbs::Mlx5QueuePair created =
+            verbs::create_mlx5_queue_pair(std::move(parents), capabilities, parent_domain_, scatter_to_cqe);
         move_to_init(*created.queue_pair, port);
         RingQueuePairInit ring;
         ring.send_ring = created.rings.send;
@@ -357,6 +392,7 @@ private:
         ring.max_recv_wr = granted.max_recv_wr;
         ring.max_send_sge = granted.max_send_sge;
         ring.max_inline_data = granted.max_inline_data;
+        ring.scatter_to_cqe = scatter_to_cqe;
         ring.send_queue = std::move(send);
         ring.receive_queue = std::move(receive);
         return std::make_shared<Mlx5RingQueuePair>(std::move(ring), std::move(created.queue_pair), port);

@@ -122,15 +122,56 @@ Mlx5ParentDomain::~Mlx5ParentDomain() {
     ibv_dealloc_td(td_);
 }
 
+std::string cqe_compression_refusal(const mlx5dv_cqe_comp_caps& caps, std::uint8_t format,
+                                    const std::string& device) {
+    if (caps.max_num == 0) {
+        return fmt::format(
+            "cqe_compression: device '{}' does not compress CQEs "
+            "(mlx5dv_query_device: cqe_comp_caps.max_num 0)",
+            device);
+    }
+    if ((caps.supported_format & format) == 0) {
+        return fmt::format(
+            "cqe_compression: device '{}' has no mini-CQE format {:#x} "
+            "(mlx5dv_query_device: cqe_comp_caps.supported_format {:#x})",
+            device, format, caps.supported_format);
+    }
+    return {};
+}
+
+namespace {
+
+// mlx5dv_query_device's CQE compression capabilities; a device that does not answer them is
+// one without compression.
+mlx5dv_cqe_comp_caps query_cqe_compression(Context& context) {
+    mlx5dv_context attributes{};
+    attributes.comp_mask = MLX5DV_CONTEXT_MASK_CQE_COMPRESION;
+    if (mlx5dv_query_device(context.handle(), &attributes) != 0 ||
+        (attributes.comp_mask & MLX5DV_CONTEXT_MASK_CQE_COMPRESION) == 0) {
+        return {};
+    }
+    return attributes.cqe_comp_caps;
+}
+
+}  // namespace
+
 Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context,
-                                                 std::uint32_t depth) {
+                                                 std::uint32_t depth,
+                                                 std::uint8_t compression_format) {
+    mlx5dv_cq_init_attr dv_attributes{};  // comp_mask 0: no CQE compression, default CQE size
+    if (compression_format != 0) {
+        const std::string refusal = cqe_compression_refusal(query_cqe_compression(*context),
+                                                            compression_format, context->name());
+        if (!refusal.empty()) throw VerbsError(refusal, EOPNOTSUPP);
+        dv_attributes.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE;
+        dv_attributes.cqe_comp_res_format = compression_format;
+    }
     // A channel of its own: the CQ's events, and only its, make the descriptor readable.
     std::shared_ptr<CompletionChannel> channel = CompletionChannel::try_create(context);
     ibv_cq_init_attr_ex attributes{};
     attributes.cqe = depth;
     attributes.channel = channel != nullptr ? channel->handle() : nullptr;
     attributes.wc_flags = IBV_WC_STANDARD_FLAGS;
-    mlx5dv_cq_init_attr dv_attributes{};  // comp_mask 0: no CQE compression, default CQE size
     errno = 0;
     ibv_cq_ex* cq_ex = mlx5dv_create_cq(context->handle(), &attributes, &dv_attributes);
     if (cq_ex == nullptr) {
@@ -146,7 +187,9 @@ Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> contex
     object.cq.out = &dv_cq;
     check_return_code(mlx5dv_init_obj(&object, MLX5DV_OBJ_CQ), "mlx5dv_init_obj(CQ)",
                       fmt::format("CQ on device '{}'", context->name()));
-    return {std::move(owner), ring_from_mlx5dv(dv_cq)};
+    mlx5::CompletionQueueRing ring = ring_from_mlx5dv(dv_cq);
+    ring.compressed_cqes = compression_format != 0;
+    return {std::move(owner), ring};
 }
 
 mlx5::SharedReceiveQueueRing mlx5_shared_receive_queue_ring(const SharedReceiveQueue& queue) {
@@ -165,7 +208,8 @@ mlx5::SharedReceiveQueueRing mlx5_shared_receive_queue_ring(const SharedReceiveQ
 
 Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents,
                                      const QueuePairCapabilities& capabilities,
-                                     std::shared_ptr<Mlx5ParentDomain> parent_domain) {
+                                     std::shared_ptr<Mlx5ParentDomain> parent_domain,
+                                     bool scatter_to_cqe) {
     if (!parents.protection_domain || !parents.send_completion_queue ||
         !parents.receive_completion_queue) {
         throw VerbsError(
@@ -186,17 +230,21 @@ Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents,
     attributes.cap.max_send_sge = capabilities.max_send_sge;
     attributes.cap.max_recv_sge = attributes.srq != nullptr ? 0 : capabilities.max_recv_sge;
     attributes.cap.max_inline_data = capabilities.max_inline_data;
-    attributes.sq_sig_all = 0;  // with sq_sig_all, requester scatter-to-CQE turns back on
+    // Requests are signaled one by one; ALLOW_SCATTER_TO_CQE reaches the requester without it.
+    attributes.sq_sig_all = 0;
     mlx5dv_qp_init_attr dv_attributes{};
     dv_attributes.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS;
-    dv_attributes.create_flags = MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
+    dv_attributes.create_flags = scatter_to_cqe ? MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE
+                                                : MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE;
     errno = 0;
     ibv_qp* qp = mlx5dv_create_qp(context->handle(), &attributes, &dv_attributes);
     if (qp == nullptr) {
         throw_from_errno(
             "mlx5dv_create_qp",
-            fmt::format("RC QP on device '{}' (max_send_wr {} max_send_sge {})", context->name(),
-                        capabilities.max_send_wr, capabilities.max_send_sge));
+            fmt::format(
+                "RC QP on device '{}' (max_send_wr {} max_send_sge {}{})", context->name(),
+                capabilities.max_send_wr, capabilities.max_send_sge,
+                scatter_to_cqe ? " scatter_to_cqe: MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE" : ""));
     }
     const QueuePairCapabilities granted{attributes.cap.max_send_wr, attributes.cap.max_recv_wr,
                                         attributes.cap.max_send_sge, attributes.cap.max_recv_sge,

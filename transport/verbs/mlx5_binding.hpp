@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "transport/mlx5/rings.hpp"
 #include "transport/verbs/queue_pair.hpp"
@@ -60,24 +61,39 @@ struct Mlx5QueuePair {
     Mlx5QueuePairRings rings;
 };
 
-// mlx5dv_create_cq (no CQE compression: the poller reads plain 64-B CQEs) with a completion
-// channel of its own (none, and the reason logged, where the device gives none), then
-// mlx5dv_init_obj; the ring names the UAR page whose CQ doorbell an arm writes (cq_uar).
+// Why a device whose mlx5dv_query_device answered `caps` cannot compress CQEs in the mini-CQE
+// format `format` (one MLX5DV_CQE_RES_FORMAT_* bit), naming the setting and the device; empty
+// when it can. Pure, so that it is tested with filled-in caps.
+std::string cqe_compression_refusal(const mlx5dv_cqe_comp_caps& caps, std::uint8_t format,
+                                    const std::string& device);
+
+// mlx5dv_create_cq with a completion channel of its own (none, and the reason logged, where the
+// device gives none), then mlx5dv_init_obj; the ring names the UAR page whose CQ doorbell an arm
+// writes (cq_uar). `compression_format` 0: plain 64-B CQEs; else one MLX5DV_CQE_RES_FORMAT_*
+// bit: MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE with that cqe_comp_res_format, after
+// mlx5dv_query_device's cqe_comp_caps said the device has it (VerbsError naming the setting if
+// not), and the ring marked compressed_cqes so that the poller unpacks sessions.
 // After this the CQ is DV-owned: poll and arm it through the ring only (mlx5-facts.md §9
 // pitfall 7); take its events with CompletionQueue::take_event.
 Mlx5CompletionQueue create_mlx5_completion_queue(std::shared_ptr<Context> context,
-                                                 std::uint32_t depth);
+                                                 std::uint32_t depth,
+                                                 std::uint8_t compression_format = 0);
 
 // mlx5dv_init_obj on an SRQ. The ring's entry count is ibv_query_srq's max_wr + 1: libmlx5
 // told the kernel max_wr = ring size - 1 at creation (wait queue included), and the kernel
 // reports that value back, whereas ibv_create_srq's answer excludes the wait queue.
 mlx5::SharedReceiveQueueRing mlx5_shared_receive_queue_ring(const SharedReceiveQueue& queue);
 
-// mlx5dv_create_qp with MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE (small reads and receives
-// must land in the buffers, never inside CQEs: mlx5-facts.md §9 pitfall 2), in the parent
-// domain when one is given, then mlx5dv_init_obj for the rings.
+// mlx5dv_create_qp in the parent domain when one is given, then mlx5dv_init_obj for the rings.
+// Without `scatter_to_cqe`, MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE: small reads and receives
+// land in the buffers, never inside CQEs (mlx5dv's default would put them there:
+// mlx5-facts.md §9 pitfall 2). With it, MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE: responder and
+// requester both, the requester's although the QP does not signal every request (mlx5dv's
+// default turns the requester's on only with sq_sig_all); the poller then copies a CQE's data
+// to the WQE's buffers (CompletionTarget::scatter_to_cqe).
 Mlx5QueuePair create_mlx5_queue_pair(QueuePairParents parents,
                                      const QueuePairCapabilities& capabilities,
-                                     std::shared_ptr<Mlx5ParentDomain> parent_domain);
+                                     std::shared_ptr<Mlx5ParentDomain> parent_domain,
+                                     bool scatter_to_cqe = false);
 
 }  // namespace rdmachan::verbs

@@ -1,0 +1,71 @@
+// The completion-format settings (CQE compression, scatter-to-CQE): the builder keeps them and
+// refuses values that name nothing, and a device that cannot give one refuses the channel when it
+// is built, naming the setting, rather than running without it.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "rdmachan/channel.hpp"
+
+using rdmachan::ChannelBuilder;
+using rdmachan::CqeCompression;
+
+namespace {
+
+// The message build() threw, or "" when it built.
+std::string build_refusal(const ChannelBuilder& builder) {
+    try {
+        rdmachan::PreparedChannel prepared = builder.build();
+        return "";
+    } catch (const rdmachan::Error& error) {
+        return error.what();
+    }
+}
+
+bool contains(const std::string& text, const std::string& part) {
+    return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE("completion formats are off unless asked for, and the builder keeps what was asked") {
+    CHECK(ChannelBuilder().settings().cqe_compression == CqeCompression::off);
+    CHECK_FALSE(ChannelBuilder().settings().scatter_to_cqe);
+    const ChannelBuilder builder =
+        ChannelBuilder().cqe_compression(CqeCompression::checksum).scatter_to_cqe(true);
+    CHECK(builder.settings().cqe_compression == CqeCompression::checksum);
+    CHECK(builder.settings().scatter_to_cqe);
+    CHECK(std::string(rdmachan::to_string(CqeCompression::checksum_stride_index)) ==
+          "checksum_stride_index");
+}
+
+TEST_CASE("a CQE compression value that names no format is refused by name") {
+    try {
+        ChannelBuilder().cqe_compression(static_cast<CqeCompression>(9));
+        FAIL("accepted");
+    } catch (const rdmachan::Error& error) {
+        CHECK(contains(error.what(), "cqe_compression: 9"));
+    }
+}
+
+TEST_CASE("the software device refuses CQE compression, naming the setting and the format") {
+    for (CqeCompression format :
+         {CqeCompression::hash, CqeCompression::checksum, CqeCompression::checksum_stride_index}) {
+        const std::string refusal =
+            build_refusal(ChannelBuilder().device("soft").cqe_compression(format));
+        CAPTURE(refusal);
+        CHECK(contains(refusal, std::string("cqe_compression = ") + rdmachan::to_string(format)));
+        CHECK(contains(refusal, "software device"));
+    }
+}
+
+TEST_CASE("the software device refuses scatter-to-CQE, naming the setting") {
+    const std::string refusal = build_refusal(ChannelBuilder().device("soft").scatter_to_cqe(true));
+    CAPTURE(refusal);
+    CHECK(contains(refusal, "scatter_to_cqe"));
+    CHECK(contains(refusal, "software device"));
+}
+
+TEST_CASE("with both formats off the software device builds the channel as before") {
+    CHECK(build_refusal(ChannelBuilder().device("soft")) == "");
+}
