@@ -4,7 +4,7 @@
 # A generated block is the text from a line "<!-- generated: NAME -->" to a line
 # "<!-- end: NAME -->" in a document below; its first line names the commit it was printed at
 # ("_Printed by the command at commit ABC1234._", written by scripts/performance.sh, or
-# "_Printed by `scripts/NAME.sh` at commit ABC1234._", by scale.sh and reliability.sh). The code
+# "_Printed by `scripts/NAME.sh` at commit ABC1234._", by scale.sh, reliability.sh and mutations.sh). The code
 # a block measures is the list of paths given for it here. The block is stale when the last
 # commit that changed any of those paths (git log -1 -- PATHS) is not contained in the commit it
 # was printed at (git merge-base --is-ancestor). A block also fails when it was printed from
@@ -41,6 +41,10 @@ declare -A measured_paths=(
     [scale]="scripts/scale.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/handshake/CMakeLists.txt tests/multi_channel/peer_cost_benchmark.cpp tests/multi_channel/CMakeLists.txt tests/pmix/pmix_exchange_benchmark.cpp tests/pmix/CMakeLists.txt tests/CMakeLists.txt handshake common src include/rdmachan transport $release_build"
     # What CI's command runs: all the code, its tests and the scripts that build and run them.
     [reliability]="common src include transport handshake tests tools examples scripts cmake CMakeLists.txt .ci"
+    # The mutations: the patches and their script, the code they mutate (the mlx5 layer, the
+    # software device, the verbs binding, the channel core) and the tests they name, with what
+    # builds those (the copy is configured from the top-level CMakeLists.txt and cmake/).
+    [mutations]="scripts/mutations.sh tests/mutations transport/mlx5 transport/soft transport/verbs common src include tests/libmlx5 tests/mlx5 tests/soft tests/fault tests/test_main.cpp tests/CMakeLists.txt cmake CMakeLists.txt"
     # The soak: the suites it repeats (tests), what they run (the library, the demo) and its
     # script, which configures its own build.
     [soak]="scripts/soak.sh common src include transport handshake tests examples cmake CMakeLists.txt"
@@ -56,6 +60,7 @@ declare -A regenerated_by=(
     [wait-modes]=scripts/performance.sh [asio-instructions]=scripts/performance.sh
     [demo]=scripts/performance.sh
     [scale]=scripts/scale.sh [reliability]=scripts/reliability.sh [soak]=scripts/soak.sh
+    [mutations]="scripts/mutations.sh --write"
 )
 
 if ! git rev-parse --git-dir >/dev/null 2>&1; then

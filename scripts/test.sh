@@ -3,7 +3,8 @@
 #   1. a Release build (-O3) with GCC: every suite, the golden-vector checks, the install test and the
 #      soft-RoCE VM tests (label "vm");
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build with Clang (Debug): every suite
-#      except the VM, install, figures-check, layer-check and "scale" tests (see sanitizer_exclude);
+#      except the VM, install, figures-check, layer-check, mutations and "scale" tests (see
+#      sanitizer_exclude);
 #   3. a ThreadSanitizer build with GCC at -O1: the same suites but the single-threaded
 #      data-path checks (RDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF: the mlx5 suites, the golden
 #      vectors, the CUDA host cases; code that runs on one thread has no race to find) and the
@@ -193,8 +194,9 @@ main_exclude=""
 # test (packaging), the figures' and the layers' checks (shell, git and Python only; label
 # "layers": includes against docs/ARCHITECTURE.md's layer table), the "scale" variants (16 mpirun
 # ranks, 256 rendezvous clients: the code of their smaller variants, in more processes) and the
-# "repeat" ones (a PMIx rank replaced twice: the code of one replacement, run again).
-sanitizer_exclude="vm|install|figures|layers|scale|repeat"
+# "repeat" ones (a PMIx rank replaced twice: the code of one replacement, run again), and the
+# mutations' CI subset (label "mutations": it builds its own unsanitized Debug copy of HEAD).
+sanitizer_exclude="vm|install|figures|layers|scale|repeat|mutations"
 # Both sanitizer builds compile in unity batches (cmake/CompileSpeed.cmake; the main build, like
 # a user's, compiles each file alone) and leave out the compile-only programs.
 sanitizer_options=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF)
