@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rdmachan/channel.hpp"
+#include "rdmachan/multi_channel.hpp"
 
 using rdmachan::ChannelBuilder;
 using rdmachan::CqeCompression;
@@ -68,4 +69,19 @@ TEST_CASE("the software device refuses scatter-to-CQE, naming the setting") {
 
 TEST_CASE("with both formats off the software device builds the channel as before") {
     CHECK(build_refusal(ChannelBuilder().device("soft")) == "");
+}
+
+TEST_CASE("DC mode refuses scatter-to-CQE, naming the setting") {
+    std::string refusal;
+    try {
+        rdmachan::MultiChannelBuilder(ChannelBuilder().device("soft").scatter_to_cqe(true))
+            .rank(0)
+            .world_size(2)
+            .mode(rdmachan::MultiChannelMode::dynamically_connected)
+            .build();
+    } catch (const rdmachan::Error& error) {
+        refusal = error.what();
+    }
+    CAPTURE(refusal);
+    CHECK(contains(refusal, "scatter_to_cqe: DC mode"));
 }
