@@ -2,11 +2,13 @@
 // (src/engine.hpp) with one queue pair per rank.
 #include "rdmachan/multi_channel.hpp"
 
+#include <cstring>
 #include <exception>
 #include <utility>
 
 #include "rdmachan/handshake.hpp"
 #include "src/engine.hpp"
+#include "src/multi_barrier.hpp"
 #include "src/multi_channel_bootstrap.hpp"
 #include "src/operations.hpp"
 #include "src/peer_regions.hpp"
@@ -171,6 +173,18 @@ PreparedMultiChannel::PreparedMultiChannel(std::shared_ptr<detail::Engine> engin
     : engine_(std::move(engine)), rank_(rank) {
     // A restarted process that reuses a rank gets a new session: the rendezvous can tell them apart.
     session_ = random_session_id();
+    // The barrier's memory is published with the endpoint, so every peer can write into it.
+    barrier_memory_ = engine_->allocate_memory(detail::Barrier::memory_bytes(engine_->peer_count()), Access::remote_all);
+    std::memset(barrier_memory_.data(), 0, barrier_memory_.length());
+    const RemoteMemoryRegion remote = barrier_memory_.remote();
+    published_[kBarrierRegionName] = RemoteRegion{remote.addr, remote.length, remote.rkey};
+}
+
+MultiChannel PreparedMultiChannel::make_channel(std::uint32_t rank) {
+    std::shared_ptr<detail::Engine> engine = engine_;
+    MultiChannel channels(std::move(engine_), rank);
+    channels.barrier_ = std::make_shared<detail::Barrier>(std::move(engine), rank, std::move(barrier_memory_));
+    return channels;
 }
 PreparedMultiChannel::PreparedMultiChannel(PreparedMultiChannel&&) noexcept = default;
 PreparedMultiChannel& PreparedMultiChannel::operator=(PreparedMultiChannel&&) noexcept = default;
@@ -212,7 +226,7 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<std::vector<Chann
     }
     // Queue pair `peer` of this rank talks to queue pair `rank_` of that peer.
     for (std::uint32_t peer = 0; peer < world; ++peer) engine_->connect(peer, table[peer][rank_]);
-    return MultiChannel(std::move(engine_), rank_);
+    return make_channel(rank_);
 }
 
 // ---- multi-channel --------------------------------------------------------------------------

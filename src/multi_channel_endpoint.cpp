@@ -5,6 +5,7 @@
 #include "handshake/peer_watch.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "src/engine.hpp"
+#include "src/multi_barrier.hpp"
 #include "src/peer_regions.hpp"
 
 namespace rdmachan {
@@ -24,6 +25,11 @@ void PreparedMultiChannel::publish_region(const std::string& name, const MemoryR
     if (name.empty() || name.size() > endpoint_max_region_name_length) {
         throw Error("PreparedMultiChannel::publish_region: the name must have 1 to " +
                     std::to_string(endpoint_max_region_name_length) + " characters");
+    }
+    if (name.rfind("rdmachan.", 0) == 0) {
+        throw Error("PreparedMultiChannel::publish_region: '" + name +
+                    "': names starting with \"rdmachan.\" are the library's (the barrier publishes " +
+                    kBarrierRegionName + ")");
     }
     const RemoteMemoryRegion remote = region.remote();
     published_[name] = RemoteRegion{remote.addr, remote.length, remote.rkey};
@@ -121,8 +127,9 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
     if (!engine_->dc_mode()) {
         for (std::uint32_t peer = 0; peer < world; ++peer) engine_->connect(peer, remotes[peer]);
     }
-    MultiChannel channels(std::move(engine_), rank_);
+    MultiChannel channels = make_channel(rank_);
     channels.remote_regions_ = std::move(regions);
+    channels.barrier_->set_peer_regions(channels.remote_regions_.get());
     channels.lives_.resize(world);
     for (std::uint32_t peer = 0; peer < world; ++peer) channels.lives_[peer].session = table[peer].session;
     return channels;

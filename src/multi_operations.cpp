@@ -4,6 +4,7 @@
 
 #include "rdmachan/multi_channel.hpp"
 #include "src/engine.hpp"
+#include "src/multi_barrier.hpp"
 #include "src/operations.hpp"
 
 namespace rdmachan {
@@ -170,13 +171,22 @@ void MultiChannel::run_scope(const std::function<void(MultiScope&)>& body, bool 
     } catch (...) {
         thrown = std::current_exception();
     }
+    // A barrier posted in the scope and not waited for advances only while polled: the scope
+    // finishes it before draining the rest.
+    std::uint32_t barriers_left = 0;
+    std::optional<BarrierResult> barrier_result;
+    if (barrier_ != nullptr && barrier_->running() && barrier_->scope() == scope.id_) {
+        barriers_left = 1;
+        barrier_result = barrier_->finish();
+    }
     const detail::Engine::DrainReport report = engine_->close_scope(scope.id_);
     if (thrown) std::rethrow_exception(thrown);
     if (report.failure.has_value()) {
         throw Error("scope drain: " + report.failure->message() + "; that peer's QP was moved to ERR and flushed");
     }
-    if (strict && report.unpolled != 0) {
-        throw Error("manual_scope (rank " + std::to_string(rank_) + "): " + std::to_string(report.unpolled) +
+    if (barrier_result.has_value() && !barrier_result->ok()) throw Error("scope drain: barrier: " + barrier_result->message());
+    if (strict && report.unpolled + barriers_left != 0) {
+        throw Error("manual_scope (rank " + std::to_string(rank_) + "): " + std::to_string(report.unpolled + barriers_left) +
                     " operation(s) were left unpolled (drained at the end of the scope)");
     }
 }

@@ -9,7 +9,7 @@
 //   channels.scatter_write({{1, region.slice(0, 4096), remote_of_1}, {2, region.slice(4096, 4096), remote_of_2}});
 //
 // Every operation exists per peer (`write(peer, ...)`) and across peers (scatter_send,
-// scatter_write, gather_receive, gather_read, multicast_send), at three levels: blocking,
+// scatter_write, gather_receive, gather_read, multicast_send, barrier), at three levels: blocking,
 // scoped (`channels.scope([&](rdmachan::MultiScope& s) { auto w = s.post_scatter_write(...); })`)
 // and unpolled handles. A scatter posts each peer's share under one doorbell per peer.
 //
@@ -40,6 +40,7 @@ namespace detail {
 class PmixSession;
 class PeerWatch;
 class PeerRegions;
+class Barrier;
 }
 
 // How a MultiChannel reaches its peers. Reliable connected: one RC queue pair per peer
@@ -126,6 +127,95 @@ private:
     std::vector<std::pair<std::uint32_t, ScopedWork>> work_;
 };
 
+// Barriers (MultiChannel::barrier, post_barrier, MultiScope::post_barrier): every rank of the
+// world calls it, and none returns before all have called it. Dissemination over RDMA writes:
+// ceil(log2 N) rounds; in round k each rank writes the barrier's number (8 bytes) into a word of
+// rank + 2^k's barrier memory and waits until its own word k, written by rank - 2^k, holds at
+// least that number. N = 1 has no rounds. Barrier numbers only grow, so round k of barrier b+1
+// cannot be mistaken for round k of barrier b.
+//
+// Receive queues: a barrier uses none. Its messages are RDMA writes without immediate data, which
+// consume no receive at the target, in RC (where a peer's receives are the application's, posted
+// on that peer's queue pair) and in DC (where they would be matched to the application's
+// receives). So the application's receives never see the barrier, and the barrier never needs
+// theirs. Its memory (8 bytes per round, plus a word of its own and one per peer for reading
+// peers' progress after a timeout) is allocated and registered by build(), and published in the
+// endpoint under the reserved name kBarrierRegionName: PreparedMultiChannel::publish_region
+// refuses names starting with "rdmachan.". It is learned only in the Endpoint handshakes
+// (handshake(std::vector<Endpoint>), connect): after handshake(ChannelEndpoint table) a barrier
+// is an rdmachan::Error.
+//
+// Waiting: the incoming words are polled in memory (no completion announces an RDMA write
+// without immediate), so a barrier spins, yields and sleeps as ChannelSettings's spin_polls,
+// yield_polls and sleep say, in every WaitMode. Deadline: the channel's, from post_barrier.
+// When it passes, the barrier reads every peer's barrier number (one RDMA read each, all waited
+// for within a tenth of the deadline; a peer that does not answer in that time has its queue pair
+// failed and flushed, as PendingWork past its deadline) and fails naming the ranks that did not
+// arrive or did not answer; a peer whose write failed is named with the transport's error at once.
+// After a failed barrier the ranks' barrier numbers no longer agree: the world cannot meet in a
+// barrier again (a replaced peer starts from barrier 0 too).
+// One barrier at a time per multi-channel; each rank's barriers are numbered in call order.
+inline constexpr const char* kBarrierRegionName = "rdmachan.barrier";
+
+// Why a barrier failed, by rank.
+struct BarrierFailure {
+    std::uint32_t peer = 0;
+    std::string reason;
+};
+
+class BarrierResult {
+public:
+    BarrierResult() = default;
+    explicit BarrierResult(std::vector<BarrierFailure> failures) : failures_(std::move(failures)) {}
+    bool ok() const { return failures_.empty(); }
+    explicit operator bool() const { return ok(); }
+    const std::vector<BarrierFailure>& failures() const { return failures_; }
+    std::vector<std::uint32_t> failed_peers() const;
+    // "" when ok; else one line per failed rank: "rank 3: did not arrive at barrier 7 ...".
+    std::string message() const;
+
+private:
+    std::vector<BarrierFailure> failures_;
+};
+
+// An unpolled barrier. poll() never waits: it takes the words that arrived and posts the next
+// rounds' writes, so the barrier advances only while someone polls (or waits). Its destructor
+// waits for it, under the deadline, as PendingWork's does.
+class PendingBarrier {
+public:
+    PendingBarrier() = default;
+    PendingBarrier(PendingBarrier&& other) noexcept;
+    PendingBarrier& operator=(PendingBarrier&& other) noexcept;
+    ~PendingBarrier();
+    // Until every rank has arrived, or the deadline (from post_barrier). Once only.
+    BarrierResult wait();
+    // The result once every rank has arrived (or it failed); nothing otherwise. Once it gave a
+    // result, the handle is done.
+    std::optional<BarrierResult> poll();
+    bool pending() const { return barrier_ != nullptr; }
+
+private:
+    friend class MultiChannel;
+    friend class MultiScope;
+    explicit PendingBarrier(std::shared_ptr<detail::Barrier> barrier) : barrier_(std::move(barrier)) {}
+    std::shared_ptr<detail::Barrier> barrier_;
+};
+
+// A barrier posted in a scope: when the scope ends before it was waited for, the scope waits for
+// it (manual_scope counts it as unpolled).
+class ScopedBarrier {
+public:
+    ScopedBarrier() = default;
+    BarrierResult wait();  // once only; a second call throws rdmachan::Error
+    std::optional<BarrierResult> poll();
+
+private:
+    friend class MultiScope;
+    ScopedBarrier(std::shared_ptr<detail::Barrier> barrier, std::uint64_t number) : barrier_(std::move(barrier)), number_(number) {}
+    std::shared_ptr<detail::Barrier> barrier_;
+    std::uint64_t number_ = 0;
+};
+
 class MultiChannel;
 
 // What MultiChannel::poll_peer_events reports about a peer (see there).
@@ -155,6 +245,7 @@ public:
     ScopedMultiWork post_gather_read(std::span<const PeerTransfer> shares);
     ScopedMultiWork post_multicast_send(std::span<const std::uint32_t> peers, const LocalSlice& local,
                                         std::optional<std::uint32_t> immediate = std::nullopt);
+    ScopedBarrier post_barrier();
 
 private:
     friend class MultiChannel;
@@ -224,6 +315,14 @@ public:
     PendingMultiWork post_multicast_send(std::span<const std::uint32_t> peers, const LocalSlice& local,
                                          std::optional<std::uint32_t> immediate = std::nullopt);
 
+    // Every rank of the world meets (see "Barriers" above): blocking, unpolled, and scoped
+    // (MultiScope::post_barrier). rdmachan::Error when a barrier is already in progress, or the
+    // peers' barrier memory is unknown (handshake from a ChannelEndpoint table).
+    BarrierResult barrier();
+    PendingBarrier post_barrier();
+    // Messages (RDMA writes) this rank sends per barrier: ceil(log2 world_size()).
+    std::uint32_t barrier_rounds() const;
+
     // Scoped polling, as Channel::scope / manual_scope.
     void scope(const std::function<void(MultiScope&)>& body);
     void manual_scope(const std::function<void(MultiScope&)>& body);
@@ -288,6 +387,9 @@ private:
     std::uint32_t rank_ = 0;
     std::vector<WorkBatch::Entry> scratch_;
     std::unique_ptr<detail::PeerRegions> remote_regions_;  // what each peer published
+    // The barrier's state and memory; shared with its handles, which may outlive a move.
+    std::shared_ptr<detail::Barrier> barrier_;
+    std::shared_ptr<detail::Barrier> start_barrier(const char* call, std::uint32_t scope);
 };
 
 class PreparedMultiChannel {
@@ -347,6 +449,8 @@ private:
     std::uint32_t rank_ = 0;
     std::uint64_t session_ = 0;
     std::map<std::string, RemoteRegion> published_;
+    MemoryRegion barrier_memory_;  // published as kBarrierRegionName
+    MultiChannel make_channel(std::uint32_t rank);
 };
 
 

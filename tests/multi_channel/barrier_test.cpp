@@ -1,0 +1,285 @@
+// MultiChannel::barrier between forked processes, 1, 2, 3, 5 and 8 ranks: many consecutive
+// barriers with skewed arrival (each rank sleeps a random time before each), at the three levels
+// in turn. Before each barrier every rank writes its barrier count into its slot of every peer's
+// memory; after it, every rank checks that every slot holds at least its own count, so a rank
+// that left a barrier before everyone arrived is caught. A rank killed before arriving fails the
+// others' barrier within the deadline, naming it. RDMACHAN_TEST_MODE=dc runs every case in DC mode.
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "rdmachan/multi_channel.hpp"
+#include "tests/multi_channel/shared_exchange.hpp"
+
+using namespace rdmachan;
+
+namespace {
+
+constexpr std::chrono::milliseconds kExchangeDeadline{20000};
+
+MultiChannelMode test_mode() {
+    const char* mode = std::getenv("RDMACHAN_TEST_MODE");
+    return mode != nullptr && std::string(mode) == "dc" ? MultiChannelMode::dynamically_connected
+                                                        : MultiChannelMode::reliable_connected;
+}
+
+struct Rank {
+    MultiChannel channels;
+    std::vector<std::uint64_t> counts;  // counts[p]: the barrier count rank p last wrote here
+    MemoryRegion region;
+    std::vector<RemoteMemoryRegion> remotes;
+};
+
+Rank join(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world,
+          std::chrono::milliseconds deadline) {
+    ChannelBuilder channel = ChannelBuilder().max_send_wr(64).max_recv_wr(64).deadline(deadline);
+    PreparedMultiChannel prepared =
+        MultiChannelBuilder(channel).rank(rank).world_size(world).mode(test_mode()).build();
+    std::vector<std::uint64_t> counts(world + 1,
+                                      0);  // the last word: the source of this rank's writes
+    MemoryRegion region =
+        prepared.register_memory(counts.data(), counts.size() * sizeof(std::uint64_t));
+    prepared.publish_region("counts", region);
+    multi_test::publish(table, rank, nlohmann::json(prepared.endpoint()).dump());
+    std::vector<Endpoint> endpoints(world);
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        endpoints[peer] =
+            nlohmann::json::parse(multi_test::read_published(table, peer, kExchangeDeadline))
+                .get<Endpoint>();
+    }
+    MultiChannel channels = std::move(prepared).handshake(endpoints);
+    std::vector<RemoteMemoryRegion> remotes(world);
+    for (std::uint32_t peer = 0; peer < world; ++peer)
+        remotes[peer] = channels.remote_region(peer, "counts").region;
+    multi_test::barrier(table, world, kExchangeDeadline);
+    return {std::move(channels), std::move(counts), std::move(region), std::move(remotes)};
+}
+
+#define EXPECT(condition, what)                                                                   \
+    do {                                                                                          \
+        if (!(condition)) {                                                                       \
+            std::fprintf(stderr, "rank %u: %s failed (%s:%d)\n", rank, what, __FILE__, __LINE__); \
+            return 1;                                                                             \
+        }                                                                                         \
+    } while (0)
+
+constexpr std::uint64_t kBarriers = 45;  // 15 at each level
+
+// One barrier at the level `index` picks: blocking; unpolled, polled to its end; scoped, waited
+// for or (every other time) left for the scope to finish.
+BarrierResult barrier_at_level(MultiChannel& channels, std::uint64_t index) {
+    switch (index % 3) {
+        case 0:
+            return channels.barrier();
+        case 1: {
+            PendingBarrier pending = channels.post_barrier();
+            while (true) {
+                if (std::optional<BarrierResult> result = pending.poll()) return std::move(*result);
+                if (!pending.pending()) return pending.wait();
+            }
+        }
+        default: {
+            BarrierResult result;
+            channels.scope([&](MultiScope& scope) {
+                ScopedBarrier barrier = scope.post_barrier();
+                if (index % 2 == 0) result = barrier.wait();
+            });
+            return result;  // left to the scope: it threw if the barrier failed
+        }
+    }
+}
+
+int skewed_barriers(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world) try {
+    Rank self = join(table, rank, world, std::chrono::milliseconds(10000));
+    EXPECT(self.channels.barrier_rounds() ==
+               (world <= 1 ? 0u : static_cast<std::uint32_t>(std::ceil(std::log2(world)))),
+           "ceil(log2 N) rounds");
+    std::mt19937 random(rank * 7919 + world);
+    const LocalSlice source =
+        self.region.slice(world * sizeof(std::uint64_t), sizeof(std::uint64_t));
+    for (std::uint64_t count = 1; count <= kBarriers; ++count) {
+        // Skew: ranks arrive up to 3 ms apart, a different order each time.
+        std::this_thread::sleep_for(std::chrono::microseconds(random() % 3000));
+        std::memcpy(self.counts.data() + world, &count, sizeof count);
+        for (std::uint32_t peer = 0; peer < world; ++peer) {
+            const WorkResult written = self.channels.write(
+                peer, source,
+                self.remotes[peer].slice(rank * sizeof(std::uint64_t), sizeof(std::uint64_t)));
+            EXPECT(written.ok(), "count written to every peer");
+        }
+        const BarrierResult result = barrier_at_level(self.channels, count);
+        if (!result.ok())
+            std::fprintf(stderr, "rank %u, barrier %llu: %s\n", rank,
+                         static_cast<unsigned long long>(count), result.message().c_str());
+        EXPECT(result.ok(), "barrier");
+        for (std::uint32_t peer = 0; peer < world; ++peer) {
+            const std::uint64_t seen =
+                std::atomic_ref<std::uint64_t>(self.counts[peer]).load(std::memory_order_acquire);
+            if (seen < count) {
+                std::fprintf(
+                    stderr,
+                    "rank %u left barrier %llu before rank %u arrived (its count is %llu)\n", rank,
+                    static_cast<unsigned long long>(count), peer,
+                    static_cast<unsigned long long>(seen));
+                return 1;
+            }
+        }
+    }
+    // One barrier at a time, and the scope's rule: an unwaited barrier counts as unpolled.
+    PendingBarrier pending = self.channels.post_barrier();
+    bool refused = false;
+    try {
+        (void)self.channels.barrier();
+    } catch (const Error& error) {
+        refused = std::string(error.what()).find("still in progress") != std::string::npos;
+    }
+    EXPECT(refused, "a second barrier while one is in progress is refused");
+    EXPECT(pending.wait().ok(), "the pending barrier");
+    bool counted = false;
+    try {
+        self.channels.manual_scope([&](MultiScope& scope) { (void)scope.post_barrier(); });
+    } catch (const Error& error) {
+        counted = std::string(error.what()).find("1 operation(s) were left unpolled") !=
+                  std::string::npos;
+    }
+    EXPECT(counted, "manual_scope counts an unwaited barrier as unpolled");
+    EXPECT(self.channels.barrier().ok(), "a barrier after the scope's");
+    // The barrier used no receive: a send after it lands in the application's first receive.
+    for (std::uint32_t peer = 0; peer < world; ++peer) {
+        const PeerCounters counters = self.channels.counters(peer);
+        EXPECT(counters.errors == 0 && counters.outstanding == 0, "no errors, nothing outstanding");
+    }
+    multi_test::barrier(table, world, kExchangeDeadline);
+    return 0;
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
+    return 2;
+}
+
+// Receives posted before barriers keep their messages: each rank posts a receive from its
+// successor, runs barriers, then the successor sends; the receive gets exactly that message.
+int receives_untouched(multi_test::SharedTable& table, std::uint32_t rank,
+                       std::uint32_t world) try {
+    Rank self = join(table, rank, world, std::chrono::milliseconds(10000));
+    const std::uint32_t next = (rank + 1) % world;
+    const std::uint32_t previous = (rank + world - 1) % world;
+    const LocalSlice into = self.region.slice(0, sizeof(std::uint64_t));
+    PendingWork receive = self.channels.post_receive(next, into);
+    for (int barrier = 0; barrier < 5; ++barrier) EXPECT(self.channels.barrier().ok(), "barrier");
+    EXPECT(!receive.poll().has_value(), "no barrier message landed in the application's receive");
+    EXPECT(self.channels.barrier().ok(), "barrier: everyone looked before anyone sends");
+    EXPECT(self.channels.send(previous, self.region.slice(world * sizeof(std::uint64_t), 8), 4242)
+               .ok(),
+           "send");
+    const WorkResult received = receive.wait();
+    EXPECT(received.ok() && received.completion().immediate.value_or(0) == 4242,
+           "the receive got the application's message");
+    EXPECT(self.channels.barrier().ok(), "final barrier");
+    return 0;
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
+    return 2;
+}
+
+constexpr std::chrono::milliseconds kShortDeadline{3000};
+constexpr std::uint32_t kVictim = 2;
+
+int killed_before_arriving(multi_test::SharedTable& table, std::uint32_t rank,
+                           std::uint32_t world) try {
+    Rank self = join(table, rank, world, kShortDeadline);
+    EXPECT(self.channels.barrier().ok(), "a barrier with everyone");
+    if (rank == kVictim) raise(SIGKILL);
+    const auto started = std::chrono::steady_clock::now();
+    const BarrierResult result = self.channels.barrier();
+    const auto took = std::chrono::steady_clock::now() - started;
+    std::fprintf(
+        stderr, "rank %u after %lld ms: %s\n", rank,
+        static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()),
+        result.message().c_str());
+    EXPECT(!result.ok(), "the barrier fails");
+    const std::vector<std::uint32_t> failed = result.failed_peers();
+    EXPECT(std::find(failed.begin(), failed.end(), kVictim) != failed.end(),
+           "the error names the killed rank");
+    EXPECT(result.message().find("rank " + std::to_string(kVictim)) != std::string::npos,
+           "the message names it");
+    if (test_mode() == MultiChannelMode::reliable_connected)
+        EXPECT(failed.size() == 1, "only the killed rank is named");
+    // The deadline, then a tenth of it for reading the peers' progress, and some slack.
+    EXPECT(took < kShortDeadline + kShortDeadline / 10 + std::chrono::milliseconds(700),
+           "fails within the deadline");
+    // Survivors stay until all have read each other's progress.
+    multi_test::barrier(table, world - 1, kExchangeDeadline);
+    return 0;
+} catch (const std::exception& error) {
+    std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
+    return 2;
+}
+
+template <typename Body>
+int run_ranks(std::uint32_t world, Body body) {
+    multi_test::SharedTable* table = multi_test::create_shared_table();
+    std::vector<pid_t> children;
+    for (std::uint32_t rank = 0; rank < world; ++rank) {
+        const pid_t child = fork();
+        if (child == 0) _exit(body(*table, rank, world));
+        children.push_back(child);
+    }
+    int failures = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (std::size_t done = 0; done < children.size();) {
+        int status = 0;
+        const pid_t finished = waitpid(-1, &status, WNOHANG);
+        if (finished > 0) {
+            ++done;
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+            continue;
+        }
+        if (std::chrono::steady_clock::now() >= until) {
+            for (pid_t child : children) kill(child, SIGKILL);
+            while (waitpid(-1, &status, 0) > 0) ++failures;
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    multi_test::destroy_shared_table(table);
+    return failures;
+}
+
+}  // namespace
+
+TEST_CASE("skewed barriers at three levels: nobody leaves early") {
+    for (std::uint32_t world : {1u, 2u, 3u, 5u, 8u}) {
+        CAPTURE(world);
+        CHECK(run_ranks(world, skewed_barriers) == 0);
+    }
+}
+
+TEST_CASE("barriers take none of the application's receives") {
+    CHECK(run_ranks(3, receives_untouched) == 0);
+}
+
+TEST_CASE("a rank killed before arriving fails the others' barrier within the deadline, named") {
+    CHECK(run_ranks(5, killed_before_arriving) == 1);  // the victim itself dies by SIGKILL
+}
+
+TEST_CASE("library names are reserved") {
+    PreparedMultiChannel prepared =
+        MultiChannelBuilder().rank(0).world_size(1).mode(test_mode()).build();
+    std::vector<std::uint8_t> memory(64);
+    MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+    CHECK_THROWS_WITH_AS(prepared.publish_region("rdmachan.barrier", region),
+                         doctest::Contains("library's"), Error);
+    CHECK(prepared.endpoint().regions.count(kBarrierRegionName) == 1);
+}
