@@ -493,8 +493,9 @@ soft::ReadyToSendAttributes ready_to_send_of(const ibv_qp_attr& attributes) {
     return ready;
 }
 
-int apply_transition(QueuePair& pair, Context& context, const ibv_qp_attr& attributes, int mask) {
-    const ibv_qp_state next = attributes.qp_state;
+// `next` as the kernel derived it (check_modify): attributes.qp_state only when IBV_QP_STATE is in
+// the mask.
+int apply_transition(QueuePair& pair, Context& context, const ibv_qp_attr& attributes, int mask, ibv_qp_state next) {
     const std::uint8_t port = (mask & IBV_QP_PORT) != 0 ? attributes.port_num : 1;
     if ((mask & IBV_QP_PORT) != 0 && attributes.port_num != 1)
         return refuse(EINVAL, fmt::format("ibv_modify_qp(QP {:#x}): port_num {} does not exist (port 1 only)", pair.qp.qp_num, attributes.port_num));
@@ -1016,12 +1017,14 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attributes) {
 
 int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attributes, int mask) {
     QueuePair& pair = *pair_of(qp);
-    const ibv_qp_state next = (mask & IBV_QP_STATE) != 0 ? attributes->qp_state : pair.state;
-    const emulated::TransitionCheck check = emulated::check_transition(pair.kind, pair.state, next, mask);
+    const emulated::ModifyCheck modify =
+        emulated::check_modify(pair.kind, pair.state, mask, attributes->qp_state, attributes->cur_qp_state);
+    const emulated::TransitionCheck& check = modify.check;
+    const ibv_qp_state next = modify.next;
     if (check.error != 0) return refuse(check.error, fmt::format("ibv_modify_qp(QP {:#x}): {}", qp->qp_num, check.reason));
     int result = 0;
     try {
-        result = apply_transition(pair, *context_of(qp->context), *attributes, mask);
+        result = apply_transition(pair, *context_of(qp->context), *attributes, mask, next);
     } catch (const soft::SoftDeviceError& error) {
         return refuse(EINVAL, fmt::format("ibv_modify_qp(QP {:#x}): refused by the software device: {}", qp->qp_num, error.what()));
     }

@@ -150,7 +150,23 @@ TEST_CASE("the state table: RC transitions and masks as the kernel's qp_state_ta
     CHECK(extra.error == EINVAL);
     CHECK(extra.reason == "RC RESET -> INIT: attributes not allowed in this transition: SQ_PSN");
     CHECK(emulated::check_transition(rc, IBV_QPS_INIT, IBV_QPS_INIT, IBV_QP_STATE | IBV_QP_CUR_STATE).error == EINVAL);
-    CHECK(emulated::check_transition(rc, IBV_QPS_RESET, IBV_QPS_INIT, kInitMask & ~IBV_QP_STATE).error == EINVAL);
+    // A modify without IBV_QP_STATE is checked as current -> current: RESET allows nothing,
+    // RTS its optional attributes, RTR no such pair.
+    CHECK(emulated::check_modify(rc, IBV_QPS_RESET, kInitMask & ~IBV_QP_STATE, IBV_QPS_INIT, IBV_QPS_RESET).check.error ==
+          EINVAL);
+    const emulated::ModifyCheck stay = emulated::check_modify(rc, IBV_QPS_RTS, IBV_QP_MIN_RNR_TIMER, IBV_QPS_RESET, IBV_QPS_RESET);
+    CHECK(stay.check.error == 0);
+    CHECK(stay.next == IBV_QPS_RTS);
+    CHECK(emulated::check_modify(rc, IBV_QPS_RTR, IBV_QP_MIN_RNR_TIMER, IBV_QPS_RESET, IBV_QPS_RESET).check.error == EINVAL);
+    // SQE -> RTS is in the table and has a firmware command; RTS -> SQD has no mlx5 command.
+    CHECK(emulated::check_transition(rc, IBV_QPS_SQE, IBV_QPS_RTS, IBV_QP_STATE).error == 0);
+    CHECK(emulated::check_transition(rc, IBV_QPS_SQD, IBV_QPS_RTS, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER).error == 0);
+    CHECK(emulated::check_transition(rc, IBV_QPS_RTS, IBV_QPS_SQD, IBV_QP_STATE).error == EINVAL);
+    // The current state claimed by IBV_QP_CUR_STATE is the one checked.
+    CHECK(emulated::check_modify(rc, IBV_QPS_RTS, IBV_QP_STATE | IBV_QP_CUR_STATE, IBV_QPS_RTS, IBV_QPS_RTR).check.error ==
+          EINVAL);
+    CHECK(emulated::check_modify(rc, IBV_QPS_RTS, IBV_QP_STATE, static_cast<ibv_qp_state>(IBV_QPS_ERR + 1), IBV_QPS_RESET)
+              .check.error == EINVAL);
 }
 
 TEST_CASE("the state table: DCI and DCT as mlx5's modify_dci_qp_is_ok and mlx5_ib_modify_dct") {
@@ -165,6 +181,9 @@ TEST_CASE("the state table: DCI and DCT as mlx5's modify_dci_qp_is_ok and mlx5_i
     CHECK(emulated::check_transition(dci, IBV_QPS_RTR, IBV_QPS_RTS, kRtsMask).error == 0);
     CHECK(emulated::check_transition(dci, IBV_QPS_RTS, IBV_QPS_RESET, IBV_QP_STATE).error == 0);
     CHECK(emulated::check_transition(dci, IBV_QPS_RESET, IBV_QPS_ERR, IBV_QP_STATE).error == EINVAL);
+    // modify_dci_qp_is_ok requires IBV_QP_STATE even where RC would check current -> current.
+    CHECK(emulated::check_modify(dci, IBV_QPS_RTS, IBV_QP_MIN_RNR_TIMER, IBV_QPS_RESET, IBV_QPS_RESET).check.error == EINVAL);
+    CHECK(emulated::check_transition(dci, IBV_QPS_RTS, IBV_QPS_RTS, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER).error == 0);
     CHECK(emulated::check_transition(dct, IBV_QPS_RESET, IBV_QPS_INIT, kInitMask).error == 0);
     CHECK(emulated::check_transition(dct, IBV_QPS_RESET, IBV_QPS_INIT, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT).error == EINVAL);
     CHECK(emulated::check_transition(dct, IBV_QPS_INIT, IBV_QPS_RTR,

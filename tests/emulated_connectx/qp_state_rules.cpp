@@ -15,9 +15,12 @@ struct Rule {
     int optional = 0;
 };
 
-// Restated from the kernel's qp_state_table, RC column only (the only connected type here).
+// Restated from the kernel's qp_state_table, RC column only (the only connected type here),
+// with what mlx5's firmware command table refuses on top.
 Rule reliable_connected_rule(ibv_qp_state current, ibv_qp_state next) {
     const bool to_reset_or_error = next == IBV_QPS_RESET || next == IBV_QPS_ERR;
+    constexpr int kRtsOptional = IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
+                                 IBV_QP_MIN_RNR_TIMER;
     switch (current) {
         case IBV_QPS_RESET:
             if (next == IBV_QPS_RESET) return {true, 0, 0};
@@ -37,23 +40,21 @@ Rule reliable_connected_rule(ibv_qp_state current, ibv_qp_state next) {
             if (to_reset_or_error) return {true, 0, 0};
             if (next == IBV_QPS_RTS) {
                 return {true, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC,
-                        IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
-                            IBV_QP_PATH_MIG_STATE};
+                        kRtsOptional};
             }
-            return {};
+            return {};  // RTR -> RTR, also a modify without IBV_QP_STATE in RTR, is not in the table
         case IBV_QPS_RTS:
             if (to_reset_or_error) return {true, 0, 0};
-            if (next == IBV_QPS_RTS) {
-                return {true, 0,
-                        IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
-                            IBV_QP_MIN_RNR_TIMER};
-            }
-            if (next == IBV_QPS_SQD) return {true, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
-            return {};
+            if (next == IBV_QPS_RTS) return {true, 0, kRtsOptional};
+            return {};  // RTS -> SQD: in the core table, but mlx5 has no command for it
         case IBV_QPS_SQD:
+            if (to_reset_or_error) return {true, 0, 0};
+            if (next == IBV_QPS_RTS) return {true, 0, kRtsOptional};
+            return {};  // SQD -> SQD: in the core table, but mlx5 has no command for it
         case IBV_QPS_SQE:
             if (to_reset_or_error) return {true, 0, 0};
-            return {};  // SQD/SQE are never entered here (no SQD support in the software device)
+            if (next == IBV_QPS_RTS) return {true, 0, 0};  // nothing optional for RC
+            return {};
         case IBV_QPS_ERR:
             if (to_reset_or_error) return {true, 0, 0};
             return {};
@@ -62,7 +63,7 @@ Rule reliable_connected_rule(ibv_qp_state current, ibv_qp_state next) {
     }
 }
 
-// Restated from mlx5's modify_dci_qp_is_ok.
+// Restated from mlx5's modify_dci_qp_is_ok (IBV_QP_STATE is required: check_transition).
 Rule dc_initiator_rule(ibv_qp_state current, ibv_qp_state next) {
     if (next == IBV_QPS_RESET) return {true, 0, 0};
     if (current == IBV_QPS_RESET && next == IBV_QPS_INIT) return {true, IBV_QP_PKEY_INDEX | IBV_QP_PORT, 0};
@@ -133,7 +134,8 @@ std::string mask_names(int mask) {
 }
 
 TransitionCheck check_transition(QueuePairKind kind, ibv_qp_state current, ibv_qp_state next, int mask) {
-    if ((mask & IBV_QP_STATE) == 0) {
+    // RC checks a modify without IBV_QP_STATE as current -> current; mlx5's DC checks require it.
+    if (kind != QueuePairKind::reliable_connected && (mask & IBV_QP_STATE) == 0) {
         return {EINVAL, fmt::format("{} modify without IBV_QP_STATE (mask {})", to_string(kind), mask_names(mask))};
     }
     // ib_modify_qp_is_ok: CUR_STATE only from RTR, RTS, SQD, SQE.
@@ -160,6 +162,19 @@ TransitionCheck check_transition(QueuePairKind kind, ibv_qp_state current, ibv_q
                                     state_name(current), state_name(next), mask_names(unexpected))};
     }
     return {};
+}
+
+ModifyCheck check_modify(QueuePairKind kind, ibv_qp_state state, int mask, ibv_qp_state qp_state,
+                         ibv_qp_state cur_qp_state) {
+    const bool has_state = (mask & IBV_QP_STATE) != 0;
+    const bool has_current = (mask & IBV_QP_CUR_STATE) != 0;
+    if ((has_state && qp_state > IBV_QPS_ERR) || (has_current && cur_qp_state > IBV_QPS_ERR)) {
+        return {{EINVAL, fmt::format("{}: a state value past ERR (mask {})", to_string(kind), mask_names(mask))}, state};
+    }
+    // mlx5_ib_modify_dct takes the QP's own state; the RC and DCI paths take the caller's claim.
+    const ibv_qp_state current = has_current && kind != QueuePairKind::dc_target ? cur_qp_state : state;
+    const ibv_qp_state next = has_state ? qp_state : current;
+    return {check_transition(kind, current, next, mask), next};
 }
 
 }  // namespace rdmachan::emulated

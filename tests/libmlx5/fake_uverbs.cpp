@@ -120,6 +120,29 @@ int unsupported(std::uint32_t command, const char* why) {
     return -1;
 }
 
+// A QP's kind as the mlx5 driver tells it at creation: a DC QP is IBV_QPT_DRIVER with the DCI
+// or DCT flag in the driver's request.
+emulated::QueuePairKind kind_of(const ib_uverbs_create_qp& request, const mlx5_ib_create_qp& driver_request) {
+    if (request.qp_type == IBV_QPT_DRIVER && (driver_request.flags & MLX5_QP_FLAG_TYPE_DCT) != 0)
+        return emulated::QueuePairKind::dc_target;
+    if (request.qp_type == IBV_QPT_DRIVER && (driver_request.flags & MLX5_QP_FLAG_TYPE_DCI) != 0)
+        return emulated::QueuePairKind::dc_initiator;
+    return emulated::QueuePairKind::reliable_connected;
+}
+
+// MODIFY_QP (both forms) judged by the kernel's rules; the QP's state moves only when accepted.
+// Returns the errno the kernel answers, 0 when accepted.
+int judge_modify(const ib_uverbs_modify_qp& request) {
+    const auto record = state.queue_pair_records.find(request.qp_handle);
+    if (record == state.queue_pair_records.end()) return EINVAL;
+    const emulated::ModifyCheck modify =
+        emulated::check_modify(record->second.kind, record->second.state, static_cast<int>(request.attr_mask),
+                               static_cast<ibv_qp_state>(request.qp_state), static_cast<ibv_qp_state>(request.cur_qp_state));
+    if (modify.check.error != 0) return modify.check.error;
+    record->second.state = modify.next;
+    return 0;
+}
+
 // The extended write() commands: header, an extended header (the response's address, the
 // driver's words in and out), the core command, then the driver's request; the driver's answer
 // follows the core response. Only MODIFY_QP is answered (a DCT's modify has no other form;
@@ -135,8 +158,12 @@ ssize_t execute_extended(const ib_uverbs_cmd_hdr& header, const std::uint8_t* bo
         errno = EOPNOTSUPP;
         return -1;
     }
-    ib_uverbs_ex_modify_qp request;
+    ib_uverbs_ex_modify_qp request{};
     std::memcpy(&request, core, std::min<std::size_t>(sizeof request, header.in_words * 8u));
+    if (const int error = judge_modify(request.base); error != 0) {
+        errno = error;
+        return -1;
+    }
     ib_uverbs_ex_modify_qp_resp answer{};
     answer.response_length = sizeof answer;
     respond(extended.response, answer);
@@ -323,11 +350,13 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
         const auto request = read<ib_uverbs_create_qp>(body);
         const auto driver_request = read<mlx5_ib_create_qp>(body + sizeof request);
         state.qpn = 0x1234 + state.queue_pairs++;
+        const std::uint32_t handle = state.queue_pairs;
+        state.queue_pair_records[handle] = {kind_of(request, driver_request), IBV_QPS_RESET};
         state.user_index = driver_request.uidx;
         state.send_wqe_count = driver_request.sq_wqe_count;
         state.qp_doorbell_record = driver_request.db_addr;
         ib_uverbs_create_qp_resp answer{};
-        answer.qp_handle = 1;
+        answer.qp_handle = handle;
         answer.qpn = state.qpn;
         answer.max_send_wr = request.max_send_wr;
         answer.max_recv_wr = request.max_recv_wr;
@@ -369,6 +398,7 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
     // asynchronous events ever are.
     case IB_USER_VERBS_CMD_DESTROY_QP: {
         const auto request = read<ib_uverbs_destroy_qp>(body);
+        state.queue_pair_records.erase(request.qp_handle);
         respond(request.response, ib_uverbs_destroy_qp_resp{});
         return static_cast<ssize_t>(length);
     }
@@ -401,10 +431,17 @@ ssize_t execute(int fd, const void* buffer, size_t length) {
         respond(request.response, answer, driver);
         return static_cast<ssize_t>(length);
     }
+    case IB_USER_VERBS_CMD_MODIFY_QP: {
+        const int error = judge_modify(read<ib_uverbs_modify_qp>(body));
+        if (error != 0) {
+            errno = error;
+            return -1;
+        }
+        return static_cast<ssize_t>(length);
+    }
     case IB_USER_VERBS_CMD_DEALLOC_PD:
     case IB_USER_VERBS_CMD_DEREG_MR:
     case IB_USER_VERBS_CMD_DESTROY_AH:
-    case IB_USER_VERBS_CMD_MODIFY_QP:
         return static_cast<ssize_t>(length);
     default:
         return unsupported(command, "not answered by the fake kernel");

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <map>
 
+#include "tests/emulated_connectx/qp_state_rules.hpp"
+
 namespace rdmachan::libmlx5_instructions {
 
 class BlueFlameRegisters {
@@ -45,7 +47,15 @@ struct FakeKernelState {
     std::map<std::uint32_t, CompletionEvents> completion_events;
     std::uint32_t completion_queues = 0;
     std::uint32_t qpn = 0;  // the last QP's
-    std::uint32_t queue_pairs = 0;
+    std::uint32_t queue_pairs = 0;  // created so far; a QP's kernel handle is its count
+    // Every live QP's kind and state, by its kernel handle: MODIFY_QP is judged by the kernel's
+    // rules, the ones the emulated ConnectX applies (tests/emulated_connectx/qp_state_rules.hpp),
+    // and a refused modify fails libmlx5's call with the kernel's errno.
+    struct QueuePairRecord {
+        emulated::QueuePairKind kind = emulated::QueuePairKind::reliable_connected;
+        ibv_qp_state state = IBV_QPS_RESET;
+    };
+    std::map<std::uint32_t, QueuePairRecord> queue_pair_records;
     std::uint32_t shared_receive_queues = 0;
     static constexpr std::uint32_t kMaxSharedReceiveQueues = 256;
     std::uint32_t shared_receive_limits[kMaxSharedReceiveQueues][2] = {};  // by handle: max_wr, max_sge
