@@ -75,4 +75,44 @@ std::uint64_t random_u64() {
     return value;
 }
 
+std::string base64_encode(std::string_view bytes) {
+    check_length(bytes.size() / 3 * 4 + 4, "base64 text");
+    std::string text(4 * ((bytes.size() + 2) / 3), '\0');
+    if (text.empty()) return text;
+    // EVP_EncodeBlock writes a terminating NUL after the text: room for it, then trimmed.
+    text.resize(text.size() + 1);
+    const int written = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(text.data()),
+                                        reinterpret_cast<const unsigned char*>(bytes.data()),
+                                        static_cast<int>(bytes.size()));
+    text.resize(static_cast<std::size_t>(written));
+    return text;
+}
+
+std::optional<std::string> base64_decode(std::string_view text) {
+    if (text.size() % 4 != 0) return std::nullopt;
+    check_length(text.size(), "base64 text");
+    // EVP_DecodeBlock skips surrounding blanks and turns '=' into zero bytes; the checks here
+    // refuse what it would let through, and the padding's bytes are dropped after.
+    std::size_t padding = 0;
+    for (std::size_t index = 0; index < text.size(); ++index) {
+        const char character = text[index];
+        const bool in_alphabet = (character >= 'A' && character <= 'Z') || (character >= 'a' && character <= 'z') ||
+                                 (character >= '0' && character <= '9') || character == '+' || character == '/';
+        if (character == '=' && index + 2 >= text.size() && (padding > 0 || index + 1 == text.size() ||
+                                                             text[index + 1] == '=')) {
+            ++padding;
+        } else if (!in_alphabet || padding > 0) {
+            return std::nullopt;
+        }
+    }
+    std::string bytes(text.size() / 4 * 3, '\0');
+    if (bytes.empty()) return bytes;
+    const int decoded = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(bytes.data()),
+                                        reinterpret_cast<const unsigned char*>(text.data()),
+                                        static_cast<int>(text.size()));
+    if (decoded < 0 || static_cast<std::size_t>(decoded) != bytes.size()) return std::nullopt;
+    bytes.resize(bytes.size() - padding);
+    return bytes;
+}
+
 }  // namespace rdmachan::handshake

@@ -30,6 +30,8 @@ if [ "$build_only" -eq 0 ]; then
         openmpi-bin
         # A stuck mpirun job's stacks, printed by tests/pmix/run_replacement_mpirun.sh.
         gdb
+        # etcd, which the membership store's tests start one of per case (tests/handshake/etcd_process.hpp).
+        etcd-server
         # The soft-RoCE VM tests (tests/vm): qemu boots Debian's kernel with an initramfs of ours.
         qemu-system-x86 busybox-static cpio kmod xz-utils
     )
