@@ -24,7 +24,8 @@
 #     --subset ci  only the patches marked "Subset: ci"
 #     --folder     where the copy and its build live (default build/mutations)
 #     --write      also replace docs/RELIABILITY.md's "mutations" block with the table
-#     NAME         only these patches (file names without .patch)
+#     NAME         only these patches (file names without .patch); the table lists the others
+#                  as not run
 # Exit status: 0 every mutation run was caught; 1 one was not, or did not apply or build, or a
 # baseline failed; 77 not a git checkout (the copy cannot be made).
 set -euo pipefail
@@ -85,9 +86,10 @@ fi
 header() { sed -n "s/^$2: //p" "$1" | head -n 1; }
 
 patches=()
+left_out=()  # named runs: the patches not named, listed as not run
 for patch in "$root"/tests/mutations/*.patch; do
     name=$(basename "$patch" .patch)
-    if [ ${#names[@]} -gt 0 ] && [[ ! " ${names[*]} " == *" $name "* ]]; then continue; fi
+    if [ ${#names[@]} -gt 0 ] && [[ ! " ${names[*]} " == *" $name "* ]]; then left_out+=("$patch"); continue; fi
     if [ -n "$subset" ] && [ "$(header "$patch" Subset)" != "$subset" ]; then continue; fi
     patches+=("$patch")
 done
@@ -153,6 +155,10 @@ for patch in "${patches[@]}"; do
     echo "mutations: $name: $result" >&2
 done
 seconds=$(($(date +%s) - started))
+for patch in "${left_out[@]}"; do
+    caught_by=$(header "$patch" "Caught by")
+    rows+=("| \`$(basename "$patch" .patch)\` | $(header "$patch" Mutation) | \`${caught_by%% *}\` | not run: left out of this run |")
+done
 
 table=$(
     echo "| mutation | what it breaks | test | result |"
@@ -160,7 +166,7 @@ table=$(
     printf '%s\n' "${rows[@]}"
 )
 caught_count=$(printf '%s\n' "${rows[@]}" | grep -c '| caught' || true)
-summary="${caught_count} of ${#rows[@]} mutations caught; $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, ${seconds} s including the builds (Debug)."
+summary="${caught_count} of ${#patches[@]} mutations run caught${left_out:+, ${#left_out[@]} not run}; $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, ${seconds} s including the builds (Debug)."
 echo "$summary"
 echo
 echo "$table"
