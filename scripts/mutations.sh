@@ -52,10 +52,9 @@ if ! git -C "$root" rev-parse --git-dir >/dev/null 2>&1; then
     exit 77
 fi
 head=$(git -C "$root" rev-parse HEAD)
-# The code the table belongs to ("-dirty": uncommitted changes outside docs/, which the copy
-# does not hold either, so the table is of HEAD, not of the working tree).
+# The code the table belongs to: HEAD's commit, always, since the copy is made from HEAD alone
+# (uncommitted changes in the working tree are in neither the copy nor the table).
 commit=$(git -C "$root" rev-parse --short=7 HEAD)
-git -C "$root" diff --quiet HEAD -- . ':(exclude)docs' ':(exclude,glob)**/*.md' || commit="$commit-dirty"
 
 folder=$(realpath -m "$folder")  # the test programs are run from their own folders
 copy="$folder/source"
