@@ -3,7 +3,9 @@
 // in turn. Before each barrier every rank writes its barrier count into its slot of every peer's
 // memory; after it, every rank checks that every slot holds at least its own count, so a rank
 // that left a barrier before everyone arrived is caught. A rank killed before arriving fails the
-// others' barrier within the deadline, naming it. RDMACHAN_TEST_MODE=dc runs every case in DC mode.
+// others' barrier within the deadline, naming it. In one process, three ranks' unpolled barriers
+// polled in turn: none ends before the last rank posted its own. RDMACHAN_TEST_MODE=dc runs every
+// case in DC mode.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -282,4 +284,57 @@ TEST_CASE("library names are reserved") {
     CHECK_THROWS_WITH_AS(prepared.publish_region("rdmachan.barrier", region),
                          doctest::Contains("library's"), Error);
     CHECK(prepared.endpoint().regions.count(kBarrierRegionName) == 1);
+}
+
+TEST_CASE(
+    "three ranks in one process: unpolled barriers advance only when polled, none ends early") {
+    std::vector<PreparedMultiChannel> prepared;
+    std::vector<Endpoint> table;
+    for (std::uint32_t rank = 0; rank < 3; ++rank) {
+        prepared.push_back(MultiChannelBuilder(ChannelBuilder().deadline(std::chrono::seconds(5)))
+                               .rank(rank)
+                               .world_size(3)
+                               .mode(test_mode())
+                               .build());
+        table.push_back(nlohmann::json(prepared.back().endpoint()).get<Endpoint>());
+    }
+    std::vector<MultiChannel> ranks;
+    for (std::uint32_t rank = 0; rank < 3; ++rank)
+        ranks.push_back(std::move(prepared[rank]).handshake(table));
+    for (int barrier = 0; barrier < 20; ++barrier) {
+        std::vector<PendingBarrier> pending;
+        pending.push_back(ranks[0].post_barrier());
+        pending.push_back(ranks[1].post_barrier());
+        // Rank 2 has not arrived: nobody may leave, however long they poll.
+        for (int poll = 0; poll < 200; ++poll) {
+            CHECK_FALSE(pending[0].poll().has_value());
+            CHECK_FALSE(pending[1].poll().has_value());
+        }
+        pending.push_back(ranks[2].post_barrier());
+        std::uint32_t left = 3;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (left != 0 && std::chrono::steady_clock::now() < until) {
+            for (PendingBarrier& handle : pending) {
+                if (!handle.pending()) continue;
+                if (std::optional<BarrierResult> result = handle.poll()) {
+                    CHECK(result->ok());
+                    --left;
+                }
+            }
+        }
+        CHECK(left == 0);
+    }
+}
+
+TEST_CASE("after the ChannelEndpoint handshake a barrier says what it needs") {
+    if (test_mode() == MultiChannelMode::dynamically_connected) return;  // DC has no such handshake
+    std::vector<PreparedMultiChannel> prepared;
+    std::vector<std::vector<ChannelEndpoint>> table;
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+        prepared.push_back(MultiChannelBuilder().rank(rank).world_size(2).build());
+        table.push_back(prepared.back().endpoints());
+    }
+    MultiChannel first = std::move(prepared[0]).handshake(table);
+    CHECK_THROWS_WITH_AS((void)first.barrier(),
+                         doctest::Contains("barriers need the Endpoint handshake"), Error);
 }
