@@ -1,6 +1,9 @@
 #include "handshake/etcd_http.hpp"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -51,6 +54,15 @@ EtcdAddress parse_etcd_address(std::string_view url) {
     return address;
 }
 
+namespace {
+
+void setsockopt_int(tcp::socket& socket, int level, int name, int value) {
+    // Best effort: without the option the connection works, it only notices a silent peer later.
+    (void)::setsockopt(socket.native_handle(), level, name, &value, sizeof value);
+}
+
+}  // namespace
+
 struct HttpConnection::State {
     EtcdAddress address;
     std::string ca_file;
@@ -59,6 +71,7 @@ struct HttpConnection::State {
     std::optional<ssl::stream<tcp::socket>> tls;
     boost::beast::flat_buffer buffer;
     std::optional<http::response_parser<http::string_body>> streamed;
+    bool closed = false;
 
     http::request<http::string_body> request(std::string target, std::string body, const std::string& token) const {
         http::request<http::string_body> request{http::verb::post, std::move(target), 11};
@@ -90,21 +103,27 @@ Task<void> HttpConnection::connect() {
     State& state = *state_;
     auto executor = co_await asio::this_coro::executor;
     tcp::resolver resolver(executor);
-    tcp::socket socket(executor);
+    // In the state from the start, so that close() can end the connect.
+    tcp::socket& socket = state.socket.emplace(executor);
     std::string step = "resolving " + state.address.host;
     try {
         auto endpoints = co_await resolver.async_resolve(state.address.host, state.address.port, asio::use_awaitable);
+        if (state.closed) throw EtcdUnreachable(step + ": closed before connecting");
         step = "connecting";
         co_await asio::async_connect(socket, endpoints, asio::use_awaitable);
     } catch (const boost::system::system_error& failure) {
         throw EtcdUnreachable(step + ": " + failure.code().message());
     }
+    if (state.closed) throw EtcdUnreachable("closed while connecting");
     boost::system::error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);
-    if (!state.address.tls) {
-        state.socket.emplace(std::move(socket));
-        co_return;
-    }
+    // A watch's stream is quiet while nothing changes: probes find a peer that vanished without
+    // closing (its host gone) within about 20 s, and the watch connects again.
+    socket.set_option(asio::socket_base::keep_alive(true), ignored);
+    setsockopt_int(socket, IPPROTO_TCP, TCP_KEEPIDLE, 10);
+    setsockopt_int(socket, IPPROTO_TCP, TCP_KEEPINTVL, 5);
+    setsockopt_int(socket, IPPROTO_TCP, TCP_KEEPCNT, 2);
+    if (!state.address.tls) co_return;
     ssl::context& context = state.tls_context.emplace(ssl::context::tls_client);
     context.set_verify_mode(ssl::verify_peer);
     boost::system::error_code error;
@@ -116,6 +135,7 @@ Task<void> HttpConnection::connect() {
         throw Error("loading the certificate authority '" + state.ca_file + "' failed: " + error.message());
     context.set_verify_callback(ssl::host_name_verification(state.address.host));
     ssl::stream<tcp::socket>& tls = state.tls.emplace(std::move(socket), context);
+    state.socket.reset();
     // Server name indication: a server with several certificates picks the one for this name.
     if (!SSL_set_tlsext_host_name(tls.native_handle(), state.address.host.c_str()))
         throw Error("setting the TLS server name '" + state.address.host + "' failed");
@@ -124,6 +144,13 @@ Task<void> HttpConnection::connect() {
     } catch (const boost::system::system_error& failure) {
         throw EtcdUnreachable("TLS handshake: " + failure.code().message());
     }
+}
+
+void HttpConnection::close() {
+    boost::system::error_code ignored;
+    state_->closed = true;
+    if (state_->tls) state_->tls->next_layer().close(ignored);
+    if (state_->socket) state_->socket->close(ignored);
 }
 
 Task<HttpAnswer> HttpConnection::post(std::string target, std::string body, std::string token) {

@@ -62,6 +62,8 @@ class HttpConnection {
     Task<unsigned> post_streamed(std::string target, std::string body, std::string token);
     // The next bytes of a streamed body, as they arrive; empty once the body has ended.
     Task<std::string> read_some();
+    // Closes the socket: an operation in progress ends with EtcdConnectionLost.
+    void close();
 
   private:
     struct State;

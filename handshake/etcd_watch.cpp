@@ -109,6 +109,13 @@ class EtcdWatch final : public StoreWatch {
     Task<void> follow_stream() {
         const std::string token = client_->token(std::chrono::steady_clock::now() + attempt_limit);
         HttpConnection connection(client_->address(), client_->settings().ca_file);
+        // Connecting and etcd's answer to the request are bounded; the stream after it is not
+        // (it is quiet while nothing changes; TCP keepalive notices a vanished peer).
+        asio::steady_timer attempt_timer(co_await asio::this_coro::executor);
+        attempt_timer.expires_after(attempt_limit);
+        attempt_timer.async_wait([&connection](boost::system::error_code error) {
+            if (!error) connection.close();
+        });
         co_await connection.connect();
         std::string request;
         {
@@ -127,6 +134,7 @@ class EtcdWatch final : public StoreWatch {
             throw Error(reader_.context() + ": etcd refused: " + describe_refusal(status, body));
         }
         std::string pending;
+        bool accepted = false;
         for (;;) {
             std::string bytes = co_await connection.read_some();
             if (bytes.empty()) throw EtcdConnectionLost("etcd ended the stream");
@@ -141,6 +149,10 @@ class EtcdWatch final : public StoreWatch {
                 if (message.canceled && message.cancel_reason.find("invalid auth token") != std::string::npos) {
                     client_->forget_token(token);
                     throw EtcdConnectionLost("etcd refused the token; authenticating again");
+                }
+                if (!accepted) {
+                    attempt_timer.cancel();
+                    accepted = true;
                 }
                 if (!take(message)) co_return;
             }

@@ -339,6 +339,21 @@ TEST_CASE("over https: etcd's self-signed certificate trusted through the CA fil
     CHECK(missing.find("/nonexistent/ca.pem") != std::string::npos);
 }
 
+TEST_CASE("etcd that accepts and never answers: each call and the watch's start fail at their deadline") {
+    test::FakeHttpServer hung(test::FakeHttpServer::silent);
+    EtcdSettings settings;
+    settings.endpoint = hung.endpoint();
+    auto store = connect_etcd_store(settings);
+    auto started = Clock::now();
+    const std::string put_error = error_of([&] { store->put("members/1", "x", 0, Clock::now() + 1s); });
+    CHECK(Clock::now() - started < 2s);
+    CHECK(put_error.find("put 'members/1': no answer by the deadline") != std::string::npos);
+    started = Clock::now();
+    const std::string watch_error = error_of([&] { store->watch_prefix("members/", 0, Clock::now() + 1s); });
+    CHECK(Clock::now() - started < 2s);
+    CHECK(watch_error.find("watch 'rdmachan/members/': not accepted by the deadline") != std::string::npos);
+}
+
 TEST_CASE("a garbled answer is refused naming the field") {
     const auto deadline = [] { return Clock::now() + 3s; };
     const auto error_from = [&](const std::string& body, const std::function<void(MembershipStore&)>& call) {

@@ -12,13 +12,20 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace rdmachan::test {
 
 class FakeHttpServer {
   public:
     // `body` goes out as a 200 answer with Content-Length (or, `streamed`, chunked, as a watch).
-    explicit FakeHttpServer(std::string body, bool streamed = false) {
+    explicit FakeHttpServer(std::string body, bool streamed = false) { listen(std::move(body), streamed); }
+    // A server that accepts and reads, and never answers: a hung etcd.
+    static constexpr struct Silent {} silent{};
+    explicit FakeHttpServer(Silent) : silent_(true) { listen("", false); }
+
+  private:
+    void listen(std::string body, bool streamed) {
         if (streamed) {
             char size[32];
             std::snprintf(size, sizeof size, "%zx", body.size());
@@ -40,6 +47,8 @@ class FakeHttpServer {
         port_ = ntohs(address.sin_port);
         thread_ = std::thread([this] { serve(); });
     }
+
+  public:
     ~FakeHttpServer() {
         stopping_ = true;
         thread_.join();
@@ -65,12 +74,19 @@ class FakeHttpServer {
                 if (received <= 0) break;
                 request.append(buffer, static_cast<std::size_t>(received));
             }
+            if (silent_) {
+                held_.push_back(connection);
+                continue;
+            }
             (void)::send(connection, response_.data(), response_.size(), MSG_NOSIGNAL);
             ::shutdown(connection, SHUT_RDWR);
             ::close(connection);
         }
+        for (int connection : held_) ::close(connection);
     }
 
+    bool silent_ = false;
+    std::vector<int> held_;  // the silent server's connections, open until it stops
     std::string response_;
     int listener_ = -1;
     std::uint16_t port_ = 0;
