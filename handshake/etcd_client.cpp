@@ -69,6 +69,8 @@ nlohmann::json EtcdClient::call(const std::string& target, const nlohmann::json&
             if (now >= deadline) throw Error(reader.context() + ": no answer by the deadline (" + last_failure + ")");
             std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
             pause = std::min(pause * 2, std::chrono::milliseconds(500));
+            if (std::chrono::steady_clock::now() >= deadline)
+                throw Error(reader.context() + ": no answer by the deadline (" + last_failure + ")");
             continue;
         } catch (const Error& failure) {
             throw Error(reader.context() + ": " + failure.what() +
@@ -102,6 +104,9 @@ std::string EtcdClient::authenticate(StoreDeadline deadline) {
     HttpAnswer answer;
     try {
         answer = post_once(address_, settings_.ca_file, "/v3/auth/authenticate", request.dump(), "", deadline);
+    } catch (const EtcdUnreachable& failure) {
+        // Kept apart: the caller tries again while its deadline allows (a watch, at once).
+        throw EtcdUnreachable(reader.context() + ": " + failure.what());
     } catch (const Error& failure) {
         throw Error(reader.context() + ": " + failure.what());
     }

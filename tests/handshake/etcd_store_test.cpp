@@ -308,6 +308,15 @@ TEST_CASE("with etcd's authentication on: a user's token in every call, taken ag
     std::this_thread::sleep_for(6s);  // past the lease's TTL: renewed with a new token
     CHECK(store->get_prefix("members/", deadline()).entries.size() == 2);
     CHECK(store->poll_lost_leases().empty());
+
+    // Authenticating while etcd is away is retried until the call's deadline, as any call is.
+    etcd.stop();
+    auto fresh = connect_etcd_store(settings);
+    const auto started = Clock::now();
+    const std::string away = error_of([&] { fresh->get("members/1", Clock::now() + 500ms); });
+    CHECK(Clock::now() - started >= 400ms);
+    INFO(away);
+    CHECK(away.find("get 'members/1': no answer by the deadline") != std::string::npos);
 }
 
 TEST_CASE("over https: etcd's self-signed certificate trusted through the CA file, refused without it" *
