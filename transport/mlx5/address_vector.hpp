@@ -45,7 +45,7 @@ struct Destination {
     std::uint16_t udp_source_port = 0xc000;
 };
 
-namespace detail {
+namespace address_vector_parts {
 
 // enum ibv_rate (verbs.h) to the mlx5 static rate code, as libmlx5's ib_to_mlx5_rate_table maps
 // it: 0 is unlimited, also for rates the device has no code for.
@@ -95,7 +95,7 @@ RDMACHAN_HOST_DEVICE constexpr std::uint16_t udp_source_port_of(std::uint32_t fl
     return static_cast<std::uint16_t>(low | 0xc000);
 }
 
-}  // namespace detail
+}  // namespace address_vector_parts
 
 // Writes the address vector; false (nothing written) for a RoCE destination without a GRH,
 // which libmlx5 refuses (EINVAL). The DC key and DCT number stay zero.
@@ -103,7 +103,7 @@ RDMACHAN_HOST_DEVICE inline bool make_address_vector(
     std::uint8_t (&address_vector)[kAddressVectorSize], const Destination& destination) {
     if (destination.ethernet && !destination.global) return false;
     std::memset(address_vector, 0, kAddressVectorSize);
-    const std::uint8_t rate = detail::mlx5_static_rate(destination.static_rate);
+    const std::uint8_t rate = address_vector_parts::mlx5_static_rate(destination.static_rate);
     if (destination.ethernet) {
         // RoCE: a 3-bit SL above bit 0; no LID but, on v2, the UDP source port.
         address_vector[kAvStatRateSl] =
@@ -111,7 +111,7 @@ RDMACHAN_HOST_DEVICE inline bool make_address_vector(
         if (destination.roce_v2) {
             const std::uint32_t flow_label = destination.route.flow_label & 0xfffff;
             store_big16(address_vector + kAvRlid, flow_label != 0
-                                                      ? detail::udp_source_port_of(flow_label)
+                                                      ? address_vector_parts::udp_source_port_of(flow_label)
                                                       : destination.udp_source_port);
         }
         std::memcpy(address_vector + kAvRmac, destination.mac, sizeof destination.mac);
