@@ -29,13 +29,9 @@ const char* const kToken = "channel-progress-test";
 std::uint8_t marker(std::uint32_t index) { return static_cast<std::uint8_t>(index % 255 + 1); }
 
 // Waits until the byte at `offset` of `memory` is `expected`, calling progress() between looks;
-// counts the calls that handled something. False if it never came. Not instrumented by
-// ThreadSanitizer: the device's thread may be the one that writes the byte (a memcpy, as a NIC's
-// DMA on hardware), which it would report as racing with this poll; the poll is meant to observe
-// exactly that write.
-__attribute__((no_sanitize("thread"))) bool poll_marker_with_progress(Channel& channel, const std::uint8_t* memory,
-                                                                     std::size_t offset, std::uint8_t expected,
-                                                                     std::uint32_t& handled) {
+// counts the calls that handled something. False if it never came.
+bool poll_marker_with_progress(Channel& channel, const std::uint8_t* memory, std::size_t offset, std::uint8_t expected,
+                               std::uint32_t& handled) {
     const std::uint8_t* last = memory + offset;
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (__atomic_load_n(last, __ATOMIC_ACQUIRE) != expected) {

@@ -14,6 +14,7 @@
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/device_core.hpp"
 #include "transport/soft/send_ring_bytes.hpp"
+#include "transport/soft/dma_copy.hpp"
 
 namespace rdmachan::soft {
 namespace {
@@ -82,8 +83,7 @@ public:
     const std::uint8_t* data() const { return bytes_.data() + kPrefix; }
     std::span<const std::uint8_t> bytes() const { return {data(), size()}; }
     void append(const void* from, std::size_t length) {
-        const auto* first = static_cast<const std::uint8_t*>(from);
-        bytes_.insert(bytes_.end(), first, first + length);
+        dma_copy(extend(length), from, length);
     }
     // `length` more bytes at the end, for the caller to fill.
     std::uint8_t* extend(std::size_t length) {
@@ -469,7 +469,7 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
             if (expects_data) {
                 std::uint32_t offset = 0;
                 for (auto [address, length] : done.local_targets) {
-                    std::memcpy(address, payload + offset, length);
+                    dma_copy(address, payload + offset, length);
                     offset += length;
                 }
             }

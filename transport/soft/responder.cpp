@@ -21,6 +21,7 @@
 #include "transport/soft/atomic_word.hpp"
 #include "transport/soft/device_core.hpp"
 #include "transport/soft/receive_segments.hpp"
+#include "transport/soft/dma_copy.hpp"
 
 namespace rdmachan::soft {
 namespace {
@@ -283,7 +284,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         std::uint32_t offset = 0;
         if (into_initiator) {
             for (auto [piece, piece_length] : local_pieces) {
-                std::memcpy(bounce.data() + offset, piece, piece_length);
+                dma_copy(bounce.data() + offset, piece, piece_length);
                 offset += piece_length;
             }
         }
@@ -293,7 +294,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             for (auto [piece, piece_length] : local_pieces) {
                 if (offset == request.length) break;
                 const std::uint32_t chunk = std::min(piece_length, request.length - offset);
-                std::memcpy(piece, bounce.data() + offset, chunk);
+                dma_copy(piece, bounce.data() + offset, chunk);
                 offset += chunk;
             }
         }
@@ -319,7 +320,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             } else {
                 std::uint32_t written = 0;
                 for (auto [piece, piece_length] : pieces) {
-                    std::memcpy(piece, payload + written, piece_length);
+                    dma_copy(piece, payload + written, piece_length);
                     written += piece_length;
                 }
             }
@@ -372,7 +373,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             for (auto [address, length] : receive.segments) {
                 if (offset == request.length) break;
                 const std::uint32_t chunk = std::min(length, request.length - offset);
-                std::memcpy(address, payload + offset, chunk);
+                dma_copy(address, payload + offset, chunk);
                 offset += chunk;
             }
             performed(0);

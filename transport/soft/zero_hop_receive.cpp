@@ -38,6 +38,7 @@
 #include "transport/soft/completion_ring.hpp"
 #include "transport/soft/device_core.hpp"
 #include "transport/soft/receive_segments.hpp"
+#include "transport/soft/dma_copy.hpp"
 
 namespace rdmachan::soft {
 
@@ -80,7 +81,7 @@ void fill(const Destination& destination, const iovec* local, std::size_t local_
         while (left != 0) {
             const std::size_t room = destination.pieces[into].iov_len - into_offset;
             const std::size_t chunk = left < room ? left : room;
-            std::memcpy(static_cast<std::uint8_t*>(destination.pieces[into].iov_base) + into_offset, source, chunk);
+            dma_copy(static_cast<std::uint8_t*>(destination.pieces[into].iov_base) + into_offset, source, chunk);
             source += chunk;
             left -= chunk;
             into_offset += chunk;
