@@ -1,31 +1,32 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the whole rdmachan test suite:
-#   1. a Release build (-O3) with GCC: every suite, the golden-vector checks, the install test and the
-#      soft-RoCE VM tests (label "vm");
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build with Clang (Debug): every suite
-#      except the VM, install, figures-check, layer-check, mutations and "scale" tests (see
-#      sanitizer_exclude);
-#   3. a ThreadSanitizer build with GCC at -O1: the same suites but the single-threaded
-#      data-path checks (RDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF: the mlx5 suites, the golden
-#      vectors, the CUDA host cases; code that runs on one thread has no race to find) and the
-#      programs' runs (RDMACHAN_BUILD_TOOLS=OFF: rdmachan-demo, rdmachan-bench and the examples,
-#      whose only threads are the library's, which the suites run under TSan; the ASan build
-#      still runs them). Leaving the programs out took about 80 s of CPU from CI's run, which
-#      had come within 20 s of its 20 minutes;
-#   4. the handshake's libFuzzer targets, 20 s each (with the sanitizer builds).
-# What each build compiles: the main build (GCC) compiles every file of the project but the fuzz
-# targets, each file alone as a user's build does; the sanitizer builds leave out the two
-# programs no test of their runs uses (RDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF: the VM's
-# verbs_rxe_test and the CUDA device object) and compile in unity batches of eight files
-# (CMAKE_UNITY_BUILD: the library's ASan build took half the CPU time); the TSan build also
-# leaves out the single-threaded checks and the programs; the fuzzers' build (Clang) compiles the fuzz targets
-# and the parsers they call. In the optimised builds the suites' own code is compiled at -O0
-# (RDMACHAN_TEST_OPTIMIZATION, with its own precompiled header; the library, tools and benchmarks
-# at the build's level): three quarters of a suite's compile time at -O3 went to optimising test
-# bodies, and -O0 took a quarter off -O1 (the main build's suites: 341 s of CPU at -O1, 257 at -O0). CI's whole run must
-# stay under 20 minutes on two cores; it took 25.5 before these cuts (eaca8f3).
-# Each sanitizer build compiles at idle priority while the tests before it run (the tests mostly
-# wait; see start_background_build), so its build time overlaps them.
+# Sets up, builds and runs the whole rdmachan test suite, each suite folder (tests/*) in one or two
+# of three builds, so that none is compiled and run three times (two cores and CI's 20 minutes do
+# not hold three builds of everything: they took 32.6 minutes at 5e5e0c5):
+#
+# | build | compiler, flags | test folders |
+# |---|---|---|
+# | main | GCC Release (-O3), the programs too | channel, multi_channel, asio, mlx5, libmlx5, cuda, verbs (and the soft-RoCE VM), emulated_connectx, demo, bench, install, figures, layers, mutations |
+# | ASan+UBSan | Clang Debug (-O0), no programs | soft, channel, multi_channel, handshake, fault, pmix, mlx5, verbs, emulated_connectx |
+# | TSan | GCC -O1, no programs, no single-threaded checks | soft, channel, multi_channel, asio, handshake |
+#
+# Why this share: the channel and multi_channel suites (every operation end to end between
+# processes) run in all three, the code users run at -O3 and under both sanitizers; the software
+# device's own suites (soft), the handshake and its TCP, PMIx and etcd exchanges, and fault
+# injection run where memory and thread errors are found; the Boost.Asio suites where races
+# are (TSan) and where README's program runs (main); the byte-level data-path checks, the
+# emulated ConnectX and the programs (rdmachan-demo, rdmachan-bench, examples) at -O3.
+# The main build also compiles the compile-only programs (the VM's verbs_rxe_test, the CUDA
+# device object); the sanitizer builds leave them out (RDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF),
+# and TSan the single-threaded checks (RDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF: code that
+# runs on one thread has no race to find). Every build compiles in unity batches of eight files
+# (CMAKE_UNITY_BUILD); a user's build compiles each file alone, which the header check
+# (rdmachan_test_headers) and the install test's consumer keep honest for the public headers.
+# The handshake's libFuzzer targets run 20 s each beside the TSan tests' end.
+# With --no-sanitizers there is one build, the main one, with every folder.
+# In the optimised builds the suites' own code is compiled at -O0 (RDMACHAN_TEST_OPTIMIZATION,
+# with its own precompiled header; the library, tools and benchmarks at the build's level).
+# Each sanitizer build compiles at idle priority while the tests before it run (see
+# start_background_build), so its build time overlaps them.
 # Warnings are errors in all of them (RDMACHAN_WARNINGS_AS_ERRORS). At the end it prints where the
 # time went: setup, each build's configure, compile and tests (with the slowest steps of each).
 # It also writes build/test-summary.txt (the commit, each suite's counts, the fuzzers' figures and
@@ -197,15 +198,23 @@ main_exclude=""
 # "repeat" ones (a PMIx rank replaced twice: the code of one replacement, run again), and the
 # mutations' CI subset (label "mutations": it builds its own unsanitized Debug copy of HEAD).
 sanitizer_exclude="vm|install|figures|layers|scale|repeat|mutations"
-# Both sanitizer builds compile in unity batches (cmake/CompileSpeed.cmake; the main build, like
-# a user's, compiles each file alone) and leave out the compile-only programs.
-sanitizer_options=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8 -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF)
+# Every build compiles in unity batches (cmake/CompileSpeed.cmake); the sanitizer builds leave
+# out the compile-only programs and the programs (rdmachan-demo, rdmachan-bench, examples), which
+# the main build compiles and runs.
+unity=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=8)
+sanitizer_options=("${unity[@]}" -DRDMACHAN_BUILD_COMPILE_ONLY_TESTS=OFF -DRDMACHAN_BUILD_TOOLS=OFF)
+# The folders each build compiles (the table at the top says why).
+main_folders="all"
+[ "$sanitizers" -eq 1 ] && main_folders="channel;multi_channel;asio;mlx5;libmlx5;cuda;verbs;emulated_connectx;demo;bench;install;figures;layers;mutations"
+asan_folders="soft;channel;multi_channel;handshake;fault;pmix;mlx5;verbs;emulated_connectx"
+tsan_folders="soft;channel;multi_channel;asio;handshake"
 [ "$vm" -eq 0 ] && main_exclude="vm"
 # Line tables only (-g1) in every build: failures and sanitizer reports still name file and
 # line, and an optimised build takes a quarter less time than with full debug information
 # (measured on the slowest file: 15.6 s with -g, 11.6 s with -g1).
 configure_suite "$main_name" "$root/build/test-main" \
-    -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g1
+    -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-g1 "${unity[@]}" \
+    "-DRDMACHAN_TEST_FOLDERS=$main_folders"
 build_suite "$main_name" "$root/build/test-main"
 if [ "$sanitizers" -eq 1 ]; then
     # The builds also cover the compilers users pick, so a new warning fails here rather than in
@@ -215,7 +224,7 @@ if [ "$sanitizers" -eq 1 ]; then
     # not depend on the optimisation level.
     configure_suite "$asan_name" "$root/build/test-asan" \
         -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DRDMACHAN_SANITIZE_ADDRESS=ON \
-        "${sanitizer_options[@]}"
+        "${sanitizer_options[@]}" "-DRDMACHAN_TEST_FOLDERS=$asan_folders"
     start_background_build "$asan_name" "$root/build/test-asan"
 fi
 test_suite "$main_name" "$root/build/test-main" "$main_exclude"
@@ -223,8 +232,8 @@ if [ "$sanitizers" -eq 1 ]; then
     finish_background_build "$asan_name" "$root/build/test-asan"
     configure_suite "$tsan_name" "$root/build/test-tsan" \
         -DCMAKE_CXX_COMPILER=g++ -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
-        -DRDMACHAN_SANITIZE_THREAD=ON -DRDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF -DRDMACHAN_BUILD_TOOLS=OFF \
-        "${sanitizer_options[@]}"
+        -DRDMACHAN_SANITIZE_THREAD=ON -DRDMACHAN_BUILD_SINGLE_THREADED_CHECKS=OFF \
+        "${sanitizer_options[@]}" "-DRDMACHAN_TEST_FOLDERS=$tsan_folders"
     start_background_build "$tsan_name" "$root/build/test-tsan"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         test_suite "$asan_name" "$root/build/test-asan" "$sanitizer_exclude"
