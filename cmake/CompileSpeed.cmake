@@ -83,10 +83,10 @@ function(rdmachan_test_code_optimization target)
     endif()
 endfunction()
 
-# Unity builds (CMAKE_UNITY_BUILD=ON, which scripts/test.sh sets for its two sanitizer builds:
-# the library's ASan build took half the CPU time in batches of eight). The main build and
-# users' builds compile each file alone, so a missing #include still fails there. These files
-# define file-local names another library file also defines, and are compiled alone.
+# Unity builds (CMAKE_UNITY_BUILD=ON, which scripts/test.sh sets for its three builds: the
+# library's ASan build took half the CPU time in batches of eight). Users' builds compile each
+# file alone. These files define file-local names another library file also defines, and are
+# compiled alone.
 set_source_files_properties(
     ${PROJECT_SOURCE_DIR}/handshake/rendezvous_table_scanner.cpp
     ${PROJECT_SOURCE_DIR}/transport/soft/device.cpp
