@@ -262,21 +262,14 @@ void write_responder_completion(State& state) {
 
 std::string poll_both(State& state) {
     DifferentialQueues& queues = state.queues;
-    auto resolve = [&queues](std::uint32_t qpn, std::uint32_t) -> mlx5::CompletionTarget* {
-        return qpn == queues.qp->qp_num ? &queues.target : nullptr;
-    };
     for (;;) {
         const auto capacity = static_cast<std::uint32_t>(1 + state.below(6));
         const auto poison = static_cast<std::uint8_t>(state.random());
         ibv_wc theirs[6];
-        std::memset(theirs, poison, sizeof theirs);
         mlx5::Completion ours[6];
-        const int their_count = ibv_poll_cq(queues.device.cq, static_cast<int>(capacity), theirs);
-        const std::uint32_t our_count = queues.completions.poll(ours, capacity, resolve);
-        if (their_count < 0 || static_cast<std::uint32_t>(their_count) != our_count)
-            return "poll of " + std::to_string(capacity) + ": libmlx5 returned " + std::to_string(their_count) + ", ours " +
-                   std::to_string(our_count) + "; CQEs written:" + state.written;
-        if (queues.their_cq_doorbell_record[0] != queues.our_cq_doorbell_record[0]) return "CQ doorbell records differ";
+        std::uint32_t our_count = 0;
+        const std::string polled = poll_both_once(queues, capacity, poison, theirs, ours, our_count);
+        if (!polled.empty()) return polled + "; CQEs written:" + state.written;
         // A completion gives its SRQ WQE back to the free list: the links must agree.
         if (queues.srq != nullptr) {
             const std::string rings = compare_shared_receive_rings(queues);

@@ -358,6 +358,21 @@ void write_cqe_to_both(DifferentialQueues& queues, std::uint32_t index, std::uin
     }
 }
 
+std::string poll_both_once(DifferentialQueues& queues, std::uint32_t capacity, std::uint8_t poison, ibv_wc* theirs,
+                           mlx5::Completion* ours, std::uint32_t& count) {
+    auto resolve = [&queues](std::uint32_t qpn, std::uint32_t) -> mlx5::CompletionTarget* {
+        return qpn == queues.qp->qp_num ? &queues.target : nullptr;
+    };
+    std::memset(theirs, poison, sizeof(ibv_wc) * capacity);
+    const int their_count = ibv_poll_cq(queues.device.cq, static_cast<int>(capacity), theirs);
+    count = queues.completions.poll(ours, capacity, resolve);
+    if (their_count < 0 || static_cast<std::uint32_t>(their_count) != count)
+        return "poll of " + std::to_string(capacity) + ": libmlx5 returned " + std::to_string(their_count) + ", ours " +
+               std::to_string(count);
+    if (queues.their_cq_doorbell_record[0] != queues.our_cq_doorbell_record[0]) return "CQ doorbell records differ";
+    return {};
+}
+
 std::string post_difference(const std::string& what, int their_result, std::uint32_t their_posted, int our_result,
                             std::uint32_t our_posted) {
     if (their_result == our_result && their_posted == our_posted) return {};

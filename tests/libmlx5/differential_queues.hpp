@@ -116,6 +116,13 @@ bool retire_posted(DifferentialQueues& queues, std::uint32_t& cqes, std::uint32_
 // to the CQE, which format 0 does not use).
 void write_cqe_to_both(DifferentialQueues& queues, std::uint32_t index, std::uint8_t* cqe, std::uint8_t opcode_and_flags);
 
+// One poll of up to `capacity` (at most 6) completions from both CQs: libmlx5's ibv_poll_cq into
+// `theirs` (poisoned with `poison` first), ours into `ours`, resolving only the queues' QP.
+// Empty when both returned the same number, `count`, and left the same CQ doorbell record;
+// else what differs.
+std::string poll_both_once(DifferentialQueues& queues, std::uint32_t capacity, std::uint8_t poison, ibv_wc* theirs,
+                           mlx5::Completion* ours, std::uint32_t& count);
+
 // A chain of send work requests in both forms, with the storage their pointers refer to.
 struct SendChain {
     std::vector<ibv_send_wr> verbs;

@@ -310,22 +310,14 @@ std::string settle_misplaced(State& state) {
 }
 
 std::string poll_both(State& state) {
-    DifferentialQueues& queues = state.queues;
-    auto resolve = [&queues](std::uint32_t qpn, std::uint32_t) -> mlx5::CompletionTarget* {
-        return qpn == queues.qp->qp_num ? &queues.target : nullptr;
-    };
     for (;;) {
         const auto capacity = static_cast<std::uint32_t>(1 + state.below(6));
         const auto poison = static_cast<std::uint8_t>(state.random());
         ibv_wc theirs[6];
-        std::memset(theirs, poison, sizeof theirs);
         mlx5::Completion ours[6];
-        const int their_count = ibv_poll_cq(queues.device.cq, static_cast<int>(capacity), theirs);
-        const std::uint32_t our_count = queues.completions.poll(ours, capacity, resolve);
-        if (their_count < 0 || static_cast<std::uint32_t>(their_count) != our_count)
-            return "poll of " + std::to_string(capacity) + ": libmlx5 returned " + std::to_string(their_count) + ", ours " +
-                   std::to_string(our_count) + "; written:" + state.log;
-        if (queues.their_cq_doorbell_record[0] != queues.our_cq_doorbell_record[0]) return "CQ doorbell records differ";
+        std::uint32_t our_count = 0;
+        const std::string polled = poll_both_once(state.queues, capacity, poison, theirs, ours, our_count);
+        if (!polled.empty()) return polled + "; written:" + state.log;
         for (std::uint32_t i = 0; i < our_count; ++i) {
             const std::string difference = compare_completion(theirs[i], ours[i], poison, state.coverage.fields);
             if (!difference.empty()) return "completion " + std::to_string(i) + " of a poll: " + difference + "; written:" + state.log;

@@ -69,14 +69,8 @@ int run_rank(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t w
     MemoryRegion region =
         prepared.register_memory(slots.data(), slots.size() * sizeof(std::uint64_t));
     prepared.publish_region("slots", region);
-    multi_test::publish(table, rank, nlohmann::json(prepared.endpoint()).dump());
-    std::vector<Endpoint> endpoints(world);
-    for (std::uint32_t peer = 0; peer < world; ++peer) {
-        endpoints[peer] =
-            nlohmann::json::parse(multi_test::read_published(table, peer, kExchangeDeadline))
-                .get<Endpoint>();
-    }
-    MultiChannel channels = std::move(prepared).handshake(endpoints);
+    MultiChannel channels = std::move(prepared).handshake(
+        multi_test::exchange_endpoints(table, rank, world, prepared.endpoint(), kExchangeDeadline));
     std::vector<PeerTransfer> shares;
     for (std::uint32_t peer = 0; peer < world; ++peer) {
         if (peer == rank) continue;

@@ -54,14 +54,8 @@ Rank join(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t worl
     MemoryRegion region =
         prepared.register_memory(counts.data(), counts.size() * sizeof(std::uint64_t));
     prepared.publish_region("counts", region);
-    multi_test::publish(table, rank, nlohmann::json(prepared.endpoint()).dump());
-    std::vector<Endpoint> endpoints(world);
-    for (std::uint32_t peer = 0; peer < world; ++peer) {
-        endpoints[peer] =
-            nlohmann::json::parse(multi_test::read_published(table, peer, kExchangeDeadline))
-                .get<Endpoint>();
-    }
-    MultiChannel channels = std::move(prepared).handshake(endpoints);
+    MultiChannel channels = std::move(prepared).handshake(
+        multi_test::exchange_endpoints(table, rank, world, prepared.endpoint(), kExchangeDeadline));
     std::vector<RemoteMemoryRegion> remotes(world);
     for (std::uint32_t peer = 0; peer < world; ++peer)
         remotes[peer] = channels.remote_region(peer, "counts").region;
@@ -229,51 +223,22 @@ int killed_before_arriving(multi_test::SharedTable& table, std::uint32_t rank,
     return 2;
 }
 
-template <typename Body>
-int run_ranks(std::uint32_t world, Body body) {
-    multi_test::SharedTable* table = multi_test::create_shared_table();
-    std::vector<pid_t> children;
-    for (std::uint32_t rank = 0; rank < world; ++rank) {
-        const pid_t child = fork();
-        if (child == 0) _exit(body(*table, rank, world));
-        children.push_back(child);
-    }
-    int failures = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    for (std::size_t done = 0; done < children.size();) {
-        int status = 0;
-        const pid_t finished = waitpid(-1, &status, WNOHANG);
-        if (finished > 0) {
-            ++done;
-            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
-            continue;
-        }
-        if (std::chrono::steady_clock::now() >= until) {
-            for (pid_t child : children) kill(child, SIGKILL);
-            while (waitpid(-1, &status, 0) > 0) ++failures;
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    multi_test::destroy_shared_table(table);
-    return failures;
-}
 
 }  // namespace
 
 TEST_CASE("skewed barriers at three levels: nobody leaves early") {
     for (std::uint32_t world : {1u, 2u, 3u, 5u, 8u}) {
         CAPTURE(world);
-        CHECK(run_ranks(world, skewed_barriers) == 0);
+        CHECK(multi_test::run_ranks(world, skewed_barriers) == 0);
     }
 }
 
 TEST_CASE("barriers take none of the application's receives") {
-    CHECK(run_ranks(3, receives_untouched) == 0);
+    CHECK(multi_test::run_ranks(3, receives_untouched) == 0);
 }
 
 TEST_CASE("a rank killed before arriving fails the others' barrier within the deadline, named") {
-    CHECK(run_ranks(5, killed_before_arriving) == 1);  // the victim itself dies by SIGKILL
+    CHECK(multi_test::run_ranks(5, killed_before_arriving) == 1);  // the victim itself dies by SIGKILL
 }
 
 TEST_CASE("library names are reserved") {

@@ -77,12 +77,8 @@ Rank join(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t worl
     std::vector<std::uint8_t> memory(layout.size(), 0);
     MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
     prepared.publish_region("buffer", region);
-    multi_test::publish(table, rank, nlohmann::json(prepared.endpoint()).dump());
-    std::vector<Endpoint> endpoints(world);
-    for (std::uint32_t peer = 0; peer < world; ++peer) {
-        endpoints[peer] = nlohmann::json::parse(multi_test::read_published(table, peer, kExchangeDeadline)).get<Endpoint>();
-    }
-    MultiChannel channels = std::move(prepared).handshake(endpoints);
+    MultiChannel channels = std::move(prepared).handshake(
+        multi_test::exchange_endpoints(table, rank, world, prepared.endpoint(), kExchangeDeadline));
     std::vector<RemoteMemoryRegion> remotes(world);
     for (std::uint32_t peer = 0; peer < world; ++peer) remotes[peer] = channels.remote_region(peer, "buffer").region;
     multi_test::barrier(table, world, kExchangeDeadline);
@@ -240,36 +236,6 @@ int every_operation(multi_test::SharedTable& table, std::uint32_t rank, std::uin
     return 2;
 }
 
-// Forks `world` children running `body`; returns how many failed (a hang is killed at the end).
-template <typename Body>
-int run_ranks(std::uint32_t world, Body body) {
-    multi_test::SharedTable* table = multi_test::create_shared_table();
-    std::vector<pid_t> children;
-    for (std::uint32_t rank = 0; rank < world; ++rank) {
-        const pid_t child = fork();
-        if (child == 0) _exit(body(*table, rank, world));
-        children.push_back(child);
-    }
-    int failures = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    for (std::size_t done = 0; done < children.size();) {
-        int status = 0;
-        const pid_t finished = waitpid(-1, &status, WNOHANG);
-        if (finished > 0) {
-            ++done;
-            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
-            continue;
-        }
-        if (std::chrono::steady_clock::now() >= until) {
-            for (pid_t child : children) kill(child, SIGKILL);
-            while (waitpid(-1, &status, 0) > 0) ++failures;
-            break;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    multi_test::destroy_shared_table(table);
-    return failures;
-}
 
 int killed_mid_scatter(multi_test::SharedTable& table, std::uint32_t rank, std::uint32_t world) try {
     // In DC mode the victim shares the survivors' single initiator: its failure puts that
@@ -337,9 +303,9 @@ int killed_mid_scatter(multi_test::SharedTable& table, std::uint32_t rank, std::
 
 }  // namespace
 
-TEST_CASE("2 ranks: every operation at every level") { CHECK(run_ranks(2, every_operation) == 0); }
-TEST_CASE("4 ranks: every operation at every level") { CHECK(run_ranks(4, every_operation) == 0); }
-TEST_CASE("16 ranks: every operation at every level") { CHECK(run_ranks(16, every_operation) == 0); }
+TEST_CASE("2 ranks: every operation at every level") { CHECK(multi_test::run_ranks(2, every_operation) == 0); }
+TEST_CASE("4 ranks: every operation at every level") { CHECK(multi_test::run_ranks(4, every_operation) == 0); }
+TEST_CASE("16 ranks: every operation at every level") { CHECK(multi_test::run_ranks(16, every_operation) == 0); }
 TEST_CASE("4 ranks, one killed mid-scatter: only its operations fail, named, within the deadline") {
-    CHECK(run_ranks(4, killed_mid_scatter) == 1);  // the victim itself dies by SIGKILL
+    CHECK(multi_test::run_ranks(4, killed_mid_scatter) == 1);  // the victim itself dies by SIGKILL
 }
