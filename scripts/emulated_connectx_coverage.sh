@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Coverage of the mlx5 binding and the DC control plane when the suites run on the emulated
-# ConnectX (issue 18): builds build/coverage with those three files instrumented for gcov, runs
+# ConnectX: builds build/coverage with those three files instrumented for gcov, runs
 # the emulated_connectx CTest label, and prints, per file, every function with its line
 # coverage and every line left unexecuted. Exit status 1 if a function was never entered.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Instruction counts (issues 9 and 22), two levels, each built in a Release (-O3) build directory
-# and run under callgrind counting only the measured_* functions on the calling thread:
+# Instruction counts, two levels, each built in a Release (-O3) build directory and run under
+# callgrind counting only the measured_* functions on the calling thread:
 #   - the raw mlx5 data path (mlx5_data_path_benchmark: SendQueue::post, CompletionQueue::poll);
 #   - through the public API (channel_instruction_benchmark: Channel::post_write and a 16-write
 #     WorkBatch down to the doorbell, and PendingWork::poll delivering the completion, through
@@ -66,8 +66,8 @@ valgrind --tool=callgrind --collect-atstart=no --toggle-collect='*measured_*' \
     >"$out_dir/compressed.log" 2>&1 || { cat "$out_dir/compressed.log" >&2; exit 1; }
 echo
 "$compressed_benchmark" --table "$out_dir/compressed.out" | tee "$out_dir/compressed.table"
-# Target (the CQE compression issue): a completion from a compressed session costs fewer
-# instructions than a plain one, 16 per poll.
+# Target: a completion from a compressed session costs fewer instructions than a plain one,
+# 16 per poll.
 awk -F'|' '/uncompressed \(per completion\)/ { plain = $3 + 0 } /from sessions of 64 \(per completion\)/ { compressed = $3 + 0 }
     END {
         if (plain > 0 && compressed > 0)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates every figure in docs/PERFORMANCE.md (issue 9), in one run on this machine. Each
+# Regenerates every figure in docs/PERFORMANCE.md, in one run on this machine. Each
 # block of the document between "<!-- generated: NAME -->" and "<!-- end: NAME -->" is replaced
 # by what its command prints; the prose around the blocks holds no figure of its own.
 #   instruction-counts   scripts/instruction_counts.sh   (callgrind, Release -O3)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the figures of docs/RELIABILITY.md (issue 22): the block between
+# Regenerates the figures of docs/RELIABILITY.md: the block between
 # "<!-- generated: reliability -->" and "<!-- end: reliability -->" is replaced by the results
 # of CI's command, scripts/test.sh, as it wrote them in build/test-summary.txt: the commit it
 # tested, each suite's passed and failed counts, the fuzzers' inputs and coverage edges, and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Repeats the multi-process and multi-threaded suites under CPU load until a failure, to find
-# the rare ones (issue 20): the Channel, MultiChannel RC and DC, software-device, fault-injection,
+# the rare ones: the Channel, MultiChannel RC and DC, software-device, fault-injection,
 # partition, backpressure, demo, pairwise, rendezvous and peer-replacement (TCP and PMIx) suites
 # (the list in `suites` below), as CTest runs them (two at a time), with busy loops competing for
 # the cores.

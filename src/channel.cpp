@@ -298,9 +298,9 @@ WorkResult PendingWork::flush() {
     return WorkResult::failure(std::move(error));
 }
 
-// The completion's delivery that issue 22 counts: Engine::ready and take_ready are inlined, the
-// result is built in the return value, and the handle lets go of the engine with a plain
-// decrement once it is built.
+// The completion's delivery that scripts/instruction_counts.sh counts: Engine::ready and
+// take_ready are inlined, the result is built in the return value, and the handle lets go of
+// the engine with a plain decrement once it is built.
 std::optional<WorkResult> PendingWork::poll() {
     if (engine_ == nullptr) return std::nullopt;
     auto* const slot = engine_->ready(ticket_);

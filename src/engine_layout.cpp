@@ -1,4 +1,4 @@
-// Memory layouts on the engine (issue 19): an indirect key from the device, configured by a UMR
+// Memory layouts on the engine: an indirect key from the device, configured by a UMR
 // work request on a queue pair of the engine's own, handed out as a zero-based MemoryRegion.
 // Control path only: it allocates, throws and waits, as register_memory does.
 #include <chrono>

@@ -1,4 +1,4 @@
-// A doctest listener linked into every suite that uses the library (issue 20): a failed test
+// A doctest listener linked into every suite that uses the library: a failed test
 // leaves its flight record where CTest's output says, and a passed run leaves nothing.
 //
 // - The run writes its flight records into $RDMACHAN_FLIGHT_RECORD_DIR, by default

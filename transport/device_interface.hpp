@@ -93,7 +93,7 @@ struct Registration {
     std::function<void()> deregister;
 };
 
-// An indirect memory key (mlx5 UMR, issue 19): created free; a configure_memory_key request on
+// An indirect memory key (mlx5 UMR): created free; a configure_memory_key request on
 // a queue pair of its protection domain gives it a layout. owner keeps it alive.
 struct IndirectKeyRegistration {
     std::shared_ptr<void> owner;

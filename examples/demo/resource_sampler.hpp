@@ -1,4 +1,4 @@
-// What a long demo run watches in its peers (issue 20): resident memory and open descriptors,
+// What a long demo run watches in its peers: resident memory and open descriptors,
 // read from /proc every sampling period, so a leak shows as growth over the run.
 #pragma once
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <string_view>
 
-// The flight recorder (issue 20): each process keeps the last few thousand events of the
+// The flight recorder: each process keeps the last few thousand events of the
 // software device (doorbells, WQEs executed, requests received, dropped and performed, RNR NAKs,
 // retransmissions, completions with their status, QP state changes), the channel core (posts,
 // completions, refusals, deadlines, QPs moved to ERR) and the handshake (frames, state changes)

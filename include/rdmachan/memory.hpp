@@ -108,7 +108,7 @@ private:
     bool zero_based_ = false;
 };
 
-// A memory layout (mlx5 UMR, issue 19): pieces of registered memory seen as one zero-based
+// A memory layout (mlx5 UMR): pieces of registered memory seen as one zero-based
 // range, so that one write, read, send or receive scatters or gathers all of them. Register it
 // with Channel::register_layout (or MultiChannel's); the region that returns is used like any
 // other, locally through slice()/all() and by a peer through remote(), published as a remote

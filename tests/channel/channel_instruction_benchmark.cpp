@@ -1,4 +1,4 @@
-// Instruction counts through the public API (issue 22), measured with callgrind; see
+// Instruction counts through the public API, measured with callgrind; see
 // scripts/instruction_counts.sh and docs/PERFORMANCE.md.
 //
 //   channel_instruction_benchmark [--operations N]   run the measurements (under callgrind, or

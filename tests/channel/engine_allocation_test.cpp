@@ -65,7 +65,7 @@ std::uint64_t allocations_of(Body body, int& failures) {
 }
 
 // Polls a handle until its completion is there: PendingWork::poll, the delivery that
-// scripts/instruction_counts.sh counts (issue 22). False if it did not come within 5 s.
+// scripts/instruction_counts.sh counts. False if it did not come within 5 s.
 bool poll_until_done(PendingWork work) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (std::chrono::steady_clock::now() < until) {
@@ -105,7 +105,8 @@ TEST_CASE("Channel: post_write + wait, write, a 16-write WorkBatch posted and ex
     CHECK(allocations_of([&] { return pair.a.execute(batch).ok(); }, failures) == 0);
     CHECK(allocations_of([&] { return pair.a.read(a_region.slice(0, 64), remote.slice(128, 64)).ok(); }, failures) ==
           0);
-    // The handles' poll (the inlined post and completion paths of issue 22), 4 KiB as counted.
+    // The handles' poll (the inlined post and completion paths that scripts/instruction_counts.sh
+    // counts), 4 KiB as counted.
     std::vector<std::uint8_t> big_a(kBatch * 4096), big_b(kBatch * 4096);
     MemoryRegion big_a_region = pair.a.register_memory(big_a.data(), big_a.size());
     MemoryRegion big_b_region = pair.b.register_memory(big_b.data(), big_b.size());

@@ -1,4 +1,4 @@
-// Memory layouts through the public API (issue 19): a strided column and a list of slices
+// Memory layouts through the public API: a strided column and a list of slices
 // registered as zero-based regions, used as the local and the remote side of write, read, send
 // and receive at the three levels (blocking, scoped, pending) and in batches, the remote side
 // published as JSON; and the errors, each naming its field. Runs on the software device.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A failed test keeps its flight record (issue 20): runs flight_recorder_test's demonstration
+# A failed test keeps its flight record: runs flight_recorder_test's demonstration
 # case, which fails on purpose through a corrupted rkey, and checks that the run failed, that
 # its output names the folder and files it kept, and that those hold the failed test's record
 # (the test case's name, the error completion, the responder's refusal) and the automatic dump

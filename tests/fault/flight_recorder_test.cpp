@@ -1,4 +1,4 @@
-// The flight recorder (issue 20): the ring wraps and keeps the last 4096 events, every line of a
+// The flight recorder: the ring wraps and keeps the last 4096 events, every line of a
 // dump reads as "#sequence time tid N event name=value...", an error completion and a passed
 // deadline write the record by themselves with the software device's side of the story in it.
 //

@@ -1,5 +1,5 @@
-// libmlx5's own post and poll, counted the way scripts/instruction_counts.sh counts rdmachan's
-// (issue 22): callgrind counts only the measured_* functions, each one call on the calling thread.
+// libmlx5's own post and poll, counted the way scripts/instruction_counts.sh counts rdmachan's:
+// callgrind counts only the measured_* functions, each one call on the calling thread.
 //
 //   libmlx5_instruction_benchmark [--operations N]   run the measurements (under callgrind, or
 //                                                    natively as a functional check)

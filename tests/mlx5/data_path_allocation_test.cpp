@@ -1,4 +1,4 @@
-// The post and poll paths must not allocate (issue 9): every global operator new and every
+// The post and poll paths must not allocate: every global operator new and every
 // malloc-family call of the test thread is counted while the paths run (allocation_counter.hpp).
 // The counter proves it counts before it is trusted.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// Instruction counts of the mlx5 data path (issue 9), measured with callgrind; see
+// Instruction counts of the mlx5 data path, measured with callgrind; see
 // scripts/instruction_counts.sh and docs/PERFORMANCE.md.
 //
 //   data_path_benchmark [--operations N]     run the five measurements (under callgrind, or

@@ -32,7 +32,7 @@ static_assert(offsetof(mlx5_wqe_av, tclass) == mlx5::kAvTclass);
 static_assert(offsetof(mlx5_wqe_av, hop_limit) == mlx5::kAvHopLimit);
 static_assert(offsetof(mlx5_wqe_av, grh_gid_fl) == mlx5::kAvGrhGidFl);
 static_assert(offsetof(mlx5_wqe_av, rgid) == mlx5::kAvRgid);
-// UMR WQE (issue 19): segments, fields, flags and masks as the installed mlx5dv.h has them.
+// UMR WQE: segments, fields, flags and masks as the installed mlx5dv.h has them.
 static_assert(sizeof(mlx5_wqe_umr_ctrl_seg) == mlx5::kUmrControlSegmentSize);
 static_assert(offsetof(mlx5_wqe_umr_ctrl_seg, flags) == mlx5::kUmrFlags);
 static_assert(offsetof(mlx5_wqe_umr_ctrl_seg, klm_octowords) == mlx5::kUmrKlmOctowords);

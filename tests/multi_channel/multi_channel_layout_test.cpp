@@ -1,4 +1,4 @@
-// Memory layouts through MultiChannel, RC and DC (issue 19), several ranks in one process on the
+// Memory layouts through MultiChannel, RC and DC, several ranks in one process on the
 // software device: every rank registers one strided layout per reader (the reader's column of
 // its matrix) and publishes it as JSON; the others gather their column with one read per peer
 // and scatter a new one with one write per peer, at the three levels (blocking, scoped,

@@ -1,4 +1,4 @@
-// Allocated memory on the software device (issue 17, transport/soft/shared_arena.hpp): the arena
+// Allocated memory on the software device (transport/soft/shared_arena.hpp): the arena
 // hands out zeroed pages and reuses freed ones; zero-hop writes into an arena region are a
 // memcpy into the peer's mapping (no system call, any size), from a source that cannot fault
 // (inline data or the initiator's own arena); a source from the heap takes the system call;

@@ -1,4 +1,4 @@
-// Zero-hop DC (issue 17, zero_hop.cpp): RDMA writes, reads and atomics from a DCI to a DCT of a
+// Zero-hop DC (zero_hop.cpp): RDMA writes, reads and atomics from a DCI to a DCT of a
 // same-host device run on the thread that rings the DCI's doorbell, checked against the DCT's
 // published entry (in RTR, its access key) and the region's, as handle_dc_request checks them.
 // Here: the completions and bytes are the request path's (RDMACHAN_SOFT_ZERO_HOP=0); a wrong DC

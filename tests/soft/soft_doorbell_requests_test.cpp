@@ -1,9 +1,9 @@
-// Requests sent from the doorbell thread (issue 17 item 5; transport/soft/README.md, "Requests
-// from the doorbell thread"), on the TCP path: the thread that rings an RC doorbell executes the
-// WQEs and writes their frames to the peer's socket. Here: every operation type completes with
-// the right bytes and allocates nothing on that thread; a request sent there while the progress
-// thread sleeps still meets its ACK timeout (the timerfd); a stream of large writes that fills
-// the socket keeps its order and its frames whole when the progress thread takes over the rest.
+// Requests sent from the doorbell thread (transport/soft/README.md, "Requests from the doorbell
+// thread"), on the TCP path: the thread that rings an RC doorbell executes the WQEs and writes
+// their frames to the peer's socket. Here: every operation type completes with the right bytes
+// and allocates nothing on that thread; a request sent there while the progress thread sleeps
+// still meets its ACK timeout (the timerfd); a stream of large writes that fills the socket
+// keeps its order and its frames whole when the progress thread takes over the rest.
 #include <doctest/doctest.h>
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Indirect memory keys between two processes, each with its own software device (issue 19):
+// Indirect memory keys between two processes, each with its own software device:
 // list and interleaved layouts, with repeat counts and zero-length entries, as the local and as
 // the remote side of RDMA write, RDMA read, send and receive; and every refusal (an entry out of
 // its region, an entry of another protection domain, a right missing from the entry's region or

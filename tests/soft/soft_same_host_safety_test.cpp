@@ -1,8 +1,8 @@
-// The safety of the software device's zero-hop writes against processes that stop or go away
-// (issue 17): a deregistration never returns while a peer may still write the region (a peer
-// stopped in its write makes it fail, naming the peer and the key, and the region stays
-// registered; a peer that died in it is reclaimed), and a write whose target exited never lands in
-// the process that got its pid next.
+// The safety of the software device's zero-hop writes against processes that stop or go away:
+// a deregistration never returns while a peer may still write the region (a peer stopped in its
+// write makes it fail, naming the peer and the key, and the region stays registered; a peer that
+// died in it is reclaimed), and a write whose target exited never lands in the process that got
+// its pid next.
 //
 // Each case holds a zero-hop write between its checks and its move (soft::delay_zero_hop_writes)
 // and does to the process in that window what the case is about.

@@ -1,4 +1,4 @@
-// A sender killed inside the target's receive lock (issue 17, published_table.hpp's receive
+// A sender killed inside the target's receive lock (published_table.hpp's receive
 // journal): a zero-hop send whose process dies between taking the lock and letting it go leaves
 // the target's receive either still posted or completed exactly once, never consumed with no
 // completion. The sender runs in a child process held at one step under the lock

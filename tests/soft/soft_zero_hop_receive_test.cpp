@@ -1,4 +1,4 @@
-// Zero-hop receives on the software device's same-host path (issue 17, zero_hop_receive.cpp):
+// Zero-hop receives on the software device's same-host path (zero_hop_receive.cpp):
 // sends and RDMA writes with immediate whose receive WQE and CQE the initiator's thread takes
 // and writes in the target's arena. Here: every kind lands with the completion the request path
 // gives, field by field; the target's device moves nothing; whatever the zero-hop path may not

@@ -1,4 +1,4 @@
-// Zero-hop RDMA writes on the software device's same-host path (issue 17): the initiator's
+// Zero-hop RDMA writes on the software device's same-host path: the initiator's
 // doorbell thread checks the write against the table the target published and moves the bytes
 // with process_vm_writev. Here: the bytes land and the target's thread moves none of them; every
 // refusal gives the CQE the request path gives and leaves memory untouched; a write behind a read

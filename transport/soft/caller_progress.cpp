@@ -1,9 +1,9 @@
-// Progress from the caller's thread (issue 17, item 5): a thread that waits for something to
-// arrive over TCP (a completion, or memory a peer writes) can read and handle the device's
-// connections itself, instead of waiting for the progress thread to be woken by the frame.
-// A woken thread costs a scheduler wake-up per frame (on this machine, 2 CPUs, a blocking
-// loopback ping-pong is 38 us one-way against 3.7 us when both ends poll), which is what UCX
-// avoids by progressing from the application's thread.
+// Progress from the caller's thread: a thread that waits for something to arrive over TCP (a
+// completion, or memory a peer writes) can read and handle the device's connections itself,
+// instead of waiting for the progress thread to be woken by the frame. A woken thread costs a
+// scheduler wake-up per frame (on this machine, 2 CPUs, a blocking loopback ping-pong is 38 us
+// one-way against 3.7 us when both ends poll), which is what UCX avoids by progressing from the
+// application's thread.
 //
 // How the two threads share the sockets:
 //   - The connections' sockets are in their own epoll set. While the progress thread owns them,

@@ -1,8 +1,8 @@
-// Requests sent from the doorbell thread (issue 17, item 5): the thread that rings an RC QP's
-// doorbell executes the new WQEs itself (the device's decoder, execute_one, on the same WQE
-// bytes) and writes their request frames to the peer device's socket, instead of waking the
-// progress thread through the eventfd to do the same. The progress thread keeps everything
-// else: reading responses and requests, timers, retransmissions, RNR waits, errors, connecting.
+// Requests sent from the doorbell thread: the thread that rings an RC QP's doorbell executes
+// the new WQEs itself (the device's decoder, execute_one, on the same WQE bytes) and writes
+// their request frames to the peer device's socket, instead of waking the progress thread
+// through the eventfd to do the same. The progress thread keeps everything else: reading
+// responses and requests, timers, retransmissions, RNR waits, errors, connecting.
 //
 // Why it keeps the device's behaviour:
 //   - It runs only while the progress thread sleeps, under the device mutex taken by try-lock

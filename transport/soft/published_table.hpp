@@ -1,4 +1,4 @@
-// The zero-hop write's shared table (issue 17): what a software device publishes about itself,
+// The zero-hop write's shared table: what a software device publishes about itself,
 // as a target, in shared memory its same-host peers map, so that an initiator's doorbell thread
 // can run the responder's checks for an RDMA write itself and move the bytes with
 // process_vm_writev, with no thread of the target involved.

@@ -1,4 +1,4 @@
-// Memory that same-host peers map (issue 17): what Device::allocate_memory hands out.
+// Memory that same-host peers map: what Device::allocate_memory hands out.
 //
 // A zero-hop write into memory the user registered from the heap must go through
 // process_vm_writev, one system call that also pins and unpins the target's pages (about 1 µs and

@@ -1,4 +1,4 @@
-// Zero-hop RDMA writes and reads on the same-host path (issue 17): the initiator's doorbell
+// Zero-hop RDMA writes and reads on the same-host path: the initiator's doorbell
 // thread executes them itself. It decodes the WQE with the device's decoder (execute_one), makes
 // the responder's checks (perform_request's) against the table the target published
 // (published_table.hpp), moves the bytes (a memcpy when both sides' memory is in arenas,

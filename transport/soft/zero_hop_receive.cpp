@@ -1,4 +1,4 @@
-// Zero-hop receives on the same-host path (issue 17): a send, or an RDMA write with immediate,
+// Zero-hop receives on the same-host path: a send, or an RDMA write with immediate,
 // executed by the initiator's doorbell thread to the end. It consumes the target's receive WQE
 // and writes the target's CQE itself, through its mapping of the target's arena, where the target
 // keeps its RC queue pairs' receive queues and its CQs (published_table.hpp). As for zero-hop
