@@ -38,6 +38,21 @@ extern "C" void __tsan_ignore_thread_end();
 
 namespace rdmachan::soft {
 
+// While one lives, the calling thread's accesses are the NIC's, unseen by ThreadSanitizer as
+// dma_copy's are: for a copy a standard container makes (a vector's insert from application
+// memory) that dma_copy cannot stand in for without writing the bytes twice.
+class DmaAccess {
+  public:
+#if RDMACHAN_SOFT_DMA_UNSEEN
+    DmaAccess() noexcept { __tsan_ignore_thread_begin(); }
+    ~DmaAccess() { __tsan_ignore_thread_end(); }
+#else
+    DmaAccess() noexcept = default;
+#endif
+    DmaAccess(const DmaAccess&) = delete;
+    DmaAccess& operator=(const DmaAccess&) = delete;
+};
+
 // Copies `length` bytes; either side may be application memory. The ranges must not overlap.
 inline void dma_copy(void* destination, const void* source, std::size_t length) noexcept {
     if (length == 0) return;

@@ -82,8 +82,12 @@ public:
     std::size_t size() const { return bytes_.size() - kPrefix; }
     const std::uint8_t* data() const { return bytes_.data() + kPrefix; }
     std::span<const std::uint8_t> bytes() const { return {data(), size()}; }
+    // `from` is the application's memory (dma_copy.hpp). Inserted, not resized then copied: a
+    // resize zero-fills first, which doubled the bytes written per payload.
     void append(const void* from, std::size_t length) {
-        dma_copy(extend(length), from, length);
+        const DmaAccess dma;
+        const auto* first = static_cast<const std::uint8_t*>(from);
+        bytes_.insert(bytes_.end(), first, first + length);
     }
     // `length` more bytes at the end, for the caller to fill.
     std::uint8_t* extend(std::size_t length) {
