@@ -85,7 +85,7 @@ public:
     // `from` is the application's memory (dma_copy.hpp). Inserted, not resized then copied: a
     // resize zero-fills first, which doubled the bytes written per payload.
     void append(const void* from, std::size_t length) {
-        const DmaAccess dma;
+        [[maybe_unused]] const DmaAccess dma;
         const auto* first = static_cast<const std::uint8_t*>(from);
         bytes_.insert(bytes_.end(), first, first + length);
     }
