@@ -12,6 +12,7 @@ const char* to_string(Bootstrap bootstrap) {
         case Bootstrap::automatic: return "auto";
         case Bootstrap::tcp: return "tcp";
         case Bootstrap::pmix: return "pmix";
+        case Bootstrap::etcd: return "etcd";
     }
     return "unknown";
 }
@@ -20,7 +21,8 @@ Bootstrap parse_bootstrap(std::string_view text, std::string_view source) {
     if (text == "auto") return Bootstrap::automatic;
     if (text == "tcp") return Bootstrap::tcp;
     if (text == "pmix") return Bootstrap::pmix;
-    throw Error(std::string(source) + "='" + std::string(text) + "' is not a bootstrap: use auto, tcp or pmix");
+    if (text == "etcd") return Bootstrap::etcd;
+    throw Error(std::string(source) + "='" + std::string(text) + "' is not a bootstrap: use auto, tcp, pmix or etcd");
 }
 
 bool pmix_available() {
@@ -62,8 +64,10 @@ BootstrapChoice choose_bootstrap(Bootstrap requested, const EnvironmentLookup& g
 
     if (requested == Bootstrap::tcp) return {Bootstrap::tcp, "MultiChannelBuilder::bootstrap(tcp)", true};
     if (requested == Bootstrap::pmix) return require_pmix("MultiChannelBuilder::bootstrap(pmix)");
+    if (requested == Bootstrap::etcd) return {Bootstrap::etcd, "MultiChannelBuilder::bootstrap(etcd)", true};
     if (from_environment == Bootstrap::tcp) return {Bootstrap::tcp, "RDMACHAN_BOOTSTRAP=tcp", true};
     if (from_environment == Bootstrap::pmix) return require_pmix("RDMACHAN_BOOTSTRAP=pmix");
+    if (from_environment == Bootstrap::etcd) return {Bootstrap::etcd, "RDMACHAN_BOOTSTRAP=etcd", true};
     if (pmix_available() && started_by_pmix_launcher(getenv)) {
         return {Bootstrap::pmix, "automatic: started by a PMIx launcher", false};
     }

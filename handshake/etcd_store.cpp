@@ -59,6 +59,34 @@ class EtcdStore final : public MembershipStore {
         return reader.header_revision(client_->call("/v3/kv/put", request, reader, deadline));
     }
 
+    std::optional<StoreEntry> create(std::string_view key, std::string_view value, LeaseId lease,
+                                     StoreDeadline deadline) override {
+        const AnswerReader reader(client_->context("create", key), prefix());
+        const std::string full_key = base64_encode(prefix() + std::string(key));
+        nlohmann::json put = {{"key", full_key}, {"value", base64_encode(value)}};
+        if (lease != 0) put["lease"] = std::to_string(lease);
+        // A key that never existed, or was deleted, has create_revision 0.
+        const nlohmann::json request = {
+            {"compare", {{{"key", full_key}, {"target", "CREATE"}, {"result", "EQUAL"}, {"create_revision", "0"}}}},
+            {"success", {{{"request_put", put}}}},
+            {"failure", {{{"request_range", {{"key", full_key}}}}}}};
+        const nlohmann::json answer = client_->call("/v3/kv/txn", request, reader, deadline);
+        reader.header_revision(answer);
+        if (reader.boolean(answer, "", "succeeded")) return std::nullopt;
+        const auto responses = answer.find("responses");
+        if (responses == answer.end() || !responses->is_array() || responses->size() != 1)
+            reader.refuse("responses", "is not the one answer of the failed comparison's range");
+        const nlohmann::json& response = responses->front();
+        const auto found = response.is_object() ? response.find("response_range") : response.end();
+        if (!response.is_object() || found == response.end() || !found->is_object())
+            reader.refuse("responses[0].response_range", "is missing");
+        std::vector<StoreEntry> entries = reader.entries(*found);
+        // The key may have gone between the comparison and now only in another transaction; one
+        // transaction sees one revision, so a failed comparison always finds the key.
+        if (entries.size() != 1) reader.refuse("responses[0].response_range.kvs", "does not hold the one existing key");
+        return std::move(entries.front());
+    }
+
     StoreSnapshot get(std::string_view key, StoreDeadline deadline) override {
         const AnswerReader reader(client_->context("get", key), prefix());
         return range(reader, {{"key", base64_encode(prefix() + std::string(key))}}, deadline);

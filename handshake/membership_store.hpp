@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,6 +77,11 @@ class MembershipStore {
     // `lease` 0: no lease. Returns the revision of the write.
     virtual std::int64_t put(std::string_view key, std::string_view value, LeaseId lease,
                              StoreDeadline deadline) = 0;
+    // Puts the key only if no key of that name exists (one etcd transaction: the check and the
+    // write cannot be split by another writer). Returns the entry already there, untouched, when
+    // one does; nothing when the key was created. What membership claims an id with.
+    virtual std::optional<StoreEntry> create(std::string_view key, std::string_view value, LeaseId lease,
+                                             StoreDeadline deadline) = 0;
     // A snapshot holding the key, if present.
     virtual StoreSnapshot get(std::string_view key, StoreDeadline deadline) = 0;
     // Every key that starts with `prefix` ("" for the whole key prefix of the store).

@@ -294,6 +294,7 @@ void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
         throw Error("handshake with " + peer.name + ": " + error.what());
     }
     queue.remote = remote;
+    queue.used = true;
     peer.connected = true;
 }
 
@@ -316,6 +317,51 @@ void Engine::replace_rc_peer(std::uint32_t index, const ChannelEndpoint& remote)
     peer.connected = false;
     peer.unavailable = kReplacementNotConnected;
     peer.healthy = true;
+}
+
+const ChannelEndpoint& Engine::prepare_rc_peer(std::uint32_t index, const char* why) {
+    Peer& peer = peers_[index];
+    if (dc_.enabled) throw Error("prepare " + peer.name + ": a DC multi-channel has no queue pair per peer");
+    if (peer.outstanding != 0) fail_and_flush(index, why);
+    RcQueue& queue = rc_queues_[index];
+    if (queue.used) {
+        try {
+            queue.queue_pair = domain_->create_queue_pair(rc_queue_pair_settings(), send_completions_, receive_completions_);
+        } catch (const std::exception& error) {
+            throw Error("prepare " + peer.name + ": creating its queue pair failed: " + error.what());
+        }
+        queue.local.qpn = queue.queue_pair->qpn();
+        queue.local.psn = settings_.psn.has_value() ? *settings_.psn : random_psn();
+        queue.used = false;
+    }
+    peer.connected = false;
+    peer.send_in_flight = 0;
+    peer.unavailable = why;
+    peer.healthy = true;
+    return queue.local;
+}
+
+void Engine::connect_prepared_rc(std::uint32_t index, const ChannelEndpoint& remote) {
+    Peer& peer = peers_[index];
+    const char* const why = peer.unavailable;
+    connect(index, remote);
+    peer.connected = false;
+    peer.unavailable = why;
+}
+
+void Engine::disconnect_peer(std::uint32_t index, const char* why) {
+    Peer& peer = peers_[index];
+    if (peer.outstanding != 0) fail_and_flush(index, why);
+    if (dc_.enabled) forget_dc_sender(index);
+    peer.connected = false;
+    peer.unavailable = why;
+    peer.healthy = true;
+}
+
+void Engine::mark_absent(std::uint32_t index, const char* why) {
+    Peer& peer = peers_[index];
+    peer.connected = false;
+    peer.unavailable = why;
 }
 
 void Engine::mark_replacement_connected(std::uint32_t index) {

@@ -145,6 +145,22 @@ public:
     void replace_rc_peer(std::uint32_t peer, const ChannelEndpoint& remote);
     void replace_dc_peer(std::uint32_t peer, const DcPeer& remote);
     void mark_replacement_connected(std::uint32_t peer);
+
+    // Membership (src/multi_channel_membership.cpp): a peer slot holds one member at a time,
+    // and a pair's connection is made in steps, the peer's operations failing with `why` (a
+    // static text) until mark_ready. prepare_rc_peer: flushes what the slot's queue pair holds
+    // and gives it a fresh one (the one made at build while it was never connected), returning
+    // the endpoint to offer; connect_prepared_rc: RTR and RTS towards the member's queue pair;
+    // connect_dc_member: the member's DC target and initiators (a slot's earlier member's are
+    // forgotten). disconnect_peer: the member left or failed: its operations are flushed and
+    // fail from now on with `why`, its DC arrivals are dropped.
+    const ChannelEndpoint& prepare_rc_peer(std::uint32_t peer, const char* why);
+    void connect_prepared_rc(std::uint32_t peer, const ChannelEndpoint& remote);
+    void connect_dc_member(std::uint32_t peer, const DcPeer& remote, const char* why);
+    void mark_ready(std::uint32_t peer) { mark_replacement_connected(peer); }
+    void disconnect_peer(std::uint32_t peer, const char* why);
+    // Slots no member holds: operations fail with `why` (a static text).
+    void mark_absent(std::uint32_t peer, const char* why);
     // Queue pairs this engine created: RC one per peer; DC the initiators plus the target; plus
     // the layouts' queue pair once a layout was registered.
     std::uint32_t queue_pair_count() const;
@@ -282,6 +298,7 @@ private:
     // DC peer, which has no queue pair of its own, costs none of it (docs/SCALE.md).
     struct RcQueue {
         std::shared_ptr<transport::QueuePair> queue_pair;
+        bool used = false;  // was ever connected: membership gives the slot's next member a fresh one
         ChannelEndpoint local;
         ChannelEndpoint remote;
     };
@@ -421,6 +438,8 @@ private:
     void match_receives(std::uint32_t peer);
     void repost_receive_buffer(std::uint32_t index);
     void fail_and_flush_dc(std::uint32_t peer, const char* why);
+    // Drops the DC peer's unmatched arrivals and forgets its initiators.
+    void forget_dc_sender(std::uint32_t peer);
     // A wait's pause after a poll that found nothing, as settings_.wait says; a block on the
     // completion event ends at `until` (none given: after 10 ms, for loops that read their own
     // deadline).

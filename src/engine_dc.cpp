@@ -119,18 +119,28 @@ void Engine::connect_dc(std::uint32_t index, const DcPeer& remote) {
     peer.connected = true;
 }
 
-void Engine::replace_dc_peer(std::uint32_t index, const DcPeer& remote) {
+void Engine::forget_dc_sender(std::uint32_t index) {
     Peer& peer = peers_[index];
-    if (peer.outstanding != 0) fail_and_flush_dc(index, "its process was replaced");
     // Messages the old process sent that no receive took: they belong to a session that has gone.
     while (!peer.arrivals.empty()) repost_receive_buffer(peer.arrivals.pop(arrival_links_));
     // Its old initiators name the old process: a late message from them is dropped, not matched.
     std::erase_if(senders_, [index](const auto& entry) { return entry.second == index; });
     peer.connected = false;
     peer.initiator = -1;
+}
+
+void Engine::replace_dc_peer(std::uint32_t index, const DcPeer& remote) {
+    if (peers_[index].outstanding != 0) fail_and_flush_dc(index, "its process was replaced");
+    connect_dc_member(index, remote, kReplacementNotConnected);
+}
+
+void Engine::connect_dc_member(std::uint32_t index, const DcPeer& remote, const char* why) {
+    Peer& peer = peers_[index];
+    if (peer.outstanding != 0) fail_and_flush_dc(index, why);
+    forget_dc_sender(index);
     connect_dc(index, remote);
     peer.connected = false;
-    peer.unavailable = kReplacementNotConnected;
+    peer.unavailable = why;
     peer.healthy = true;
 }
 

@@ -149,8 +149,10 @@ PreparedMultiChannel MultiChannelBuilder::build() const {
     detail::BootstrapIdentity identity = detail::bootstrap_identity(bootstrap_, rank_, world_size_, settings_.deadline);
     if (!identity.world_size.has_value()) throw Error("MultiChannelBuilder::build: world_size is not set");
 
-    if (!identity.rank.has_value()) throw Error("MultiChannelBuilder::build: rank is not set");
-    const std::uint32_t rank = *identity.rank;
+    // Under etcd the rank is the member id join() claims: the builder's, or the lowest free one.
+    const bool claimed_at_join = identity.choice.bootstrap == Bootstrap::etcd;
+    if (!identity.rank.has_value() && !claimed_at_join) throw Error("MultiChannelBuilder::build: rank is not set");
+    const std::uint32_t rank = identity.rank.value_or(0);
     if (rank >= *identity.world_size) {
         throw Error("MultiChannelBuilder::build: rank " + std::to_string(rank) + " is not below world_size " +
                     std::to_string(*identity.world_size));
@@ -162,6 +164,7 @@ PreparedMultiChannel MultiChannelBuilder::build() const {
         dc.key = dc_key_;
         PreparedMultiChannel prepared(detail::make_engine(settings_, *identity.world_size, dc), rank);
         prepared.bootstrap_ = std::move(identity.choice);
+        if (claimed_at_join) prepared.requested_id_ = identity.rank;
         prepared.pmix_ = std::move(identity.pmix);
         return prepared;
     } catch (const Error& error) {

@@ -141,6 +141,10 @@ MultiChannel PreparedMultiChannel::connect(RendezvousSettings settings) && {
         throw Error("PreparedMultiChannel::connect(RendezvousSettings): the PMIx bootstrap was chosen (" +
                     bootstrap_.reason + "): call connect()");
     }
+    if (bootstrap_.bootstrap == Bootstrap::etcd) {
+        throw Error("PreparedMultiChannel::connect(RendezvousSettings): the etcd bootstrap was chosen (" + bootstrap_.reason +
+                    "): call join()");
+    }
     pmix_.reset();  // automatic detection chose PMIx, but this call asks for the TCP rendezvous
     if (settings.rank != rank_ || settings.world_size != engine_->peer_count()) {
         throw Error("PreparedMultiChannel::connect: the rendezvous settings say rank " + std::to_string(settings.rank) +

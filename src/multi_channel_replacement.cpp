@@ -2,19 +2,14 @@
 // events, and reconnect() of one peer while the others go on (handshake/README.md, "Peer
 // replacement", has the protocol; src/engine*.cpp the queue pairs).
 #include "rdmachan/multi_channel.hpp"
+#include "handshake/hex.hpp"
 #include "handshake/peer_watch.hpp"
 #include "src/engine.hpp"
+#include "src/membership.hpp"
 #include "src/peer_regions.hpp"
 
 namespace rdmachan {
 namespace {
-
-std::string session_text(std::uint64_t session) {
-    static constexpr char digits[] = "0123456789abcdef";
-    std::string text(16, '0');
-    for (int index = 15; index >= 0; --index, session >>= 4) text[static_cast<std::size_t>(index)] = digits[session & 0xf];
-    return text;
-}
 
 // How reconnect and spawn_replacement name themselves in their errors: "CALL (rank R, peer rank
 // P)". Throws so named when this multi-channel was connected without peer replacement.
@@ -34,12 +29,17 @@ std::string_view to_string(PeerEvent::Kind kind) {
         case PeerEvent::Kind::failed: return "failed";
         case PeerEvent::Kind::replacement_available: return "replacement_available";
         case PeerEvent::Kind::replacement_connected: return "replacement_connected";
+        case PeerEvent::Kind::joined: return "joined";
+        case PeerEvent::Kind::left: return "left";
+        case PeerEvent::Kind::reconnected: return "reconnected";
+        case PeerEvent::Kind::refused: return "refused";
     }
     return "unknown";
 }
 
 std::uint64_t MultiChannel::peer_session(std::uint32_t peer) const {
     check_peer("MultiChannel::peer_session", peer);
+    if (membership_ != nullptr) return membership_->member_session(peer);
     return lives_[peer].session;
 }
 
@@ -51,6 +51,23 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
         life.failure_reported = true;
         events.push_back({PeerEvent::Kind::failed, peer, life.session, std::move(reason)});
     };
+    if (membership_ != nullptr) {
+        // Its own events first: a member that left or failed is reported so, not as a queue
+        // pair that failed; a pair connected again may fail again and be reported again.
+        for (PeerEvent& event : membership_->poll()) {
+            if (event.peer < lives_.size()) {
+                PeerLife& life = lives_[event.peer];
+                switch (event.kind) {
+                    case PeerEvent::Kind::joined:
+                    case PeerEvent::Kind::reconnected: life.failure_reported = false; break;
+                    case PeerEvent::Kind::left:
+                    case PeerEvent::Kind::failed: life.failure_reported = true; break;
+                    default: break;
+                }
+            }
+            events.push_back(std::move(event));
+        }
+    }
     // The queue pairs' view: a peer whose operations failed. A peer being replaced is not
     // reported again: its old queue pair's failure is what made it be replaced.
     for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
@@ -64,7 +81,7 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
                 // A session that is not the connected one (a replacement that died before it
                 // was connected) changes nothing here.
                 if (event.session == life.session) {
-                    report_failure(event.rank, "its process left the rendezvous (session " + session_text(event.session) +
+                    report_failure(event.rank, "its process left the rendezvous (session " + handshake::to_hex_u64(event.session) +
                                                    ")");
                 } else if ((life.connecting && *life.connecting == event.session) ||
                            (life.pending && life.pending->session == event.session)) {
@@ -73,7 +90,7 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
                     life.connecting.reset();
                     life.pending.reset();
                     events.push_back({PeerEvent::Kind::failed, event.rank, event.session,
-                                      "its replacement (session " + session_text(event.session) +
+                                      "its replacement (session " + handshake::to_hex_u64(event.session) +
                                           ") left before it was connected"});
                 }
                 break;
@@ -100,6 +117,10 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
 
 void MultiChannel::reconnect(std::uint32_t peer) {
     check_peer("MultiChannel::reconnect", peer);
+    if (membership_ != nullptr) {
+        membership_->reconnect(peer);
+        return;
+    }
     const std::string me = replacement_call("MultiChannel::reconnect", rank_, peer, watch_ != nullptr);
     if (peer == rank_) throw Error(me + ": a rank does not replace itself");
     PeerLife& life = lives_[peer];
@@ -111,7 +132,7 @@ void MultiChannel::reconnect(std::uint32_t peer) {
     life.pending.reset();
     if (replacement.session == life.session) {
         throw Error(me + ": the endpoint offered for rank " + std::to_string(peer) + " has session " +
-                    session_text(replacement.session) + ", the session that failed: refused as stale");
+                    handshake::to_hex_u64(replacement.session) + ", the session that failed: refused as stale");
     }
     if (replacement.rank != peer) {
         throw Error(me + ": the replacement's endpoint is for rank " + std::to_string(replacement.rank));

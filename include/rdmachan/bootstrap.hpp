@@ -19,11 +19,12 @@
 
 namespace rdmachan {
 
-enum class Bootstrap { automatic, tcp, pmix };
+// etcd: membership that changes while running (membership.hpp); never chosen automatically.
+enum class Bootstrap { automatic, tcp, pmix, etcd };
 
-const char* to_string(Bootstrap bootstrap);  // "auto", "tcp", "pmix"
+const char* to_string(Bootstrap bootstrap);  // "auto", "tcp", "pmix", "etcd"
 
-// "auto" | "tcp" | "pmix". Throws rdmachan::Error naming `source` (e.g. the variable) and the text.
+// "auto" | "tcp" | "pmix" | "etcd". Throws rdmachan::Error naming `source` (e.g. the variable) and the text.
 Bootstrap parse_bootstrap(std::string_view text, std::string_view source);
 
 // Whether this library was built with PMIx (Debian's libpmix-dev).
@@ -33,7 +34,7 @@ bool pmix_available();
 bool started_by_pmix_launcher(const EnvironmentLookup& getenv = ::getenv);
 
 struct BootstrapChoice {
-    Bootstrap bootstrap = Bootstrap::tcp;  // tcp or pmix, never automatic
+    Bootstrap bootstrap = Bootstrap::tcp;  // tcp, pmix or etcd, never automatic
     std::string reason;                    // e.g. "RDMACHAN_BOOTSTRAP=pmix", for error messages
     bool explicit_choice = false;          // false when automatic detection chose it
 };

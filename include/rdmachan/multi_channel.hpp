@@ -32,6 +32,7 @@
 #include "rdmachan/bootstrap.hpp"
 #include "rdmachan/channel.hpp"
 #include "rdmachan/endpoint.hpp"
+#include "rdmachan/membership.hpp"
 #include "rdmachan/rendezvous.hpp"
 
 namespace rdmachan {
@@ -41,6 +42,7 @@ class PmixSession;
 class PeerWatch;
 class PeerRegions;
 class Barrier;
+class Membership;
 }
 
 // How a MultiChannel reaches its peers. Reliable connected: one RC queue pair per peer
@@ -224,11 +226,20 @@ struct PeerEvent {
         failed,                  // its operations fail: its queue pair failed, or its process left the rendezvous
         replacement_available,   // a new process took its rank; MultiChannel::reconnect(peer) connects it
         replacement_connected,   // the replacement is connected on both sides: its operations work again
+        // Membership through etcd (membership.hpp):
+        joined,       // a member is connected on both sides: its operations work
+        left,         // it announced its leave; its operations were flushed and now fail
+        reconnected,  // its pair was connected again after a failure (reconnect): operations work again
+        // A value under the service's prefix that was not taken: `reason` names its key and
+        // why (garbled, hostile, another mode, an id beyond the capacity). `peer` is the id the
+        // key names, or kNoPeer.
+        refused,
     };
+    static constexpr std::uint32_t kNoPeer = ~0u;
     Kind kind = Kind::failed;
     std::uint32_t peer = 0;
-    std::uint64_t session = 0;  // failed: the session that failed; otherwise the replacement's
-    std::string reason;         // failed: what showed it
+    std::uint64_t session = 0;  // failed, left: the session that went; otherwise the new one's
+    std::string reason;         // failed, refused: what showed it
 };
 std::string_view to_string(PeerEvent::Kind kind);
 
@@ -341,13 +352,31 @@ public:
     // learned in the handshake; rdmachan::Error naming the peer and the name if there is none.
     PeerRemoteMemoryRegion remote_region(std::uint32_t peer, const std::string& name) const;
 
+    // Membership through etcd (join(); membership.hpp). leave(): says this member is going
+    // (members/<id>/leaving), waits until every member it is paired with has flushed its
+    // operations towards it and said so, or the channel's deadline, then revokes its lease (its
+    // keys go) and disconnects every peer; its peers see `left`, not `failed`. The channel's
+    // operations fail from then on. rdmachan::Error when the channel was not joined through etcd
+    // or has left. members(): the ids whose pairs are ready now, this member's own included.
+    LeaveResult leave();
+    std::vector<std::uint32_t> members() const;
+
     // Peer replacement (connect() with RendezvousSettings::replacement; handshake/README.md).
     // Polled, not a callback: a MultiChannel is used by one thread at a time, and a callback
     // from the library's side would run beside that thread's posts and polls; polling keeps the
     // application in charge of when a peer's queue pair is replaced. Without replacement only
-    // `failed` is reported (from the queue pairs). Never blocks.
+    // `failed` is reported (from the queue pairs). Never blocks, except under etcd membership:
+    // there it also advances the protocol, whose writes to the store (a few per member that
+    // joins, leaves or reconnects; none while nothing changes) each wait for etcd's answer.
+    // Under etcd, `failed` for this member's own id says its membership broke (its lease was
+    // lost: it rejoins as a new session, every pair reported failed; or a watch stopped).
     std::vector<PeerEvent> poll_peer_events();
-    // Connects the replacement of `peer` announced by replacement_available: RC a new queue pair
+    // Under etcd membership: connects the pair with `peer` again after its queue pair failed
+    // while both members live (a remote access error moves an RC queue pair to ERR for good):
+    // a new queue pair offered through the store, which the peer connects as it polls; until
+    // `reconnected` its operations fail naming why. What was posted before the failure has
+    // reported its error; nothing is replayed. In DC the peer's target is set up again at once.
+    // Otherwise: connects the replacement of `peer` announced by replacement_available: RC a new queue pair
     // towards it, DC its new target number and key, its published regions as remote_region()
     // gives them; tells the rendezvous, so the replacement can connect its side. Until
     // replacement_connected the peer's operations fail, naming why. Operations on other peers
@@ -377,6 +406,7 @@ private:
         std::optional<std::uint64_t> connecting;  // reconnected, waiting for `ready`
     };
     std::shared_ptr<detail::PeerWatch> watch_;  // with replacement enabled: the rendezvous's or PMIx's
+    std::shared_ptr<detail::Membership> membership_;  // joined through etcd
     std::vector<PeerLife> lives_;  // by peer
     MultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
     void check_peer(const char* call, std::uint32_t peer) const;
@@ -437,13 +467,21 @@ public:
     // of the job must enable it. rdmachan::Error when the choice does not match how this process
     // was started (RDMACHAN_PMIX_REPLACES set or not).
     MultiChannel connect(PeerReplacement replacement) &&;
-    // The bootstrap build() chose (tcp or pmix) and why.
+    // Joins the service whose members are kept in etcd (membership.hpp): claims a member id (the
+    // builder's rank, else the lowest free one below world_size), puts this process's endpoint
+    // under a lease, and connects every member already there (waiting up to join_wait for their
+    // side). Under any other bootstrap than etcd: an rdmachan::Error naming the one chosen. Errors
+    // name the store's address and the key: etcd unreachable (within the channel's deadline),
+    // the id held by another process, every id taken.
+    MultiChannel join(MembershipSettings settings = {}) &&;
+    // The bootstrap build() chose (tcp, pmix or etcd) and why.
     const BootstrapChoice& bootstrap() const { return bootstrap_; }
 
 private:
     friend class MultiChannelBuilder;
     PreparedMultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
     BootstrapChoice bootstrap_;
+    std::optional<std::uint32_t> requested_id_;  // etcd: the member id to claim (the builder's rank)
     std::shared_ptr<detail::PmixSession> pmix_;  // set under the PMIx bootstrap
     std::shared_ptr<detail::Engine> engine_;
     std::uint32_t rank_ = 0;

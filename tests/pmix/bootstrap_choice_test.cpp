@@ -28,13 +28,28 @@ TEST_CASE("bootstrap names parse, and a bad one names the variable and the value
     CHECK(rdmachan::parse_bootstrap("auto", "X") == rdmachan::Bootstrap::automatic);
     CHECK(rdmachan::parse_bootstrap("tcp", "X") == rdmachan::Bootstrap::tcp);
     CHECK(rdmachan::parse_bootstrap("pmix", "X") == rdmachan::Bootstrap::pmix);
+    CHECK(rdmachan::parse_bootstrap("etcd", "X") == rdmachan::Bootstrap::etcd);
     CHECK(std::string(rdmachan::to_string(rdmachan::Bootstrap::automatic)) == "auto");
+    CHECK(std::string(rdmachan::to_string(rdmachan::Bootstrap::etcd)) == "etcd");
     const FakeEnvironment environment{{{"RDMACHAN_BOOTSTRAP", "pmi"}}};
     const std::string text = error_of(rdmachan::Bootstrap::automatic, environment);
     CHECK(text.find("RDMACHAN_BOOTSTRAP='pmi'") != std::string::npos);
-    CHECK(text.find("auto, tcp or pmix") != std::string::npos);
+    CHECK(text.find("auto, tcp, pmix or etcd") != std::string::npos);
     // Checked even when the builder's explicit choice makes the variable moot.
     CHECK(error_of(rdmachan::Bootstrap::tcp, environment).find("RDMACHAN_BOOTSTRAP='pmi'") != std::string::npos);
+}
+
+TEST_CASE("etcd is chosen only when asked for, by the builder or RDMACHAN_BOOTSTRAP") {
+    const rdmachan::BootstrapChoice built = rdmachan::choose_bootstrap(rdmachan::Bootstrap::etcd, FakeEnvironment{}.lookup());
+    CHECK(built.bootstrap == rdmachan::Bootstrap::etcd);
+    CHECK(built.explicit_choice);
+    const FakeEnvironment asked{{{"RDMACHAN_BOOTSTRAP", "etcd"}}};
+    const rdmachan::BootstrapChoice from_variable = rdmachan::choose_bootstrap(rdmachan::Bootstrap::automatic, asked.lookup());
+    CHECK(from_variable.bootstrap == rdmachan::Bootstrap::etcd);
+    CHECK(from_variable.reason == "RDMACHAN_BOOTSTRAP=etcd");
+    // RDMACHAN_ETCD alone does not choose it: automatic stays TCP or PMIx.
+    const FakeEnvironment store_only{{{"RDMACHAN_ETCD", "http://127.0.0.1:2379"}}};
+    CHECK(rdmachan::choose_bootstrap(rdmachan::Bootstrap::automatic, store_only.lookup()).bootstrap == rdmachan::Bootstrap::tcp);
 }
 
 TEST_CASE("a PMIx launcher is recognised by its variables") {
