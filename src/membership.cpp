@@ -471,6 +471,13 @@ void Membership::rejoin(const std::string& reason) {
         member = Member{};
     }
     const std::uint64_t old_session = endpoint_.session;
+    // The renewal gave up on a lease etcd may still hold (etcd was away longer than the TTL, and
+    // restored its leases when it came back): its keys would hold this id against the claim.
+    try {
+        store_->revoke_lease(lease_, deadline());
+    } catch (const Error&) {
+        store_->stop_keepalive(lease_);  // gone already, as for a member that was stopped
+    }
     endpoint_.session = random_session_id();
     members_[id_].session = endpoint_.session;
     try {

@@ -5,6 +5,10 @@
 // another joins or leaves, as each member's own event loop would. RC, or DC with
 // RDMACHAN_TEST_MODE=dc.
 #include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -417,4 +421,128 @@ TEST_CASE("refusals: an id already held, a garbled or hostile value under the pr
               builder.world_size(kCapacity).bootstrap(Bootstrap::etcd);
               builder.build().join(MembershipSettings{});
           }).find("RDMACHAN_ETCD") != std::string::npos);
+}
+
+TEST_CASE("etcd restarted mid-run: membership resumes, nobody is failed, and a member joins afterwards" *
+          doctest::skip(etcd_missing)) {
+    test::EtcdProcess etcd;
+    wait_for_etcd(etcd);
+    Service service(etcd);
+    service.join();
+    service.join();
+    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    // Away for less than the TTL (2 s): etcd restores the leases when it comes back.
+    etcd.stop();
+    for (int round = 0; round < 20; ++round) {
+        service.poll_all();
+        std::this_thread::sleep_for(10ms);
+    }
+    exchange(service, 5);  // the data path never needed etcd
+    etcd.start();
+    wait_for_etcd(etcd);
+    service.join();
+    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    exchange(service, 6);
+    for (auto& member : service.members()) {
+        for (const PeerEvent& event : member->events) {
+            CHECK_MESSAGE(event.kind == PeerEvent::Kind::joined, to_string(event.kind) << " " << event.peer << ": " << event.reason);
+        }
+    }
+}
+
+namespace {
+
+// The frozen member's process: joins, polls until the parent writes to `commands` (its lease
+// lost while it was stopped shows as `failed` for every peer, then it rejoins and they join
+// again), then leaves. Its exit status says what it saw: 0 all, 2 no failure seen, 3 no
+// rejoin seen, 4 an error.
+int run_frozen_member(const std::string& etcd_endpoint, int commands) {
+    try {
+        MultiChannelBuilder builder(ChannelBuilder().deadline(5s));
+        builder.world_size(kCapacity).mode(test_mode()).dc_initiators(2).bootstrap(Bootstrap::etcd).rank(5);
+        PreparedMultiChannel prepared = builder.build();
+        std::vector<std::uint8_t> inbox(kCapacity * kSlotBytes, 0);
+        const MemoryRegion inbox_region = prepared.register_memory(inbox.data(), inbox.size());
+        prepared.publish_region("inbox", inbox_region);
+        MembershipSettings settings;
+        settings.etcd = etcd_endpoint;
+        settings.key_prefix = "service/";
+        settings.lease_ttl = 2s;
+        MultiChannel channel = std::move(prepared).join(settings);
+        bool failed_seen = false;
+        bool rejoined = false;
+        const auto until = Clock::now() + 60s;
+        char command = 0;
+        bool told_to_leave = false;
+        // Until told to leave and, as its peers may have paired before it saw their side, rejoined.
+        while (Clock::now() < until && !(told_to_leave && rejoined)) {
+            if (!told_to_leave) told_to_leave = ::read(commands, &command, 1) == 1;
+            for (const PeerEvent& event : channel.poll_peer_events()) {
+                if (event.kind == PeerEvent::Kind::failed) failed_seen = true;
+                if (event.kind == PeerEvent::Kind::joined && failed_seen) rejoined = true;
+            }
+            std::this_thread::sleep_for(1ms);
+        }
+        channel.leave();
+        return !failed_seen ? 2 : !rejoined ? 3 : 0;
+    } catch (const std::exception& error) {
+        std::fprintf(stderr, "frozen member: %s\n", error.what());
+        return 4;
+    }
+}
+
+}  // namespace
+
+TEST_CASE("a member stopped (SIGSTOP) beyond its lease is failed, and comes back as a new member when resumed" *
+          doctest::skip(etcd_missing)) {
+    test::EtcdProcess etcd;
+    wait_for_etcd(etcd);
+    // The member's process is forked before this one starts any thread of its own.
+    int pipe_ends[2];
+    REQUIRE(::pipe(pipe_ends) == 0);
+    ::fcntl(pipe_ends[0], F_SETFL, O_NONBLOCK);
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+        ::close(pipe_ends[1]);
+        ::_exit(run_frozen_member(etcd.endpoint(), pipe_ends[0]));
+    }
+    ::close(pipe_ends[0]);
+    Service service(etcd);
+    service.join();
+    service.join();
+    const auto has_five = [&](std::uint32_t joins) {
+        return std::all_of(service.members().begin(), service.members().end(), [&](const auto& member) {
+            return member->count(PeerEvent::Kind::joined, 5) == joins && member->channel->members().back() == 5;
+        });
+    };
+    REQUIRE(service.poll_until([&] { return has_five(1); }, 20s));
+    const std::uint64_t first_session = service.members()[0]->channel->peer_session(5);
+
+    ::kill(child, SIGSTOP);
+    const auto stopped_at = Clock::now();
+    REQUIRE(service.poll_until([&] {
+        return std::all_of(service.members().begin(), service.members().end(),
+                           [](const auto& member) { return member->saw(PeerEvent::Kind::failed, 5); });
+    }));
+    const double seconds = std::chrono::duration<double>(Clock::now() - stopped_at).count();
+    MESSAGE("a member stopped with SIGSTOP (lease TTL 2 s) was seen failed after " << seconds << " s");
+    CHECK(seconds < 2.0 + 1.0);
+    ::kill(child, SIGCONT);
+    REQUIRE(service.poll_until([&] { return has_five(2); }, 20s));
+    CHECK(service.members()[0]->channel->peer_session(5) != first_session);
+    // The member is back: bytes move to it.
+    for (auto& member : service.members()) {
+        const RemoteMemoryRegion inbox = member->channel->remote_region(5, "inbox").region.slice(member->channel->rank() * kSlotBytes, 8);
+        const WorkResult write = member->channel->write(5, member->outbox_region.slice(0, 8), inbox);
+        CHECK_MESSAGE(write.ok(), (write.ok() ? std::string() : write.error().message()));
+    }
+    REQUIRE(::write(pipe_ends[1], "q", 1) == 1);
+    // Its leave waits for these members' release: they poll meanwhile.
+    int status = 0;
+    REQUIRE(service.poll_until([&] { return ::waitpid(child, &status, WNOHANG) == child; }, 20s));
+    ::close(pipe_ends[1]);
+    CHECK(WIFEXITED(status));
+    CHECK_MESSAGE(WEXITSTATUS(status) == 0, "the member's process exited with " << WEXITSTATUS(status));
+    for (auto& member : service.members()) CHECK(member->saw(PeerEvent::Kind::left, 5));
 }
