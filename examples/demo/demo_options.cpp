@@ -1,6 +1,7 @@
 #include "examples/demo/demo_options.hpp"
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 namespace demo {
 namespace {
@@ -69,6 +70,16 @@ Parsed parse_options(int argc, char** argv) {
     app.require_subcommand(0, 1);
     add_workload_options(app, options.workload, options.json);
     app.add_option("--peers", options.peers, "local peers to start (default 4)")->check(CLI::Range(1u, 64u));
+    app.add_option("--bootstrap", options.bootstrap,
+                   "tcp: the peers meet at a rendezvous (the default); etcd: members found through etcd (RDMACHAN_ETCD, "
+                   "else a local etcd-server started for the run), with --elastic")
+        ->check(CLI::IsMember({"tcp", "etcd"}));
+    app.add_flag("--elastic", options.elastic,
+                 "members join and leave during the run while the others keep writing to every member and reading it "
+                 "back; prints a table of the changes (needs --bootstrap etcd)");
+    app.add_option("--churn", options.churn, "with --elastic: changes after the first --peers joined, a leave and a join "
+                                             "in turn, one second apart (default 4)")
+        ->check(CLI::Range(0u, 1000u));
 
     CLI::App* peer = app.add_subcommand(
         "peer", "run one peer of a job; rank, world size and rendezvous come from the flags or the launcher's "
@@ -99,6 +110,10 @@ Parsed parse_options(int argc, char** argv) {
                    "seconds until every rank must have arrived (default 120)")
         ->check(CLI::Range(1u, 86400u));
 
+    CLI::App* elastic_member = app.add_subcommand("elastic-member", "(launcher) one member of an --elastic run");
+    elastic_member->group("");  // hidden
+    add_workload_options(*elastic_member, options.workload, options.json);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& error) {
@@ -107,6 +122,13 @@ Parsed parse_options(int argc, char** argv) {
     }
     if (peer->parsed()) options.command = Command::peer;
     if (rendezvous->parsed()) options.command = Command::rendezvous;
+    if (elastic_member->parsed()) options.command = Command::elastic_member;
+    if (options.command == Command::local && (options.elastic != (options.bootstrap == "etcd"))) {
+        std::fprintf(stderr, "rdmachan-demo: %s\n",
+                     options.elastic ? "--elastic needs --bootstrap etcd (members find each other through etcd)"
+                                     : "--bootstrap etcd runs an elastic service: add --elastic");
+        parsed.exit_code = 2;
+    }
     return parsed;
 }
 

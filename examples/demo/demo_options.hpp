@@ -9,7 +9,7 @@
 
 namespace demo {
 
-enum class Command { local, peer, rendezvous };
+enum class Command { local, peer, rendezvous, elastic_member };
 
 struct Workload {
     std::string mode = "rc";       // rc | dc
@@ -38,6 +38,9 @@ struct Options {
     std::string bind = "127.0.0.1";             // rendezvous
     std::uint16_t port = 0;                     // rendezvous
     bool report_events = false;                 // peer started by the local launcher
+    std::string bootstrap = "tcp";              // local: tcp (the rendezvous) | etcd (with --elastic)
+    bool elastic = false;                       // local: members join and leave during the run
+    std::uint32_t churn = 4;                    // elastic: changes after the first members joined
 };
 
 // Parses argv. Returns the options, or an exit code when parsing ended the program (help

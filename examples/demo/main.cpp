@@ -2,13 +2,17 @@
 // device, connects them through the rendezvous, runs the workload (examples/demo/
 // peer_workload.hpp), verifies every byte and prints a per-peer summary. `peer` runs one peer
 // of a job started by Slurm, torchrun, mpirun or by hand; `rendezvous` runs the server those
-// peers meet at (under a PMIx launcher such as mpirun, peers meet through PMIx instead). Any failure: exit status 1 and a message naming the rank and what failed.
+// peers meet at (under a PMIx launcher such as mpirun, peers meet through PMIx instead).
+// `--bootstrap etcd --elastic` runs a service whose members join and leave while the others keep
+// working (examples/demo/elastic_launcher.hpp). Any failure: exit status 1 and a message naming the rank and what failed.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 
 #include "examples/demo/demo_options.hpp"
+#include "examples/demo/elastic_launcher.hpp"
+#include "examples/demo/elastic_member.hpp"
 #include "examples/demo/local_launcher.hpp"
 #include "examples/demo/peer_workload.hpp"
 #include "rdmachan/bootstrap.hpp"
@@ -119,9 +123,11 @@ int main(int argc, char** argv) {
     switch (options.command) {
         case demo::Command::peer: return run_peer_command(options);
         case demo::Command::rendezvous: return run_rendezvous_command(options);
+        case demo::Command::elastic_member: return demo::run_elastic_member(options);
         case demo::Command::local: break;
     }
     try {
+        if (options.elastic) return demo::run_elastic_job(options);
         return demo::run_local_job(options);
     } catch (const std::exception& error) {
         std::fprintf(stderr, "rdmachan-demo: %s\n", error.what());

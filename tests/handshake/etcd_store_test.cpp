@@ -134,6 +134,26 @@ TEST_CASE("put, get and delete: binary keys and values round trip" * doctest::sk
     CHECK_FALSE(store->remove(key, deadline()));
 }
 
+TEST_CASE("create writes a key only when no key of that name exists, and returns the holder's entry otherwise" *
+          doctest::skip(etcd_missing)) {
+    test::EtcdProcess etcd;
+    auto store = store_on(etcd);
+    const auto deadline = [] { return Clock::now() + 20s; };
+    const LeaseId lease = store->grant_lease(5s, deadline());
+    CHECK_FALSE(store->create("members/1", "first", lease, deadline()).has_value());
+    const std::optional<StoreEntry> holder = store->create("members/1", "second", 0, deadline());
+    REQUIRE(holder.has_value());
+    CHECK(holder->key == "members/1");
+    CHECK(holder->value == "first");
+    CHECK(holder->lease == lease);
+    // The losing create wrote nothing.
+    CHECK(store->get("members/1", deadline()).entries.at(0).value == "first");
+    // Once the key is gone (here its lease revoked), the next create takes it.
+    store->revoke_lease(lease, deadline());
+    CHECK_FALSE(store->create("members/1", "third", 0, deadline()).has_value());
+    CHECK(store->get("members/1", deadline()).entries.at(0).value == "third");
+}
+
 TEST_CASE("a prefix get returns every key under it, in key order, with the revision" * doctest::skip(etcd_missing)) {
     test::EtcdProcess etcd;
     auto store = store_on(etcd);

@@ -1,0 +1,131 @@
+#include "examples/demo/elastic_member.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "examples/demo/slice_pattern.hpp"
+#include "rdmachan/multi_channel.hpp"
+
+namespace demo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+void emit(nlohmann::json event) {
+    event["at_ns"] = now_ns();
+    std::printf("%s\n", event.dump().c_str());
+    std::fflush(stdout);
+}
+
+bool told_to_leave() {
+    char byte = 0;
+    return ::read(STDIN_FILENO, &byte, 1) >= 0;  // a byte, or the launcher is gone (0: end of file)
+}
+
+}  // namespace
+
+int run_elastic_member(const Options& options) {
+    const Workload& workload = options.workload;
+    try {
+        ::fcntl(STDIN_FILENO, F_SETFL, ::fcntl(STDIN_FILENO, F_GETFL) | O_NONBLOCK);
+        rdmachan::ChannelBuilder channel_builder;
+        channel_builder.deadline(std::chrono::seconds(5));
+        if (workload.device != "auto") channel_builder.device(workload.device);
+        rdmachan::MultiChannelBuilder builder(channel_builder);
+        builder.world_size(kElasticCapacity)
+            .bootstrap(rdmachan::Bootstrap::etcd)
+            .mode(workload.mode == "dc" ? rdmachan::MultiChannelMode::dynamically_connected
+                                        : rdmachan::MultiChannelMode::reliable_connected);
+        rdmachan::PreparedMultiChannel prepared = builder.build();
+        const std::uint64_t size = workload.size;
+        std::vector<std::uint8_t> inbox(kElasticCapacity * size, 0);
+        std::vector<std::uint8_t> outbox(size, 0);
+        std::vector<std::uint8_t> readback(size, 0);
+        const rdmachan::MemoryRegion inbox_region = prepared.register_memory(inbox.data(), inbox.size());
+        const rdmachan::MemoryRegion outbox_region = prepared.register_memory(outbox.data(), outbox.size());
+        const rdmachan::MemoryRegion readback_region = prepared.register_memory(readback.data(), readback.size());
+        prepared.publish_region("inbox", inbox_region);
+        emit({{"event", "joining"}});
+        rdmachan::MembershipSettings settings;
+        settings.lease_ttl = std::chrono::seconds(2);
+        rdmachan::MultiChannel channel = std::move(prepared).join(settings);
+        const std::uint32_t me = channel.rank();
+        emit({{"event", "ready"}, {"id", me}});
+
+        std::uint64_t verified = 0;     // bytes written, read back and found equal
+        std::uint64_t corrupted = 0;    // bytes read back that differ
+        std::uint64_t cut = 0;          // operations that failed because their peer went
+        std::uint64_t window_bytes = 0;
+        auto window_start = Clock::now();
+        const auto until = Clock::now() + workload.timeout;
+        for (std::uint32_t round = 0; !told_to_leave() && Clock::now() < until; ++round) {
+            for (const rdmachan::PeerEvent& event : channel.poll_peer_events()) {
+                emit({{"event", std::string(rdmachan::to_string(event.kind))}, {"id", me}, {"peer", event.peer},
+                      {"reason", event.reason}});
+            }
+            for (std::uint32_t peer : channel.members()) {
+                const SlicePattern pattern(me, peer, round);
+                pattern.fill(outbox.data(), size);
+                rdmachan::RemoteMemoryRegion slot;
+                try {
+                    slot = channel.remote_region(peer, "inbox").region.slice(me * size, size);
+                } catch (const rdmachan::Error&) {
+                    ++cut;  // it went between members() and here
+                    continue;
+                }
+                const rdmachan::WorkResult written = channel.write(peer, outbox_region.slice(0, size), slot);
+                const rdmachan::WorkResult read =
+                    written.ok() ? channel.read(peer, readback_region.slice(0, size), slot) : written;
+                if (!read.ok()) {
+                    // A peer that left or failed meanwhile; anything else is an error of this run.
+                    const std::vector<std::uint32_t> members = channel.members();
+                    const bool still_member = std::find(members.begin(), members.end(), peer) != members.end();
+                    if (still_member && channel.healthy(peer)) {
+                        throw std::runtime_error("member " + std::to_string(peer) + ": " + read.error().message());
+                    }
+                    ++cut;
+                    continue;
+                }
+                const std::uint64_t first = pattern.first_difference(readback.data(), size);
+                if (first != size) {
+                    corrupted += size - first;
+                    emit({{"event", "corrupted"}, {"id", me}, {"peer", peer}, {"round", round}, {"offset", first}});
+                } else {
+                    verified += size;
+                }
+                window_bytes += 2 * size;
+            }
+            if (Clock::now() - window_start >= std::chrono::milliseconds(100)) {
+                emit({{"event", "traffic"}, {"id", me}, {"bytes", window_bytes}});
+                window_bytes = 0;
+                window_start = Clock::now();
+            }
+        }
+        const auto leave_started = Clock::now();
+        const rdmachan::LeaveResult left = channel.leave();
+        emit({{"event", "left_service"},
+              {"id", me},
+              {"released", left.released},
+              {"unanswered", left.unanswered},
+              {"leave_ms", std::chrono::duration<double, std::milli>(Clock::now() - leave_started).count()}});
+        emit({{"event", "result"}, {"id", me}, {"verified", verified}, {"corrupted", corrupted}, {"cut", cut}});
+        return corrupted == 0 ? 0 : 1;
+    } catch (const std::exception& error) {
+        emit({{"event", "failed"}, {"error", error.what()}});
+        std::fprintf(stderr, "rdmachan-demo elastic member: %s\n", error.what());
+        return 1;
+    }
+}
+
+}  // namespace demo
