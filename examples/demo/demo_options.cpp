@@ -77,8 +77,8 @@ Parsed parse_options(int argc, char** argv) {
     app.add_flag("--elastic", options.elastic,
                  "members join and leave during the run while the others keep writing to every member and reading it "
                  "back; prints a table of the changes (needs --bootstrap etcd)");
-    app.add_option("--churn", options.churn, "with --elastic: changes after the first --peers joined, a leave and a join "
-                                             "in turn, one second apart (default 4)")
+    app.add_option("--churn", options.churn, "with --elastic: changes after the first --peers joined, one second apart: "
+                                             "a leave, a join, a kill (SIGKILL), a join, and again (default 4)")
         ->check(CLI::Range(0u, 1000u));
 
     CLI::App* peer = app.add_subcommand(

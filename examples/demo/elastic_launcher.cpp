@@ -48,6 +48,8 @@ struct Member {
     std::string failure;
     std::map<std::uint32_t, Nanoseconds> joined_seen;  // peer -> when this member saw it join
     std::map<std::uint32_t, Nanoseconds> left_seen;
+    std::map<std::uint32_t, Nanoseconds> failed_seen;
+    bool killed = false;  // by the launcher, on purpose
 };
 
 struct Sample {
@@ -56,8 +58,9 @@ struct Sample {
 };
 
 struct Change {
-    Nanoseconds at = 0;  // join: the member's join() call; leave: the launcher's request
-    bool join = true;
+    enum class Kind { join, leave, kill };
+    Nanoseconds at = 0;  // join: the member's join() call; leave: the launcher's request; kill: SIGKILL
+    Kind kind = Kind::join;
     std::uint32_t id = 0;
     std::optional<double> seen_ms;  // by every other member
     std::size_t others = 0;
@@ -166,10 +169,11 @@ public:
         if (kind == "ready") member.id = event.at("id").get<std::uint32_t>();
         if (kind == "joined") member.joined_seen[event.at("peer").get<std::uint32_t>()] = at;
         if (kind == "left") member.left_seen[event.at("peer").get<std::uint32_t>()] = at;
+        if (kind == "failed") member.failed_seen[event.at("peer").get<std::uint32_t>()] = at;
         if (kind == "left_service") member.left = true;
         if (kind == "traffic") samples_.push_back({at, event.at("bytes").get<std::uint64_t>()});
         if (kind == "result") member.result = event;
-        if (kind == "failed" || kind == "refused") member.failure = event.dump();
+        if (kind == "error" || kind == "refused") member.failure = event.dump();
         if (kind == "corrupted") member.failure = "corrupted bytes: " + event.dump();
     }
 
@@ -187,7 +191,7 @@ public:
         if (!pump_until([&] { return member.id.has_value() || member.exited; }, std::chrono::seconds(30)))
             throw std::runtime_error("a member did not join within 30 s");
         if (!member.id) throw std::runtime_error("a member failed to join: " + member.failure);
-        Change change{member.joining_at, true, *member.id, std::nullopt, 0};
+        Change change{member.joining_at, Change::Kind::join, *member.id, std::nullopt, 0};
         const std::uint32_t id = *member.id;
         auto others = [&] {
             std::vector<Member*> list = active();
@@ -207,21 +211,28 @@ public:
         return change;
     }
 
-    // Tells the longest-running active member to leave and waits until the others saw it go.
-    Change leave_one() {
+    // Tells the longest-running active member to leave (or kills it with SIGKILL), and waits until
+    // the others saw it go (left, or failed).
+    Change remove_one(bool kill) {
         std::vector<Member*> list = active();
-        if (list.size() < 2) throw std::runtime_error("no member to let leave");
+        if (list.size() < 2) throw std::runtime_error("no member to remove");
         Member& member = *list.front();
         const std::uint32_t id = *member.id;
-        Change change{now_ns(), false, id, std::nullopt, list.size() - 1};
-        if (::write(member.commands, "l", 1) != 1) throw std::runtime_error("telling member " + std::to_string(id) + " to leave failed");
+        Change change{now_ns(), kill ? Change::Kind::kill : Change::Kind::leave, id, std::nullopt, list.size() - 1};
+        if (kill) {
+            member.killed = true;
+            ::kill(member.pid, SIGKILL);
+        } else if (::write(member.commands, "l", 1) != 1) {
+            throw std::runtime_error("telling member " + std::to_string(id) + " to leave failed");
+        }
         std::erase(list, &member);
-        if (pump_until([&] {
-                return std::all_of(list.begin(), list.end(), [&](Member* other) { return other->left_seen.count(id) != 0; });
-            },
-            std::chrono::seconds(10))) {
+        auto seen = [&](Member* other) -> std::map<std::uint32_t, Nanoseconds>& {
+            return kill ? other->failed_seen : other->left_seen;
+        };
+        if (pump_until([&] { return std::all_of(list.begin(), list.end(), [&](Member* other) { return seen(other).count(id) != 0; }); },
+                       std::chrono::seconds(10))) {
             Nanoseconds last = change.at;
-            for (Member* other : list) last = std::max(last, other->left_seen[id]);
+            for (Member* other : list) last = std::max(last, seen(other)[id]);
             change.seen_ms = static_cast<double>(last - change.at) / 1e6;
         }
         pump_until([&] { return member.exited; }, std::chrono::seconds(10));
@@ -278,7 +289,12 @@ int run_elastic_job(const Options& options) {
     const std::chrono::milliseconds settle(1000);
     run.pump_until([] { return false; }, settle);
     for (std::uint32_t step = 0; step < options.churn; ++step) {
-        changes.push_back(step % 2 == 0 ? run.leave_one() : run.join_one());
+        // A leave, a join, a kill, a join, and again.
+        switch (step % 4) {
+            case 0: changes.push_back(run.remove_one(false)); break;
+            case 2: changes.push_back(run.remove_one(true)); break;
+            default: changes.push_back(run.join_one()); break;
+        }
         run.pump_until([] { return false; }, settle);
     }
     const Nanoseconds end = now_ns();
@@ -299,15 +315,20 @@ int run_elastic_job(const Options& options) {
             std::snprintf(seen, sizeof seen, "not within 10 s");
             ok = false;
         }
-        std::printf("| %s | %u | %zu | %s | %.1f | %.1f |\n", change.join ? "join" : "leave", change.id,
-                    change.join ? change.others : change.others + 1, change.others == 0 ? "-" : seen, before, after);
+        const bool join = change.kind == Change::Kind::join;
+        std::printf("| %s | %u | %zu | %s | %.1f | %.1f |\n",
+                    join ? "join" : change.kind == Change::Kind::leave ? "leave" : "kill (SIGKILL)", change.id,
+                    join ? change.others : change.others + 1, change.others == 0 ? "-" : seen, before, after);
     }
     std::printf("\njoin: from the member's join() call until every other member reported it joined (its pairs connected "
-                "on both sides); leave: from the request until every other member reported it left.\n");
+                "on both sides); leave: from the request until every other member reported it left; kill: from SIGKILL until "
+                "every other member reported it failed (its queue pair failed, or its lease, TTL 2 s, ran out: whichever "
+                "came first).\n");
     std::uint64_t verified = 0;
     std::uint64_t corrupted = 0;
     std::uint64_t cut = 0;
     for (const auto& member : run.members()) {
+        if (member->killed) continue;
         if (member->result) {
             verified += member->result->value("verified", std::uint64_t{0});
             corrupted += member->result->value("corrupted", std::uint64_t{0});

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "examples/demo/slice_pattern.hpp"
@@ -63,6 +64,25 @@ int run_elastic_member(const Options& options) {
         const std::uint32_t me = channel.rank();
         emit({{"event", "ready"}, {"id", me}});
 
+        auto report_events = [&] {
+            for (const rdmachan::PeerEvent& event : channel.poll_peer_events()) {
+                emit({{"event", std::string(rdmachan::to_string(event.kind))}, {"id", me}, {"peer", event.peer},
+                      {"reason", event.reason}});
+            }
+        };
+        // An operation on a member that then left or failed (its queue pair failed, or its lease
+        // ran out) was cut short by it; one on a member that stays healthy, after its lease had
+        // time to run out, is an error of this run.
+        auto went_away = [&](std::uint32_t peer) {
+            const auto until = Clock::now() + settings.lease_ttl + std::chrono::seconds(2);
+            for (;;) {
+                report_events();
+                const std::vector<std::uint32_t> members = channel.members();
+                if (std::find(members.begin(), members.end(), peer) == members.end() || !channel.healthy(peer)) return true;
+                if (Clock::now() >= until) return false;
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            }
+        };
         std::uint64_t verified = 0;     // bytes written, read back and found equal
         std::uint64_t corrupted = 0;    // bytes read back that differ
         std::uint64_t cut = 0;          // operations that failed because their peer went
@@ -70,11 +90,10 @@ int run_elastic_member(const Options& options) {
         auto window_start = Clock::now();
         const auto until = Clock::now() + workload.timeout;
         for (std::uint32_t round = 0; !told_to_leave() && Clock::now() < until; ++round) {
-            for (const rdmachan::PeerEvent& event : channel.poll_peer_events()) {
-                emit({{"event", std::string(rdmachan::to_string(event.kind))}, {"id", me}, {"peer", event.peer},
-                      {"reason", event.reason}});
-            }
+            report_events();
             for (std::uint32_t peer : channel.members()) {
+                // A failed pair waits for its member to go (or to be connected again).
+                if (!channel.healthy(peer)) continue;
                 const SlicePattern pattern(me, peer, round);
                 pattern.fill(outbox.data(), size);
                 rdmachan::RemoteMemoryRegion slot;
@@ -88,10 +107,7 @@ int run_elastic_member(const Options& options) {
                 const rdmachan::WorkResult read =
                     written.ok() ? channel.read(peer, readback_region.slice(0, size), slot) : written;
                 if (!read.ok()) {
-                    // A peer that left or failed meanwhile; anything else is an error of this run.
-                    const std::vector<std::uint32_t> members = channel.members();
-                    const bool still_member = std::find(members.begin(), members.end(), peer) != members.end();
-                    if (still_member && channel.healthy(peer)) {
+                    if (!went_away(peer)) {
                         throw std::runtime_error("member " + std::to_string(peer) + ": " + read.error().message());
                     }
                     ++cut;
@@ -122,7 +138,7 @@ int run_elastic_member(const Options& options) {
         emit({{"event", "result"}, {"id", me}, {"verified", verified}, {"corrupted", corrupted}, {"cut", cut}});
         return corrupted == 0 ? 0 : 1;
     } catch (const std::exception& error) {
-        emit({{"event", "failed"}, {"error", error.what()}});
+        emit({{"event", "error"}, {"error", error.what()}});
         std::fprintf(stderr, "rdmachan-demo elastic member: %s\n", error.what());
         return 1;
     }
