@@ -59,6 +59,25 @@ class EtcdStore final : public MembershipStore {
         return reader.header_revision(client_->call("/v3/kv/put", request, reader, deadline));
     }
 
+    std::int64_t put_all(const std::vector<KeyValue>& entries, LeaseId lease, StoreDeadline deadline) override {
+        if (entries.empty() || entries.size() > kMaxKeysPerTransaction)
+            throw Error(client_->context("put", "") + ": " + std::to_string(entries.size()) +
+                        " keys in one transaction: it takes 1 to " + std::to_string(kMaxKeysPerTransaction));
+        const AnswerReader reader(
+            client_->context("put", entries.front().key) + " and " + std::to_string(entries.size() - 1) + " more keys",
+            prefix());
+        nlohmann::json operations = nlohmann::json::array();
+        for (const KeyValue& entry : entries) {
+            nlohmann::json put = {{"key", base64_encode(prefix() + entry.key)}, {"value", base64_encode(entry.value)}};
+            if (lease != 0) put["lease"] = std::to_string(lease);
+            operations.push_back({{"request_put", std::move(put)}});
+        }
+        const nlohmann::json answer = client_->call("/v3/kv/txn", {{"success", std::move(operations)}}, reader, deadline);
+        // No comparison: the transaction always takes its success branch.
+        if (!reader.boolean(answer, "", "succeeded")) reader.refuse("succeeded", "is not true for a transaction without comparisons");
+        return reader.header_revision(answer);
+    }
+
     std::optional<StoreEntry> create(std::string_view key, std::string_view value, LeaseId lease,
                                      StoreDeadline deadline) override {
         const AnswerReader reader(client_->context("create", key), prefix());

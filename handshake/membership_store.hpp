@@ -77,6 +77,14 @@ class MembershipStore {
     // `lease` 0: no lease. Returns the revision of the write.
     virtual std::int64_t put(std::string_view key, std::string_view value, LeaseId lease,
                              StoreDeadline deadline) = 0;
+    // Puts every key under the one lease in one etcd transaction (at most 128 keys, etcd's default
+    // limit of operations per transaction): all are written, or none. Returns the revision.
+    struct KeyValue {
+        std::string key;
+        std::string value;
+    };
+    static constexpr std::size_t kMaxKeysPerTransaction = 128;
+    virtual std::int64_t put_all(const std::vector<KeyValue>& entries, LeaseId lease, StoreDeadline deadline) = 0;
     // Puts the key only if no key of that name exists (one etcd transaction: the check and the
     // write cannot be split by another writer). Returns the entry already there, untouched, when
     // one does; nothing when the key was created. What membership claims an id with.

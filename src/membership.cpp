@@ -71,6 +71,7 @@ Membership::Membership(std::shared_ptr<Engine> engine, PeerRegions& regions,
     members_[id_].session = endpoint_.session;
 
     const std::vector<std::uint32_t> present = pair_with_present();
+    flush_said();
     // The members already there connect their side when they next poll.
     const auto until = Clock::now() + settings_.join_wait;
     auto waiting = [&] {
@@ -193,6 +194,7 @@ void Membership::take_store_events() {
                                    " stopped: " + event.failure});
         }
     }
+    flush_said();
 }
 
 void Membership::refuse(const std::string& key, std::uint32_t peer, const std::string& why) {
@@ -249,6 +251,7 @@ void Membership::on_member_removed(const handshake::StoreEvent& event) {
     if (member.stage == Stage::left) {
         // Its pair key under this member's lease has no reader any more.
         try {
+            unsay(handshake::pair_key(key->id, id_));
             store_->remove(handshake::pair_key(key->id, id_), deadline());
         } catch (const Error& error) {
             logger().warn("membership: {}", error.what());
@@ -325,13 +328,29 @@ void Membership::say(std::uint32_t peer, PairRecord::State state) {
     record.qpn = member.offered_qpn;
     record.psn = member.offered_psn;
     record.connected_to = member.connected_to;
-    try {
-        store_->put(handshake::pair_key(peer, id_), handshake::serialize_pair_record(record), lease_, deadline());
-    } catch (const Error& error) {
-        // The store is away longer than the deadline: the pair waits; a reconnect or the
-        // member's next change says it again.
-        logger().warn("membership: telling {} failed: {}", id_text(peer), error.what());
+    std::string key = handshake::pair_key(peer, id_);
+    unsay(key);  // a later record for the same pair replaces one not yet written
+    said_.push_back({std::move(key), handshake::serialize_pair_record(record)});
+}
+
+void Membership::unsay(const std::string& key) {
+    std::erase_if(said_, [&](const handshake::MembershipStore::KeyValue& entry) { return entry.key == key; });
+}
+
+void Membership::flush_said() {
+    for (std::size_t first = 0; first < said_.size(); first += handshake::MembershipStore::kMaxKeysPerTransaction) {
+        const std::size_t count = std::min(said_.size() - first, handshake::MembershipStore::kMaxKeysPerTransaction);
+        const std::vector<handshake::MembershipStore::KeyValue> batch(said_.begin() + static_cast<std::ptrdiff_t>(first),
+                                                                      said_.begin() + static_cast<std::ptrdiff_t>(first + count));
+        try {
+            store_->put_all(batch, lease_, deadline());
+        } catch (const Error& error) {
+            // The store is away longer than the deadline: those pairs wait; a reconnect or the
+            // member's next change says it again.
+            logger().warn("membership: telling {} members failed: {}", batch.size(), error.what());
+        }
     }
+    said_.clear();
 }
 
 void Membership::advance(std::uint32_t peer) {
@@ -405,6 +424,7 @@ void Membership::member_went(std::uint32_t peer, bool graceful, const std::strin
         member.stage = Stage::absent;
         events_.push_back({PeerEvent::Kind::failed, peer, member.session, reason});
         try {
+            unsay(handshake::pair_key(peer, id_));
             store_->remove(handshake::pair_key(peer, id_), deadline());
         } catch (const Error& error) {
             logger().warn("membership: {}", error.what());
@@ -429,6 +449,7 @@ void Membership::reconnect(std::uint32_t peer) {
         // initiators were recovered by the engine.
         begin_pairing(peer, Endpoint(*member.endpoint));
         member.was_ready = true;
+        flush_said();
         return;
     }
     member.stale_qpn = member.connected_to;
@@ -439,6 +460,7 @@ void Membership::reconnect(std::uint32_t peer) {
     member.connected_to = 0;
     member.stage = Stage::pairing;
     say(peer, PairRecord::State::offered);
+    flush_said();
 }
 
 void Membership::retry_failed_pairs() {
@@ -462,6 +484,7 @@ void Membership::retry_failed_pairs() {
 
 void Membership::rejoin(const std::string& reason) {
     // Everyone has seen this member fail: each pair is gone on the other side.
+    said_.clear();
     for (std::uint32_t peer = 0; peer < members_.size(); ++peer) {
         Member& member = members_[peer];
         if (peer == id_ || (member.stage != Stage::pairing && member.stage != Stage::ready)) continue;
@@ -484,6 +507,7 @@ void Membership::rejoin(const std::string& reason) {
         lease_ = store_->grant_lease(settings_.lease_ttl, deadline());
         claim(id_);
         pair_with_present();
+        flush_said();
     } catch (const Error& error) {
         events_.push_back({PeerEvent::Kind::failed, id_, old_session,
                            reason + "; rejoining failed: " + error.what()});

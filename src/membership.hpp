@@ -75,7 +75,11 @@ private:
     void advance(std::uint32_t peer);
     void become_ready(std::uint32_t peer);
     void member_went(std::uint32_t peer, bool graceful, const std::string& reason);
+    // Pair records wait here and go in one transaction per flush (the end of each look at the
+    // store): a joiner tells every member at once, not in one round trip each.
     void say(std::uint32_t peer, handshake::PairRecord::State state);
+    void flush_said();
+    void unsay(const std::string& key);
     void retry_failed_pairs();
     void rejoin(const std::string& reason);
     void refuse(const std::string& key, std::uint32_t peer, const std::string& why);
@@ -91,6 +95,7 @@ private:
     std::unique_ptr<handshake::StoreWatch> pair_watch_;
     std::vector<Member> members_;  // by id, sized to the capacity
     std::vector<PeerEvent> events_;
+    std::vector<handshake::MembershipStore::KeyValue> said_;  // by flush_said, in order
     bool leaving_ = false;
     bool left_ = false;
 };

@@ -154,6 +154,28 @@ TEST_CASE("create writes a key only when no key of that name exists, and returns
     CHECK(store->get("members/1", deadline()).entries.at(0).value == "third");
 }
 
+TEST_CASE("put_all writes up to 128 keys under one lease in one transaction; more, or none, are refused" *
+          doctest::skip(etcd_missing)) {
+    test::EtcdProcess etcd;
+    auto store = store_on(etcd);
+    const auto deadline = [] { return Clock::now() + 20s; };
+    const LeaseId lease = store->grant_lease(5s, deadline());
+    std::vector<MembershipStore::KeyValue> entries;
+    for (int index = 0; index < 128; ++index) entries.push_back({"pairs/" + std::to_string(index), "value " + std::to_string(index)});
+    const std::int64_t revision = store->put_all(entries, lease, deadline());
+    const StoreSnapshot written = store->get_prefix("pairs/", deadline());
+    REQUIRE(written.entries.size() == 128);
+    for (const StoreEntry& entry : written.entries) {
+        CHECK(entry.modified_revision == revision);  // one transaction: one revision
+        CHECK(entry.lease == lease);
+        CHECK(entry.value == "value " + entry.key.substr(6));
+    }
+    entries.push_back({"pairs/128", "one too many"});
+    CHECK(error_of([&] { store->put_all(entries, lease, deadline()); }).find("129 keys") != std::string::npos);
+    CHECK(error_of([&] { store->put_all({}, lease, deadline()); }).find("0 keys") != std::string::npos);
+    CHECK(store->get("pairs/128", deadline()).entries.empty());
+}
+
 TEST_CASE("a prefix get returns every key under it, in key order, with the revision" * doctest::skip(etcd_missing)) {
     test::EtcdProcess etcd;
     auto store = store_on(etcd);

@@ -354,7 +354,10 @@ TEST_CASE("automatic reconnection: a broken pair comes back within the attempts 
     RemoteMemoryRegion wrong = zero.channel->remote_region(1, "inbox").region;
     wrong.rkey ^= 0x77;
     REQUIRE_FALSE(zero.channel->write(1, zero.outbox_region.slice(0, 8), wrong.slice(0, 8)).ok());
-    REQUIRE(service.poll_until([&] { return zero.saw(PeerEvent::Kind::reconnected, 1); }));
+    // Each side's operations work once it has seen the other connected to its new queue pair.
+    Member& one = *service.members()[1];
+    REQUIRE(service.poll_until(
+        [&] { return zero.saw(PeerEvent::Kind::reconnected, 1) && one.saw(PeerEvent::Kind::reconnected, 0); }));
     exchange(service, 3);
 }
 
