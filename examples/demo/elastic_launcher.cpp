@@ -320,6 +320,20 @@ int run_elastic_job(const Options& options) {
                     join ? "join" : change.kind == Change::Kind::leave ? "leave" : "kill (SIGKILL)", change.id,
                     join ? change.others : change.others + 1, change.others == 0 ? "-" : seen, before, after);
     }
+    // The target: the members' aggregate throughput during the changes stays within 20% of the
+    // steady state (the second before the first change), second by second.
+    if (options.churn > 0 && changes.size() > options.peers) {
+        const Nanoseconds second = 1'000'000'000;
+        const Nanoseconds first_change = changes[options.peers].at;
+        const double steady = run.throughput(first_change - second, first_change) / 1e6;
+        double lowest = steady;
+        for (Nanoseconds from = first_change; from + second <= end; from += second) {
+            lowest = std::min(lowest, run.throughput(from, from + second) / 1e6);
+        }
+        std::printf("\nsteady state %.1f MB/s (the second before the first change); lowest second during the %u changes "
+                    "%.1f MB/s, %.0f%% of it\n",
+                    steady, options.churn, lowest, steady > 0 ? 100.0 * lowest / steady : 0.0);
+    }
     std::printf("\njoin: from the member's join() call until every other member reported it joined (its pairs connected "
                 "on both sides); leave: from the request until every other member reported it left; kill: from SIGKILL until "
                 "every other member reported it failed (its queue pair failed, or its lease, TTL 2 s, ran out: whichever "
