@@ -51,7 +51,7 @@ function(rdmachan_precompile_program target)
         return()
     endif()
     if((RDMACHAN_SANITIZE_ADDRESS OR RDMACHAN_SANITIZE_THREAD) AND TARGET rdmachan_test_headers)
-        target_compile_options(${target} PRIVATE $<$<NOT:$<CONFIG:Debug>>:${RDMACHAN_TEST_OPTIMIZATION}>)
+        target_compile_options(${target} PRIVATE ${RDMACHAN_TEST_OPTIMIZATION_OPTION})
         target_precompile_headers(${target} REUSE_FROM rdmachan_test_headers)
     else()
         target_precompile_headers(${target} REUSE_FROM rdmachan_program_headers)
@@ -66,18 +66,21 @@ endfunction()
 # so the code under test is the code users run. Empty: the build type's level everywhere.
 set(RDMACHAN_TEST_OPTIMIZATION "-O0" CACHE STRING
     "Optimisation flag for the test suites' own code in optimised builds (empty: the build type's)")
+# Written once: test code, its precompiled header and a sanitizer build's programs must agree on
+# it, or the header does not fit them (below).
+set(RDMACHAN_TEST_OPTIMIZATION_OPTION $<$<NOT:$<CONFIG:Debug>>:${RDMACHAN_TEST_OPTIMIZATION}>)
 
 # Test code has its own precompiled header in optimised builds: GCC uses a header only where
 # __OPTIMIZE__ is defined the same way as where it was built, and -O0 does not define it. In a
 # Debug build test code is compiled as everything else, so the programs' header serves it. The
 # condition says so for single-configuration generators; with a multi-configuration one
-# (CMAKE_BUILD_TYPE empty) the header is made, and the generator expressions here and in
-# rdmachan_test_code_optimization leave its Debug configuration unoptimised like the suites'.
+# (CMAKE_BUILD_TYPE empty) the header is made, and RDMACHAN_TEST_OPTIMIZATION_OPTION leaves its
+# Debug configuration unoptimised like the suites'.
 if(RDMACHAN_PRECOMPILED_HEADERS AND RDMACHAN_TEST_OPTIMIZATION AND NOT CMAKE_BUILD_TYPE STREQUAL "Debug")
     add_library(rdmachan_test_headers OBJECT EXCLUDE_FROM_ALL ${PROJECT_SOURCE_DIR}/cmake/precompiled_anchor.cpp)
     target_link_libraries(rdmachan_test_headers PRIVATE Threads::Threads nlohmann_json::nlohmann_json)
     target_precompile_headers(rdmachan_test_headers PRIVATE ${RDMACHAN_COMMON_HEADERS})
-    target_compile_options(rdmachan_test_headers PRIVATE $<$<NOT:$<CONFIG:Debug>>:${RDMACHAN_TEST_OPTIMIZATION}>)
+    target_compile_options(rdmachan_test_headers PRIVATE ${RDMACHAN_TEST_OPTIMIZATION_OPTION})
 endif()
 
 # rdmachan_test_code_optimization(target): TARGET is test code (a suite, its main, a test double).
@@ -85,8 +88,7 @@ endif()
 # would say if a header did not fit.
 function(rdmachan_test_code_optimization target)
     if(RDMACHAN_TEST_OPTIMIZATION)
-        target_compile_options(${target} PRIVATE
-            $<$<NOT:$<CONFIG:Debug>>:${RDMACHAN_TEST_OPTIMIZATION}>)
+        target_compile_options(${target} PRIVATE ${RDMACHAN_TEST_OPTIMIZATION_OPTION})
         get_target_property(reused ${target} PRECOMPILE_HEADERS_REUSE_FROM)
         if(reused AND TARGET rdmachan_test_headers)
             set_target_properties(${target} PROPERTIES PRECOMPILE_HEADERS_REUSE_FROM rdmachan_test_headers)

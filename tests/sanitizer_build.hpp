@@ -2,7 +2,9 @@
 // allocator and make every memory access several times slower.
 #pragma once
 
-// GCC says so with __SANITIZE_*__; Clang 14 only through __has_feature.
+#include "common/thread_sanitizer.hpp"
+
+// GCC says so with __SANITIZE_ADDRESS__; Clang 14 only through __has_feature.
 #if defined(__SANITIZE_ADDRESS__)
 #define RDMACHAN_ADDRESS_SANITIZER_RUNTIME 1
 #elif defined(__has_feature)
@@ -10,12 +12,8 @@
 #define RDMACHAN_ADDRESS_SANITIZER_RUNTIME 1
 #endif
 #endif
-#if defined(RDMACHAN_ADDRESS_SANITIZER_RUNTIME) || defined(__SANITIZE_THREAD__)
+#if defined(RDMACHAN_ADDRESS_SANITIZER_RUNTIME) || RDMACHAN_THREAD_SANITIZER
 #define RDMACHAN_SANITIZER_RUNTIME 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RDMACHAN_SANITIZER_RUNTIME 1
-#endif
 #endif
 
 namespace rdmachan::test {
@@ -27,17 +25,7 @@ inline constexpr bool kSanitizerBuild = false;
 #endif
 
 // ThreadSanitizer alone: every memory access is checked, several times slower than the others.
-#if defined(__SANITIZE_THREAD__)
-inline constexpr bool kThreadSanitizerBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-inline constexpr bool kThreadSanitizerBuild = true;
-#else
-inline constexpr bool kThreadSanitizerBuild = false;
-#endif
-#else
-inline constexpr bool kThreadSanitizerBuild = false;
-#endif
+inline constexpr bool kThreadSanitizerBuild = detail::kThreadSanitizerBuild;
 
 // AddressSanitizer alone: its quarantine holds freed memory, so a process's resident size grows.
 #if defined(RDMACHAN_ADDRESS_SANITIZER_RUNTIME)

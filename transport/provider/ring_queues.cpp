@@ -2,17 +2,7 @@
 
 #include <algorithm>
 
-// ThreadSanitizer builds (GCC defines __SANITIZE_THREAD__, Clang has the feature test).
-#if defined(__SANITIZE_THREAD__)
-#define RDMACHAN_THREAD_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RDMACHAN_THREAD_SANITIZER 1
-#endif
-#endif
-#ifndef RDMACHAN_THREAD_SANITIZER
-#define RDMACHAN_THREAD_SANITIZER 0
-#endif
+#include "common/thread_sanitizer.hpp"
 #if RDMACHAN_THREAD_SANITIZER
 #include "transport/soft/device.hpp"
 #endif

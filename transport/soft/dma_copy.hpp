@@ -19,18 +19,9 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__SANITIZE_THREAD__)
-#define RDMACHAN_SOFT_DMA_UNSEEN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define RDMACHAN_SOFT_DMA_UNSEEN 1
-#endif
-#endif
-#ifndef RDMACHAN_SOFT_DMA_UNSEEN
-#define RDMACHAN_SOFT_DMA_UNSEEN 0
-#endif
+#include "common/thread_sanitizer.hpp"
 
-#if RDMACHAN_SOFT_DMA_UNSEEN
+#if RDMACHAN_THREAD_SANITIZER
 // ThreadSanitizer's interface (both GCC's and Clang's runtimes export it).
 extern "C" void __tsan_ignore_thread_begin();
 extern "C" void __tsan_ignore_thread_end();
@@ -43,7 +34,7 @@ namespace rdmachan::soft {
 // memory) that dma_copy cannot stand in for without writing the bytes twice.
 class DmaAccess {
   public:
-#if RDMACHAN_SOFT_DMA_UNSEEN
+#if RDMACHAN_THREAD_SANITIZER
     DmaAccess() noexcept { __tsan_ignore_thread_begin(); }
     ~DmaAccess() { __tsan_ignore_thread_end(); }
 #else
@@ -56,13 +47,8 @@ class DmaAccess {
 // Copies `length` bytes; either side may be application memory. The ranges must not overlap.
 inline void dma_copy(void* destination, const void* source, std::size_t length) noexcept {
     if (length == 0) return;
-#if RDMACHAN_SOFT_DMA_UNSEEN
-    __tsan_ignore_thread_begin();
+    [[maybe_unused]] const DmaAccess access;
     std::memcpy(destination, source, length);
-    __tsan_ignore_thread_end();
-#else
-    std::memcpy(destination, source, length);
-#endif
 }
 
 }  // namespace rdmachan::soft

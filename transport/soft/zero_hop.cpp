@@ -49,7 +49,7 @@ constexpr std::uint64_t kZeroHopMaxBytes = 256 * 1024;
 // Copies the pieces to `destination` back to back, the last byte last: a reader polling the last
 // byte of the range (perftest's ib_write_lat does, and so does rdmachan-bench) then finds every
 // other byte in place once it sees it, as a NIC's in-order DMA gives in practice. memcpy alone
-// may store the bytes in any order. (dma_copy.hpp: why the copy is atomic under ThreadSanitizer.)
+// may store the bytes in any order. (dma_copy.hpp: why ThreadSanitizer does not see the copy.)
 void copy_in_order(std::uint8_t* destination, const iovec* local, std::size_t local_count, std::uint64_t length) {
     const std::uint8_t* last = nullptr;
     std::uint64_t copied = 0;
