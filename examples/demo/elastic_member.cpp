@@ -1,6 +1,7 @@
 #include "examples/demo/elastic_member.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,6 +41,9 @@ int run_elastic_member(const Options& options) {
     const Workload& workload = options.workload;
     try {
         ::fcntl(STDIN_FILENO, F_SETFL, ::fcntl(STDIN_FILENO, F_GETFL) | O_NONBLOCK);
+        // Below etcd's priority: in a deployment etcd has machines of its own; here it shares the
+        // cores with every member, each busy writing, and would be starved by them.
+        ::setpriority(PRIO_PROCESS, 0, 5);
         rdmachan::ChannelBuilder channel_builder;
         channel_builder.deadline(std::chrono::seconds(5));
         if (workload.device != "auto") channel_builder.device(workload.device);
@@ -88,10 +92,14 @@ int run_elastic_member(const Options& options) {
         std::uint64_t cut = 0;          // operations that failed because their peer went
         std::uint64_t window_bytes = 0;
         auto window_start = Clock::now();
-        const auto until = Clock::now() + workload.timeout;
-        for (std::uint32_t round = 0; !told_to_leave() && Clock::now() < until; ++round) {
+        // Until the launcher says so, or is gone (its end of the pipe closed): no time limit of its
+        // own, as a service member has none.
+        for (std::uint32_t round = 0; !told_to_leave(); ++round) {
             report_events();
             for (std::uint32_t peer : channel.members()) {
+                // Changes are taken between every two peers' operations, as a service's event loop
+                // takes them between requests: a joiner waits for no member's whole round.
+                report_events();
                 // A failed pair waits for its member to go (or to be connected again).
                 if (!channel.healthy(peer)) continue;
                 const SlicePattern pattern(me, peer, round);

@@ -1,7 +1,8 @@
 // One member of an elastic run (rdmachan-demo --bootstrap etcd --elastic): joins the service
 // through etcd (RDMACHAN_ETCD, RDMACHAN_ETCD_PREFIX), then, round after round, writes a slice
 // into every member's inbox and reads it back, checking every byte, until the launcher writes
-// a line to its standard input; then it leaves. Everything it sees goes to standard output as
+// a line to its standard input (or closes it); then it leaves. It runs at nice 5, below etcd's
+// priority: here etcd shares the cores with every busy member. Everything it sees goes to standard output as
 // JSON events, one per line, stamped with the host's monotonic clock.
 #pragma once
 
