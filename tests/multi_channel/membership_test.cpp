@@ -549,3 +549,30 @@ TEST_CASE("a member stopped (SIGSTOP) beyond its lease is failed, and comes back
     CHECK_MESSAGE(WEXITSTATUS(status) == 0, "the member's process exited with " << WEXITSTATUS(status));
     for (auto& member : service.members()) CHECK(member->saw(PeerEvent::Kind::left, 5));
 }
+
+TEST_CASE("membership over TLS: members join and move bytes through an https etcd, trusting its authority" *
+          doctest::skip(etcd_missing)) {
+    test::EtcdProcess etcd(true);
+    {
+        handshake::EtcdSettings probe;
+        probe.endpoint = etcd.endpoint();
+        probe.ca_file = etcd.certificate_file();
+        handshake::connect_etcd_store(probe)->get("probe", Clock::now() + 20s);
+    }
+    Service service(etcd);
+    MembershipSettings settings = service.settings();
+    settings.ca_file = etcd.certificate_file();
+    service.join(settings);
+    service.join(settings);
+    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    exchange(service, 7);
+    // Without the authority the certificate is refused, naming the address.
+    MembershipSettings untrusting = service.settings();
+    const std::string refused = error_of([&] {
+        MultiChannelBuilder builder(ChannelBuilder().deadline(1s));
+        builder.world_size(kCapacity).mode(test_mode()).bootstrap(Bootstrap::etcd);
+        builder.build().join(untrusting);
+    });
+    CHECK(refused.find(etcd.endpoint()) != std::string::npos);
+    MESSAGE(refused);
+}
