@@ -6,6 +6,7 @@
 #include "common/logger.hpp"
 #include "handshake/hex.hpp"
 #include "rdmachan/handshake.hpp"
+#include "src/endpoint_peer.hpp"
 #include "src/engine.hpp"
 #include "src/peer_regions.hpp"
 
@@ -54,13 +55,7 @@ Membership::Membership(std::shared_ptr<Engine> engine, PeerRegions& regions,
     // Its own slot: RC a queue pair connected to itself, DC its own target (a member's
     // all-to-all code needs no special case, as in a fixed world).
     if (engine_->dc_mode()) {
-        Engine::DcPeer self;
-        self.gid = endpoint_.port.gid;
-        self.lid = endpoint_.port.lid;
-        self.dctn = endpoint_.dc.front().dctn;
-        self.key = endpoint_.dc.front().dc_key;
-        self.initiators = endpoint_.dci;
-        engine_->connect_dc_member(id_, self, kJoining);
+        engine_->connect_dc_member(id_, dc_peer_of(endpoint_), kJoining);
     } else {
         const ChannelEndpoint local = engine_->prepare_rc_peer(id_, kJoining);
         engine_->connect_prepared_rc(id_, local);
@@ -295,15 +290,8 @@ void Membership::begin_pairing(std::uint32_t peer, Endpoint endpoint) {
     engine_->set_peer_name(peer, id_text(peer));
     const Endpoint& theirs = *member.endpoint;
     if (engine_->dc_mode()) {
-        Engine::DcPeer remote;
-        remote.gid = theirs.port.gid;
-        remote.lid = theirs.port.lid;
-        remote.dctn = theirs.dc.front().dctn;
-        remote.key = theirs.dc.front().dc_key;
-        remote.initiators = theirs.dci;
-        remote.device = to_string(theirs.device);
         try {
-            engine_->connect_dc_member(peer, remote, kJoining);
+            engine_->connect_dc_member(peer, dc_peer_of(theirs), kJoining);
         } catch (const Error& error) {
             member.stage = Stage::absent;
             return refuse(handshake::member_key(peer), peer, error.what());
@@ -372,15 +360,8 @@ void Membership::advance(std::uint32_t peer) {
                 member.connected = false;
                 member.stage = Stage::pairing;
             }
-            ChannelEndpoint remote;
-            remote.gid = member.endpoint->port.gid;
-            remote.lid = member.endpoint->port.lid;
-            remote.qpn = record.qpn;
-            remote.psn = record.psn;
-            remote.mtu = member.endpoint->port.mtu;
-            remote.device = to_string(member.endpoint->device);
             try {
-                engine_->connect_prepared_rc(peer, remote);
+                engine_->connect_prepared_rc(peer, rc_peer_of(*member.endpoint, record.qpn, record.psn));
             } catch (const Error& error) {
                 return refuse(handshake::pair_key(id_, peer), peer, error.what());
             }

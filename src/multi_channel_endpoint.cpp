@@ -4,6 +4,7 @@
 
 #include "handshake/peer_watch.hpp"
 #include "rdmachan/multi_channel.hpp"
+#include "src/endpoint_peer.hpp"
 #include "src/engine.hpp"
 #include "src/multi_barrier.hpp"
 #include "src/peer_regions.hpp"
@@ -91,15 +92,8 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
             if (theirs.dc.empty() || theirs.dci.empty()) {
                 throw Error(me + ": " + rank_text(peer) + " published no DC target or no DC initiators (is it in RC mode?)");
             }
-            detail::Engine::DcPeer remote;
-            remote.gid = theirs.port.gid;
-            remote.lid = theirs.port.lid;
-            remote.dctn = theirs.dc.front().dctn;
-            remote.key = theirs.dc.front().dc_key;
-            remote.initiators = theirs.dci;
-            remote.device = to_string(theirs.device);
             try {
-                engine_->connect_dc(peer, remote);
+                engine_->connect_dc(peer, detail::dc_peer_of(theirs));
             } catch (const Error& error) {
                 throw Error(me + ": " + error.what());
             }
@@ -114,14 +108,7 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
             if (candidate.peer == rank_) entry = &candidate;
         }
         if (entry == nullptr) throw Error(me + ": " + rank_text(peer) + " published no RC entry for " + rank_text(rank_));
-        ChannelEndpoint remote;
-        remote.gid = theirs.port.gid;
-        remote.lid = theirs.port.lid;
-        remote.qpn = entry->qpn;
-        remote.psn = entry->psn;
-        remote.mtu = theirs.port.mtu;
-        remote.device = to_string(theirs.device);
-        remotes[peer] = std::move(remote);
+        remotes[peer] = detail::rc_peer_of(theirs, entry->qpn, entry->psn);
     }
     // Queue pair `peer` of this rank talks to the queue pair that peer made for this rank.
     if (!engine_->dc_mode()) {

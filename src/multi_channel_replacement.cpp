@@ -4,6 +4,7 @@
 #include "rdmachan/multi_channel.hpp"
 #include "handshake/hex.hpp"
 #include "handshake/peer_watch.hpp"
+#include "src/endpoint_peer.hpp"
 #include "src/engine.hpp"
 #include "src/membership.hpp"
 #include "src/peer_regions.hpp"
@@ -143,28 +144,14 @@ void MultiChannel::reconnect(std::uint32_t peer) {
             if (replacement.dc.empty() || replacement.dci.empty()) {
                 throw Error("the replacement published no DC target or no DC initiators (is it in RC mode?)");
             }
-            detail::Engine::DcPeer remote;
-            remote.gid = replacement.port.gid;
-            remote.lid = replacement.port.lid;
-            remote.dctn = replacement.dc.front().dctn;
-            remote.key = replacement.dc.front().dc_key;
-            remote.initiators = replacement.dci;
-            remote.device = to_string(replacement.device);
-            engine_->replace_dc_peer(peer, remote);
+            engine_->replace_dc_peer(peer, detail::dc_peer_of(replacement));
         } else {
             const RcEntry* entry = nullptr;
             for (const RcEntry& candidate : replacement.rc) {
                 if (candidate.peer == rank_) entry = &candidate;
             }
             if (entry == nullptr) throw Error("the replacement published no RC entry for this rank");
-            ChannelEndpoint remote;
-            remote.gid = replacement.port.gid;
-            remote.lid = replacement.port.lid;
-            remote.qpn = entry->qpn;
-            remote.psn = entry->psn;
-            remote.mtu = replacement.port.mtu;
-            remote.device = to_string(replacement.device);
-            engine_->replace_rc_peer(peer, remote);
+            engine_->replace_rc_peer(peer, detail::rc_peer_of(replacement, entry->qpn, entry->psn));
             const ChannelEndpoint& local = engine_->local_endpoint(peer);
             mine = RcEntry{peer, local.qpn, local.psn};
         }

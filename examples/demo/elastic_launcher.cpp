@@ -22,6 +22,7 @@
 
 #include "examples/demo/elastic_member.hpp"
 #include "examples/demo/local_etcd.hpp"
+#include "examples/demo/monotonic_time.hpp"
 
 extern char** environ;
 
@@ -30,10 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using Nanoseconds = std::int64_t;
-
-Nanoseconds now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
 
 struct Member {
     pid_t pid = -1;
@@ -218,7 +215,7 @@ public:
         if (list.size() < 2) throw std::runtime_error("no member to remove");
         Member& member = *list.front();
         const std::uint32_t id = *member.id;
-        Change change{now_ns(), kill ? Change::Kind::kill : Change::Kind::leave, id, std::nullopt, list.size() - 1};
+        Change change{monotonic_ns(), kill ? Change::Kind::kill : Change::Kind::leave, id, std::nullopt, list.size() - 1};
         if (kill) {
             member.killed = true;
             ::kill(member.pid, SIGKILL);
@@ -278,7 +275,7 @@ int run_elastic_job(const Options& options) {
         etcd = local->endpoint();
     }
     // A prefix of this run's own: runs sharing one etcd do not see each other.
-    const std::string prefix = "rdmachan-demo/" + std::to_string(::getpid()) + "-" + std::to_string(now_ns()) + "/";
+    const std::string prefix = "rdmachan-demo/" + std::to_string(::getpid()) + "-" + std::to_string(monotonic_ns()) + "/";
     std::printf("elastic run: %u members, %u changes, %s, %u-byte slices; etcd %s%s, keys under %s\n", options.peers,
                 options.churn, options.workload.mode.c_str(), options.workload.size, etcd.c_str(),
                 local ? " (started for this run)" : "", prefix.c_str());
@@ -297,7 +294,7 @@ int run_elastic_job(const Options& options) {
         }
         run.pump_until([] { return false; }, settle);
     }
-    const Nanoseconds end = now_ns();
+    const Nanoseconds end = monotonic_ns();
     run.leave_all();
 
     std::printf("\n| change | member | members before | seen by every other member | MB/s, 1 s before | MB/s, 1 s after |\n");

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "examples/demo/monotonic_time.hpp"
 #include "examples/demo/slice_pattern.hpp"
 #include "rdmachan/multi_channel.hpp"
 
@@ -20,12 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
-}
-
-void emit(nlohmann::json event) {
-    event["at_ns"] = now_ns();
+// One event for the launcher, stamped.
+void tell_launcher(nlohmann::json event) {
+    event["at_ns"] = monotonic_ns();
     std::printf("%s\n", event.dump().c_str());
     std::fflush(stdout);
 }
@@ -61,16 +59,16 @@ int run_elastic_member(const Options& options) {
         const rdmachan::MemoryRegion outbox_region = prepared.register_memory(outbox.data(), outbox.size());
         const rdmachan::MemoryRegion readback_region = prepared.register_memory(readback.data(), readback.size());
         prepared.publish_region("inbox", inbox_region);
-        emit({{"event", "joining"}});
+        tell_launcher({{"event", "joining"}});
         rdmachan::MembershipSettings settings;
         settings.lease_ttl = std::chrono::seconds(2);
         rdmachan::MultiChannel channel = std::move(prepared).join(settings);
         const std::uint32_t me = channel.rank();
-        emit({{"event", "ready"}, {"id", me}});
+        tell_launcher({{"event", "ready"}, {"id", me}});
 
         auto report_events = [&] {
             for (const rdmachan::PeerEvent& event : channel.poll_peer_events()) {
-                emit({{"event", std::string(rdmachan::to_string(event.kind))}, {"id", me}, {"peer", event.peer},
+                tell_launcher({{"event", std::string(rdmachan::to_string(event.kind))}, {"id", me}, {"peer", event.peer},
                       {"reason", event.reason}});
             }
         };
@@ -124,29 +122,29 @@ int run_elastic_member(const Options& options) {
                 const std::uint64_t first = pattern.first_difference(readback.data(), size);
                 if (first != size) {
                     corrupted += size - first;
-                    emit({{"event", "corrupted"}, {"id", me}, {"peer", peer}, {"round", round}, {"offset", first}});
+                    tell_launcher({{"event", "corrupted"}, {"id", me}, {"peer", peer}, {"round", round}, {"offset", first}});
                 } else {
                     verified += size;
                 }
                 window_bytes += 2 * size;
             }
             if (Clock::now() - window_start >= std::chrono::milliseconds(100)) {
-                emit({{"event", "traffic"}, {"id", me}, {"bytes", window_bytes}});
+                tell_launcher({{"event", "traffic"}, {"id", me}, {"bytes", window_bytes}});
                 window_bytes = 0;
                 window_start = Clock::now();
             }
         }
         const auto leave_started = Clock::now();
         const rdmachan::LeaveResult left = channel.leave();
-        emit({{"event", "left_service"},
+        tell_launcher({{"event", "left_service"},
               {"id", me},
               {"released", left.released},
               {"unanswered", left.unanswered},
               {"leave_ms", std::chrono::duration<double, std::milli>(Clock::now() - leave_started).count()}});
-        emit({{"event", "result"}, {"id", me}, {"verified", verified}, {"corrupted", corrupted}, {"cut", cut}});
+        tell_launcher({{"event", "result"}, {"id", me}, {"verified", verified}, {"corrupted", corrupted}, {"cut", cut}});
         return corrupted == 0 ? 0 : 1;
     } catch (const std::exception& error) {
-        emit({{"event", "error"}, {"error", error.what()}});
+        tell_launcher({{"event", "error"}, {"error", error.what()}});
         std::fprintf(stderr, "rdmachan-demo elastic member: %s\n", error.what());
         return 1;
     }

@@ -13,10 +13,12 @@
 #include "handshake/etcd_client.hpp"
 #include "handshake/etcd_store.hpp"
 #include "rdmachan/error.hpp"
+#include "tests/error_of.hpp"
 #include "tests/handshake/etcd_process.hpp"
 #include "tests/handshake/fake_http_server.hpp"
 
 using namespace rdmachan;
+using rdmachan::test::error_of;
 using namespace rdmachan::handshake;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -49,15 +51,6 @@ std::vector<StoreEvent> wait_for_events(StoreWatch& watch, std::size_t count, Cl
         std::this_thread::sleep_for(10ms);
     }
     return events;
-}
-
-std::string error_of(const std::function<void()>& call) {
-    try {
-        call();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "(no error)";
 }
 
 }  // namespace

@@ -25,9 +25,11 @@
 
 #include "handshake/etcd_store.hpp"
 #include "rdmachan/multi_channel.hpp"
+#include "tests/error_of.hpp"
 #include "tests/handshake/etcd_process.hpp"
 
 using namespace rdmachan;
+using rdmachan::test::error_of;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -113,6 +115,12 @@ class Service {
         return *members_.back();
     }
     Member& join() { return join(settings()); }
+
+    // `count` members joined, every pair connected.
+    void join_paired(std::uint32_t count) {
+        for (std::uint32_t index = 0; index < count; ++index) join();
+        REQUIRE(poll_until([&] { return all_paired(); }));
+    }
 
     void poll_all() {
         for (auto& member : members_) {
@@ -202,15 +210,6 @@ void exchange(Service& service, std::uint32_t round) {
     }
 }
 
-std::string error_of(const std::function<void()>& call) {
-    try {
-        call();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return "(no error)";
-}
-
 }  // namespace
 
 TEST_CASE("members join one by one, take the lowest free ids, and every pair moves bytes both ways; one leaves "
@@ -279,8 +278,7 @@ TEST_CASE("a member whose lease runs out is failed within the TTL + 1 s; its ope
     test::EtcdProcess etcd;
     wait_for_etcd(etcd);
     Service service(etcd);
-    for (int count = 0; count < 3; ++count) service.join();
-    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    service.join_paired(3);
     // Dropped without leave(): its lease is no longer renewed, as for a process that died.
     Member& dropped = *service.members()[2];
     std::map<std::uint32_t, RemoteMemoryRegion> inbox_of_two;
@@ -312,10 +310,7 @@ TEST_CASE("a pair broken by a bad remote key is connected again while both membe
     test::EtcdProcess etcd;
     wait_for_etcd(etcd);
     Service service(etcd);
-    service.join();
-    service.join();
-    service.join();
-    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    service.join_paired(3);
     Member& zero = *service.members()[0];
     Member& one = *service.members()[1];
     RemoteMemoryRegion wrong = zero.channel->remote_region(1, "inbox").region;
@@ -366,9 +361,7 @@ TEST_CASE("refusals: an id already held, a garbled or hostile value under the pr
     test::EtcdProcess etcd;
     wait_for_etcd(etcd);
     Service service(etcd);
-    service.join();
-    service.join();
-    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    service.join_paired(2);
 
     // The same member id registered twice.
     const std::string taken = error_of([&] { service.prepare(0).join(service.settings()); });
@@ -431,9 +424,7 @@ TEST_CASE("etcd restarted mid-run: membership resumes, nobody is failed, and a m
     test::EtcdProcess etcd;
     wait_for_etcd(etcd);
     Service service(etcd);
-    service.join();
-    service.join();
-    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    service.join_paired(2);
     // Away for less than the TTL (2 s): etcd restores the leases when it comes back.
     etcd.stop();
     for (int round = 0; round < 20; ++round) {
