@@ -75,16 +75,5 @@ PY
 } >"$block"
 cat "$block"
 
-python3 - "$document" "$block" "$commit" <<'PY'
-import re, sys
-document, block, commit = sys.argv[1], sys.argv[2], sys.argv[3]
-text = open(document).read()
-body = open(block).read().rstrip("\n")
-pattern = re.compile(r"(<!-- generated: membership -->\n).*?(<!-- end: membership -->)", re.S)
-if not pattern.search(text):
-    sys.exit("membership: %s has no block named membership" % document)
-stamp = "_Printed by `scripts/membership.sh` at commit %s._\n\n" % commit
-text = pattern.sub(lambda m: m.group(1) + stamp + body + "\n" + m.group(2), text)
-open(document, "w").write(text)
-PY
+"$source_dir/scripts/replace_block.py" "$document" membership "$block" "_Printed by \`scripts/membership.sh\` at commit $commit._"
 echo "membership: $document regenerated" >&2

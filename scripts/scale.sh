@@ -131,16 +131,5 @@ PY
 printf '%s\n' "$table" >>"$block"
 cat "$block"
 
-python3 - "$document" "$block" "$commit" <<'PY'
-import re, sys
-document, block, commit = sys.argv[1], sys.argv[2], sys.argv[3]
-text = open(document).read()
-body = open(block).read().rstrip("\n")
-pattern = re.compile(r"(<!-- generated: scale -->\n).*?(<!-- end: scale -->)", re.S)
-if not pattern.search(text):
-    sys.exit("scale: %s has no block named scale" % document)
-stamp = "_Printed by `scripts/scale.sh` at commit %s._\n\n" % commit
-text = pattern.sub(lambda m: m.group(1) + stamp + body + "\n" + m.group(2), text)
-open(document, "w").write(text)
-PY
+"$source_dir/scripts/replace_block.py" "$document" scale "$block" "_Printed by \`scripts/scale.sh\` at commit $commit._"
 echo "scale: $document regenerated" >&2

@@ -1,5 +1,5 @@
-// What an rdmachan::Error thrown by a call says, or "(no error)": for checks on error messages
-// that read as one expression.
+// The message of the rdmachan::Error that a call throws, empty if it throws none: for checks on
+// error messages that read as one expression.
 #pragma once
 
 #include <functional>
@@ -15,7 +15,7 @@ inline std::string error_of(const std::function<void()>& call) {
     } catch (const Error& error) {
         return error.what();
     }
-    return "(no error)";
+    return {};
 }
 
 }  // namespace rdmachan::test

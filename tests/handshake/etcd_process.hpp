@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 #include <cstdint>
@@ -26,6 +27,14 @@ inline const char* etcd_binary() {
     for (const char* path : {"/usr/bin/etcd", "/usr/local/bin/etcd"})
         if (::access(path, X_OK) == 0) return path;
     return nullptr;
+}
+
+// Whether etcd is missing, said on stderr in the line CTest reads to count a suite skipped
+// (SKIP_REGULAR_EXPRESSION "skipped: no etcd binary"). For a suite's `doctest::skip`.
+inline bool etcd_missing_said() {
+    const bool missing = etcd_binary() == nullptr;
+    if (missing) std::fprintf(stderr, "skipped: no etcd binary (scripts/setup.sh installs etcd-server)\n");
+    return missing;
 }
 
 // A loopback port nobody listens on now (the kernel's pick for a socket bound to port 0).

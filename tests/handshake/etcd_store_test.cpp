@@ -25,12 +25,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// CTest reads the line printed here to count the suite as skipped (tests/handshake/CMakeLists.txt).
-const bool etcd_missing = [] {
-    const bool missing = test::etcd_binary() == nullptr;
-    if (missing) std::fprintf(stderr, "skipped: no etcd binary (scripts/setup.sh installs etcd-server)\n");
-    return missing;
-}();
+const bool etcd_missing = test::etcd_missing_said();
 
 // A store on the test's etcd, once etcd answers (it takes about a second to start).
 std::unique_ptr<MembershipStore> store_on(const test::EtcdProcess& etcd, std::string prefix = "test/") {

@@ -15,18 +15,10 @@
 
 #include "rdmachan/endpoint.hpp"
 #include "rdmachan/error.hpp"
+#include "tests/error_of.hpp"
 
 namespace rdmachan::test {
 
-// The message of the rdmachan::Error that `call` throws; empty if it throws none.
-inline std::string error_of(const std::function<void()>& call) {
-    try {
-        call();
-    } catch (const Error& error) {
-        return error.what();
-    }
-    return {};
-}
 
 // Distinct, recognizable values per rank, so a table entry in the wrong place is caught.
 inline Endpoint predictable_endpoint(std::uint32_t rank, std::uint32_t world_size) {

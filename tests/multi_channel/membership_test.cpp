@@ -35,11 +35,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const bool etcd_missing = [] {
-    const bool missing = test::etcd_binary() == nullptr;
-    if (missing) std::fprintf(stderr, "skipped: no etcd binary (scripts/setup.sh installs etcd-server)\n");
-    return missing;
-}();
+const bool etcd_missing = test::etcd_missing_said();
 
 constexpr std::uint32_t kCapacity = 8;
 constexpr std::size_t kSlotBytes = 256;  // each member's share of every other's "inbox" region
