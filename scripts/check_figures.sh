@@ -40,6 +40,7 @@ declare -A measured_paths=(
     [demo]="scripts/performance.sh scripts/demo_throughput.sh examples transport common src include/rdmachan handshake $release_build"
     [scale]="scripts/scale.sh scripts/pmix_exchange_benchmark.sh tests/handshake/rendezvous_benchmark.cpp tests/handshake/CMakeLists.txt tests/multi_channel/peer_cost_benchmark.cpp tests/multi_channel/CMakeLists.txt tests/pmix/pmix_exchange_benchmark.cpp tests/pmix/CMakeLists.txt tests/CMakeLists.txt handshake common src include/rdmachan transport $release_build"
     [membership]="scripts/membership.sh examples transport common src include/rdmachan handshake $release_build"
+    [barrier]="scripts/barrier.sh tests/multi_channel/barrier_benchmark.cpp tests/multi_channel/mpi_barrier_benchmark.cpp tests/multi_channel/shared_exchange.hpp tests/multi_channel/CMakeLists.txt tests/CMakeLists.txt transport common src include/rdmachan handshake $release_build"
     # What CI's command runs: all the code, its tests and the scripts that build and run them.
     [reliability]="common src include transport handshake tests tools examples scripts cmake CMakeLists.txt .ci"
     # The mutations: the patches and their script, the code they mutate (the mlx5 layer, the
@@ -61,7 +62,7 @@ declare -A regenerated_by=(
     [instruction-counts]=scripts/performance.sh [sweep]=scripts/performance.sh [ucx]=scripts/performance.sh
     [wait-modes]=scripts/performance.sh [asio-instructions]=scripts/performance.sh
     [demo]=scripts/performance.sh
-    [scale]=scripts/scale.sh [membership]=scripts/membership.sh [reliability]=scripts/reliability.sh [soak]=scripts/soak.sh
+    [scale]=scripts/scale.sh [membership]=scripts/membership.sh [barrier]=scripts/barrier.sh [reliability]=scripts/reliability.sh [soak]=scripts/soak.sh
     [mutations]="scripts/mutations.sh --write"
 )
 

@@ -21,7 +21,7 @@
 
 namespace multi_test {
 
-constexpr std::uint32_t kMaxRanks = 32;
+constexpr std::uint32_t kMaxRanks = 64;
 constexpr std::size_t kTextSize = 16384;
 
 struct SharedTable {
