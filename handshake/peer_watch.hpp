@@ -24,6 +24,10 @@ class PeerWatch {
     // Starts a process that takes `peer`'s rank, running `command`; returns what names it (the
     // PMIx namespace). Throws rdmachan::Error where the exchange cannot start processes (TCP).
     virtual std::string spawn_replacement(std::uint32_t peer, const std::vector<std::string>& command) = 0;
+    // How many looks at the launcher's data store the watch has finished (PMIx; the TCP watch
+    // hears of changes as they happen and has no rounds: 0). A check that nothing was announced
+    // waits for a round that began after the moment that matters, instead of a guessed time.
+    virtual std::uint64_t finished_rounds() const { return 0; }
 };
 
 // The TCP rendezvous's watch (after its barrier, with replacement enabled).

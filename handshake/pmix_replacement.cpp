@@ -9,6 +9,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <atomic>
 #include <thread>
 
 #include "handshake/hex.hpp"
@@ -193,6 +194,8 @@ class PmixWatch final : public PeerWatch {
         return session_->spawn(command, {std::string(kPmixReplacesVariable) + "=" + job_ + ":" + std::to_string(peer)});
     }
 
+    std::uint64_t finished_rounds() const override { return finished_rounds_.load(std::memory_order_acquire); }
+
   private:
     struct Seen {
         std::uint32_t rank = 0;
@@ -206,6 +209,9 @@ class PmixWatch final : public PeerWatch {
         while (!stopping_) {
             lock.unlock();
             look();
+            // Released after what the round found is in events_: a caller that sees the count
+            // also sees its events.
+            finished_rounds_.fetch_add(1, std::memory_order_release);
             lock.lock();
             wake_.wait_for(lock, period_, [this] { return stopping_; });
         }
@@ -300,6 +306,7 @@ class PmixWatch final : public PeerWatch {
     const std::uint32_t world_size_;
     std::uint64_t next_index_;  // the watch thread's alone
     const std::chrono::milliseconds period_;
+    std::atomic<std::uint64_t> finished_rounds_{0};
     bool lookup_failure_logged_ = false;  // the watch thread's alone
     // The namespace of each replaced rank's current process (rank 0 there); the watch thread's.
     std::map<std::uint32_t, std::string> holders_;

@@ -25,6 +25,10 @@ std::string replacement_call(const char* call, std::uint32_t rank, std::uint32_t
 
 }  // namespace
 
+std::uint64_t detail::peer_watch_rounds(const MultiChannel& channel) {
+    return channel.watch_ != nullptr ? channel.watch_->finished_rounds() : 0;
+}
+
 std::string_view to_string(PeerEvent::Kind kind) {
     switch (kind) {
         case PeerEvent::Kind::failed: return "failed";

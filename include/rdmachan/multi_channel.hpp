@@ -220,6 +220,12 @@ private:
 
 class MultiChannel;
 
+namespace detail {
+// For tests of peer replacement under PMIx: the rounds the watch of the launcher's data store has
+// finished (PeerWatch::finished_rounds; 0 without a watch).
+std::uint64_t peer_watch_rounds(const MultiChannel& channel);
+}
+
 // What MultiChannel::poll_peer_events reports about a peer (see there).
 struct PeerEvent {
     enum class Kind {
@@ -397,6 +403,7 @@ public:
 private:
     friend class PreparedMultiChannel;
     friend class MultiScope;
+    friend std::uint64_t detail::peer_watch_rounds(const MultiChannel& channel);
     struct PeerLife {
         std::uint64_t session = 0;         // the connected process
         bool failure_reported = false;

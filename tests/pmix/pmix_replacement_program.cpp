@@ -256,6 +256,18 @@ void first_round(Process& self, const pmix_proc_t& raw) {
 }
 
 // Nothing may be reported about any peer.
+// Waits until the watch of the launcher's data store has finished two rounds after now: the
+// second began after this call, so whatever was in the store by now has been looked at, and any
+// event it made is waiting in poll_peer_events.
+void wait_for_a_whole_round(Process& self) {
+    const std::uint64_t now = detail::peer_watch_rounds(self.channels);
+    const auto until = std::chrono::steady_clock::now() + kPhaseDeadline;
+    while (detail::peer_watch_rounds(self.channels) < now + 2) {
+        expect(std::chrono::steady_clock::now() < until, "the watch looked at the data store twice before the deadline");
+        std::this_thread::sleep_for(10ms);
+    }
+}
+
 void expect_no_event(Process& self) {
     for (const PeerEvent& event : self.channels.poll_peer_events()) {
         expect(false, "no event (got " + std::string(to_string(event.kind)) + " for rank " + std::to_string(event.peer) + ")");
@@ -481,7 +493,7 @@ int live(const Options& options) {
                 return false;
             },
             "the replacement of a live rank gave its verdict");
-        std::this_thread::sleep_for(300ms);  // longer than a watch period: an announcement would have been seen
+        wait_for_a_whole_round(self);  // an announcement would have been seen
         expect_no_event(self);
         expect(self.channels.healthy_peers().size() == self.world, "every rank healthy");
         fence_everyone(raw.self);
@@ -514,7 +526,7 @@ int impostor(const Options& options) {
                 },
                 "rank 2's refusal");
             expect(contains(refusal, "\"refused\"") && contains(refusal, "rank 2 is alive"), "rank 2 refused it: " + refusal);
-            std::this_thread::sleep_for(300ms);  // longer than a watch period: an offer would have come
+            wait_for_a_whole_round(self);  // an offer would have come
             expect_no_event(self);
             std::ofstream(refused_marker) << refusal << "\n";
         } else {
