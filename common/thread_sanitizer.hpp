@@ -2,7 +2,7 @@
 // stands in for a NIC, and ThreadSanitizer sees its copies as a thread's accesses and cannot see
 // orders that run through another process; so in these builds the device hides its copies
 // (transport/soft/dma_copy.hpp) and the ring provider tells ThreadSanitizer of a same-host peer's
-// order (transport/provider/ring_queues.cpp). The tests shorten runs it makes several times slower.
+// order (transport/provider/mlx5_ring_queues.cpp). The tests shorten runs it makes several times slower.
 #pragma once
 
 // GCC says so with __SANITIZE_THREAD__; Clang 14 only through __has_feature. A macro, not only

@@ -11,8 +11,8 @@
 namespace rdmachan::detail {
 
 // The endpoint must have a DC target (callers check: the error names their context).
-inline Engine::DcPeer dc_peer_of(const Endpoint& endpoint) {
-    Engine::DcPeer peer;
+inline Engine::DcPeerAddress dc_peer_of(const Endpoint& endpoint) {
+    Engine::DcPeerAddress peer;
     peer.gid = endpoint.port.gid;
     peer.lid = endpoint.port.lid;
     peer.dctn = endpoint.dc.front().dctn;

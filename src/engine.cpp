@@ -530,7 +530,7 @@ std::uint64_t Engine::post_batch(std::uint32_t index, const WorkBatch::Entry* en
     if (at_once && version != 0 && version == scratch_version_ && count == scratch_count_) {
         // The same batch as last time, converted then: only the ticket is new.
         for (std::uint32_t i = 0; i + 1 < count; ++i) requests[i].wr_id = ticket;
-        return post_converted(index, ticket, count, scratch_bytes_);
+        return post_scratch_requests(index, ticket, count, scratch_bytes_);
     }
     mlx5::ScatterGatherElement* const elements = scratch_elements_.data();
     const std::uint32_t max_inline = settings_.max_inline_data;
@@ -574,12 +574,12 @@ std::uint64_t Engine::post_batch(std::uint32_t index, const WorkBatch::Entry* en
     scratch_version_ = version;
     scratch_count_ = count;
     scratch_bytes_ = bytes;
-    return post_converted(index, ticket, count, bytes);
+    return post_scratch_requests(index, ticket, count, bytes);
 }
 
 // The RC batch in the scratch space, each request but the last carrying `ticket` and the last
 // signaled: its final wr_id, the budgets, the record, the post.
-std::uint64_t Engine::post_converted(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes) {
+std::uint64_t Engine::post_scratch_requests(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes) {
     mlx5::SendWorkRequest* const requests = scratch_requests_.data();
     requests[count - 1].wr_id = ticket | kFinalRequest;
     Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
@@ -619,13 +619,13 @@ std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local)
 }
 
 // Out of line: error and flush completions, and DC arrivals (deliver recorded the event).
-void Engine::deliver_general(const mlx5::Completion& completion) {
+void Engine::deliver_error_or_arrival(const mlx5::Completion& completion) {
     if (completion.status != mlx5::CompletionStatus::success &&
         completion.status != mlx5::CompletionStatus::work_request_flushed) [[unlikely]] {
         report_error_completion(completion);
     }
     if (dc_.enabled && completion.is_receive) {
-        on_arrival(completion);
+        match_dc_arrival(completion);
         return;
     }
     Slot* entry = slot_for(completion.wr_id);

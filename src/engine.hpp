@@ -127,7 +127,7 @@ public:
     std::vector<std::uint32_t> dc_initiator_numbers() const;
     // The peer's DC target, and the initiators its receives will name. Throws rdmachan::Error
     // naming both ranks when two ranks' initiators could not be told apart.
-    struct DcPeer {
+    struct DcPeerAddress {
         transport::Gid gid{};
         std::uint16_t lid = 0;
         std::uint32_t dctn = 0;
@@ -135,7 +135,7 @@ public:
         std::vector<std::uint32_t> initiators;
         std::string device;
     };
-    void connect_dc(std::uint32_t peer, const DcPeer& remote);
+    void connect_dc(std::uint32_t peer, const DcPeerAddress& remote);
 
     // Peer replacement: the peer's process died and a new one took its rank. Flushes what the
     // old one still holds, then RC: a new queue pair connected to `remote` (the replacement's
@@ -143,7 +143,7 @@ public:
     // peer's operations fail, naming why, until mark_replacement_connected(): the replacement
     // may not have connected its side yet.
     void replace_rc_peer(std::uint32_t peer, const ChannelEndpoint& remote);
-    void replace_dc_peer(std::uint32_t peer, const DcPeer& remote);
+    void replace_dc_peer(std::uint32_t peer, const DcPeerAddress& remote);
     void mark_replacement_connected(std::uint32_t peer);
 
     // Membership (src/multi_channel_membership.cpp): a peer slot holds one member at a time,
@@ -156,7 +156,7 @@ public:
     // fail from now on with `why`, its DC arrivals are dropped.
     const ChannelEndpoint& prepare_rc_peer(std::uint32_t peer, const char* why);
     void connect_prepared_rc(std::uint32_t peer, const ChannelEndpoint& remote);
-    void connect_dc_member(std::uint32_t peer, const DcPeer& remote, const char* why);
+    void connect_dc_member(std::uint32_t peer, const DcPeerAddress& remote, const char* why);
     void mark_ready(std::uint32_t peer) { mark_replacement_connected(peer); }
     void disconnect_peer(std::uint32_t peer, const char* why);
     // Slots no member holds: operations fail with `why` (a static text).
@@ -350,7 +350,7 @@ private:
     }
     bool wait_for_free_slot();
     bool wait_for_send_budget(Peer& peer, std::uint32_t count);
-    std::uint64_t post_converted(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes);
+    std::uint64_t post_scratch_requests(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes);
     std::uint64_t finish_post(std::uint32_t index, std::uint64_t ticket, transport::QueuePair& queue_pair,
                               mlx5::SendWorkRequest* requests, std::uint32_t count, std::uint32_t done,
                               mlx5::PostResult result);
@@ -392,7 +392,7 @@ private:
         }
     }
     // Every completion polled: recorded, then a success (the common case) ends its operation
-    // here; errors, flushes and DC arrivals go to deliver_general.
+    // here; errors, flushes and DC arrivals go to deliver_error_or_arrival.
     static void record_completion(const mlx5::Completion& completion) {
         flight::record(flight::ChannelEvent::completion, completion.qp_num, completion.wr_id,
                        static_cast<std::uint64_t>(completion.status), completion.syndrome, completion.byte_len);
@@ -400,7 +400,7 @@ private:
     void deliver(const mlx5::Completion& completion) {
         record_completion(completion);
         if (completion.status != mlx5::CompletionStatus::success || (dc_.enabled && completion.is_receive)) [[unlikely]] {
-            deliver_general(completion);
+            deliver_error_or_arrival(completion);
             return;
         }
         Slot* entry = slot_for(completion.wr_id);
@@ -409,7 +409,7 @@ private:
             finish(*entry, completion);
         }
     }
-    void deliver_general(const mlx5::Completion& completion);
+    void deliver_error_or_arrival(const mlx5::Completion& completion);
     WorkResult result_of(const Slot& slot) const {
         if (slot.completion.status == mlx5::CompletionStatus::success) [[likely]] return success_of(slot);
         return failure_of(slot);
@@ -434,7 +434,7 @@ private:
     void connect_initiator(transport::QueuePair& initiator);
     void recover_failed_initiators();
     std::uint64_t post_dc_receive(std::uint32_t peer, const LocalSlice& local);
-    void on_arrival(const mlx5::Completion& completion);
+    void match_dc_arrival(const mlx5::Completion& completion);
     void match_receives(std::uint32_t peer);
     void repost_receive_buffer(std::uint32_t index);
     void fail_and_flush_dc(std::uint32_t peer, const char* why);

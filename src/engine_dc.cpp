@@ -98,7 +98,7 @@ std::uint32_t Engine::queue_pair_count() const {
     return static_cast<std::uint32_t>(peers_.size()) + layouts;
 }
 
-void Engine::connect_dc(std::uint32_t index, const DcPeer& remote) {
+void Engine::connect_dc(std::uint32_t index, const DcPeerAddress& remote) {
     Peer& peer = peers_[index];
     if (peer.connected) throw Error("connect " + peer.name + ": already connected");
     // "rank N" (set at construction) stays the name: a longer one would be a heap block per
@@ -129,12 +129,12 @@ void Engine::forget_dc_sender(std::uint32_t index) {
     peer.initiator = -1;
 }
 
-void Engine::replace_dc_peer(std::uint32_t index, const DcPeer& remote) {
+void Engine::replace_dc_peer(std::uint32_t index, const DcPeerAddress& remote) {
     if (peers_[index].outstanding != 0) fail_and_flush_dc(index, "its process was replaced");
     connect_dc_member(index, remote, kReplacementNotConnected);
 }
 
-void Engine::connect_dc_member(std::uint32_t index, const DcPeer& remote, const char* why) {
+void Engine::connect_dc_member(std::uint32_t index, const DcPeerAddress& remote, const char* why) {
     Peer& peer = peers_[index];
     if (peer.outstanding != 0) fail_and_flush_dc(index, why);
     forget_dc_sender(index);
@@ -196,7 +196,7 @@ void Engine::repost_receive_buffer(std::uint32_t index) {
     }
 }
 
-void Engine::on_arrival(const mlx5::Completion& completion) {
+void Engine::match_dc_arrival(const mlx5::Completion& completion) {
     if ((completion.wr_id & kReceiveBuffer) == 0) return;
     const auto index = static_cast<std::uint32_t>(completion.wr_id & ~kReceiveBuffer);
     if (index >= arrived_.size()) return;

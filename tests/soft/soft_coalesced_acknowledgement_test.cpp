@@ -32,7 +32,7 @@ struct Pair : TcpDevicePair {
     Pair() {
         // The target's own connection to the initiator (opened when its QP reached RTS) settled
         // too: nothing of its set-up is left for the target's thread while the test holds it.
-        REQUIRE(rdmachan::test::eventually([&] { return target_device->paths_settled() >= 1; }));
+        REQUIRE(rdmachan::test::eventually([&] { return target_device->answered_hellos() >= 1; }));
     }
 };
 

@@ -30,7 +30,7 @@ using rdmachan::test::write_request;
 
 TEST_CASE("an RC QP at RTS settles the path to its remote device before any request, and the first write goes zero-hop") {
     DevicePair pair;  // both QPs at RTS, nothing posted
-    REQUIRE(eventually([&] { return pair.initiator_device->paths_settled() == 1 && pair.target_device->paths_settled() == 1; }, std::chrono::seconds(5)));
+    REQUIRE(eventually([&] { return pair.initiator_device->answered_hellos() == 1 && pair.target_device->answered_hellos() == 1; }, std::chrono::seconds(5)));
     CHECK(pair.initiator_device->connects_started() == 1);
     CHECK(pair.initiator_device->connects_failed() == 0);
     CHECK(pair.initiator_device->requests_from_doorbell() == 0);
@@ -59,7 +59,7 @@ TEST_CASE("a remote device that does not exist: the connect at RTS fails quietly
     endpoint.connect(nowhere);
     REQUIRE(eventually([&] { return device->connects_failed() == 1; }, std::chrono::seconds(5)));
     CHECK(device->connects_started() == 1);
-    CHECK(device->paths_settled() == 0);
+    CHECK(device->answered_hellos() == 0);
 
     const mlx5::ScatterGatherElement source = endpoint.local(0, 8);
     const mlx5::Completion completion = run_signaled(endpoint, write_request(7, &source, nowhere.buffer_addr, nowhere.rkey));
@@ -82,7 +82,7 @@ TEST_CASE("QPs connected to their own device open no connection; a QP to another
     // the last one settled, any connection the first two asked for was begun too.
     SoftEndpoint third(device);
     third.connect(elsewhere.address());
-    REQUIRE(eventually([&] { return device->paths_settled() == 1; }, std::chrono::seconds(5)));
+    REQUIRE(eventually([&] { return device->answered_hellos() == 1; }, std::chrono::seconds(5)));
     CHECK(device->connects_started() == 1);
     CHECK(device->connects_failed() == 0);
 }

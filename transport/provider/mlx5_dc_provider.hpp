@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "transport/device_interface.hpp"
-#include "transport/provider/ring_queues.hpp"
+#include "transport/provider/mlx5_ring_queues.hpp"
 #include "transport/verbs/completion_queue.hpp"
 #include "transport/verbs/mlx5_binding.hpp"
 #include "transport/verbs/protection_domain.hpp"

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "transport/device_interface.hpp"
-#include "transport/provider/ring_queues.hpp"
+#include "transport/provider/mlx5_ring_queues.hpp"
 #include "transport/soft/device.hpp"
 
 namespace rdmachan::transport::soft_dc {

@@ -5,7 +5,7 @@
 
 #include "rdmachan/error.hpp"
 #include "common/logger.hpp"
-#include "transport/provider/ring_queues.hpp"
+#include "transport/provider/mlx5_ring_queues.hpp"
 #include "transport/provider/soft_dc_provider.hpp"
 
 namespace rdmachan::transport {

@@ -1,5 +1,5 @@
 // The software mlx5 device behind the transport interface: its rings are driven by the ring
-// family (ring_queues.hpp), its control plane is the soft device's own.
+// family (mlx5_ring_queues.hpp), its control plane is the soft device's own.
 #pragma once
 
 #include <memory>

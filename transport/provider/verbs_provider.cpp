@@ -7,7 +7,7 @@
 #include "rdmachan/error.hpp"
 #include "common/logger.hpp"
 #include "transport/provider/mlx5_dc_provider.hpp"
-#include "transport/provider/ring_queues.hpp"
+#include "transport/provider/mlx5_ring_queues.hpp"
 #include "transport/verbs/completion_queue.hpp"
 #include "transport/verbs/context.hpp"
 #include "transport/verbs/gid_selection.hpp"

@@ -89,7 +89,7 @@ std::array<std::uint8_t, 16> Device::gid() const { return core_->gid; }
 std::uint64_t Device::transfers_by_reference() const { return core_->transfers_by_reference.load(std::memory_order_relaxed); }
 std::uint64_t Device::connects_started() const { return core_->connects_started.load(std::memory_order_relaxed); }
 std::uint64_t Device::connects_failed() const { return core_->connects_failed.load(std::memory_order_relaxed); }
-std::uint64_t Device::paths_settled() const { return core_->paths_settled.load(std::memory_order_acquire); }
+std::uint64_t Device::answered_hellos() const { return core_->answered_hellos.load(std::memory_order_acquire); }
 std::uint64_t Device::zero_hop_writes() const { return core_->zero_hop_writes.load(std::memory_order_relaxed); }
 std::uint64_t Device::doorbells_left_to_progress() const {
     return core_->doorbells_left_to_progress.load(std::memory_order_relaxed);

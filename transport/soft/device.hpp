@@ -383,7 +383,7 @@ public:
     // device connects.
     std::uint64_t connects_started() const;
     std::uint64_t connects_failed() const;
-    std::uint64_t paths_settled() const;
+    std::uint64_t answered_hellos() const;
     // RDMA writes this device, as initiator, executed zero-hop from the doorbell thread or its
     // progress thread (same host; transport/soft/README.md, "Zero-hop writes").
     std::uint64_t zero_hop_writes() const;

@@ -331,7 +331,7 @@ public:
     // request), those that failed before their hello was answered, and the hellos answered.
     std::atomic<std::uint64_t> connects_started{0};
     std::atomic<std::uint64_t> connects_failed{0};
-    std::atomic<std::uint64_t> paths_settled{0};
+    std::atomic<std::uint64_t> answered_hellos{0};
     // What this device publishes, as a target, for its same-host peers' zero-hop writes: its
     // memory regions and RC queue pairs (written under `mutex`).
     PublishedTable published_table;

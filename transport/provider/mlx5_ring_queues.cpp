@@ -1,4 +1,4 @@
-#include "transport/provider/ring_queues.hpp"
+#include "transport/provider/mlx5_ring_queues.hpp"
 
 #include <algorithm>
 
