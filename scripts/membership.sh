@@ -23,17 +23,23 @@ demo="$build_dir/examples/rdmachan-demo"
 
 block="$(mktemp)"
 output="$(mktemp)"
-trap 'rm -f "$block" "$output"' EXIT
+errors="$(mktemp)"
+trap 'rm -f "$block" "$output" "$errors"' EXIT
 status=0
 timeout 900 env -u RDMACHAN_ETCD "$demo" --bootstrap etcd --elastic --peers "$members" --churn "$changes" --size 4096 \
-    >"$output" 2>&1 || status=$?
+    >"$output" 2>"$errors" || status=$?
 {
     echo '```'
     echo "\$ rdmachan-demo --bootstrap etcd --elastic --peers $members --churn $changes --size 4096" \
          "   # $(nproc) cores, $(uname -r), $(date -u +%Y-%m-%dT%H:%MZ)"
-    # The etcd address and key prefix change every run; the rest is the demo's output.
+    # The etcd address and key prefix change every run; the rest is the demo's output. Its
+    # standard error holds the members' logs (a killed member's peers warn about it once each,
+    # hundreds of lines at 64 members): shown only when the run failed, its last lines.
     grep -v '^elastic run:' "$output"
-    [ "$status" -eq 0 ] || echo "FAILED (exit $status)"
+    if [ "$status" -ne 0 ]; then
+        echo "FAILED (exit $status); the end of its standard error:"
+        tail -n 20 "$errors"
+    fi
     echo '```'
     echo
     python3 - "$output" "$members" <<'PY'
