@@ -385,7 +385,7 @@ class CompletionQueue {
     // entry as a software-owned compressed CQE, so that the next poll, even an empty one's first
     // look, comes back here: the common poll never asks whether a session is open.
     template <typename Resolver>
-    RDMACHAN_NOINLINE std::uint32_t take_session(Completion* completions, std::uint32_t room,
+    RDMACHAN_ALWAYS_INLINE std::uint32_t take_session(Completion* completions, std::uint32_t room,
                                                  Resolver& resolve) {
         CompressedSession& session = session_;
         const std::uint8_t* cqe = next_cqe64_;
@@ -424,7 +424,12 @@ class CompletionQueue {
             Completion shared{};
             bool have_shared = false;
             alignas(8) std::uint8_t expanded[kCqeSize64];
-            while (taken < room && session.active()) {
+            if (send != nullptr)
+                taken = take_requester_minis(completions, room, cqe, parity, *target,
+                                             sop_drop_qpn & 0xffffff);
+            // Every other session (a responder's, or one whose QP resolves to no send queue):
+            // the first CQE decoded expanded, the rest from it while it succeeded.
+            while (send == nullptr && taken < room && session.active()) {
                 const std::uint32_t array = session.position / kMiniCqesPerEntry;
                 if (array != session.loaded_array) {  // this entry is the array
                     std::memcpy(session.minis, cqe, kCqeSize64);
@@ -433,12 +438,7 @@ class CompletionQueue {
                 const std::uint8_t* const mini =
                     session.minis + (session.position % kMiniCqesPerEntry) * kMiniCqeSize;
                 Completion& completion = completions[taken];
-                const std::uint32_t entry =
-                    send != nullptr ? requester_entry(mini[kMiniCqeWqeOpcode]) : kRequesterUnknown;
-                if (entry != kRequesterUnknown) {
-                    complete_mini_send(completion, mini, entry, sop_drop_qpn & 0xffffff, *send,
-                                       target->send_wqe_count);
-                } else if (have_shared) {
+                if (have_shared) {
                     completion = shared;
                     completion.byte_len = load_big32(mini + kMiniCqeByteCount);
                     completion.wr_id =
@@ -479,29 +479,128 @@ class CompletionQueue {
         return taken;
     }
 
-    // A successful requester CQE of a session, from its mini CQE: what complete_send() stores,
-    // the WQE counter and byte count taken from the mini CQE.
-    RDMACHAN_HOST_DEVICE static void complete_mini_send(Completion& completion,
-                                                        const std::uint8_t* mini,
-                                                        std::uint32_t entry, std::uint32_t qpn,
-                                                        SendQueueTracking& send,
-                                                        std::uint32_t wqe_count) {
-        const std::uint32_t slot = load_big16(mini + kMiniCqeWqeCounter) & (wqe_count - 1);
-        completion.wr_id = send.wr_id[slot];
-        completion.status = CompletionStatus::success;
-        completion.opcode = static_cast<CompletionOpcode>((entry >> 8) & 0xff);
-        completion.flags = static_cast<std::uint8_t>(entry >> 16);
-        completion.is_receive = false;
-        completion.vendor_error = 0;
-        completion.syndrome = 0;
-        completion.sl = 0;
-        completion.dlid_path_bits = 0;
-        completion.byte_len = (entry & kRequesterLengthFromCqe) != 0
-                                  ? load_big32(mini + kMiniCqeByteCount)
-                              : (entry & kRequesterLengthEight) != 0 ? 8
-                                                                     : 0;
-        completion.qp_num = qpn;
-        send.consumer_index = send.wqe_end[slot];
+    // The CQEs of a requester session (target.send set) from `cqe` on, up to `room` or the
+    // session's end: a successful one without a byte count in the two stores
+    // complete_plain_send() makes, its WQE counter and WQE opcode from its mini CQE, the table
+    // entry cached while the WQE opcode repeats, and the send queue's consumer index written
+    // once, after the last. Other WQE opcodes (a read's or an atomic's byte count, or one the
+    // table does not know) take take_other_mini(). Moves `cqe` and `parity` past the entries
+    // taken, rewriting each, and returns how many.
+    RDMACHAN_ALWAYS_INLINE std::uint32_t take_requester_minis(Completion* completions,
+                                                              std::uint32_t room,
+                                                              const std::uint8_t*& cqe,
+                                                              std::uint32_t& parity,
+                                                              CompletionTarget& target,
+                                                              std::uint32_t qpn) {
+        CompressedSession& session = session_;
+        SendQueueTracking& send = *target.send;
+        const std::uint64_t* const wr_ids = send.wr_id;
+        const std::uint32_t wqe_mask = (target.send_wqe_count - 1) & 0xffff;
+        const std::uint64_t qpn_word = static_cast<std::uint64_t>(qpn) << 32;
+        // Locals: the stores into the completions and the ring may alias the members.
+        const std::size_t stride = cqe_stride_;
+        const std::uint8_t* const ring_end = end_cqe64_;
+        const std::uint8_t* walk = cqe;
+        std::uint32_t walk_parity = parity;
+        const std::uint32_t left = session.size - session.position;
+        const std::uint32_t count = room < left ? room : left;
+        std::uint32_t position = session.position;
+        const std::uint32_t end = position + count;
+        // The last plain table entry taken, kept across polls (the table does not change).
+        std::uint32_t cached_opcode = mini_cached_opcode_;
+        std::uint64_t cached_bytes = mini_cached_bytes_;
+        std::size_t last_slot = kNoSlot;
+        Completion* completion = completions;
+        while (position < end) {
+            if ((position % kMiniCqesPerEntry) == 0 &&
+                position / kMiniCqesPerEntry != session.loaded_array) {  // this entry is the array
+                std::memcpy(session.minis, walk, kCqeSize64);
+                session.loaded_array = position / kMiniCqesPerEntry;
+            }
+            // The mini CQEs of the loaded array, up to its end, the last one taken or the ring's
+            // end, whichever comes first: the loop below checks one bound.
+            const std::uint32_t array_end = (position | (kMiniCqesPerEntry - 1)) + 1;
+            std::uint32_t chunk_end = array_end < end ? array_end : end;
+            const auto to_ring_end = static_cast<std::uint32_t>((ring_end - walk) / stride);
+            if (chunk_end - position > to_ring_end) chunk_end = position + to_ring_end;
+            const std::uint8_t* mini = session.minis + (position % kMiniCqesPerEntry) * kMiniCqeSize;
+            const std::uint8_t* const chunk_minis_end = mini + (chunk_end - position) * kMiniCqeSize;
+            for (; mini != chunk_minis_end; mini += kMiniCqeSize, ++completion) {
+                const std::uint32_t opcode = mini[kMiniCqeWqeOpcode];
+                bool plain = true;
+                if (RDMACHAN_UNLIKELY(opcode != cached_opcode)) {
+                    const std::uint32_t entry = requester_entry(opcode);
+                    plain = entry <= kRequesterPlainEntryMax;
+                    if (plain) {
+                        cached_opcode = opcode;
+                        cached_bytes = entry;
+                    } else {
+                        const auto at = static_cast<std::uint32_t>(
+                            chunk_end - (chunk_minis_end - mini) / kMiniCqeSize);
+                        last_slot = take_other_mini(*completion, mini, entry, at, last_slot,
+                                                    target, qpn_word);
+                    }
+                }
+                if (RDMACHAN_LIKELY(plain)) {
+                    unsigned char* const out = reinterpret_cast<unsigned char*>(completion);
+                    std::memcpy(out + offsetof(Completion, status), &cached_bytes, sizeof cached_bytes);
+                    std::memcpy(out + offsetof(Completion, byte_len), &qpn_word, sizeof qpn_word);
+                    last_slot = static_cast<std::size_t>(load_big16(mini + kMiniCqeWqeCounter) & wqe_mask);
+                    store_wr_id(*completion, wr_ids[last_slot]);
+                }
+                // Not software's on any later pass until the NIC writes it again. The ring is
+                // the caller's writable memory (CompletionQueueRing::buffer).
+                const_cast<std::uint8_t*>(walk)[kCqeOpOwn] = static_cast<std::uint8_t>(kCqeInvalid << 4);
+                walk += stride;
+            }
+            if (walk == ring_end) {
+                walk = first_cqe64_;
+                walk_parity ^= 1;
+            }
+            position = chunk_end;
+        }
+        if (last_slot != kNoSlot) send.consumer_index = send.wqe_end[last_slot];
+        mini_cached_opcode_ = cached_opcode;
+        mini_cached_bytes_ = cached_bytes;
+        session.position = position;
+        cqe = walk;
+        parity = walk_parity;
+        return count;
+    }
+
+    // take_requester_minis() for a mini CQE whose WQE opcode has a table entry with a byte count
+    // (a read's, an atomic's) or none: `entry` is that entry. Returns the slot whose WQE the send queue retires after it (kNoSlot: none
+    // left to retire, decode() retired it).
+    static constexpr std::size_t kNoSlot = ~std::size_t{0};
+    RDMACHAN_NOINLINE std::size_t take_other_mini(Completion& completion,
+                                                    const std::uint8_t* mini, std::uint32_t entry,
+                                                    std::uint32_t position, std::size_t last_slot,
+                                                    CompletionTarget& target,
+                                                    std::uint64_t qpn_word) {
+        SendQueueTracking& send = *target.send;
+        if (entry != kRequesterUnknown) {
+            std::uint64_t length_qpn = qpn_word;
+            if (entry > kRequesterPlainEntryMax) {
+                length_qpn |=
+                    (entry & kRequesterLengthFromCqe) != 0 ? load_big32(mini + kMiniCqeByteCount) : 8;
+            }
+            const std::uint64_t bytes = entry & kRequesterPlainEntryMax;
+            unsigned char* const out = reinterpret_cast<unsigned char*>(&completion);
+            std::memcpy(out + offsetof(Completion, status), &bytes, sizeof bytes);
+            std::memcpy(out + offsetof(Completion, byte_len), &length_qpn, sizeof length_qpn);
+            const std::uint32_t slot = load_big16(mini + kMiniCqeWqeCounter) & (target.send_wqe_count - 1);
+            store_wr_id(completion, send.wr_id[slot]);
+            return slot;
+        }
+        // Decoded as the NIC would have written it uncompressed; the WQEs before it retire first.
+        if (last_slot != kNoSlot) send.consumer_index = send.wqe_end[last_slot];
+        CompressedSession& session = session_;
+        session.position = position;
+        alignas(8) std::uint8_t expanded[kCqeSize64];
+        session.expand(expanded);
+        decode(expanded, entry_of(expanded, cqe_stride_), load_big32(expanded + kCqeSopDropQpn),
+               &target, completion);
+        return kNoSlot;
     }
 
     // decode()'s second argument: the CQE's op_own and the CQE size.
@@ -898,6 +997,9 @@ class CompletionQueue {
     std::uint32_t consumer_index_ = 0;
     // The compressed session being consumed; its next entry is marked (take_session).
     CompressedSession session_{};
+    // take_requester_minis()'s last plain WQE opcode (0x100: none yet) and its table entry.
+    std::uint32_t mini_cached_opcode_ = 0x100;
+    std::uint64_t mini_cached_bytes_ = 0;
 };
 
 }  // namespace rdmachan::mlx5
