@@ -98,6 +98,7 @@ class CompletionQueue {
           first_cqe64_(ring.buffer + (ring.cqe_size - kCqeSize64)),
           end_cqe64_(first_cqe64_ + static_cast<std::size_t>(ring.cqe_count) * ring.cqe_size),
           cqe_stride_(ring.cqe_size),
+          cqe_stride_shift_(ring.cqe_size == 128 ? 7 : 6),
           next_cqe64_(first_cqe64_ +
                       static_cast<std::size_t>(consumer_index & (ring.cqe_count - 1)) *
                           ring.cqe_size),
@@ -421,45 +422,15 @@ class CompletionQueue {
             const std::uint8_t opcode = session.title[kCqeOpOwn] >> 4;
             SendQueueTracking* const send =
                 opcode == kCqeRequester && target != nullptr ? target->send : nullptr;
-            Completion shared{};
-            bool have_shared = false;
-            alignas(8) std::uint8_t expanded[kCqeSize64];
-            if (send != nullptr)
+            if (RDMACHAN_LIKELY(send != nullptr))
                 taken = take_requester_minis(completions, room, cqe, parity, *target,
                                              sop_drop_qpn & 0xffffff);
-            // Every other session (a responder's, or one whose QP resolves to no send queue):
-            // the first CQE decoded expanded, the rest from it while it succeeded.
-            while (send == nullptr && taken < room && session.active()) {
-                const std::uint32_t array = session.position / kMiniCqesPerEntry;
-                if (array != session.loaded_array) {  // this entry is the array
-                    std::memcpy(session.minis, cqe, kCqeSize64);
-                    session.loaded_array = array;
-                }
-                const std::uint8_t* const mini =
-                    session.minis + (session.position % kMiniCqesPerEntry) * kMiniCqeSize;
-                Completion& completion = completions[taken];
-                if (have_shared) {
-                    completion = shared;
-                    completion.byte_len = load_big32(mini + kMiniCqeByteCount);
-                    completion.wr_id =
-                        retire(opcode, target,
-                               static_cast<std::uint16_t>(
-                                   load_big16(session.title + kCqeWqeCounter) + session.position));
-                } else {
-                    session.expand(expanded);
-                    decode(expanded, entry_of(expanded, cqe_stride_),
-                           load_big32(expanded + kCqeSopDropQpn), target, completion);
-                    have_shared = opcode != kCqeRequester && target != nullptr &&
-                                  completion.status == CompletionStatus::success;
-                    shared = completion;
-                }
-                // Not software's on any later pass until the NIC writes it again. The ring is
-                // the caller's writable memory (CompletionQueueRing::buffer).
-                const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] =
-                    static_cast<std::uint8_t>(kCqeInvalid << 4);
-                ++session.position;
-                ++taken;
-                cqe = next_entry(cqe, parity);
+            else {
+                next_cqe64_ = cqe;
+                owner_parity_ = static_cast<std::uint8_t>(parity);
+                taken = take_other_minis(completions, room, target, opcode);
+                cqe = next_cqe64_;
+                parity = owner_parity_;
             }
             if (session.active()) {
                 const std::uint32_t array = session.position / kMiniCqesPerEntry;
@@ -472,6 +443,56 @@ class CompletionQueue {
             }
         } else {
             taken = 1;  // the malformed title, decoded above
+            cqe = next_entry(cqe, parity);
+        }
+        next_cqe64_ = cqe;
+        owner_parity_ = static_cast<std::uint8_t>(parity);
+        return taken;
+    }
+
+    // The CQEs of every other session (a responder's, or one whose QP resolves to no send
+    // queue) from `cqe` on, up to `room` or the session's end: the first decoded expanded, the
+    // rest from it while it succeeded. Moves next_cqe64_ and owner_parity_ past the entries
+    // taken, rewriting each.
+    RDMACHAN_NOINLINE std::uint32_t take_other_minis(Completion* completions, std::uint32_t room,
+                                                     CompletionTarget* target,
+                                                     std::uint8_t opcode) {
+        CompressedSession& session = session_;
+        const std::uint8_t* cqe = next_cqe64_;
+        std::uint32_t parity = owner_parity_;
+        Completion shared{};
+        bool have_shared = false;
+        alignas(8) std::uint8_t expanded[kCqeSize64];
+        std::uint32_t taken = 0;
+        while (taken < room && session.active()) {
+            const std::uint32_t array = session.position / kMiniCqesPerEntry;
+            if (array != session.loaded_array) {  // this entry is the array
+                std::memcpy(session.minis, cqe, kCqeSize64);
+                session.loaded_array = array;
+            }
+            const std::uint8_t* const mini =
+                session.minis + (session.position % kMiniCqesPerEntry) * kMiniCqeSize;
+            Completion& completion = completions[taken];
+            if (have_shared) {
+                completion = shared;
+                completion.byte_len = load_big32(mini + kMiniCqeByteCount);
+                completion.wr_id =
+                    retire(opcode, target,
+                           static_cast<std::uint16_t>(
+                               load_big16(session.title + kCqeWqeCounter) + session.position));
+            } else {
+                session.expand(expanded);
+                decode(expanded, entry_of(expanded, cqe_stride_),
+                       load_big32(expanded + kCqeSopDropQpn), target, completion);
+                have_shared = opcode != kCqeRequester && target != nullptr &&
+                              completion.status == CompletionStatus::success;
+                shared = completion;
+            }
+            // Not software's on any later pass until the NIC writes it again. The ring is the
+            // caller's writable memory (CompletionQueueRing::buffer).
+            const_cast<std::uint8_t*>(cqe)[kCqeOpOwn] = static_cast<std::uint8_t>(kCqeInvalid << 4);
+            ++session.position;
+            ++taken;
             cqe = next_entry(cqe, parity);
         }
         next_cqe64_ = cqe;
@@ -521,7 +542,8 @@ class CompletionQueue {
             // end, whichever comes first: the loop below checks one bound.
             const std::uint32_t array_end = (position | (kMiniCqesPerEntry - 1)) + 1;
             std::uint32_t chunk_end = array_end < end ? array_end : end;
-            const auto to_ring_end = static_cast<std::uint32_t>((ring_end - walk) / stride);
+            const auto to_ring_end =
+                static_cast<std::uint32_t>((ring_end - walk) >> cqe_stride_shift_);
             if (chunk_end - position > to_ring_end) chunk_end = position + to_ring_end;
             const std::uint8_t* mini = session.minis + (position % kMiniCqesPerEntry) * kMiniCqeSize;
             const std::uint8_t* const chunk_minis_end = mini + (chunk_end - position) * kMiniCqeSize;
@@ -991,6 +1013,7 @@ class CompletionQueue {
     const std::uint8_t* first_cqe64_ = nullptr;
     const std::uint8_t* end_cqe64_ = nullptr;
     std::size_t cqe_stride_ = 64;  // ring_.cqe_size, in pointer width
+    std::uint32_t cqe_stride_shift_ = 6;  // its log2 (CQEs are 64 or 128 bytes)
     const std::uint8_t* next_cqe64_ = nullptr;
     std::uint8_t owner_parity_ = 0;
     std::uint8_t arm_sequence_ = 0;  // 2 bits: the completion events taken, modulo 4
