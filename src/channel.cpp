@@ -7,6 +7,7 @@
 
 #include "src/engine.hpp"
 #include "src/operations.hpp"
+#include "src/settings_environment.hpp"
 #include "common/logger.hpp"
 #include "transport/mlx5/completion.hpp"
 
@@ -111,6 +112,8 @@ void from_json(const nlohmann::json& json, ChannelEndpoint& endpoint) {
 }
 
 // ---- builder --------------------------------------------------------------------------------
+
+ChannelBuilder::ChannelBuilder() : settings_(detail::settings_from_environment()) {}
 
 ChannelBuilder::ChannelBuilder(ChannelSettings settings) : settings_(std::move(settings)) {}
 

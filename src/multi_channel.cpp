@@ -12,6 +12,7 @@
 #include "src/multi_channel_bootstrap.hpp"
 #include "src/operations.hpp"
 #include "src/peer_regions.hpp"
+#include "src/settings_environment.hpp"
 
 namespace rdmachan {
 
@@ -103,6 +104,8 @@ MultiResult ScopedMultiWork::wait() {
 }
 
 // ---- builder and prepared form --------------------------------------------------------------
+
+MultiChannelBuilder::MultiChannelBuilder() : settings_(detail::settings_from_environment()) {}
 
 MultiChannelBuilder& MultiChannelBuilder::rank(std::uint32_t value) {
     rank_ = value;

@@ -103,7 +103,9 @@ struct ChannelSettings {
     std::chrono::microseconds sleep{50};
     WaitMode wait = WaitMode::adaptive;
     // Completion formats that save the NIC writes (both off by default; a device that cannot
-    // give them refuses them by name when the channel is built).
+    // give them refuses them by name when the channel is built). A builder made without settings
+    // takes cqe_compression from RDMACHAN_CQE_COMPRESSION (off, hash, checksum,
+    // checksum_stride_index) when it is set.
     CqeCompression cqe_compression = CqeCompression::off;
     // Scatter-to-CQE on the RC queue pairs: a received message of up to 32 bytes, and an RDMA
     // read's or an atomic's response of up to 32, arrive inside the CQE and are copied to the
@@ -347,7 +349,9 @@ private:
 // the setting and the value.
 class ChannelBuilder {
 public:
-    ChannelBuilder() = default;
+    // The defaults, with the settings a deployment may set in the environment
+    // (RDMACHAN_CQE_COMPRESSION); throws Error naming the variable for a value that names nothing.
+    ChannelBuilder();
     explicit ChannelBuilder(ChannelSettings settings);
 
     ChannelBuilder& device(std::string name);

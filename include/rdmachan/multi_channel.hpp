@@ -501,7 +501,8 @@ private:
 
 class MultiChannelBuilder {
 public:
-    MultiChannelBuilder() = default;
+    // As ChannelBuilder(): the defaults and the environment's settings.
+    MultiChannelBuilder();
     // The per-peer queue-pair settings, as ChannelBuilder checks them.
     explicit MultiChannelBuilder(const ChannelBuilder& channel) : settings_(channel.settings()) {}
     // Under the PMIx bootstrap both come from PMIx and need not be set; set, they must agree.

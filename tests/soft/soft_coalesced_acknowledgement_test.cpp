@@ -2,68 +2,24 @@
 // acknowledgements"): the responder answers the plain RDMA writes it reads from a socket in one
 // turn with one ACK, the last write's, which acknowledges the earlier ones too (IB spec 9.7.5.1.1);
 // the requester completes them all, in order. Any other answer leaves after the ACK it would
-// otherwise overtake.
-//
-// To make the requests arrive together, the test holds the target device's mutex (its progress
-// thread reads its sockets only under it) while the initiator sends them all, and lets go once
-// every one is in flight, that is, written to the socket.
+// otherwise overtake. The requests arrive together (tests/soft/arriving_together.hpp).
 #include <doctest/doctest.h>
 
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <vector>
 
-#include "tests/soft/device_pair.hpp"
-#include "tests/soft/eventually.hpp"
+#include "tests/soft/arriving_together.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
-#include "transport/soft/device_core.hpp"
 
 namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::expect_send_completions;
+using rdmachan::test::frame_bytes;
+using rdmachan::test::post_arriving_together;
 using rdmachan::test::SoftEndpoint;
-using rdmachan::test::TcpDevicePair;
 using rdmachan::test::write_request;
-
-namespace {
-
-struct Pair : TcpDevicePair {
-    Pair() {
-        // The target's own connection to the initiator (opened when its QP reached RTS) settled
-        // too: nothing of its set-up is left for the target's thread while the test holds it.
-        REQUIRE(rdmachan::test::eventually([&] { return target_device->answered_hellos() >= 1; }));
-    }
-};
-
-std::size_t requests_in_flight(soft::Device& device) {
-    soft::DeviceCore& core = device.core();
-    std::lock_guard lock(core.mutex);
-    std::size_t count = 0;
-    for (const auto& [qpn, queue_pair] : core.queue_pairs) count += queue_pair->in_flight.size();
-    return count;
-}
-
-// The bytes of a request frame carrying `payload` bytes.
-constexpr std::size_t frame_bytes(std::size_t payload) {
-    return sizeof(soft::wire::FrameHeader) + sizeof(soft::wire::Request) + payload;
-}
-
-// Posts `requests` with one doorbell while the target's progress thread cannot read, waits
-// until their `bytes` frames are all in the target's socket (waiting until they are in flight is
-// not enough: the sender's kernel holds back what a fresh connection's receive window, 64 KiB,
-// does not admit before the receiver reads), then lets the target read them, in one turn.
-void post_arriving_together(Pair& pair, const mlx5::SendWorkRequest* requests, std::uint32_t count, std::size_t bytes) {
-    soft::DeviceCore& target = pair.target_device->core();
-    std::unique_lock held(target.mutex);
-    REQUIRE(pair.initiator.post(requests, count) == mlx5::PostResult::ok);
-    REQUIRE(rdmachan::test::eventually([&] { return requests_in_flight(*pair.initiator_device) == count; }));
-    const bool arrived = rdmachan::test::eventually([&] { return target.unread_request_bytes() == bytes; });
-    INFO("bytes in the target's sockets: " << target.unread_request_bytes() << " of " << bytes);
-    REQUIRE(arrived);
-}
-
-}  // namespace
+using Pair = rdmachan::test::SettledTcpPair;
 
 TEST_CASE("coalesced acknowledgements: writes read together are answered by one ACK and complete in order") {
     Pair pair;

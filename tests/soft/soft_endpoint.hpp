@@ -43,6 +43,8 @@ struct EndpointOptions {
     std::uint8_t retry_cnt = 3;
     // The buffer comes from the device's arena (Device::allocate_memory), not from the heap.
     bool allocated = false;
+    // Both CQs created for CQE compression (transport/soft/held_completions.hpp).
+    bool compressed_cqes = false;
 };
 
 class SoftEndpoint {
@@ -69,8 +71,8 @@ public:
             region_ = device_->register_memory(domain_, buffer_.data(), buffer_.size(), kAll);
             memory_ = buffer_.data();
         }
-        send_cq_ = device_->create_completion_queue(options.cq_entries);
-        recv_cq_ = device_->create_completion_queue(options.cq_entries);
+        send_cq_ = device_->create_completion_queue(options.cq_entries, 64, options.compressed_cqes);
+        recv_cq_ = device_->create_completion_queue(options.cq_entries, 64, options.compressed_cqes);
         soft::QueuePairInit init;
         init.send_cq = send_cq_;
         init.recv_cq = recv_cq_;

@@ -62,11 +62,19 @@ struct CompletionRingView {
             mlx5::big_to_host32(mlx5::load_acquire32(doorbell_record + mlx5::kCqSetConsumerIndex)) & 0xffffff;
         return ((producer_index() - consumer) & 0xffffff) >= cqe_count;
     }
-    // The next entry's mlx5_cqe64, as it is.
-    std::uint8_t* next_entry() const {
-        std::uint8_t* entry = buffer + static_cast<std::size_t>(producer_index() & (cqe_count - 1)) * cqe_size;
+    // Whether `count` more CQEs fit without overwriting one the consumer has not read.
+    bool has_room(std::uint32_t count) const {
+        const std::uint32_t consumer =
+            mlx5::big_to_host32(mlx5::load_acquire32(doorbell_record + mlx5::kCqSetConsumerIndex)) & 0xffffff;
+        return ((producer_index() - consumer) & 0xffffff) + count <= cqe_count;
+    }
+    // The mlx5_cqe64 of the entry at free-running index `index`, as it is.
+    std::uint8_t* entry_at(std::uint32_t index) const {
+        std::uint8_t* entry = buffer + static_cast<std::size_t>(index & (cqe_count - 1)) * cqe_size;
         return entry + (cqe_size - mlx5::kCqeSize64);
     }
+    // The next entry's mlx5_cqe64, as it is.
+    std::uint8_t* next_entry() const { return entry_at(producer_index()); }
     // The next entry's mlx5_cqe64, every byte but op_own cleared (the poller may be reading
     // op_own); the caller checked full() first.
     std::uint8_t* claim() const {
@@ -88,8 +96,8 @@ struct CompletionRingView {
     void make_visible(std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited = false) const {
         mlx5::store_release8(cqe64 + mlx5::kCqeOpOwn, owner_byte(cqe_opcode, solicited));
     }
-    void advance() const {
-        __atomic_store_n(doorbell_record + kCqProducerIndexWord, producer_index() + 1, __ATOMIC_RELEASE);
+    void advance(std::uint32_t count = 1) const {
+        __atomic_store_n(doorbell_record + kCqProducerIndexWord, producer_index() + count, __ATOMIC_RELEASE);
     }
     // After advance(): raises the CQ's event if it is armed for this CQE, as a NIC does: once
     // per arm; for any CQE when armed for the next one; when armed for solicited ones, for a

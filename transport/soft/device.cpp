@@ -102,6 +102,8 @@ std::uint64_t Device::zero_hop_receives() const { return core_->zero_hop_receive
 std::uint64_t Device::acknowledgements_coalesced() const {
     return core_->coalesced_acknowledgements.load(std::memory_order_relaxed);
 }
+std::uint64_t Device::compressed_sessions() const { return core_->compressed_sessions.load(std::memory_order_relaxed); }
+std::uint64_t Device::compressed_cqes() const { return core_->compressed_cqes.load(std::memory_order_relaxed); }
 int Device::progress() { return core_->progress_from_caller(); }
 void Device::stop_progress() { core_->stop_progress_from_caller(); }
 std::uint64_t Device::caller_progress_turns() const { return core_->caller_progress_turns.load(std::memory_order_relaxed); }
@@ -261,7 +263,8 @@ MemoryRegion::~MemoryRegion() {
     }
 }
 
-std::shared_ptr<CompletionQueue> Device::create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size) {
+std::shared_ptr<CompletionQueue> Device::create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size,
+                                                                 bool compressed) {
     check_range("create_completion_queue", "entries", entries, 1, 4u << 20);
     if (cqe_size != 64 && cqe_size != 128) fail("create_completion_queue: cqe_size = " + std::to_string(cqe_size) + " (64 or 128)");
     auto context = std::make_unique<CompletionQueueContext>();
@@ -277,6 +280,8 @@ std::shared_ptr<CompletionQueue> Device::create_completion_queue(std::uint32_t e
     context->ring.cqe_size = cqe_size;
     context->ring.doorbell_record = reinterpret_cast<std::uint32_t*>(context->buffer->data + entry_bytes);
     context->ring.uar = context->uar;
+    context->ring.compressed_cqes = compressed;
+    context->compressed = compressed;
     context->event_descriptor = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (context->event_descriptor < 0) {
         fail("create_completion_queue: eventfd for its completion events: " + std::string(std::strerror(errno)));

@@ -364,7 +364,11 @@ public:
     std::string arena_refusal() const;
     std::shared_ptr<IndirectKey> create_indirect_key(const std::shared_ptr<ProtectionDomain>& domain,
                                                      std::uint32_t max_entries);
-    std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size = 64);
+    // `compressed`: the device writes compressed CQE sessions into it (held_completions.hpp) and
+    // its ring says so (mlx5::CompletionQueueRing::compressed_cqes), as a CQ created through
+    // mlx5dv with MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE.
+    std::shared_ptr<CompletionQueue> create_completion_queue(std::uint32_t entries, std::uint32_t cqe_size = 64,
+                                                             bool compressed = false);
     std::shared_ptr<SharedReceiveQueue> create_shared_receive_queue(const std::shared_ptr<ProtectionDomain>& domain,
                                                                     std::uint32_t max_wr, std::uint32_t max_sge);
     std::shared_ptr<QueuePair> create_queue_pair(const std::shared_ptr<ProtectionDomain>& domain, QueuePairInit init);
@@ -410,6 +414,10 @@ public:
     // later write of the same QP, read from the same socket, acknowledged them too
     // (transport/soft/README.md, "Coalesced acknowledgements").
     std::uint64_t acknowledgements_coalesced() const;
+    // Compressed CQE sessions this device wrote, and the CQEs they stood for
+    // (transport/soft/held_completions.hpp).
+    std::uint64_t compressed_sessions() const;
+    std::uint64_t compressed_cqes() const;
     // Lends the calling thread to the device: while frames come over its TCP connections, reads
     // and handles what arrived (transport/soft/README.md, "Progress from the caller's thread").
     // Never blocks; returns how many connections it handled (0 also when another thread is at it).

@@ -576,16 +576,24 @@ void DeviceCore::read_connection(Connection& connection) {
     // stream: they are handled before the connection is, as a NIC handles packets in order.
     const char* ended = nullptr;
     ConnectionInput& input = connection.input;
-    // The ACKs of the plain writes among the frames of this turn go as one, after the last.
+    // The ACKs of the plain writes among the frames of this turn go as one, after the last; the
+    // CQEs for compressed CQs too, as sessions where they can (held_completions.hpp).
     coalescing_ = &connection;
+    const bool holds_completions = !held_completions_.turn_open();
+    if (holds_completions) held_completions_.begin_turn();
     const struct EndCoalescing {
         DeviceCore& core;
         Connection& connection;
+        bool holds_completions;
         ~EndCoalescing() {
             core.coalescing_ = nullptr;
             core.end_acknowledgement_turn(connection);
+            if (holds_completions) {
+                core.write_held_completions();
+                core.held_completions_.end_turn();
+            }
         }
-    } end_coalescing{*this, connection};
+    } end_coalescing{*this, connection, holds_completions};
     // A bounded number of reads per wake-up, so that one busy peer does not hold the thread from
     // the others; epoll is level-triggered, so what is left wakes the thread again.
     constexpr int kReadsPerTurn = 16;
@@ -726,11 +734,11 @@ void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, cons
     }
 }
 
-std::size_t DeviceCore::unread_request_bytes() const {
+std::size_t DeviceCore::unread_bytes(bool outgoing) const {
     std::size_t total = 0;
     for (const auto& connection : connections_) {
         int waiting = 0;
-        if (!connection->outgoing && connection->socket >= 0 && ::ioctl(connection->socket, SIOCINQ, &waiting) == 0) total += static_cast<std::size_t>(waiting);
+        if (connection->outgoing == outgoing && connection->socket >= 0 && ::ioctl(connection->socket, SIOCINQ, &waiting) == 0) total += static_cast<std::size_t>(waiting);
     }
     return total;
 }

@@ -19,6 +19,7 @@
 #include <sys/uio.h>
 
 #include "transport/soft/completion_ring.hpp"
+#include "transport/soft/held_completions.hpp"
 #include "transport/soft/connection_input.hpp"
 #include "transport/soft/device.hpp"
 #include "transport/soft/gid.hpp"
@@ -66,6 +67,8 @@ struct CompletionQueueContext {
     // receive lock. Until then it has no other writer, and takes no lock (a locked instruction
     // right after a zero-hop write's store into the peer's memory waits for that store).
     bool peer_writable = false;
+    // Created for CQE compression (held_completions.hpp): the ring's compressed_cqes.
+    bool compressed = false;
     // Readable once an armed CQ gets a CQE it was armed for (completion_ring.hpp): the soft
     // completion channel. Closed with the context.
     int event_descriptor = -1;
@@ -297,7 +300,10 @@ public:
     // For tests, with `mutex` held: the bytes received and not yet read (SIOCINQ) on the
     // connections peers opened, which carry their requests, so that a test can let the device
     // read requests only once all have arrived.
-    std::size_t unread_request_bytes() const;
+    std::size_t unread_request_bytes() const { return unread_bytes(false); }
+    // The same on the connections this device opened, which carry the answers to its requests.
+    std::size_t unread_response_bytes() const { return unread_bytes(true); }
+    std::size_t unread_bytes(bool outgoing) const;
 
     // Counts one more in a statistic that only code holding `mutex` writes: one writer at a
     // time, so a plain load and store. A locked add would also make the thread wait until its
@@ -325,6 +331,9 @@ public:
     std::atomic<std::uint64_t> doorbell_requests{0};
     // Plain-write ACKs not sent because a later ACK of the same QP covered them (respond_coalescing).
     std::atomic<std::uint64_t> coalesced_acknowledgements{0};
+    // CQEs written in compressed sessions, and the sessions (held_completions.hpp).
+    std::atomic<std::uint64_t> compressed_cqes{0};
+    std::atomic<std::uint64_t> compressed_sessions{0};
     // progress() calls that read and handled a connection's events (caller_progress.cpp).
     std::atomic<std::uint64_t> caller_progress_turns{0};
     // Connections to other devices this device began (at RTS in the background, or for a
@@ -480,6 +489,18 @@ private:
                              std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited);
     std::uint8_t* claim_cqe(CompletionQueueContext& cq);
     void publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited);
+    // Where a CQE for `cq` is built: a held slot during a read turn for a compressed CQ
+    // (`held` set; held_completions.hpp), else the ring's next entry (nullptr: the CQ overran).
+    // finish_cqe() publishes the latter.
+    std::uint8_t* begin_cqe(CompletionQueueContext& cq, std::uint8_t cqe_opcode, bool solicited, bool& held);
+    void finish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, bool held);
+    // Writes the CQEs held in this turn, runs that can as compressed sessions.
+    void write_held_completions();
+    // Whether a same-host peer may write CQEs into `cq` (a receive CQ published for zero-hop
+    // receives), which no device on the TCP path only lets happen.
+    bool peers_may_write(const CompletionQueueContext& cq) const {
+        return cq.peer_writable && transport_mode_ != TransportMode::tcp;
+    }
 
     // Memory checks, as the NIC makes them against its memory translation tables.
     const MemoryRegionState* find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
@@ -570,6 +591,8 @@ private:
     bool receive_lock_held_ = false;
     // The connection whose frames read_connection is handling: its plain write ACKs are coalesced.
     Connection* coalescing_ = nullptr;
+    // The CQEs for compressed CQs held while read_connection handles a connection's frames.
+    HeldCompletions held_completions_;
     // Set while progress_from_caller reads; the connections whose ACK it left held (under `mutex`).
     bool defer_acknowledgements_ = false;
     std::vector<Connection*> held_acknowledgements_;

@@ -464,31 +464,72 @@ void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, st
     cq.view().publish(cqe64, cqe_opcode, solicited);
 }
 
+std::uint8_t* DeviceCore::begin_cqe(CompletionQueueContext& cq, std::uint8_t cqe_opcode, bool solicited, bool& held) {
+    held = held_completions_.turn_open() && cq.compressed && !peers_may_write(cq);
+    if (!held) return claim_cqe(cq);
+    if (held_completions_.full()) write_held_completions();
+    return held_completions_.add(cq, cqe_opcode, solicited).cqe;
+}
+
+void DeviceCore::finish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, bool held) {
+    if (!held) publish_cqe(cq, cqe64, cqe_opcode, solicited);
+}
+
+void DeviceCore::write_held_completions() {
+    const std::vector<HeldCompletion>& held = held_completions_.held();
+    const auto count = static_cast<std::uint32_t>(held.size());
+    for (std::uint32_t at = 0; at < count;) {
+        const HeldCompletion& first = held[at];
+        CompletionQueueContext& cq = *first.cq;
+        std::uint32_t length = HeldCompletions::session_length(&first, count - at);
+        if (length >= 2 && !peers_may_write(cq) && cq.view().has_room(length)) {
+            write_session(cq.view(), &first, length);
+            count_one(compressed_sessions);
+            compressed_cqes.store(compressed_cqes.load(std::memory_order_relaxed) + length, std::memory_order_relaxed);
+            at += length;
+            continue;
+        }
+        // Plain, one by one (a ring without room for the session overruns at the CQE that does
+        // not fit, as it would have uncompressed).
+        length = 1;
+        const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
+        if (std::uint8_t* cqe = claim_cqe(cq); cqe != nullptr) {
+            std::memcpy(cqe, first.cqe, kCqeOpOwn);
+            publish_cqe(cq, cqe, first.cqe_opcode, first.solicited);
+        }
+        at += length;
+    }
+    held_completions_.clear();
+}
+
 void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
                                      std::uint8_t wqe_opcode, std::uint32_t byte_count) {
     flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
-    std::uint8_t* cqe = claim_cqe(cq);
+    bool held = false;
+    std::uint8_t* cqe = begin_cqe(cq, kCqeRequester, false, held);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
     store_big32(cqe + kCqeByteCount, byte_count);
     store_big32(cqe + kCqeSopDropQpn, static_cast<std::uint32_t>(wqe_opcode) << 24 | queue_pair.qpn);
     store_big16(cqe + kCqeWqeCounter, wqe_counter);
-    publish_cqe(cq, cqe, kCqeRequester, false);
+    finish_cqe(cq, cqe, kCqeRequester, false, held);
 }
 
 void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
                                  std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome) {
     flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, wqe_opcode, syndrome, requester ? 0 : 1);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
-    std::uint8_t* cqe = claim_cqe(cq);
+    const std::uint8_t cqe_opcode = requester ? kCqeRequesterError : kCqeResponderError;
+    bool held = false;
+    std::uint8_t* cqe = begin_cqe(cq, cqe_opcode, false, held);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
     cqe[kCqeVendorSyndrome] = 0;  // no vendor detail: the software device has no firmware
     cqe[kCqeSyndrome] = syndrome;
     store_big32(cqe + kCqeSopDropQpn, (requester ? static_cast<std::uint32_t>(wqe_opcode) << 24 : 0u) | queue_pair.qpn);
     store_big16(cqe + kCqeWqeCounter, wqe_counter);
-    publish_cqe(cq, cqe, requester ? kCqeRequesterError : kCqeResponderError, false);
+    finish_cqe(cq, cqe, cqe_opcode, false, held);
 }
 
 void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
@@ -496,11 +537,12 @@ void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePair
                                      std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited) {
     flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
-    std::uint8_t* cqe = claim_cqe(cq);
+    bool held = false;
+    std::uint8_t* cqe = begin_cqe(cq, cqe_opcode, solicited, held);
     if (cqe == nullptr) return;
     fill_responder_cqe(cqe, {cqe_opcode, wqe_counter, byte_count, immediate, source_qpn, source_lid, global_route,
                              queue_pair.user_index, queue_pair.qpn, solicited});
-    publish_cqe(cq, cqe, cqe_opcode, solicited);
+    finish_cqe(cq, cqe, cqe_opcode, solicited, held);
 }
 
 }  // namespace rdmachan::soft
