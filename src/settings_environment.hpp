@@ -2,6 +2,7 @@
 // settings of their own (ChannelBuilder(), MultiChannelBuilder()): a value the builder is then
 // given still wins.
 //   RDMACHAN_CQE_COMPRESSION = off | hash | checksum | checksum_stride_index (unset or empty: off)
+//   RDMACHAN_SCATTER_TO_CQE = 0 | 1 (unset or empty: 0; DC mode refuses 1, as it refuses the setting)
 #pragma once
 
 #include "rdmachan/channel.hpp"

@@ -109,7 +109,8 @@ struct ChannelSettings {
     CqeCompression cqe_compression = CqeCompression::off;
     // Scatter-to-CQE on the RC queue pairs: a received message of up to 32 bytes, and an RDMA
     // read's or an atomic's response of up to 32, arrive inside the CQE and are copied to the
-    // buffers when the completion is polled, saving a DMA write. DC modes refuse it.
+    // buffers when the completion is polled, saving a DMA write. DC modes refuse it. A builder
+    // made without settings takes it from RDMACHAN_SCATTER_TO_CQE (0 or 1) when it is set.
     bool scatter_to_cqe = false;
 };
 
@@ -350,7 +351,8 @@ private:
 class ChannelBuilder {
 public:
     // The defaults, with the settings a deployment may set in the environment
-    // (RDMACHAN_CQE_COMPRESSION); throws Error naming the variable for a value that names nothing.
+    // (RDMACHAN_CQE_COMPRESSION, RDMACHAN_SCATTER_TO_CQE); throws Error naming the variable for a
+    // value that names nothing.
     ChannelBuilder();
     explicit ChannelBuilder(ChannelSettings settings);
 

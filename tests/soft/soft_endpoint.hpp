@@ -45,6 +45,8 @@ struct EndpointOptions {
     bool allocated = false;
     // Both CQs created for CQE compression (transport/soft/held_completions.hpp).
     bool compressed_cqes = false;
+    // The QP created with scatter-to-CQE, and its CQEs' data copied by the poller.
+    bool scatter_to_cqe = false;
 };
 
 class SoftEndpoint {
@@ -77,6 +79,7 @@ public:
         init.send_cq = send_cq_;
         init.recv_cq = recv_cq_;
         init.capabilities = {options.max_send_wr, options.max_recv_wr, 4, 4, 128};
+        init.scatter_to_cqe = options.scatter_to_cqe;
         queue_pair_ = device_->create_queue_pair(domain_, init);
         const mlx5::SendQueueRing& send_ring = queue_pair_->send_ring();
         send_wr_ids_.resize(send_ring.wqe_count);
@@ -94,6 +97,8 @@ public:
         target_.send = &send_.tracking();
         target_.send_wqe_count = send_ring.wqe_count;
         target_.receive = &receive_;
+        target_.scatter_to_cqe = options.scatter_to_cqe;
+        target_.send_ring = options.scatter_to_cqe ? send_ring.buffer : nullptr;
         queue_pair_->modify_to_init(1, options.access);
     }
 

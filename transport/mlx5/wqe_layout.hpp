@@ -161,6 +161,9 @@ enum CqeOpcode : std::uint8_t {
 inline constexpr std::uint8_t kCqeFormatInlineScatter32 = 1;
 inline constexpr std::uint8_t kCqeFormatInlineScatter64 = 2;
 inline constexpr std::uint8_t kCqeFormatCompressed = 3;
+// Format 1 carries up to this many bytes, in the first bytes of the mlx5_cqe64; format 2 (a
+// 128-byte CQE) twice as many, in the 64 bytes before it.
+inline constexpr std::uint32_t kInlineScatterBytes = 32;
 
 // Error CQE syndromes (cq.c mlx5_handle_error_cqe).
 enum CqeSyndrome : std::uint8_t {

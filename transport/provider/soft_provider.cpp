@@ -155,10 +155,6 @@ public:
     std::shared_ptr<QueuePair> create_queue_pair(const QueuePairSettings& settings,
                                                  std::shared_ptr<CompletionQueue> send_queue,
                                                  std::shared_ptr<CompletionQueue> receive_queue) override {
-        if (settings.scatter_to_cqe) {
-            throw Error("scatter_to_cqe: the software device " + device_->name() +
-                        " writes no data into CQEs; every payload lands in its buffers");
-        }
         auto send_ring_queue = std::dynamic_pointer_cast<RingCompletionQueue>(send_queue);
         auto receive_ring_queue = std::dynamic_pointer_cast<RingCompletionQueue>(receive_queue);
         if (send_ring_queue == nullptr || receive_ring_queue == nullptr) {
@@ -169,6 +165,7 @@ public:
         init.recv_cq = std::static_pointer_cast<soft::CompletionQueue>(soft_owner(*receive_ring_queue));
         init.capabilities = {settings.max_send_wr, settings.max_recv_wr, settings.max_send_sge, settings.max_recv_sge,
                              settings.max_inline_data};
+        init.scatter_to_cqe = settings.scatter_to_cqe;
         try {
             std::shared_ptr<soft::QueuePair> queue_pair = device_->create_queue_pair(domain_, init);
             queue_pair->modify_to_init(settings.port, soft_access(settings.access));
@@ -179,6 +176,7 @@ public:
             ring.max_recv_wr = settings.max_recv_wr;
             ring.max_send_sge = queue_pair->max_send_sge();
             ring.max_inline_data = queue_pair->max_inline_data();
+            ring.scatter_to_cqe = settings.scatter_to_cqe;
             ring.send_queue = std::move(send_ring_queue);
             ring.receive_queue = std::move(receive_ring_queue);
             return std::make_shared<SoftQueuePair>(std::move(ring), std::move(queue_pair));

@@ -85,16 +85,17 @@ struct CompletionRingView {
     // The op_own byte of the next entry once it holds a CQE of `cqe_opcode`: the owner bit
     // flips on every pass over the ring, and the SE bit (bit 1) says the request that completed
     // a receive asked for a solicited event, as a ConnectX writes it (mlx5-facts.md §5).
-    std::uint8_t owner_byte(std::uint8_t cqe_opcode, bool solicited = false) const {
+    // `format` (bits 3:2): 1 or 2 for a CQE carrying data (scatter-to-CQE), 0 otherwise.
+    std::uint8_t owner_byte(std::uint8_t cqe_opcode, bool solicited = false, std::uint8_t format = 0) const {
         const std::uint8_t owner = (producer_index() / cqe_count) & 1;
-        return static_cast<std::uint8_t>(cqe_opcode << 4 | (solicited ? mlx5::kCqeSolicitedEvent : 0) | owner);
+        return static_cast<std::uint8_t>(cqe_opcode << 4 | format << 2 | (solicited ? mlx5::kCqeSolicitedEvent : 0) | owner);
     }
     // The body is written; op_own last with a release store, so a poller that sees the new
     // owner bit sees a complete CQE (mlx5-facts.md §5). Then the producer index moves on: the
     // two steps apart for the receive journal (published_table.hpp), which must tell a CQE the
     // consumer can already see from one it cannot.
-    void make_visible(std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited = false) const {
-        mlx5::store_release8(cqe64 + mlx5::kCqeOpOwn, owner_byte(cqe_opcode, solicited));
+    void make_visible(std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited = false, std::uint8_t format = 0) const {
+        mlx5::store_release8(cqe64 + mlx5::kCqeOpOwn, owner_byte(cqe_opcode, solicited, format));
     }
     void advance(std::uint32_t count = 1) const {
         __atomic_store_n(doorbell_record + kCqProducerIndexWord, producer_index() + count, __ATOMIC_RELEASE);
@@ -116,8 +117,8 @@ struct CompletionRingView {
             signal_event(event_descriptor);
         }
     }
-    void publish(std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited) const {
-        make_visible(cqe64, cqe_opcode, solicited);
+    void publish(std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, std::uint8_t format = 0) const {
+        make_visible(cqe64, cqe_opcode, solicited, format);
         advance();
         raise_event(cqe_opcode, solicited);
     }

@@ -387,6 +387,7 @@ std::shared_ptr<QueuePair> Device::create_queue_pair(const std::shared_ptr<Prote
     context->blueflame = std::make_unique<AlignedBuffer>(2 * kBlueFlameSize);
     context->protection_domain = domain->handle();
     context->user_index = init.user_index;
+    context->scatter_to_cqe = init.scatter_to_cqe;
     context->receive_ring = {receive_count != 0 ? context->buffer->data : nullptr, receive_count, receive_stride, doorbell_record};
 
     std::lock_guard lock(core_->mutex);

@@ -186,6 +186,9 @@ struct QueuePairInit {
     std::shared_ptr<SharedReceiveQueue> srq;  // optional: receives come from the SRQ
     QueuePairCapabilities capabilities;
     std::uint32_t user_index = 0;  // written into every CQE's srqn_uidx (CQE version 1)
+    // RC only: small received sends, and small answers to signaled reads and atomics, go into
+    // the CQE (scatter-to-CQE, as mlx5dv_create_qp allows it), the rest into the buffers.
+    bool scatter_to_cqe = false;
 };
 
 // Where a remote queue pair lives: the device's GID (IPv4-mapped, names the host) and LID (the

@@ -119,6 +119,9 @@ struct InFlight {
     std::vector<std::uint8_t> frame;  // kept for RNR retries
     // Where read data or an atomic result lands (validated when the WQE was executed).
     std::vector<std::pair<std::uint8_t*, std::uint32_t>> local_targets;
+    // Each data segment's address is where its bytes go (no indirect key in between): the poller
+    // of a scatter-to-CQE completion copies to the addresses the WQE names.
+    bool targets_as_posted = true;
     std::uint32_t length = 0;
     // Same host: the frame carries where the payload is (or, for a read, goes) in this process;
     // the responder moves it with cross-memory attach, so a read's response carries no data.
@@ -143,6 +146,9 @@ struct QueuePairContext {
     CompletionQueueContext* send_cq = nullptr;
     CompletionQueueContext* recv_cq = nullptr;
     SharedReceiveQueueContext* srq = nullptr;
+    // Created with scatter-to-CQE (inline_scatter.cpp): a small received send, and a small
+    // read's or atomic's answer, go into the CQE instead of the buffers.
+    bool scatter_to_cqe = false;
     // Receive queue, then send queue (as libmlx5 lays it out); for an RC QP then the 64-byte
     // doorbell block, in one allocation from the arena when it can be.
     std::unique_ptr<AlignedBuffer> buffer;
@@ -437,7 +443,9 @@ private:
     // send_held_acknowledgements, so the caller first sees what the frames wrote and can answer.
     void end_acknowledgement_turn(Connection& connection);
     void send_held_acknowledgements();
-    void complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome);
+    // `inline_data`: a read's or atomic's answer that goes into the CQE (scatter-to-CQE).
+    void complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome,
+                            const std::uint8_t* inline_data = nullptr);
     // Completes the plain RDMA writes in flight before `psn`, which an ACK of `psn` acknowledges.
     void complete_acknowledged_before(QueuePairContext& queue_pair, std::uint32_t psn);
     void fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why);
@@ -480,20 +488,33 @@ private:
     void queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes);
 
     // CQE writing, as the hardware writes them.
+    // `inline_data` (byte_count bytes), when not null, goes into the CQE (scatter-to-CQE).
     void write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
-                             std::uint8_t wqe_opcode, std::uint32_t byte_count);
+                             std::uint8_t wqe_opcode, std::uint32_t byte_count, const std::uint8_t* inline_data = nullptr);
     void write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
                          std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome);
     void write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
                              std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
-                             std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited);
+                             std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited,
+                             const std::uint8_t* inline_data = nullptr);
     std::uint8_t* claim_cqe(CompletionQueueContext& cq);
-    void publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited);
+    void publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited,
+                     std::uint8_t format = 0);
     // Where a CQE for `cq` is built: a held slot during a read turn for a compressed CQ
     // (`held` set; held_completions.hpp), else the ring's next entry (nullptr: the CQ overran).
     // finish_cqe() publishes the latter.
-    std::uint8_t* begin_cqe(CompletionQueueContext& cq, std::uint8_t cqe_opcode, bool solicited, bool& held);
-    void finish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, bool held);
+    std::uint8_t* begin_cqe(CompletionQueueContext& cq, std::uint8_t cqe_opcode, bool solicited, bool& held,
+                            bool may_hold = true);
+    void finish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, bool held,
+                    std::uint8_t format = 0);
+    // Scatter-to-CQE, as a ConnectX does it for a QP created with it: whether `length` bytes
+    // (a received send, a read's or an atomic's answer) go into a CQE of `cq` rather than into
+    // the WQE's buffers (up to 32 bytes in a 64-byte CQE, 64 in a 128-byte one); and putting
+    // them into the CQE being written, over what the first 32 bytes of a 64-byte one held, or in
+    // the 64 bytes before the mlx5_cqe64 of a 128-byte one. Returns the CQE's format (1 or 2).
+    static bool fits_in_cqe(const CompletionQueueContext& cq, std::uint32_t length);
+    static std::uint8_t place_in_cqe(const CompletionQueueContext& cq, std::uint8_t* cqe64, const std::uint8_t* data,
+                                     std::uint32_t length);
     // Writes the CQEs held in this turn, runs that can as compressed sessions.
     void write_held_completions();
     // Whether a same-host peer may write CQEs into `cq` (a receive CQ published for zero-hop
@@ -518,6 +539,7 @@ private:
     struct ReceiveBuffer {
         std::uint16_t wqe_counter = 0;
         std::vector<std::pair<std::uint8_t*, std::uint32_t>> segments;
+        bool segments_as_posted = true;  // as InFlight::targets_as_posted
         bool valid = false;
         bool protection_error = false;
         std::uint64_t capacity = 0;

@@ -303,6 +303,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     InFlight& in_flight = queue_pair.in_flight.prepare_back();
     in_flight.local_targets.clear();
     in_flight.length = 0;
+    in_flight.targets_as_posted = true;
     in_flight.by_reference = false;
     in_flight.wqe_counter = wqe_index;
     in_flight.opcode = opcode;
@@ -339,6 +340,10 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         }
         if (is_read_or_atomic(opcode)) {
             in_flight.local_targets.insert(in_flight.local_targets.end(), pieces.begin(), pieces.end());
+            if (byte_count != 0 &&
+                (pieces.size() != 1 || pieces[0].first != reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(addr)))) {
+                in_flight.targets_as_posted = false;  // an indirect key's pieces
+            }
             in_flight.length += byte_count;
         } else {
             if (payload.size() + referenced_bytes + byte_count > wire::kMaxPayload) {
@@ -470,7 +475,11 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
                                                             : "response length differs from the request");
                 return;
             }
-            if (expects_data) {
+            // Scatter-to-CQE: a small answer to a signaled read or atomic goes into its CQE; the
+            // poller copies it to the buffers the WQE names.
+            const bool in_cqe = expects_data && done.signaled && queue_pair.scatter_to_cqe && done.targets_as_posted &&
+                                fits_in_cqe(*queue_pair.send_cq, done.length);
+            if (expects_data && !in_cqe) {
                 std::uint32_t offset = 0;
                 for (auto [address, length] : done.local_targets) {
                     dma_copy(address, payload + offset, length);
@@ -479,7 +488,7 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
             }
             queue_pair.rnr_retries_left = queue_pair.send_attributes.rnr_retry;
             restart_ack_timer(queue_pair);
-            complete_requester(queue_pair, done, 0);
+            complete_requester(queue_pair, done, 0, in_cqe ? payload : nullptr);
             // A DCI may hold a WQE for another target until this target answered everything.
             if ((queue_pair.transport == Transport::dc_initiator || queue_pair.umr_waits_for_answers ||
                  queue_pair.zero_hop_waits_for_answers) &&
@@ -524,7 +533,8 @@ void DeviceCore::complete_acknowledged_before(QueuePairContext& queue_pair, std:
     }
 }
 
-void DeviceCore::complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome) {
+void DeviceCore::complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome,
+                                    const std::uint8_t* inline_data) {
     if (syndrome != 0) {
         write_error_cqe(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, syndrome);
         return;
@@ -533,7 +543,7 @@ void DeviceCore::complete_requester(QueuePairContext& queue_pair, const InFlight
     std::uint32_t byte_count = 0;
     if (request.opcode == kOpcodeRdmaRead) byte_count = request.length;
     if (request.opcode == kOpcodeAtomicCompareAndSwap || request.opcode == kOpcodeAtomicFetchAndAdd) byte_count = 8;
-    write_requester_cqe(*queue_pair.send_cq, queue_pair, request.wqe_counter, request.opcode, byte_count);
+    write_requester_cqe(*queue_pair.send_cq, queue_pair, request.wqe_counter, request.opcode, byte_count, inline_data);
 }
 
 void DeviceCore::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why) {

@@ -98,9 +98,14 @@ bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffe
     buffer.valid = true;
     const std::uint32_t protection_domain = queue_pair.srq != nullptr ? queue_pair.srq->protection_domain : queue_pair.protection_domain;
     for_each_receive_segment(wqe, segments, [&](std::uint32_t lkey, std::uint64_t addr, std::uint32_t length) {
+        const std::size_t before = buffer.segments.size();
         if (!translate_memory(lkey, protection_domain, addr, length, kLocalWrite, buffer.segments)) {
             buffer.protection_error = true;
             return false;
+        }
+        if (length != 0 && (buffer.segments.size() != before + 1 ||
+                            buffer.segments[before].first != reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(addr)))) {
+            buffer.segments_as_posted = false;  // an indirect key's pieces
         }
         buffer.capacity += length;
         return true;
@@ -369,7 +374,11 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
                 responder_error("message longer than the receive WQE");
                 return;
             }
-            std::uint32_t offset = by_reference ? request.length : 0;  // by reference: already placed
+            // Scatter-to-CQE: a small message carried in the frame goes into the CQE; the poller
+            // copies it to the buffers the receive WQE names.
+            const bool in_cqe = queue_pair.scatter_to_cqe && !by_reference && receive.segments_as_posted &&
+                                fits_in_cqe(*queue_pair.recv_cq, request.length);
+            std::uint32_t offset = by_reference || in_cqe ? request.length : 0;  // already placed, or not in memory
             for (auto [address, length] : receive.segments) {
                 if (offset == request.length) break;
                 const std::uint32_t chunk = std::min(length, request.length - offset);
@@ -381,7 +390,8 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             const std::uint8_t cqe_opcode = request.opcode == kOpcodeSendImmediate ? kCqeResponderSendImmediate : kCqeResponderSend;
             answer_then_complete(answer(request, wire::ResponseKind::ack), [&] {
                 write_responder_cqe(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
-                                    request.immediate, request.source_qpn, connection.lid, global_route, request.solicited != 0);
+                                    request.immediate, request.source_qpn, connection.lid, global_route, request.solicited != 0,
+                                    in_cqe ? payload : nullptr);
             });
             return;
         }
@@ -460,19 +470,41 @@ std::uint8_t* DeviceCore::claim_cqe(CompletionQueueContext& cq) {
     return ring.claim();
 }
 
-void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited) {
-    cq.view().publish(cqe64, cqe_opcode, solicited);
+void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited,
+                             std::uint8_t format) {
+    cq.view().publish(cqe64, cqe_opcode, solicited, format);
 }
 
-std::uint8_t* DeviceCore::begin_cqe(CompletionQueueContext& cq, std::uint8_t cqe_opcode, bool solicited, bool& held) {
+std::uint8_t* DeviceCore::begin_cqe(CompletionQueueContext& cq, std::uint8_t cqe_opcode, bool solicited, bool& held,
+                                    bool may_hold) {
     held = held_completions_.turn_open() && cq.compressed && !peers_may_write(cq);
+    if (held && !may_hold) {
+        // Written at once (a CQE with data is never held): what is held goes first, in order.
+        write_held_completions();
+        held = false;
+    }
     if (!held) return claim_cqe(cq);
     if (held_completions_.full()) write_held_completions();
     return held_completions_.add(cq, cqe_opcode, solicited).cqe;
 }
 
-void DeviceCore::finish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, bool held) {
-    if (!held) publish_cqe(cq, cqe64, cqe_opcode, solicited);
+void DeviceCore::finish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, bool held,
+                            std::uint8_t format) {
+    if (!held) publish_cqe(cq, cqe64, cqe_opcode, solicited, format);
+}
+
+bool DeviceCore::fits_in_cqe(const CompletionQueueContext& cq, std::uint32_t length) {
+    return length <= (cq.ring.cqe_size >= 2 * kCqeSize64 ? 2 * kInlineScatterBytes : kInlineScatterBytes);
+}
+
+std::uint8_t DeviceCore::place_in_cqe(const CompletionQueueContext& cq, std::uint8_t* cqe64, const std::uint8_t* data,
+                                      std::uint32_t length) {
+    if (cq.ring.cqe_size >= 2 * kCqeSize64) {
+        std::memcpy(cqe64 - kCqeSize64, data, length);
+        return kCqeFormatInlineScatter64;
+    }
+    std::memcpy(cqe64, data, length);
+    return kCqeFormatInlineScatter32;
 }
 
 void DeviceCore::write_held_completions() {
@@ -503,17 +535,18 @@ void DeviceCore::write_held_completions() {
 }
 
 void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
-                                     std::uint8_t wqe_opcode, std::uint32_t byte_count) {
+                                     std::uint8_t wqe_opcode, std::uint32_t byte_count, const std::uint8_t* inline_data) {
     flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     bool held = false;
-    std::uint8_t* cqe = begin_cqe(cq, kCqeRequester, false, held);
+    std::uint8_t* cqe = begin_cqe(cq, kCqeRequester, false, held, inline_data == nullptr);
     if (cqe == nullptr) return;
     store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
     store_big32(cqe + kCqeByteCount, byte_count);
     store_big32(cqe + kCqeSopDropQpn, static_cast<std::uint32_t>(wqe_opcode) << 24 | queue_pair.qpn);
     store_big16(cqe + kCqeWqeCounter, wqe_counter);
-    finish_cqe(cq, cqe, kCqeRequester, false, held);
+    const std::uint8_t format = inline_data != nullptr ? place_in_cqe(cq, cqe, inline_data, byte_count) : 0;
+    finish_cqe(cq, cqe, kCqeRequester, false, held, format);
 }
 
 void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
@@ -534,15 +567,19 @@ void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairCont
 
 void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
                                      std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
-                                     std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited) {
+                                     std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited,
+                                     const std::uint8_t* inline_data) {
     flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
     const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
     bool held = false;
-    std::uint8_t* cqe = begin_cqe(cq, cqe_opcode, solicited, held);
+    std::uint8_t* cqe = begin_cqe(cq, cqe_opcode, solicited, held, inline_data == nullptr);
     if (cqe == nullptr) return;
     fill_responder_cqe(cqe, {cqe_opcode, wqe_counter, byte_count, immediate, source_qpn, source_lid, global_route,
                              queue_pair.user_index, queue_pair.qpn, solicited});
-    finish_cqe(cq, cqe, cqe_opcode, solicited, held);
+    // In a 64-byte CQE the data takes the first 32 bytes, the source LID and QP among them, as
+    // on a ConnectX (an RC receive's source is its connection's).
+    const std::uint8_t format = inline_data != nullptr ? place_in_cqe(cq, cqe, inline_data, byte_count) : 0;
+    finish_cqe(cq, cqe, cqe_opcode, solicited, held, format);
 }
 
 }  // namespace rdmachan::soft
