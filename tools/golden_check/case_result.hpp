@@ -17,6 +17,16 @@ struct CaseResult {
     static CaseResult unsupported(std::string why) { return {Kind::unsupported, std::move(why)}; }
 };
 
+// How the checker builds our side (mlx5-golden-check's options), set once before the cases run.
+struct CheckOptions {
+    // --scatter-to-cqe: our QP A is created with scatter-to-CQE, so a CQE in format 1 or 2 is
+    // unpacked into the buffers of the WQE it completed, as libmlx5 unpacks it. The cases' buffer
+    // addresses are the capture's; the checker posts scratch memory in their place and checks
+    // the bytes each such completion put there against the CQE's data.
+    bool scatter_to_cqe = false;
+};
+CheckOptions& check_options();
+
 // Send-queue cases of vectors.json (no "kind" field).
 CaseResult check_send_case(const nlohmann::json& one_case);
 // recv-vectors.json cases: "kind" is recv_wqe, srq_wqe or cqe.

@@ -22,6 +22,23 @@ namespace {
 namespace mlx5 = rdmachan::mlx5;
 using nlohmann::json;
 
+// CheckOptions::scatter_to_cqe: memory of our own in place of the capture's buffer addresses,
+// which the poller writes into when it unpacks a CQE's data.
+struct ScratchMemory {
+    std::vector<std::uint8_t> bytes = std::vector<std::uint8_t>(std::size_t{1} << 16);
+    std::size_t used = 0;
+    // Points `element` at unused scratch bytes of its length; false when they are used up.
+    bool place(mlx5::ScatterGatherElement& element) {
+        const std::size_t length = (static_cast<std::size_t>(element.length) + 63) & ~std::size_t{63};
+        if (used + length > bytes.size()) return false;
+        element.addr = reinterpret_cast<std::uintptr_t>(bytes.data() + used);
+        used += length;
+        return true;
+    }
+};
+
+const char* const kScratchTooSmall = "a work request's buffers are larger than the checker's scratch memory (--scatter-to-cqe)";
+
 // The inputs this kind reproduces (marked as in receive_cases.cpp: "checked", "layout").
 const ReproducedFields kCompletionFields = {
     "inputs.cq.cqn", "inputs.cq.ncqe", "inputs.cq.cqe_size",
@@ -159,6 +176,9 @@ CaseResult check_completion_case(const json& one_case) {
     send_config.max_sge = 4;
     send_config.max_inline_data = 256;
     mlx5::SendQueue send_queue(send_ring, tracking, send_config);
+    const bool scatter_to_cqe = check_options().scatter_to_cqe;
+    ScratchMemory scratch;
+    PollQueues queues;
     mlx5::ScatterGatherElement filler_element{0x00007f1122334450, 64, 0x0a0b0c0d};
     for (std::uint64_t i = 0; i < number(setup.at("unsignaled_rdma_write_fillers")); ++i) {
         mlx5::SendWorkRequest filler;
@@ -171,6 +191,10 @@ CaseResult check_completion_case(const json& one_case) {
         mlx5::ScatterGatherElement element{number(wr.at("sge").at("addr")),
                                            static_cast<std::uint32_t>(number(wr.at("sge").at("length"))),
                                            static_cast<std::uint32_t>(number(wr.at("sge").at("lkey")))};
+        if (scatter_to_cqe) {
+            if (!scratch.place(element)) return CaseResult::unsupported(kScratchTooSmall);
+            queues.send_buffers[number(wr.at("wr_id"))] = {element};
+        }
         mlx5::SendWorkRequest request;
         request.wr_id = number(wr.at("wr_id"));
         request.opcode = send_opcode(wr.at("opcode").get<std::string>());
@@ -184,8 +208,10 @@ CaseResult check_completion_case(const json& one_case) {
         if (send_queue.post(&request, 1, nullptr) != mlx5::PostResult::ok) return CaseResult::mismatch("a setup send was refused");
     }
 
-    PollQueues queues;
     queues.send = &send_queue.tracking();
+    queues.scatter_to_cqe = scatter_to_cqe;
+    queues.send_ring = send_buffer.data();
+    queues.scratch = &scratch.bytes;
     queues.send_wqe_count = send_wqe_count;
     queues.qp_a_user_index = static_cast<std::uint32_t>(number(qp_a.at("user_index")));
     queues.qp_b_user_index = static_cast<std::uint32_t>(number(inputs.at("qp_b").at("user_index")));
@@ -195,6 +221,7 @@ CaseResult check_completion_case(const json& one_case) {
     // QP B's receives, when the setup lists them: really posted to a receive queue of its own.
     std::optional<SecondReceiveQueue> qp_b_receive;
     if (setup.contains("qp_b_recv_wrs") && setup.at("qp_b_recv_wrs").is_array() && !setup.at("qp_b_recv_wrs").empty()) {
+        if (scatter_to_cqe) return *unreproduced_value("inputs.setup.qp_b_recv_wrs", "with --scatter-to-cqe");
         qp_b_receive.emplace(inputs.at("qp_b"), setup.at("qp_b_recv_wrs"));
         if (!qp_b_receive->posted) return CaseResult::mismatch("a setup receive of QP B was refused");
         queues.receive_b = &qp_b_receive->queue;
@@ -211,6 +238,14 @@ CaseResult check_completion_case(const json& one_case) {
                                      receive_wr_ids.data(), {});
     std::unique_ptr<SharedReceiveQueueFixture> shared_receive;
     ReceiveRequests receives = receive_requests(setup.at("recv_wrs"));
+    if (scatter_to_cqe) {
+        for (std::size_t i = 0; i < receives.requests.size(); ++i) {
+            for (mlx5::ScatterGatherElement& element : receives.elements[i]) {
+                if (!scratch.place(element)) return CaseResult::unsupported(kScratchTooSmall);
+            }
+            queues.receive_buffers[receives.requests[i].wr_id] = receives.elements[i];
+        }
+    }
     if (qp_a.at("srq").get<bool>()) {
         // mlx5_create_srq links the free list 0→1→…→tail and the wait queue after it, each
         // ending in 0; the cqe cases record only the resulting head/tail.

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,14 @@ struct PollQueues {
     // takes wrid[tail] and advances the tail without asking whether a receive is there.
     std::uint32_t pre_polled = 0;
     std::vector<std::uint32_t> shared_receive_posted;
+    // CheckOptions::scatter_to_cqe: QP A's send ring (an answer in a requester CQE goes to the
+    // buffers its WQE there names), the scratch memory standing in for every buffer the setup's
+    // work requests name, and those buffers by wr_id.
+    bool scatter_to_cqe = false;
+    const std::uint8_t* send_ring = nullptr;
+    const std::vector<std::uint8_t>* scratch = nullptr;
+    std::map<std::uint64_t, std::vector<mlx5::ScatterGatherElement>> receive_buffers;
+    std::map<std::uint64_t, std::vector<mlx5::ScatterGatherElement>> send_buffers;
 };
 
 // A case of kind "cqe" (completion_case.cpp).

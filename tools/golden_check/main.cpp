@@ -9,8 +9,10 @@
 // "unsupported: <field> not reproduced" (input_fields.hpp and the field lists in
 // send_cases.cpp, receive_cases.cpp and completion_case.cpp).
 //
-//   mlx5-golden-check [--expected-unsupported LIST.json] VECTORS.json [VECTORS.json ...]
+//   mlx5-golden-check [--scatter-to-cqe] [--expected-unsupported LIST.json] VECTORS.json ...
 //
+// --scatter-to-cqe replays the completion cases with our QP created with scatter-to-CQE
+// (golden::CheckOptions); without it, a CQE carrying data differs on purpose.
 // LIST.json (committed beside the vectors) maps each case expected to be unsupported to its
 // reason. Without it, no case is expected to be unsupported. Exits non-zero on a mismatch, on
 // unreadable input, on a case unsupported but not listed or for another reason than listed,
@@ -48,28 +50,39 @@ bool read_json(const char* path, nlohmann::json& out) {
 
 }  // namespace
 
+golden::CheckOptions& golden::check_options() {
+    static CheckOptions options;
+    return options;
+}
+
 int main(int argc, char** argv) {
     std::map<std::string, std::string> expected_unsupported;  // case name -> reason
     int first_vectors = 1;
-    if (argc >= 3 && std::strcmp(argv[1], "--expected-unsupported") == 0) {
+    if (argc >= 2 && std::strcmp(argv[1], "--scatter-to-cqe") == 0) {
+        golden::check_options().scatter_to_cqe = true;
+        first_vectors = 2;
+    }
+    if (argc >= first_vectors + 2 && std::strcmp(argv[first_vectors], "--expected-unsupported") == 0) {
         nlohmann::json list;
-        if (!read_json(argv[2], list)) return 2;
+        const char* list_path = argv[first_vectors + 1];
+        if (!read_json(list_path, list)) return 2;
         if (!list.is_object()) {
-            std::fprintf(stderr, "mlx5-golden-check: %s is not an object of case name -> reason\n", argv[2]);
+            std::fprintf(stderr, "mlx5-golden-check: %s is not an object of case name -> reason\n", list_path);
             return 2;
         }
         for (const auto& [name, reason] : list.items()) {
             if (!reason.is_string()) {
-                std::fprintf(stderr, "mlx5-golden-check: %s: the reason for %s is not a string\n", argv[2],
+                std::fprintf(stderr, "mlx5-golden-check: %s: the reason for %s is not a string\n", list_path,
                              name.c_str());
                 return 2;
             }
             expected_unsupported[name] = reason.get<std::string>();
         }
-        first_vectors = 3;
+        first_vectors += 2;
     }
     if (argc <= first_vectors) {
-        std::fprintf(stderr, "usage: %s [--expected-unsupported LIST.json] VECTORS.json [VECTORS.json ...]\n",
+        std::fprintf(stderr,
+                     "usage: %s [--scatter-to-cqe] [--expected-unsupported LIST.json] VECTORS.json [VECTORS.json ...]\n",
                      argv[0]);
         return 2;
     }
