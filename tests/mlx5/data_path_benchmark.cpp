@@ -62,6 +62,8 @@ constexpr Row kRows[] = {
     {"poll_one", "poll: one completion per call", 1, 60},
     {"poll_sixteen", "poll: 16 completions per call (per completion)", 1, 35},
     {"poll_empty", "poll: empty CQ (per call)", 1, 20},
+    // Both sides' data-path work in a round trip: the post and one-completion poll targets, twice.
+    {"round_trip", "round trip: our post, the peer's poll of one completion, its post, our poll", 1, 320},
 };
 
 void dump(const char* row, std::uint64_t operations) {
@@ -169,6 +171,37 @@ bool measure_polls(std::uint64_t operations) {
     return true;
 }
 
+// A round trip as both sides' CPUs spend it on the data path: our post of a signaled write, the
+// peer's poll of the one completion the round trip brings it, its post, our poll. The CQEs each
+// poll finds are written between, unmeasured, as the NIC writes them.
+bool measure_round_trips(std::uint64_t operations) {
+    SendSide ours, theirs;
+    CompletionSide our_completions, their_completions;
+    mlx5::Completion completion;
+    for (std::uint64_t i = 0; i < operations; ++i) {
+        const auto round = static_cast<std::uint32_t>(i);
+        if (measured_post_one(ours.queue, &ours.requests[kBatch - 1]) != mlx5::PostResult::ok)
+            return fail("our post refused", i);
+        ours.complete_all();
+        their_completions.produce(round, 1);
+        if (measured_poll(their_completions.queue, &completion, 1, &their_completions.target) != 1 ||
+            !CompletionSide::expected(&completion, 1, round, 0))
+            return fail("the peer's poll did not return the expected completion", i);
+        if (measured_post_one(theirs.queue, &theirs.requests[kBatch - 1]) != mlx5::PostResult::ok)
+            return fail("the peer's post refused", i);
+        theirs.complete_all();
+        our_completions.produce(round, 1);
+        if (measured_poll(our_completions.queue, &completion, 1, &our_completions.target) != 1 ||
+            !CompletionSide::expected(&completion, 1, round, 0))
+            return fail("our poll did not return the expected completion", i);
+    }
+    if (!matches_reference(ours, ours.requests[kBatch - 1], operations, true) ||
+        !matches_reference(theirs, theirs.requests[kBatch - 1], operations, true))
+        return fail("a round trip's last write does not match the reference WQE", operations);
+    dump("round_trip", operations);
+    return true;
+}
+
 // Reads "desc: Trigger: Client Request: <row> <operations>" and "totals: <Ir>" from each dump.
 int print_table(const std::string& out_file) {
     std::map<std::string, std::pair<std::uint64_t, std::uint64_t>>
@@ -231,7 +264,7 @@ int main(int argc, char** argv) {
         return 2;
     }
     CALLGRIND_ZERO_STATS;
-    if (!measure_posts(operations) || !measure_polls(operations)) return 1;
+    if (!measure_posts(operations) || !measure_polls(operations) || !measure_round_trips(operations)) return 1;
     std::printf(
         "data_path_benchmark: %llu operations per row posted and polled, every completion "
         "checked%s\n",
