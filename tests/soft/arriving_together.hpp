@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "tests/soft/device_pair.hpp"
 #include "tests/soft/eventually.hpp"
@@ -64,5 +66,33 @@ inline void post_arriving_together(DevicePair& pair, const mlx5::SendWorkRequest
     INFO("bytes in the initiator's sockets: " << initiator.unread_response_bytes() << " of " << answers);
     REQUIRE(answered);
 }
+
+// kWrites RDMA writes of kBytes each, write w (wr_id 100 + w) from the initiator's buffer at
+// w * kBytes, filled with w + 1, to the same place in the target's, cleared. Sixteen frames well
+// inside the 64 KiB a fresh connection's receive window admits before the receiver reads: all
+// arrive while the target's thread is held (4 KiB writes did not).
+struct WriteBurst {
+    static constexpr std::uint32_t kWrites = 16;
+    static constexpr std::uint32_t kBytes = 2048;
+    static constexpr std::uint64_t kFirstWrId = 100;
+    mlx5::ScatterGatherElement sources[kWrites];
+    mlx5::SendWorkRequest writes[kWrites];
+
+    explicit WriteBurst(DevicePair& pair) {
+        std::memset(pair.target.buffer(), 0, kWrites * kBytes);
+        for (std::uint32_t w = 0; w < kWrites; ++w) {
+            std::memset(pair.initiator.buffer() + w * kBytes, static_cast<int>(w + 1), kBytes);
+            sources[w] = pair.initiator.local(w * kBytes, kBytes);
+            writes[w] = write_request(kFirstWrId + w, &sources[w], pair.remote.buffer_addr + w * kBytes, pair.remote.rkey);
+        }
+    }
+    // Posts them to arrive together, then waits for their completions: successful, in order.
+    void post_and_complete(DevicePair& pair) {
+        post_arriving_together(pair, writes, kWrites, kWrites * frame_bytes(kBytes));
+        const std::vector<mlx5::CompletionOpcode> all_writes(kWrites, mlx5::CompletionOpcode::rdma_write);
+        expect_send_completions(pair.initiator, kFirstWrId, all_writes);
+        soft::acquire_remote_writes();
+    }
+};
 
 }  // namespace rdmachan::test

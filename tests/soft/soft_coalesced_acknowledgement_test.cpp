@@ -23,25 +23,11 @@ using Pair = rdmachan::test::SettledTcpPair;
 
 TEST_CASE("coalesced acknowledgements: writes read together are answered by one ACK and complete in order") {
     Pair pair;
-    SoftEndpoint& initiator = pair.initiator;
-    constexpr std::uint32_t kWrites = 16;
-    // Sixteen frames well inside the 64 KiB a fresh connection's receive window admits before
-    // the receiver reads: all arrive while the target's thread is held (4 KiB writes did not).
-    constexpr std::uint32_t kBytes = 2048;
-    std::memset(pair.target.buffer(), 0, kWrites * kBytes);
-    for (std::uint32_t w = 0; w < kWrites; ++w) std::memset(initiator.buffer() + w * kBytes, static_cast<int>(w + 1), kBytes);
-    mlx5::ScatterGatherElement sources[kWrites];
-    mlx5::SendWorkRequest writes[kWrites];
-    for (std::uint32_t w = 0; w < kWrites; ++w) {
-        sources[w] = initiator.local(w * kBytes, kBytes);
-        writes[w] = write_request(100 + w, &sources[w], pair.remote.buffer_addr + w * kBytes, pair.remote.rkey);
-    }
+    rdmachan::test::WriteBurst burst(pair);
+    constexpr std::uint32_t kWrites = rdmachan::test::WriteBurst::kWrites;
+    constexpr std::uint32_t kBytes = rdmachan::test::WriteBurst::kBytes;
     const std::uint64_t coalesced_before = pair.target_device->acknowledgements_coalesced();
-    post_arriving_together(pair, writes, kWrites, kWrites * frame_bytes(kBytes));
-
-    const std::vector<mlx5::CompletionOpcode> all_writes(kWrites, mlx5::CompletionOpcode::rdma_write);
-    expect_send_completions(initiator, 100, all_writes);
-    soft::acquire_remote_writes();
+    burst.post_and_complete(pair);
     for (std::uint32_t w = 0; w < kWrites; ++w) {
         CHECK(pair.target.buffer()[w * kBytes] == w + 1);
         CHECK(pair.target.buffer()[w * kBytes + kBytes - 1] == w + 1);

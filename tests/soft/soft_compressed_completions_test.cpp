@@ -44,23 +44,11 @@ Counts counts(soft::Device& device) { return {device.compressed_sessions(), devi
 
 TEST_CASE("compressed CQEs: writes acknowledged together complete as one session, in order") {
     SettledTcpPair pair(compressed());
-    SoftEndpoint& initiator = pair.initiator;
-    constexpr std::uint32_t kWrites = 16;
-    constexpr std::uint32_t kBytes = 2048;
-    std::memset(pair.target.buffer(), 0, kWrites * kBytes);
-    for (std::uint32_t w = 0; w < kWrites; ++w) std::memset(initiator.buffer() + w * kBytes, static_cast<int>(w + 1), kBytes);
-    mlx5::ScatterGatherElement sources[kWrites];
-    mlx5::SendWorkRequest writes[kWrites];
-    for (std::uint32_t w = 0; w < kWrites; ++w) {
-        sources[w] = initiator.local(w * kBytes, kBytes);
-        writes[w] = write_request(100 + w, &sources[w], pair.remote.buffer_addr + w * kBytes, pair.remote.rkey);
-    }
+    rdmachan::test::WriteBurst burst(pair);
+    constexpr std::uint32_t kWrites = rdmachan::test::WriteBurst::kWrites;
+    constexpr std::uint32_t kBytes = rdmachan::test::WriteBurst::kBytes;
     const Counts before = counts(*pair.initiator_device);
-    post_arriving_together(pair, writes, kWrites, kWrites * frame_bytes(kBytes));
-
-    const std::vector<mlx5::CompletionOpcode> all_writes(kWrites, mlx5::CompletionOpcode::rdma_write);
-    expect_send_completions(initiator, 100, all_writes);
-    soft::acquire_remote_writes();
+    burst.post_and_complete(pair);
     for (std::uint32_t w = 0; w < kWrites; ++w) CHECK(pair.target.buffer()[w * kBytes + kBytes - 1] == w + 1);
     // One ACK acknowledged all sixteen: their CQEs went as one session.
     const Counts after = counts(*pair.initiator_device);
