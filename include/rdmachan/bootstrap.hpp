@@ -1,11 +1,13 @@
 // How a MultiChannel finds its peers before any queue pair connects: the TCP rendezvous
-// (rendezvous.hpp) or PMIx, for jobs started by a launcher that provides it (Open MPI's mpirun,
-// Slurm with --mpi=pmix, PRRTE). Under PMIx the endpoints travel through the launcher
-// (PMIx_Put/Commit, a fence, PMIx_Get): no server, no open port, no job token (the launcher
-// authenticates the job), and rank and world size come from PMIx too.
+// (rendezvous.hpp); PMIx, for jobs started by a launcher that provides it (Open MPI's mpirun,
+// Slurm with --mpi=pmix, PRRTE); or etcd, for services whose members join and leave while they
+// run (membership.hpp, PreparedMultiChannel::join). Under PMIx the endpoints travel through the
+// launcher (PMIx_Put/Commit, a fence, PMIx_Get): no server, no open port, no job token (the
+// launcher authenticates the job), and rank and world size come from PMIx too.
 //
-// Choice, highest first: an explicit MultiChannelBuilder::bootstrap(tcp | pmix); then
-// RDMACHAN_BOOTSTRAP=auto|tcp|pmix; then automatic: PMIx when this process was started by a PMIx
+// Choice, highest first: an explicit MultiChannelBuilder::bootstrap(tcp | pmix | etcd); then
+// RDMACHAN_BOOTSTRAP=auto|tcp|pmix|etcd; then automatic (never etcd, which must be asked for):
+// PMIx when this process was started by a PMIx
 // launcher (PMIX_RANK, PMIX_NAMESPACE or PMIX_SERVER_URI* set) and the library was built with
 // PMIx, else the TCP rendezvous. The explicit setting wins as explicit arguments win over
 // RDMACHAN_* in launcher_environment.hpp; RDMACHAN_BOOTSTRAP is still checked, so a misspelt value
