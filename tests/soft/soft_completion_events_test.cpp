@@ -192,6 +192,50 @@ TEST_CASE("armed for solicited CQEs: a send without the solicited bit raises not
 // Every fourth CQE is placed in the window on purpose, whatever the threads' speeds: the writer
 // waits until the consumer found the ring empty, and the consumer waits a varying moment before
 // it arms, so that CQE is mostly there before the arm, which must then raise the event itself.
+TEST_CASE("a CQE's event goes only to an arm that covers it: a late raise for a CQE consumed before the arm wakes nobody") {
+    // The writer of CQE 0 is paused between making it visible and looking at the arm; the
+    // consumer polls CQE 0 meanwhile and arms for the next. A NIC raises an event only for a CQE
+    // at or past the arm's consumer index, so CQE 0's late look must not wake that arm: the event
+    // belongs to CQE 1.
+    constexpr std::uint32_t kEntries = 16;
+    std::vector<std::uint8_t> entries(kEntries * 64);
+    for (std::uint32_t i = 0; i < kEntries; ++i) entries[i * 64 + 63] = mlx5::kCqeInvalid << 4;
+    alignas(64) std::uint32_t doorbell[16] = {};
+    const int descriptor = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    REQUIRE(descriptor >= 0);
+    const soft::CompletionRingView ring{entries.data(), kEntries, 64, doorbell, descriptor};
+    mlx5::CompletionQueueRing consumer_ring{entries.data(), kEntries, 64, 0, doorbell, nullptr};
+    std::vector<std::uint64_t> wr_ids(1, 0);
+    std::vector<std::uint32_t> wqe_ends(1, 0);
+    mlx5::SendQueueTracking tracking{wr_ids.data(), wqe_ends.data(), 0, 0, nullptr};
+    mlx5::CompletionTarget target{&tracking, 1, nullptr, nullptr};
+    mlx5::CompletionQueue queue(consumer_ring);
+    const auto resolve = [&](std::uint32_t, std::uint32_t) { return &target; };
+    const auto write_cqe = [&](std::uint16_t index) {
+        std::uint8_t* cqe = ring.claim();
+        mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(mlx5::kOpcodeRdmaWrite) << 24 | 1);
+        mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, index);
+        ring.make_visible(cqe, mlx5::kCqeRequester);
+        ring.advance();
+    };
+
+    write_cqe(0);  // visible, its event not yet looked at
+    mlx5::Completion completion;
+    REQUIRE(queue.poll(&completion, 1, resolve) == 1);
+    mlx5::store_release32(doorbell + mlx5::kCqArm, mlx5::host_to_big32(1u));
+    ring.take_arm(false, 1);
+    CHECK_FALSE(readable(descriptor, kShort));  // nothing past the arm's consumer index yet
+    ring.raise_event(mlx5::kCqeRequester, false);  // CQE 0's late look at the arm
+    CHECK_FALSE(readable(descriptor, kShort));
+    write_cqe(1);
+    ring.raise_event(mlx5::kCqeRequester, false);
+    CHECK(readable(descriptor, kShort));  // the arm was kept for CQE 1
+    std::uint64_t raised = 0;
+    REQUIRE(::read(descriptor, &raised, sizeof raised) == sizeof raised);
+    CHECK(raised == 1);
+    ::close(descriptor);
+}
+
 TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event per arm") {
     const std::uint32_t total = rdmachan::test::kSanitizerBuild ? 100'000 : 1'000'000;
     constexpr std::uint32_t kEntries = 256;

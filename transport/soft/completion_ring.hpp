@@ -31,6 +31,10 @@ inline constexpr std::uint32_t kReceiveConsumedWord = 8;
 // producer index just past the last CQE a solicited arm wakes for (a solicited one, or an error).
 inline constexpr std::uint32_t kCqArmedWord = 9;
 inline constexpr std::uint32_t kCqLastSolicitedWord = 10;
+// The consumer index the arm in kCqArmedWord was taken at: a CQE raises its event only when it is
+// at or past it, as a NIC compares a CQE's index with the arm's (a writer that looks at the arm
+// late, after the consumer polled its CQE and armed for the next, must not wake that arm).
+inline constexpr std::uint32_t kCqArmIndexWord = 11;
 inline constexpr std::uint32_t kArmedForNext = 1;
 inline constexpr std::uint32_t kArmedForSolicited = 2;
 
@@ -113,6 +117,11 @@ struct CompletionRingView {
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         std::uint32_t armed = __atomic_load_n(doorbell_record + kCqArmedWord, __ATOMIC_SEQ_CST);
         if (armed == 0 || (armed == kArmedForSolicited && !solicited && !is_error(cqe_opcode))) return;
+        // The last CQE written (this one, or a later one of another writer) against the arm's
+        // consumer index; the arm stores its index before itself, so the one read here is the
+        // index of the arm just read or of a later one.
+        const std::uint32_t arm_index = __atomic_load_n(doorbell_record + kCqArmIndexWord, __ATOMIC_SEQ_CST);
+        if (((producer_index() - 1 - arm_index) & 0xffffff) >= 0x800000) return;  // written before the arm's index
         if (__atomic_compare_exchange_n(doorbell_record + kCqArmedWord, &armed, 0u, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
             signal_event(event_descriptor);
         }
@@ -125,6 +134,7 @@ struct CompletionRingView {
     // The consumer's arm doorbell: arms the CQ for CQEs past `consumer_index` (the arm doorbell
     // record's), and raises the event at once when one the arm wakes for is already there.
     void take_arm(bool solicited_only, std::uint32_t consumer_index) const {
+        __atomic_store_n(doorbell_record + kCqArmIndexWord, consumer_index & 0xffffff, __ATOMIC_SEQ_CST);
         __atomic_store_n(doorbell_record + kCqArmedWord, solicited_only ? kArmedForSolicited : kArmedForNext, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         const std::uint32_t written = (__atomic_load_n(doorbell_record + kCqProducerIndexWord, __ATOMIC_SEQ_CST) - consumer_index) & 0xffffff;
