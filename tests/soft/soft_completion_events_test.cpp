@@ -88,6 +88,50 @@ void send_one(SoftEndpoint& initiator, std::uint64_t wr_id, std::uint32_t flags)
     REQUIRE(sent->status == mlx5::CompletionStatus::success);
 }
 
+// A CQ ring driven directly: the device's side (CompletionRingView) writing requester CQEs,
+// the data path's poller consuming them, and the CQ's eventfd.
+struct RaceRing {
+    explicit RaceRing(std::uint32_t entries_count)
+        : entries(entries_count * 64),
+          ring{entries.data(), entries_count, 64, doorbell, descriptor},
+          consumer_ring{entries.data(), entries_count, 64, 0, doorbell, nullptr} {
+        for (std::uint32_t i = 0; i < entries_count; ++i) entries[i * 64 + 63] = mlx5::kCqeInvalid << 4;
+        REQUIRE(descriptor >= 0);
+    }
+    ~RaceRing() { ::close(descriptor); }
+    RaceRing(const RaceRing&) = delete;
+    RaceRing& operator=(const RaceRing&) = delete;
+
+    // A CQE of an RDMA write with WQE counter `index`, its body written, not yet visible.
+    std::uint8_t* claim(std::uint16_t index) const {
+        std::uint8_t* cqe = ring.claim();
+        mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(mlx5::kOpcodeRdmaWrite) << 24 | 1);
+        mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, index);
+        return cqe;
+    }
+    bool poll_one() {
+        mlx5::Completion completion;
+        return queue.poll(&completion, 1, [this](std::uint32_t, std::uint32_t) { return &target; }) == 1;
+    }
+    // What the data path's arm writes for CQEs past `consumed`, and the device taking it.
+    void arm(std::uint32_t consumed, std::uint32_t sequence = 0) {
+        const std::uint32_t word = (sequence & 3) << 28 | (consumed & 0xffffff);
+        mlx5::store_release32(doorbell + mlx5::kCqArm, mlx5::host_to_big32(word));
+        ring.take_arm(false, consumed & 0xffffff);
+    }
+
+    std::vector<std::uint8_t> entries;
+    alignas(64) std::uint32_t doorbell[16] = {};
+    const int descriptor = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    const soft::CompletionRingView ring;
+    const mlx5::CompletionQueueRing consumer_ring;
+    std::vector<std::uint64_t> wr_ids = std::vector<std::uint64_t>(1, 0);
+    std::vector<std::uint32_t> wqe_ends = std::vector<std::uint32_t>(1, 0);
+    mlx5::SendQueueTracking tracking{wr_ids.data(), wqe_ends.data(), 0, 0, nullptr};
+    mlx5::CompletionTarget target{&tracking, 1, nullptr, nullptr};
+    mlx5::CompletionQueue queue{consumer_ring};
+};
+
 }  // namespace
 
 TEST_CASE("an armed receive CQ raises one event for the next CQE, on every path") {
@@ -185,6 +229,31 @@ TEST_CASE("armed for solicited CQEs: a send without the solicited bit raises not
     }
 }
 
+TEST_CASE("a CQE's event goes only to an arm that covers it: a late raise for a CQE consumed before the arm wakes nobody") {
+    // The writer of CQE 0 is paused between making it visible and looking at the arm; the
+    // consumer polls CQE 0 meanwhile and arms for the next. A NIC raises an event only for a CQE
+    // at or past the arm's consumer index, so CQE 0's late look must not wake that arm: the event
+    // belongs to CQE 1.
+    RaceRing race(16);
+    const auto write_cqe = [&](std::uint16_t index) {
+        race.ring.make_visible(race.claim(index), mlx5::kCqeRequester);
+        race.ring.advance();
+    };
+
+    write_cqe(0);  // visible, its event not yet looked at
+    REQUIRE(race.poll_one());
+    race.arm(1);
+    CHECK_FALSE(readable(race.descriptor, kShort));  // nothing past the arm's consumer index yet
+    race.ring.raise_event(mlx5::kCqeRequester, false);  // CQE 0's late look at the arm
+    CHECK_FALSE(readable(race.descriptor, kShort));
+    write_cqe(1);
+    race.ring.raise_event(mlx5::kCqeRequester, false);
+    CHECK(readable(race.descriptor, kShort));  // the arm was kept for CQE 1
+    std::uint64_t raised = 0;
+    REQUIRE(::read(race.descriptor, &raised, sizeof raised) == sizeof raised);
+    CHECK(raised == 1);
+}
+
 // The race itself, where it is decided: a writer publishing CQEs as the device does, one at a
 // time, each only once the consumer took the one before, so that it lands while the consumer
 // finds the ring empty, arms, and sleeps on the descriptor. A lost wake-up leaves the consumer
@@ -192,60 +261,10 @@ TEST_CASE("armed for solicited CQEs: a send without the solicited bit raises not
 // Every fourth CQE is placed in the window on purpose, whatever the threads' speeds: the writer
 // waits until the consumer found the ring empty, and the consumer waits a varying moment before
 // it arms, so that CQE is mostly there before the arm, which must then raise the event itself.
-TEST_CASE("a CQE's event goes only to an arm that covers it: a late raise for a CQE consumed before the arm wakes nobody") {
-    // The writer of CQE 0 is paused between making it visible and looking at the arm; the
-    // consumer polls CQE 0 meanwhile and arms for the next. A NIC raises an event only for a CQE
-    // at or past the arm's consumer index, so CQE 0's late look must not wake that arm: the event
-    // belongs to CQE 1.
-    constexpr std::uint32_t kEntries = 16;
-    std::vector<std::uint8_t> entries(kEntries * 64);
-    for (std::uint32_t i = 0; i < kEntries; ++i) entries[i * 64 + 63] = mlx5::kCqeInvalid << 4;
-    alignas(64) std::uint32_t doorbell[16] = {};
-    const int descriptor = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    REQUIRE(descriptor >= 0);
-    const soft::CompletionRingView ring{entries.data(), kEntries, 64, doorbell, descriptor};
-    mlx5::CompletionQueueRing consumer_ring{entries.data(), kEntries, 64, 0, doorbell, nullptr};
-    std::vector<std::uint64_t> wr_ids(1, 0);
-    std::vector<std::uint32_t> wqe_ends(1, 0);
-    mlx5::SendQueueTracking tracking{wr_ids.data(), wqe_ends.data(), 0, 0, nullptr};
-    mlx5::CompletionTarget target{&tracking, 1, nullptr, nullptr};
-    mlx5::CompletionQueue queue(consumer_ring);
-    const auto resolve = [&](std::uint32_t, std::uint32_t) { return &target; };
-    const auto write_cqe = [&](std::uint16_t index) {
-        std::uint8_t* cqe = ring.claim();
-        mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(mlx5::kOpcodeRdmaWrite) << 24 | 1);
-        mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, index);
-        ring.make_visible(cqe, mlx5::kCqeRequester);
-        ring.advance();
-    };
-
-    write_cqe(0);  // visible, its event not yet looked at
-    mlx5::Completion completion;
-    REQUIRE(queue.poll(&completion, 1, resolve) == 1);
-    mlx5::store_release32(doorbell + mlx5::kCqArm, mlx5::host_to_big32(1u));
-    ring.take_arm(false, 1);
-    CHECK_FALSE(readable(descriptor, kShort));  // nothing past the arm's consumer index yet
-    ring.raise_event(mlx5::kCqeRequester, false);  // CQE 0's late look at the arm
-    CHECK_FALSE(readable(descriptor, kShort));
-    write_cqe(1);
-    ring.raise_event(mlx5::kCqeRequester, false);
-    CHECK(readable(descriptor, kShort));  // the arm was kept for CQE 1
-    std::uint64_t raised = 0;
-    REQUIRE(::read(descriptor, &raised, sizeof raised) == sizeof raised);
-    CHECK(raised == 1);
-    ::close(descriptor);
-}
 
 TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event per arm") {
     const std::uint32_t total = rdmachan::test::kSanitizerBuild ? 100'000 : 1'000'000;
-    constexpr std::uint32_t kEntries = 256;
-    std::vector<std::uint8_t> entries(kEntries * 64);
-    for (std::uint32_t i = 0; i < kEntries; ++i) entries[i * 64 + 63] = mlx5::kCqeInvalid << 4;
-    alignas(64) std::uint32_t doorbell[16] = {};
-    const int descriptor = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    REQUIRE(descriptor >= 0);
-    const soft::CompletionRingView ring{entries.data(), kEntries, 64, doorbell, descriptor};
-    mlx5::CompletionQueueRing consumer_ring{entries.data(), kEntries, 64, 0, doorbell, nullptr};
+    RaceRing race(256);
 
     std::atomic<std::uint32_t> taken{0};
     std::atomic<std::uint32_t> found_empty{0};  // 1 + the CQEs consumed when the consumer last found none
@@ -268,27 +287,18 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
             for (std::uint32_t delay = placed(written) ? 0 : (jitter >> 16) % 256; delay != 0; --delay) {
                 __atomic_signal_fence(__ATOMIC_SEQ_CST);
             }
-            std::uint8_t* cqe = ring.claim();
-            mlx5::store_big32(cqe + mlx5::kCqeSopDropQpn, static_cast<std::uint32_t>(mlx5::kOpcodeRdmaWrite) << 24 | 1);
-            mlx5::store_big16(cqe + mlx5::kCqeWqeCounter, static_cast<std::uint16_t>(written));
-            ring.publish(cqe, mlx5::kCqeRequester, false);
+            race.ring.publish(race.claim(static_cast<std::uint16_t>(written)), mlx5::kCqeRequester, false);
         }
     });
 
-    std::vector<std::uint64_t> wr_ids(1, 0);
-    std::vector<std::uint32_t> wqe_ends(1, 0);
-    mlx5::SendQueueTracking tracking{wr_ids.data(), wqe_ends.data(), 0, 0, nullptr};
-    mlx5::CompletionTarget target{&tracking, 1, nullptr, nullptr};
-    mlx5::CompletionQueue queue(consumer_ring);
     std::uint32_t consumed = 0;
     std::uint64_t arms = 0;
     std::uint64_t raised_at_arm = 0;
     std::uint64_t placed_arms = 0;
     std::uint64_t placed_raised_at_arm = 0;
     std::uint32_t jitter = 7;
-    mlx5::Completion completion;
     while (consumed < total) {
-        if (queue.poll(&completion, 1, [&](std::uint32_t, std::uint32_t) { return &target; }) == 1) {
+        if (race.poll_one()) {
             taken.store(++consumed, std::memory_order_release);
             continue;
         }
@@ -301,27 +311,24 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
             }
         }
         // Arm for CQEs past what was consumed, then sleep until the event.
-        const std::uint32_t word = static_cast<std::uint32_t>(arms & 3) << 28 | (consumed & 0xffffff);
-        mlx5::store_release32(doorbell + mlx5::kCqArm, mlx5::host_to_big32(word));
-        ring.take_arm(false, consumed & 0xffffff);
+        race.arm(consumed, static_cast<std::uint32_t>(arms));
         ++arms;
-        const bool raised_at_once = readable(descriptor, kShort);
+        const bool raised_at_once = readable(race.descriptor, kShort);
         raised_at_arm += raised_at_once ? 1 : 0;
         if (in_window) {
             ++placed_arms;
             placed_raised_at_arm += raised_at_once ? 1 : 0;
         }
-        if (!readable(descriptor, std::chrono::seconds(10))) {
+        if (!readable(race.descriptor, std::chrono::seconds(10))) {
             failed = true;
             writer.join();
             FAIL("lost wake-up: asleep for 10 s with " << consumed << " of " << total << " CQEs consumed, the next one written");
         }
         std::uint64_t raised = 0;
-        REQUIRE(::read(descriptor, &raised, sizeof raised) == sizeof raised);
+        REQUIRE(::read(race.descriptor, &raised, sizeof raised) == sizeof raised);
         REQUIRE(raised == 1);  // one event per arm
     }
     writer.join();
-    ::close(descriptor);
     MESSAGE(total << " CQEs, " << arms << " arms, " << raised_at_arm << " of them raised at once by a CQE already there; of the "
                   << placed_arms << " arms with a CQE placed between the poll and the arm, " << placed_raised_at_arm
                   << " raised at once");

@@ -61,11 +61,7 @@ struct CompletionRingView {
         return __atomic_load_n(doorbell_record + kCqProducerIndexWord, __ATOMIC_RELAXED);
     }
     // Whether one more CQE would overwrite one the consumer has not read.
-    bool full() const {
-        const std::uint32_t consumer =
-            mlx5::big_to_host32(mlx5::load_acquire32(doorbell_record + mlx5::kCqSetConsumerIndex)) & 0xffffff;
-        return ((producer_index() - consumer) & 0xffffff) >= cqe_count;
-    }
+    bool full() const { return !has_room(1); }
     // Whether `count` more CQEs fit without overwriting one the consumer has not read.
     bool has_room(std::uint32_t count) const {
         const std::uint32_t consumer =

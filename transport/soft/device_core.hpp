@@ -531,6 +531,13 @@ private:
     // region, the bounds or the access do not allow it (indirect_keys.cpp).
     bool translate_memory(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
                           std::uint64_t length, std::uint32_t needed_access, MemorySegments& segments) const;
+    // Whether what translate_memory appended from `first` on is the posted address itself (one
+    // piece at `addr`), not an indirect key's pieces: only then may scatter-to-CQE stand for it.
+    static bool translated_as_posted(const MemorySegments& segments, std::size_t first, std::uint64_t addr,
+                                     std::uint64_t length) {
+        return length == 0 || (segments.size() == first + 1 &&
+                               segments[first].first == reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(addr)));
+    }
     // A UMR WQE (LOCAL_INV or a key configuration) at `index`; false when the QP stops here
     // (an error, or earlier requests still in flight: it runs when they are answered).
     bool execute_umr(QueuePairContext& queue_pair, std::uint32_t index, const std::uint8_t* control);

@@ -85,8 +85,7 @@ void write_session(const CompletionRingView& ring, const HeldCompletion* first, 
     std::uint8_t* title = ring.entry_at(start);
     std::memcpy(title, first->cqe, kCqeOpOwn);
     store_big32(title + kCqeByteCount, count);
-    const std::uint8_t owner = (start / ring.cqe_count) & 1;
-    store_release8(title + kCqeOpOwn, static_cast<std::uint8_t>(first->cqe_opcode << 4 | kCqeFormatMask | owner));
+    ring.make_visible(title, first->cqe_opcode, false, kCqeFormatCompressed);
     ring.advance(count);
     ring.raise_event(first->cqe_opcode, false);
 }

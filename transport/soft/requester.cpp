@@ -340,10 +340,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         }
         if (is_read_or_atomic(opcode)) {
             in_flight.local_targets.insert(in_flight.local_targets.end(), pieces.begin(), pieces.end());
-            if (byte_count != 0 &&
-                (pieces.size() != 1 || pieces[0].first != reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(addr)))) {
-                in_flight.targets_as_posted = false;  // an indirect key's pieces
-            }
+            if (!translated_as_posted(pieces, 0, addr, byte_count)) in_flight.targets_as_posted = false;
             in_flight.length += byte_count;
         } else {
             if (payload.size() + referenced_bytes + byte_count > wire::kMaxPayload) {

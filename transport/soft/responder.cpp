@@ -103,10 +103,7 @@ bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffe
             buffer.protection_error = true;
             return false;
         }
-        if (length != 0 && (buffer.segments.size() != before + 1 ||
-                            buffer.segments[before].first != reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(addr)))) {
-            buffer.segments_as_posted = false;  // an indirect key's pieces
-        }
+        if (!translated_as_posted(buffer.segments, before, addr, length)) buffer.segments_as_posted = false;
         buffer.capacity += length;
         return true;
     });
