@@ -307,7 +307,13 @@ WorkResult PendingWork::flush() {
 std::optional<WorkResult> PendingWork::poll() {
     if (engine_ == nullptr) return std::nullopt;
     auto* const slot = engine_->ready(ticket_);
-    if (slot == nullptr) return std::nullopt;
+    if (slot == nullptr) {
+        if (ticket_ == detail::kNoTicket) [[unlikely]] {
+            const HandleReference reference{std::exchange(engine_, nullptr)};
+            return detail::Engine::not_posted_for_want_of_a_slot();
+        }
+        return std::nullopt;
+    }
     const HandleReference reference{std::exchange(engine_, nullptr)};
     return reference.engine->take_ready(*slot, ticket_);
 }
@@ -400,7 +406,9 @@ std::uint64_t PendingWork::release_ticket() {
 
 WorkResult ScopedWork::wait() {
     if (core_ == nullptr) throw Error("ScopedWork::wait: this handle holds no work");
-    if (!core_->outstanding(ticket_)) throw Error("ScopedWork::wait: this operation's completion was already taken");
+    if (ticket_ != detail::kNoTicket && !core_->outstanding(ticket_)) {
+        throw Error("ScopedWork::wait: this operation's completion was already taken");
+    }
     WorkResult result = core_->wait(ticket_, core_->settings().deadline);
     if (!result.ok() && result.error().deadline_expired) {
         if (std::optional<std::uint32_t> peer = core_->peer_of(ticket_)) {

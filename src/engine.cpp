@@ -370,18 +370,6 @@ void Engine::mark_replacement_connected(std::uint32_t index) {
     peer.connected = true;
 }
 
-// Kept out of line: the post path reads no clock and builds no deadline unless it must wait.
-bool Engine::wait_for_free_slot() {
-    std::uint32_t round = 0;
-    LazyDeadline deadline(settings_.deadline);
-    while (free_count_ == 0) {
-        poll_once();
-        if (deadline.passed()) return false;
-        backoff(round);
-    }
-    return true;
-}
-
 std::optional<std::uint32_t> Engine::peer_of(std::uint64_t ticket) {
     if (Slot* entry = slot_for(ticket)) return entry->peer;
     return std::nullopt;
@@ -708,6 +696,7 @@ WorkResult Engine::failure_of(const Slot& slot) const {
 }
 
 std::optional<WorkResult> Engine::try_take(std::uint64_t ticket) {
+    if (ticket == kNoTicket) [[unlikely]] return not_posted_for_want_of_a_slot();
     Slot* slot = ready(ticket);
     if (slot == nullptr) return std::nullopt;
     return take_ready(*slot, ticket);
@@ -720,7 +709,16 @@ std::optional<WorkResult> Engine::take_failure(Slot& slot, std::uint64_t ticket)
     return result;
 }
 
+WorkResult Engine::not_posted_for_want_of_a_slot() {
+    WorkError error;
+    error.status = static_cast<std::uint8_t>(mlx5::CompletionStatus::general_error);
+    error.peer = "(no peer: the operation got no slot)";
+    error.not_posted = kNoSlotReason;
+    return WorkResult::failure(error);
+}
+
 WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline) {
+    if (ticket == kNoTicket) [[unlikely]] return not_posted_for_want_of_a_slot();
     Slot* entry = slot_for(ticket);
     if (entry == nullptr) {
         WorkError error;

@@ -27,8 +27,13 @@
 
 namespace rdmachan::detail {
 
-// The ticket of an operation that could not even get a slot.
+// The ticket of an operation that could not even get a slot; waiting for it, or taking it,
+// gives the failure kNoSlotReason names.
 inline constexpr std::uint64_t kNoTicket = ~0ull;
+inline constexpr const char* kNoSlotReason =
+    "every operation slot holds a result not taken yet (the engine has max_send_wr + max_recv_wr "
+    "slots per peer, and a completed operation keeps its slot until its handle is waited for, "
+    "polled to the end or dropped): take results before posting more";
 
 // The last request of a batch carries its ticket with this bit set: only its completion ends the
 // operation. Slots are numbered below kFinalRequest - 1, so kNoTicket names no slot.
@@ -205,6 +210,8 @@ public:
     std::uint64_t post_receive(std::uint32_t peer, const LocalSlice& local);
     WorkResult wait(std::uint64_t ticket, std::chrono::milliseconds deadline);
     std::optional<WorkResult> try_take(std::uint64_t ticket);
+    // The failure of an operation that got no slot (kNoTicket).
+    static WorkResult not_posted_for_want_of_a_slot();
     // The handles' poll, in two steps inlined into PendingWork::poll. ready(): the operation's
     // slot once it is done, after one poll of the queue it completes on if it was not; nullptr
     // before that, and for no operation. take_ready(): its result, built straight into the
@@ -325,8 +332,11 @@ private:
     transport::QueuePairSettings rc_queue_pair_settings() const;
     // ChannelSettings::cqe_compression as the transport spells it, for every CQ of the engine's.
     transport::CqeCompression cqe_compression() const;
+    // No free slot is refused at once: every slot holds an operation whose result was not taken,
+    // and only taking one (on this thread, the only one using the engine) frees it, so waiting
+    // for a slot could only end at the deadline. wait(kNoTicket) says why.
     std::uint64_t claim_slot(std::uint32_t peer, Operation operation) {
-        if (free_count_ == 0 && !wait_for_free_slot()) [[unlikely]] return kNoTicket;
+        if (free_count_ == 0) [[unlikely]] return kNoTicket;
         return claim_free_slot(peer, operation);
     }
     // The caller saw free_count_ != 0.
@@ -348,7 +358,6 @@ private:
         ++peers_[peer].outstanding;
         return static_cast<std::uint64_t>(entry.generation) << 32 | slot;
     }
-    bool wait_for_free_slot();
     bool wait_for_send_budget(Peer& peer, std::uint32_t count);
     std::uint64_t post_scratch_requests(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes);
     std::uint64_t finish_post(std::uint32_t index, std::uint64_t ticket, transport::QueuePair& queue_pair,

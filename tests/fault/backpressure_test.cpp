@@ -1,9 +1,12 @@
 // Limits: more work than a queue holds is held back (backpressure) or refused as an error value
-// saying so — never posted over the ring. Receives beyond the receive queue's capacity wait for
-// room until the deadline; a completion queue shared by many channels never overflows.
+// saying so — never posted over the ring. Writes beyond the send budget (max_send_wr) and
+// receives beyond the receive queue's capacity wait for room until the deadline; a post with every
+// operation slot holding an untaken result is refused at once, saying so.
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
+#include <string>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -92,4 +95,61 @@ TEST_CASE("a receive posted while the receive queue is full goes in as soon as a
     REQUIRE(pair.a.send(out.slice(0, 64)).ok());
     CHECK(waiting.wait().ok());
     CHECK(inbox[5 * 64] == 0x99);
+}
+
+TEST_CASE("writes beyond the send budget wait for room as completions come, and all land") {
+    // max_send_wr 4, sixteen writes posted without waiting: from the fifth on, each post waits
+    // until earlier writes complete (the budget), instead of being refused.
+    Pair pair = connect_pair(ChannelBuilder().max_send_wr(4).max_recv_wr(16));
+    constexpr std::uint32_t kWrites = 16;
+    std::vector<std::uint8_t> target(kWrites * 64, 0), source(kWrites * 64, 0);
+    for (std::uint32_t index = 0; index < source.size(); ++index) source[index] = static_cast<std::uint8_t>(index * 7 + 1);
+    MemoryRegion into = pair.b.register_memory(target.data(), target.size());
+    MemoryRegion from = pair.a.register_memory(source.data(), source.size());
+    std::vector<PendingWork> writes;
+    for (std::uint32_t index = 0; index < kWrites; ++index) {
+        writes.push_back(pair.a.post_write(from.slice(index * 64, 64), into.remote().slice(index * 64, 64)));
+    }
+    for (std::uint32_t index = 0; index < kWrites; ++index) {
+        const WorkResult result = writes[index].wait();
+        CAPTURE(index);
+        CHECK_MESSAGE(result.ok(), (result.ok() ? std::string() : result.error().message()));
+    }
+    CHECK(target == source);
+}
+
+TEST_CASE("a post with every operation slot holding an untaken result is refused at once, naming why") {
+    // max_send_wr 2 + max_recv_wr 2: four slots. Four writes whose handles are kept hold all
+    // four, completed or not; only taking a result frees one, so the fifth post cannot be helped
+    // by waiting: it is refused at once, long before the 3 s deadline.
+    Pair pair = connect_pair(ChannelBuilder().max_send_wr(2).max_recv_wr(2).deadline(3000ms));
+    std::vector<std::uint8_t> target(6 * 64, 0), source(6 * 64, 0x3c);
+    MemoryRegion into = pair.b.register_memory(target.data(), target.size());
+    MemoryRegion from = pair.a.register_memory(source.data(), source.size());
+    std::vector<PendingWork> held;
+    for (std::uint32_t index = 0; index < 4; ++index) {
+        held.push_back(pair.a.post_write(from.slice(index * 64, 64), into.remote().slice(index * 64, 64)));
+    }
+    const auto started = std::chrono::steady_clock::now();
+    PendingWork fifth = pair.a.post_write(from.slice(4 * 64, 64), into.remote().slice(4 * 64, 64));
+    const WorkResult refused = fifth.wait();
+    const auto waited = std::chrono::steady_clock::now() - started;
+    REQUIRE_FALSE(refused.ok());
+    CAPTURE(refused.error().message());
+    CHECK(refused.error().not_posted != nullptr);
+    CHECK(refused.error().message().find("every operation slot holds a result not taken yet") != std::string::npos);
+    CHECK(waited < 1000ms);
+    CHECK(target[4 * 64] == 0);  // nothing was posted for it
+
+    // A handle polled for the refusal gets it too, instead of waiting forever.
+    PendingWork polled = pair.a.post_write(from.slice(4 * 64, 64), into.remote().slice(4 * 64, 64));
+    const std::optional<WorkResult> polled_result = polled.poll();
+    REQUIRE(polled_result.has_value());
+    CHECK_FALSE(polled_result->ok());
+
+    // Taking one result frees its slot: the next write goes.
+    REQUIRE(held[0].wait().ok());
+    REQUIRE(pair.a.post_write(from.slice(5 * 64, 64), into.remote().slice(5 * 64, 64)).wait().ok());
+    CHECK(target[5 * 64] == 0x3c);
+    for (std::uint32_t index = 1; index < 4; ++index) CHECK(held[index].wait().ok());
 }
