@@ -156,14 +156,35 @@ std::vector<std::uint32_t> Membership::pair_with_present() {
     return present;
 }
 
-std::vector<PeerEvent> Membership::poll() {
-    if (!left_) {
-        for (const handshake::LostLease& lost : store_->poll_lost_leases()) {
-            if (lost.lease == lease_) rejoin("this member's lease was lost (" + lost.reason + ")");
-        }
-        take_store_events();
-        retry_failed_pairs();
+void Membership::advance() {
+    if (left_) return;
+    for (const handshake::LostLease& lost : store_->poll_lost_leases()) {
+        if (lost.lease == lease_) rejoin("this member's lease was lost (" + lost.reason + ")");
     }
+    take_store_events();
+    retry_failed_pairs();
+}
+
+std::uint64_t Membership::pair_identity(std::uint32_t peer) const {
+    const Member& member = members_[peer];
+    if (member.stage != Stage::ready) return 0;
+    // Each side as (session, its queue pair for the other), in an order both sides agree on.
+    std::uint64_t first = endpoint_.session ^ (static_cast<std::uint64_t>(member.offered_qpn) << 40);
+    std::uint64_t second = member.session ^ (static_cast<std::uint64_t>(member.connected_to) << 40);
+    if (engine_->dc_mode()) {
+        first = endpoint_.session;
+        second = member.session;
+    }
+    if (second < first) std::swap(first, second);
+    std::uint64_t mixed = first * 0x9e3779b97f4a7c15ull ^ second;
+    mixed ^= mixed >> 31;
+    mixed *= 0xbf58476d1ce4e5b9ull;
+    mixed ^= mixed >> 29;
+    return mixed == 0 ? 1 : mixed;
+}
+
+std::vector<PeerEvent> Membership::poll() {
+    advance();
     std::vector<PeerEvent> events;
     events.swap(events_);
     return events;

@@ -40,6 +40,13 @@ public:
     std::uint64_t session() const { return endpoint_.session; }
     // What happened since the last call (events of join() included in the first).
     std::vector<PeerEvent> poll();
+    // Runs the protocol as poll() does, keeping the events for the next poll(): for waits
+    // inside the channel (a barrier) that must see members come and go.
+    void advance();
+    bool ready(std::uint32_t peer) const { return members_[peer].stage == Stage::ready; }
+    // What names this pairing of the two members, the same on both sides: both sessions and, in
+    // RC, both queue pairs (a reconnected pair is a new pairing). Zero when not ready.
+    std::uint64_t pair_identity(std::uint32_t peer) const;
     void reconnect(std::uint32_t peer);
     LeaveResult leave();
     bool left() const { return left_; }

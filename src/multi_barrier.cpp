@@ -51,6 +51,11 @@ void Barrier::start(const char* call, std::uint32_t scope) {
                     std::to_string(number_) +
                     " is still in progress (one barrier at a time: wait for it first)");
     }
+    if (membership_ != nullptr) {
+        start_members(call);
+        scope_ = scope;
+        return;
+    }
     for (std::uint32_t round = 0; round < rounds_; ++round) {
         const std::uint32_t target = targets_[round];
         const RemoteRegion* found =
@@ -99,6 +104,7 @@ std::optional<BarrierResult> Barrier::take_writes() {
 
 std::optional<BarrierResult> Barrier::step() {
     if (!running_) return BarrierResult();
+    if (membership_ != nullptr) return step_members();
     (void)engine_->poll_once();
     if (std::optional<BarrierResult> failed = take_writes()) return failed;
     const LocalSlice source = memory_.slice(0, kWord);
@@ -111,10 +117,9 @@ std::optional<BarrierResult> Barrier::step() {
                                      remotes_[round_], std::nullopt);
             if (ticket == kNoTicket) {
                 running_ = false;
-                return BarrierResult(
-                    {{targets_[round_], "barrier " + std::to_string(number_) + ", round " +
-                                            std::to_string(round_) +
-                                            ": no free operation slot before the deadline"}});
+                return BarrierResult({{targets_[round_], "barrier " + std::to_string(number_) +
+                                                             ", round " + std::to_string(round_) +
+                                                             ": " + kNoSlotReason}});
             }
             tickets_[round_] = ticket;
             ++posted_;
@@ -139,7 +144,9 @@ BarrierResult Barrier::finish() {
     std::uint32_t polls = 0;
     while (true) {
         if (std::optional<BarrierResult> result = step()) return std::move(*result);
-        if (std::chrono::steady_clock::now() >= until_) return give_up();
+        if (std::chrono::steady_clock::now() >= until_) {
+            return membership_ != nullptr ? give_up_members() : give_up();
+        }
         backoff(polls);
     }
 }

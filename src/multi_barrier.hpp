@@ -1,11 +1,19 @@
-// The state of a MultiChannel's barriers (rdmachan/multi_channel.hpp, "Barriers"): dissemination
-// over RDMA writes into each rank's barrier memory, one barrier at a time.
+// The state of a MultiChannel's barriers (rdmachan/multi_channel.hpp, "Barriers"), one barrier
+// at a time: in a fixed world, dissemination over RDMA writes into each rank's barrier memory;
+// among members that come and go (etcd), one write to every member (multi_barrier_members.cpp).
 //
-// The barrier memory, in 8-byte words:
+// The barrier memory of a fixed world, in 8-byte words:
 //   [0]                this rank's barrier number: the source of every write, and what a peer
 //                      reads after a timeout to learn how far this rank got
 //   [1, 1 + rounds)    word 1 + k: the number of the last barrier whose round k reached this rank
 //   [1 + rounds, ...)  one word per peer: where a timed-out barrier reads that peer's word 0
+// Of a member (memory_bytes_for_members):
+//   [0]                this member's barrier number
+//   [1, 1 + capacity)  word 1 + j: what member j wrote here at its last barrier with this one
+//   [1 + capacity, ..) word 1 + capacity + j: what this member writes to member j (the source)
+// A member's word is the pairing's identity (Membership::pair_identity, high 32 bits) and how
+// many barriers of this pairing its writer entered (low 32 bits): a word from an earlier pairing
+// of the same id, or an earlier session, never counts.
 #pragma once
 
 #include <chrono>
@@ -19,6 +27,7 @@
 namespace rdmachan::detail {
 
 class Engine;
+class Membership;
 class PeerRegions;
 
 class Barrier {
@@ -27,11 +36,15 @@ class Barrier {
     Barrier(std::shared_ptr<Engine> engine, std::uint32_t rank, MemoryRegion memory);
     static std::uint32_t rounds_for(std::uint32_t world);
     static std::size_t memory_bytes(std::uint32_t world);
+    static std::size_t memory_bytes_for_members(std::uint32_t capacity);
     std::uint32_t rounds() const { return rounds_; }
 
     // Where the peers' barrier memory is (learned in the Endpoint handshake, renewed by a
     // replacement); null when the handshake learned no regions.
     void set_peer_regions(const PeerRegions* regions) { regions_ = regions; }
+    // Members that come and go: barriers are among the members ready when each starts, and
+    // `memory` (memory_bytes_for_members) replaces the fixed world's.
+    void set_membership(std::shared_ptr<Membership> membership, MemoryRegion memory);
     // Begins the next barrier: its number goes into word 0 and round 0 is posted. Throws
     // rdmachan::Error naming `call` when one is in progress or a peer's barrier memory is unknown.
     void start(const char* call, std::uint32_t scope);
@@ -45,6 +58,11 @@ class Barrier {
 
   private:
     std::uint64_t* word(std::size_t index) const;
+    // Members (multi_barrier_members.cpp).
+    void start_members(const char* call);
+    std::optional<BarrierResult> step_members();
+    BarrierResult give_up_members();
+    void end_member_writes(std::chrono::milliseconds grace, std::vector<BarrierFailure>* failures);
     std::optional<BarrierResult> take_writes();
     BarrierResult give_up();
     // A write or read's result, waiting at most `grace`; after that its peer's queue pair is
@@ -68,6 +86,14 @@ class Barrier {
     std::vector<std::uint32_t> targets_;
     std::vector<RemoteMemoryRegion> remotes_;
     std::vector<std::uint64_t> tickets_;
+    // Members: by member id.
+    std::shared_ptr<Membership> membership_;
+    std::vector<std::uint64_t> pairing_;       // the pairing the count below belongs to
+    std::vector<std::uint32_t> entered_;       // barriers of that pairing this member entered
+    std::vector<std::uint32_t> participants_;  // this barrier's members, this one excluded
+    std::vector<std::uint64_t> member_tickets_;
+    std::vector<std::uint8_t> awaited_;        // still to arrive (1), or arrived or gone (0)
+    bool member_writes_posted_ = false;
 };
 
 }  // namespace rdmachan::detail

@@ -78,10 +78,6 @@ std::optional<BarrierResult> ScopedBarrier::poll() {
 
 std::shared_ptr<detail::Barrier> MultiChannel::start_barrier(const char* call,
                                                              std::uint32_t scope) {
-    if (membership_ != nullptr) {
-        throw Error(std::string(call) + " (member " + std::to_string(rank_) +
-                    "): a barrier needs a fixed world; members that come and go (etcd) have none yet");
-    }
     barrier_->start(call, scope);
     return barrier_;
 }

@@ -1,6 +1,7 @@
 // MultiChannel's membership through etcd (include/rdmachan/membership.hpp): join, leave and
 // the channel's view of its members; src/membership.cpp runs the protocol.
 #include <cstdlib>
+#include <cstring>
 
 #include "handshake/etcd_store.hpp"
 #include "rdmachan/multi_channel.hpp"
@@ -44,6 +45,13 @@ MultiChannel PreparedMultiChannel::join(MembershipSettings settings) && {
                     "RDMACHAN_BOOTSTRAP=etcd)");
     }
     if (settings.lease_ttl.count() < 1) throw Error("PreparedMultiChannel::join: MembershipSettings::lease_ttl is below 1 s");
+    // A member's barriers write one word to every member (multi_barrier_members.cpp): its barrier
+    // memory, published with the endpoint it puts, is laid out for that.
+    MemoryRegion member_barrier =
+        engine_->allocate_memory(detail::Barrier::memory_bytes_for_members(engine_->peer_count()), Access::remote_all);
+    std::memset(member_barrier.data(), 0, member_barrier.length());
+    const RemoteMemoryRegion barrier_remote = member_barrier.remote();
+    published_[kBarrierRegionName] = RemoteRegion{barrier_remote.addr, barrier_remote.length, barrier_remote.rkey};
     auto regions = std::make_unique<detail::PeerRegions>();
     std::shared_ptr<detail::Membership> membership;
     try {
@@ -57,6 +65,7 @@ MultiChannel PreparedMultiChannel::join(MembershipSettings settings) && {
     MultiChannel channels = make_channel(rank_);
     channels.remote_regions_ = std::move(regions);
     channels.barrier_->set_peer_regions(channels.remote_regions_.get());
+    channels.barrier_->set_membership(membership, std::move(member_barrier));
     channels.lives_.resize(channels.engine_->peer_count());
     channels.lives_[rank_].session = membership->session();
     channels.membership_ = std::move(membership);

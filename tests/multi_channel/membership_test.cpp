@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -267,6 +268,97 @@ TEST_CASE("members join one by one, take the lowest free ids, and every pair mov
         if (member.get() != &newcomer) CHECK(member->count(PeerEvent::Kind::joined, 1) == 2);
     }
     exchange(service, 11);
+}
+
+// Runs `rounds` barriers on every member of `members`, each on its own thread (a channel is used
+// by one thread at a time: nobody else polls them meanwhile). Before barrier b a member marks
+// that it entered b; once barrier b returned, every member must have entered it. `late`: the
+// index of a member that comes 100 ms late to its first barrier.
+void barriers_on_threads(std::vector<Member*> members, std::uint32_t rounds, std::optional<std::size_t> late = std::nullopt) {
+    std::vector<std::atomic<std::uint32_t>> entered(kCapacity);
+    std::vector<std::string> problems(members.size());
+    std::vector<std::thread> threads;
+    for (std::size_t index = 0; index < members.size(); ++index) {
+        threads.emplace_back([&, index] {
+            Member& member = *members[index];
+            const std::uint32_t me = member.channel->rank();
+            for (std::uint32_t round = 1; round <= rounds; ++round) {
+                if (round % 5 == index % 5) std::this_thread::sleep_for(2ms);  // someone is always late
+                if (round == 1 && late == index) std::this_thread::sleep_for(100ms);
+                entered[me].store(round);
+                const BarrierResult result = member.channel->barrier();
+                if (!result.ok()) {
+                    problems[index] = "member " + std::to_string(me) + ", barrier " + std::to_string(round) + ": " + result.message();
+                    return;
+                }
+                for (Member* other : members) {
+                    const std::uint32_t peer = other->channel->rank();
+                    if (entered[peer].load() < round) {
+                        problems[index] = "member " + std::to_string(me) + " left barrier " + std::to_string(round) +
+                                          " before member " + std::to_string(peer) + " entered it";
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (const std::string& problem : problems) CHECK_MESSAGE(problem.empty(), problem);
+}
+
+TEST_CASE("barriers among members: none returns before every member entered it; a newcomer is in from its first "
+          "barrier; a member that leaves during one is not waited for; one that never comes is named" *
+          doctest::skip(etcd_missing)) {
+    test::EtcdProcess etcd;
+    wait_for_etcd(etcd);
+    Service service(etcd);
+    service.join_paired(3);
+    std::vector<Member*> three;
+    for (auto& member : service.members()) three.push_back(member.get());
+    barriers_on_threads(three, 30);
+
+    // A fourth member joins: its first barrier is everyone's next one.
+    Member& fourth = service.join();
+    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    std::vector<Member*> four = three;
+    four.push_back(&fourth);
+    barriers_on_threads(four, 30);
+
+    // Member 2 leaves while 0, 1 and 3 wait for it in a barrier: they see it go and end the
+    // barrier among themselves (each advances the membership while it waits).
+    Member& leaving = *three[2];
+    std::vector<std::thread> threads;
+    std::vector<BarrierResult> results(3);
+    std::vector<Member*> staying{three[0], three[1], &fourth};
+    for (std::size_t index = 0; index < staying.size(); ++index) {
+        threads.emplace_back([&, index] { results[index] = staying[index]->channel->barrier(); });
+    }
+    std::this_thread::sleep_for(100ms);
+    const LeaveResult left = leaving.channel->leave();
+    for (std::thread& thread : threads) thread.join();
+    CHECK(left.ok());
+    for (std::size_t index = 0; index < staying.size(); ++index) {
+        CHECK_MESSAGE(results[index].ok(), "member " << staying[index]->channel->rank() << ": " << results[index].message());
+    }
+    service.forget(leaving);
+    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    barriers_on_threads(staying, 10);
+
+    // A newcomer takes id 2: the words the member that left wrote (its 60th barrier) are of
+    // another pairing and do not count as the newcomer's arrival.
+    Member& newcomer = service.join();
+    REQUIRE(newcomer.channel->rank() == 2);
+    REQUIRE(service.poll_until([&] { return service.all_paired(); }));
+    staying.push_back(&newcomer);
+    barriers_on_threads(staying, 10, staying.size() - 1);
+
+    // A member that never comes to the barrier is named when the deadline (5 s) passes.
+    const auto started = Clock::now();
+    const BarrierResult alone = staying[0]->channel->barrier();
+    REQUIRE_FALSE(alone.ok());
+    CHECK(alone.failed_peers() == std::vector<std::uint32_t>{1, 2, 3});
+    CHECK(alone.message().find("did not arrive at barrier") != std::string::npos);
+    CHECK(Clock::now() - started >= 5s);
 }
 
 TEST_CASE("a member whose lease runs out is failed within the TTL + 1 s; its operations fail naming why" *
