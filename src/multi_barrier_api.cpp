@@ -78,6 +78,11 @@ std::optional<BarrierResult> ScopedBarrier::poll() {
 
 std::shared_ptr<detail::Barrier> MultiChannel::start_barrier(const char* call,
                                                              std::uint32_t scope) {
+    if (opened_ != nullptr) {
+        throw Error(std::string(call) + " (rank " + std::to_string(rank_) +
+                    "): peers added by add_peer have no barrier (a barrier needs a fixed world, or "
+                    "members through etcd: PreparedMultiChannel::join)");
+    }
     barrier_->start(call, scope);
     return barrier_;
 }

@@ -367,6 +367,25 @@ public:
     LeaveResult leave();
     std::vector<std::uint32_t> members() const;
 
+    // Peers that come and go, on a multi-channel from PreparedMultiChannel::open(); the caller
+    // carries the endpoints between the processes (serialize_endpoint / parse_endpoint).
+    //   1. Each side calls offer_peer(other) and hands the result to the other.
+    //   2. Each side calls add_peer(what the other offered it).
+    //   3. Operations between them work once both have returned from add_peer: the caller learns
+    //      that through its own messages. (In RC, a request that reaches a side not yet added is
+    //      retried by the NIC for its retry time, then fails the pair.)
+    // offer_peer: this process's endpoint for `peer` (port, DC target, published regions) and, in
+    // RC, a fresh queue pair for it as the one RC entry (the entry's peer is `peer`); whatever the
+    // slot held before is flushed. add_peer: connects `theirs.rank` (RC: to its queue pair for
+    // this rank, the entry whose peer is this rank; DC: its target); its regions become
+    // remote_region()'s. remove_peer: flushes the peer's operations and disconnects it; its slot
+    // fails operations again until it is added anew. Each throws rdmachan::Error naming the peer
+    // and the field when the endpoint does not fit (another mode or device, no entry for this
+    // rank, a rank out of range or this one's), and on a multi-channel not from open().
+    Endpoint offer_peer(std::uint32_t peer);
+    void add_peer(const Endpoint& theirs);
+    void remove_peer(std::uint32_t peer);
+
     // Peer replacement (connect() with RendezvousSettings::replacement; handshake/README.md).
     // Polled, not a callback: a MultiChannel is used by one thread at a time, and a callback
     // from the library's side would run beside that thread's posts and polls; polling keeps the
@@ -411,9 +430,11 @@ private:
         // would cost every peer its size, at thousands of peers (docs/SCALE.md).
         std::unique_ptr<Endpoint> pending;
         std::optional<std::uint64_t> connecting;  // reconnected, waiting for `ready`
+        bool offered = false;  // open(): offer_peer gave it a queue pair it has not been added with
     };
     std::shared_ptr<detail::PeerWatch> watch_;  // with replacement enabled: the rendezvous's or PMIx's
     std::shared_ptr<detail::Membership> membership_;  // joined through etcd
+    std::unique_ptr<Endpoint> opened_;  // from open(): this process's endpoint, without RC entries
     std::vector<PeerLife> lives_;  // by peer
     MultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
     void check_peer(const char* call, std::uint32_t peer) const;
@@ -481,6 +502,12 @@ public:
     // name the store's address and the key: etcd unreachable (within the channel's deadline),
     // the id held by another process, every id taken.
     MultiChannel join(MembershipSettings settings = {}) &&;
+    // A multi-channel with no peer connected yet, for an application that finds its peers itself
+    // (a store or messages of its own): peers are connected and disconnected while it runs with
+    // MultiChannel::offer_peer, add_peer and remove_peer. Needs the builder's rank. Its slots
+    // are the world size's; an operation on a slot never added fails naming why. barrier() is an
+    // error on it (a barrier needs a fixed world, or members through etcd).
+    MultiChannel open() &&;
     // The bootstrap build() chose (tcp, pmix or etcd) and why.
     const BootstrapChoice& bootstrap() const { return bootstrap_; }
 
