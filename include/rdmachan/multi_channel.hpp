@@ -157,6 +157,13 @@ private:
 // After a failed barrier the ranks' barrier numbers no longer agree: the world cannot meet in a
 // barrier again (a replaced peer starts from barrier 0 too).
 // One barrier at a time per multi-channel; each rank's barriers are numbered in call order.
+//
+// Members that come and go (join(), etcd): a barrier is among the members ready when it starts,
+// and none returns before each of them entered a barrier with it. A member writes one word to
+// every other member (N - 1 writes) and waits for one from each; a member's first barrier after
+// it joined is each other member's next one. While it waits it advances the membership protocol
+// (events are kept for poll_peer_events): a member that leaves or fails meanwhile is not waited
+// for; one that stays and never comes is named at the deadline.
 inline constexpr const char* kBarrierRegionName = "rdmachan.barrier";
 
 // Why a barrier failed, by rank.

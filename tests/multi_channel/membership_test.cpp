@@ -1,6 +1,6 @@
 // Membership through etcd (include/rdmachan/membership.hpp): members join a running service one
-// by one, leave, fail by their lease, reconnect a broken pair, and refuse what is garbled or
-// taken. Each case starts its own etcd on loopback (tests/handshake/etcd_process.hpp). The
+// by one, leave, fail by their lease, reconnect a broken pair, meet in barriers while members
+// come and go, and refuse what is garbled or taken. Each case starts its own etcd on loopback (tests/handshake/etcd_process.hpp). The
 // members live in this process, one MultiChannel each: one thread polls those already there while
 // another joins or leaves, as each member's own event loop would. RC, or DC with
 // RDMACHAN_TEST_MODE=dc.
