@@ -342,6 +342,9 @@ public:
     std::atomic<std::uint64_t> compressed_sessions{0};
     // progress() calls that read and handled a connection's events (caller_progress.cpp).
     std::atomic<std::uint64_t> caller_progress_turns{0};
+    // Times this device, as requester, resent what a QP had in flight because no response came
+    // within the ACK timeout (requester.cpp).
+    std::atomic<std::uint64_t> ack_timeout_resends{0};
     // Connections to other devices this device began (at RTS in the background, or for a
     // request), those that failed before their hello was answered, and the hellos answered.
     std::atomic<std::uint64_t> connects_started{0};
