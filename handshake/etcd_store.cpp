@@ -261,20 +261,27 @@ std::string environment(const char* name) {
 
 }  // namespace
 
-EtcdSettings etcd_settings_from_environment() {
-    EtcdSettings settings;
-    settings.endpoint = environment("RDMACHAN_ETCD");
-    if (settings.endpoint.empty())
-        throw Error("RDMACHAN_ETCD is not set (expected http://host:port or https://host:port of etcd)");
-    if (const std::string prefix = environment("RDMACHAN_ETCD_PREFIX"); !prefix.empty()) settings.key_prefix = prefix;
-    settings.user = environment("RDMACHAN_ETCD_USER");
-    settings.password = environment("RDMACHAN_ETCD_PASSWORD");
-    settings.ca_file = environment("RDMACHAN_ETCD_CA_FILE");
-    return settings;
+EtcdSettings etcd_settings_from_environment(EtcdSettings given) {
+    const auto fill = [](std::string& field, const char* variable) {
+        if (field.empty()) field = environment(variable);
+    };
+    fill(given.endpoint, "RDMACHAN_ETCD");
+    if (given.endpoint.empty()) {
+        throw Error("no etcd address was given and RDMACHAN_ETCD is not set (expected http://host:port or https://host:port "
+                    "of etcd)");
+    }
+    fill(given.key_prefix, "RDMACHAN_ETCD_PREFIX");
+    fill(given.user, "RDMACHAN_ETCD_USER");
+    fill(given.password, "RDMACHAN_ETCD_PASSWORD");
+    fill(given.ca_file, "RDMACHAN_ETCD_CA_FILE");
+    return given;
 }
 
 std::unique_ptr<MembershipStore> connect_etcd_store(const EtcdSettings& settings) {
-    return std::make_unique<EtcdStore>(settings);
+    if (!settings.key_prefix.empty()) return std::make_unique<EtcdStore>(settings);
+    EtcdSettings with_prefix = settings;
+    with_prefix.key_prefix = kDefaultEtcdPrefix;
+    return std::make_unique<EtcdStore>(with_prefix);
 }
 
 }  // namespace rdmachan::handshake

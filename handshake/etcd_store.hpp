@@ -13,7 +13,8 @@ struct EtcdSettings {
     // http://host:port or https://host:port (RDMACHAN_ETCD).
     std::string endpoint;
     // Every key of this job or service lives under it (RDMACHAN_ETCD_PREFIX); e.g. "rdmachan/job-7/".
-    std::string key_prefix = "rdmachan/";
+    // Empty: kDefaultEtcdPrefix.
+    std::string key_prefix;
     // etcd's user and password, when etcd has authentication enabled (RDMACHAN_ETCD_USER,
     // RDMACHAN_ETCD_PASSWORD); empty: no authentication.
     std::string user;
@@ -23,8 +24,11 @@ struct EtcdSettings {
     std::string ca_file;
 };
 
-// Reads the variables named above; throws rdmachan::Error when RDMACHAN_ETCD is unset.
-EtcdSettings etcd_settings_from_environment();
+inline constexpr const char* kDefaultEtcdPrefix = "rdmachan/";
+
+// `given`, each field it leaves empty read from the variable named above (the one place they are
+// read); throws rdmachan::Error when no endpoint is given and RDMACHAN_ETCD is unset.
+EtcdSettings etcd_settings_from_environment(EtcdSettings given = {});
 
 // Checks the settings (the endpoint's form) and returns the store; nothing is sent until the
 // first call. Throws rdmachan::Error naming a malformed setting.

@@ -230,7 +230,7 @@ void Membership::on_member_put(const handshake::StoreEvent& event) {
     if (key->id == id_) return;  // its own keys
     Member& member = members_[key->id];
     if (key->leaving) {
-        if (member.stage == Stage::pairing || member.stage == Stage::ready) member_went(key->id, true, "it announced its leave");
+        if (engaged(member)) member_went(key->id, true, "it announced its leave");
         return;
     }
     Endpoint endpoint;
@@ -250,7 +250,7 @@ void Membership::on_member_put(const handshake::StoreEvent& event) {
                           (engine_->dc_mode() ? "DC (or it published no DC initiators)" : "RC"));
     }
     if (member.stage != Stage::absent && member.session == endpoint.session) return;  // nothing new
-    if (member.stage == Stage::pairing || member.stage == Stage::ready) {
+    if (engaged(member)) {
         member_went(key->id, false, "another process took its id");
     }
     begin_pairing(key->id, std::move(endpoint));
@@ -260,18 +260,12 @@ void Membership::on_member_removed(const handshake::StoreEvent& event) {
     const std::optional<handshake::MemberKey> key = handshake::parse_member_key(event.key);
     if (!key || key->leaving || key->id >= members_.size() || key->id == id_) return;
     Member& member = members_[key->id];
-    if (member.stage == Stage::pairing || member.stage == Stage::ready) {
+    if (engaged(member)) {
         member_went(key->id, false, "its key '" + event.key + "' was deleted (its lease ran out: the process died, or was "
                                     "stopped or cut off from the store longer than its TTL)");
     }
     if (member.stage == Stage::left) {
-        // Its pair key under this member's lease has no reader any more.
-        try {
-            unsay(handshake::pair_key(key->id, id_));
-            store_->remove(handshake::pair_key(key->id, id_), deadline());
-        } catch (const Error& error) {
-            logger().warn("membership: {}", error.what());
-        }
+        forget_pair_record(key->id);  // its pair key under this member's lease has no reader any more
     }
     member.stage = Stage::absent;
     member.endpoint.reset();
@@ -310,9 +304,10 @@ void Membership::begin_pairing(std::uint32_t peer, Endpoint endpoint) {
     member.next_reconnect.reset();
     engine_->set_peer_name(peer, id_text(peer));
     const Endpoint& theirs = *member.endpoint;
+    const char* const why = same_session ? kReconnecting : kJoining;
     if (engine_->dc_mode()) {
         try {
-            engine_->connect_dc_member(peer, dc_peer_of(theirs), kJoining);
+            engine_->connect_dc_member(peer, dc_peer_of(theirs), why);
         } catch (const Error& error) {
             member.stage = Stage::absent;
             return refuse(handshake::member_key(peer), peer, error.what());
@@ -320,9 +315,7 @@ void Membership::begin_pairing(std::uint32_t peer, Endpoint endpoint) {
         member.connected = true;
         say(peer, PairRecord::State::connected);
     } else {
-        const ChannelEndpoint& local = engine_->prepare_rc_peer(peer, same_session ? kReconnecting : kJoining);
-        member.offered_qpn = local.qpn;
-        member.offered_psn = local.psn;
+        offer_queue_pair(peer, why);
         say(peer, PairRecord::State::offered);
     }
     advance(peer);
@@ -340,6 +333,24 @@ void Membership::say(std::uint32_t peer, PairRecord::State state) {
     std::string key = handshake::pair_key(peer, id_);
     unsay(key);  // a later record for the same pair replaces one not yet written
     said_.push_back({std::move(key), handshake::serialize_pair_record(record)});
+}
+
+void Membership::offer_queue_pair(std::uint32_t peer, const char* why) {
+    Member& member = members_[peer];
+    const ChannelEndpoint& local = engine_->prepare_rc_peer(peer, why);
+    member.offered_qpn = local.qpn;
+    member.offered_psn = local.psn;
+    member.connected = false;
+    member.stage = Stage::pairing;
+}
+
+void Membership::forget_pair_record(std::uint32_t peer) {
+    try {
+        unsay(handshake::pair_key(peer, id_));
+        store_->remove(handshake::pair_key(peer, id_), deadline());
+    } catch (const Error& error) {
+        logger().warn("membership: {}", error.what());
+    }
 }
 
 void Membership::unsay(const std::string& key) {
@@ -364,7 +375,7 @@ void Membership::flush_said() {
 
 void Membership::advance(std::uint32_t peer) {
     Member& member = members_[peer];
-    if (member.stage != Stage::pairing && member.stage != Stage::ready) return;
+    if (!engaged(member)) return;
     if (!member.theirs || member.theirs->from_session != member.session) return;
     const PairRecord& record = *member.theirs;
     if (record.state == PairRecord::State::released) return;  // an answer to this member's leave
@@ -375,11 +386,7 @@ void Membership::advance(std::uint32_t peer) {
             if (member.connected) {
                 // It made a new queue pair for this member (it reconnects): so does this side.
                 member.stale_qpn = member.connected_to;
-                const ChannelEndpoint& local = engine_->prepare_rc_peer(peer, kReconnecting);
-                member.offered_qpn = local.qpn;
-                member.offered_psn = local.psn;
-                member.connected = false;
-                member.stage = Stage::pairing;
+                offer_queue_pair(peer, kReconnecting);
             }
             try {
                 engine_->connect_prepared_rc(peer, rc_peer_of(*member.endpoint, record.qpn, record.psn));
@@ -425,12 +432,7 @@ void Membership::member_went(std::uint32_t peer, bool graceful, const std::strin
     } else {
         member.stage = Stage::absent;
         events_.push_back({PeerEvent::Kind::failed, peer, member.session, reason});
-        try {
-            unsay(handshake::pair_key(peer, id_));
-            store_->remove(handshake::pair_key(peer, id_), deadline());
-        } catch (const Error& error) {
-            logger().warn("membership: {}", error.what());
-        }
+        forget_pair_record(peer);
     }
     member.connected = false;
     member.connected_to = 0;
@@ -442,25 +444,20 @@ void Membership::reconnect(std::uint32_t peer) {
     const std::string me = "MultiChannel::reconnect (" + id_text(id_) + ", peer " + id_text(peer) + ")";
     if (left_) throw Error(me + ": this member left the service");
     if (peer == id_) throw Error(me + ": a member does not reconnect to itself");
-    if (member.stage != Stage::ready && member.stage != Stage::pairing) {
+    if (!engaged(member)) {
         throw Error(me + ": no member holds id " + std::to_string(peer) + " (or it left)");
     }
     member.next_reconnect.reset();
     if (engine_->dc_mode()) {
         // DC pairs hold no per-pair connection: the peer's target is set up again, and its
         // initiators were recovered by the engine.
-        begin_pairing(peer, Endpoint(*member.endpoint));
-        member.was_ready = true;
+        begin_pairing(peer, Endpoint(*member.endpoint));  // the same session: was_ready is kept
         flush_said();
         return;
     }
     member.stale_qpn = member.connected_to;
-    const ChannelEndpoint& local = engine_->prepare_rc_peer(peer, kReconnecting);
-    member.offered_qpn = local.qpn;
-    member.offered_psn = local.psn;
-    member.connected = false;
+    offer_queue_pair(peer, kReconnecting);
     member.connected_to = 0;
-    member.stage = Stage::pairing;
     say(peer, PairRecord::State::offered);
     flush_said();
 }
@@ -489,7 +486,7 @@ void Membership::rejoin(const std::string& reason) {
     said_.clear();
     for (std::uint32_t peer = 0; peer < members_.size(); ++peer) {
         Member& member = members_[peer];
-        if (peer == id_ || (member.stage != Stage::pairing && member.stage != Stage::ready)) continue;
+        if (peer == id_ || !engaged(member)) continue;
         engine_->disconnect_peer(peer, kFailed);
         regions_.set(peer, {});
         events_.push_back({PeerEvent::Kind::failed, peer, member.session, reason + ": rejoining"});
@@ -522,14 +519,14 @@ void Membership::rejoin(const std::string& reason) {
 LeaveResult Membership::leave() {
     if (left_) throw Error("MultiChannel::leave (" + id_text(id_) + "): this member already left");
     leaving_ = true;
-    store_->put(handshake::leaving_key(id_), endpoint_.session == 0 ? "" : handshake::to_hex_u64(endpoint_.session),
+    store_->put(handshake::leaving_key(id_), handshake::to_hex_u64(endpoint_.session),
                 lease_, deadline());
     const auto until = Clock::now() + engine_->settings().deadline;
     auto waiting_for = [&] {
         std::vector<std::uint32_t> peers;
         for (std::uint32_t peer = 0; peer < members_.size(); ++peer) {
             const Member& member = members_[peer];
-            if (peer == id_ || (member.stage != Stage::pairing && member.stage != Stage::ready)) continue;
+            if (peer == id_ || !engaged(member)) continue;
             if (member.theirs && member.theirs->from_session == member.session &&
                 member.theirs->state == PairRecord::State::released)
                 continue;
@@ -540,7 +537,7 @@ LeaveResult Membership::leave() {
     LeaveResult result;
     std::vector<std::uint32_t> before;
     for (std::uint32_t peer = 0; peer < members_.size(); ++peer) {
-        if (peer != id_ && (members_[peer].stage == Stage::pairing || members_[peer].stage == Stage::ready))
+        if (peer != id_ && engaged(members_[peer]))
             before.push_back(peer);
     }
     while (!waiting_for().empty() && Clock::now() < until) {

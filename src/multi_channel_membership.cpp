@@ -1,6 +1,5 @@
 // MultiChannel's membership through etcd (include/rdmachan/membership.hpp): join, leave and
 // the channel's view of its members; src/membership.cpp runs the protocol.
-#include <cstdlib>
 #include <cstring>
 
 #include "handshake/etcd_store.hpp"
@@ -13,25 +12,15 @@
 namespace rdmachan {
 namespace {
 
-std::string from_environment(const std::string& given, const char* name) {
-    if (!given.empty()) return given;
-    const char* value = std::getenv(name);
-    return value == nullptr ? std::string() : std::string(value);
-}
-
+// MembershipSettings' fields, each left empty read from its RDMACHAN_ETCD* variable.
 handshake::EtcdSettings etcd_settings(const MembershipSettings& settings) {
-    handshake::EtcdSettings etcd;
-    etcd.endpoint = from_environment(settings.etcd, "RDMACHAN_ETCD");
-    if (etcd.endpoint.empty()) {
-        throw Error("no etcd address: set MembershipSettings::etcd or RDMACHAN_ETCD (http://host:port or https://host:port)");
-    }
-    if (std::string prefix = from_environment(settings.key_prefix, "RDMACHAN_ETCD_PREFIX"); !prefix.empty()) {
-        etcd.key_prefix = std::move(prefix);
-    }
-    etcd.user = from_environment(settings.user, "RDMACHAN_ETCD_USER");
-    etcd.password = from_environment(settings.password, "RDMACHAN_ETCD_PASSWORD");
-    etcd.ca_file = from_environment(settings.ca_file, "RDMACHAN_ETCD_CA_FILE");
-    return etcd;
+    handshake::EtcdSettings given;
+    given.endpoint = settings.etcd;
+    given.key_prefix = settings.key_prefix;
+    given.user = settings.user;
+    given.password = settings.password;
+    given.ca_file = settings.ca_file;
+    return handshake::etcd_settings_from_environment(std::move(given));
 }
 
 }  // namespace

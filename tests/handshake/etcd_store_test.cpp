@@ -72,6 +72,17 @@ TEST_CASE("settings: RDMACHAN_ETCD is required and its form is checked") {
     const EtcdSettings settings = etcd_settings_from_environment();
     CHECK(settings.endpoint == "http://127.0.0.1:2379");
     CHECK(settings.key_prefix == "service-a/");
+    // What the caller gives wins; each field it leaves empty comes from its variable.
+    ::setenv("RDMACHAN_ETCD_USER", "from-environment", 1);
+    EtcdSettings given;
+    given.endpoint = "http://10.0.0.1:2379";
+    given.password = "given";
+    const EtcdSettings filled = etcd_settings_from_environment(given);
+    CHECK(filled.endpoint == "http://10.0.0.1:2379");
+    CHECK(filled.key_prefix == "service-a/");
+    CHECK(filled.user == "from-environment");
+    CHECK(filled.password == "given");
+    ::unsetenv("RDMACHAN_ETCD_USER");
     ::unsetenv("RDMACHAN_ETCD");
     ::unsetenv("RDMACHAN_ETCD_PREFIX");
     for (const char* bad : {"127.0.0.1:2379", "http://127.0.0.1", "http://:2379", "http://host:99999", "ftp://h:1"}) {
