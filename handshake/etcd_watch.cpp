@@ -51,6 +51,11 @@ class EtcdWatch final : public StoreWatch {
         return events;
     }
 
+    bool wait(std::chrono::steady_clock::time_point until) override {
+        std::unique_lock lock(mutex_);
+        return arrived_.wait_until(lock, until, [this] { return !events_.empty(); });
+    }
+
   private:
     // The create request, from the revision after the last one delivered.
     std::string create_request() const {
@@ -70,6 +75,7 @@ class EtcdWatch final : public StoreWatch {
         event.failure = why;
         events_.push_back(std::move(event));
         started_.notify_all();
+        arrived_.notify_all();
     }
 
     void note_transient(const std::string& why) {
@@ -100,8 +106,10 @@ class EtcdWatch final : public StoreWatch {
             if (event.revision < next_revision_) continue;
             events_.push_back(event);
         }
-        if (!message.events.empty())
+        if (!message.events.empty()) {
             next_revision_ = std::max(next_revision_, message.events.back().revision + 1);
+            arrived_.notify_all();
+        }
         return true;
     }
 
@@ -192,6 +200,7 @@ class EtcdWatch final : public StoreWatch {
 
     std::mutex mutex_;
     std::condition_variable started_;
+    std::condition_variable arrived_;  // an event was queued for poll()
     std::int64_t next_revision_;  // under mutex_
     bool established_ = false;
     bool failed_ = false;

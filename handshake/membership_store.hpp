@@ -63,6 +63,8 @@ class StoreWatch {
     virtual ~StoreWatch() = default;
     // The events received since the last call, in revision order. Never blocks.
     virtual std::vector<StoreEvent> poll() = 0;
+    // Blocks until an event is there for poll(), or `until`; true when one is.
+    virtual bool wait(std::chrono::steady_clock::time_point until) = 0;
 };
 
 // Errors are rdmachan::Error naming the store's address, the operation and the key. A call that

@@ -1,7 +1,6 @@
 #include "src/membership.hpp"
 
 #include <algorithm>
-#include <thread>
 
 #include "common/logger.hpp"
 #include "handshake/hex.hpp"
@@ -75,7 +74,7 @@ Membership::Membership(std::shared_ptr<Engine> engine, PeerRegions& regions,
     };
     while (waiting() && Clock::now() < until) {
         take_store_events();
-        if (waiting()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (waiting()) wait_for_store_events(until);
     }
 }
 
@@ -188,6 +187,12 @@ std::vector<PeerEvent> Membership::poll() {
     std::vector<PeerEvent> events;
     events.swap(events_);
     return events;
+}
+
+void Membership::wait_for_store_events(Clock::time_point until) {
+    // Pairs answer on the pair watch, which wakes this at once; what comes on members/ (a member
+    // that failed meanwhile) is looked at every 10 ms.
+    pair_watch_->wait(std::min(until, Clock::now() + std::chrono::milliseconds(10)));
 }
 
 void Membership::take_store_events() {
@@ -542,7 +547,7 @@ LeaveResult Membership::leave() {
     }
     while (!waiting_for().empty() && Clock::now() < until) {
         take_store_events();
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        if (!waiting_for().empty()) wait_for_store_events(until);
     }
     result.unanswered = waiting_for();
     for (std::uint32_t peer : before) {

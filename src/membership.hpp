@@ -82,6 +82,9 @@ private:
     // Reads members/ and pairs with each one there; returns the ids it began to pair with.
     std::vector<std::uint32_t> pair_with_present();
     void take_store_events();
+    // Blocks until the store says something (or a short while, or `until`): join and leave wait
+    // here instead of looking every millisecond.
+    void wait_for_store_events(Clock::time_point until);
     void on_member_put(const handshake::StoreEvent& event);
     void on_member_removed(const handshake::StoreEvent& event);
     void on_pair_put(const handshake::StoreEvent& event);

@@ -266,6 +266,20 @@ TEST_CASE("a watch reports puts and deletes in order with their revisions, from 
     CHECK(events[3].kind == StoreEvent::Kind::removed);
     CHECK(events[3].key == "members/2");
     CHECK(events[3].revision == third + 1);
+
+    // wait(): false at its deadline when nothing came; true as soon as a put arrives.
+    const auto quiet_started = Clock::now();
+    CHECK_FALSE(watch->wait(Clock::now() + 200ms));
+    CHECK(Clock::now() - quiet_started >= 200ms);
+    std::thread writer([&] {
+        std::this_thread::sleep_for(50ms);
+        store->put("members/3", "c", 0, deadline());
+    });
+    CHECK(watch->wait(Clock::now() + 5s));
+    writer.join();
+    const std::vector<StoreEvent> woken = watch->poll();
+    REQUIRE(woken.size() == 1);
+    CHECK(woken[0].key == "members/3");
 }
 
 TEST_CASE("a watch across an etcd restart resumes from its revision and misses nothing" *
