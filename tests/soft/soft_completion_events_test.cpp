@@ -254,6 +254,31 @@ TEST_CASE("a CQE's event goes only to an arm that covers it: a late raise for a 
     CHECK(raised == 1);
 }
 
+TEST_CASE("a writer that judged an arm it was late for clears nothing: the consumer armed again meanwhile") {
+    // A writer judged the consumer's arm for its CQE 0 and paused before taking it; another
+    // writer's CQE 1 raised that arm; the consumer woke, took both CQEs and armed for the next.
+    // The first writer's late take must leave the new arm alone: an arm word names its consumer
+    // index, so the word judged is not the word there now (a word of the kind alone was: the late
+    // take cleared the new arm and woke the consumer with no CQE for it).
+    RaceRing race(16);
+    race.arm(0);
+    race.ring.make_visible(race.claim(0), mlx5::kCqeRequester);
+    race.ring.advance();
+    const std::uint32_t judged = race.ring.arm_it_covers(mlx5::kCqeRequester, false);
+    REQUIRE(judged != 0);  // CQE 0 is at the arm's index: it would raise it
+    race.ring.publish(race.claim(1), mlx5::kCqeRequester, false);
+    REQUIRE(readable(race.descriptor, kShort));
+    std::uint64_t raised = 0;
+    REQUIRE(::read(race.descriptor, &raised, sizeof raised) == sizeof raised);
+    REQUIRE(race.poll_one());
+    REQUIRE(race.poll_one());
+    race.arm(2, 1);
+    race.ring.raise_for(judged);  // the first writer's late take
+    CHECK_FALSE(readable(race.descriptor, kShort));
+    race.ring.publish(race.claim(2), mlx5::kCqeRequester, false);
+    CHECK(readable(race.descriptor, kShort));  // the arm was kept for CQE 2
+}
+
 // The race itself, where it is decided: a writer publishing CQEs as the device does, one at a
 // time, each only once the consumer took the one before, so that it lands while the consumer
 // finds the ring empty, arms, and sleeps on the descriptor. A lost wake-up leaves the consumer

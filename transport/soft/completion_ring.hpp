@@ -26,17 +26,21 @@ namespace rdmachan::soft {
 inline constexpr std::uint32_t kCqProducerIndexWord = 8;
 inline constexpr std::uint32_t kReceiveConsumedWord = 8;
 // A CQ's completion events (the NIC's event queue and the completion channel, reduced to what a
-// consumer sees): the arm the device took from the last arm doorbell (0: none, or one of the two
-// below), cleared by the writer that raises the event, so that one arm raises one event; and the
-// producer index just past the last CQE a solicited arm wakes for (a solicited one, or an error).
+// consumer sees): the arm the device took from the last arm doorbell, cleared by the writer that
+// raises the event, so that one arm raises one event; and the producer index just past the last
+// CQE a solicited arm wakes for (a solicited one, or an error).
+// The arm word is 0 (none), or the arm's kind (the low byte: one of the two below) and the
+// consumer index it was taken at (bits 31:8). A CQE raises the event only when it is at or past
+// that index, as a NIC compares a CQE's index with the arm's; and the writer clears the exact word
+// it judged, so a writer that looks at the arm late (the consumer polled its CQE and armed again
+// for the next meanwhile) can neither wake the new arm nor clear it.
 inline constexpr std::uint32_t kCqArmedWord = 9;
 inline constexpr std::uint32_t kCqLastSolicitedWord = 10;
-// The consumer index the arm in kCqArmedWord was taken at: a CQE raises its event only when it is
-// at or past it, as a NIC compares a CQE's index with the arm's (a writer that looks at the arm
-// late, after the consumer polled its CQE and armed for the next, must not wake that arm).
-inline constexpr std::uint32_t kCqArmIndexWord = 11;
 inline constexpr std::uint32_t kArmedForNext = 1;
 inline constexpr std::uint32_t kArmedForSolicited = 2;
+inline constexpr std::uint32_t arm_word(std::uint32_t kind, std::uint32_t consumer_index) {
+    return (consumer_index & 0xffffff) << 8 | kind;
+}
 
 // Makes a CQ's event descriptor (an eventfd) readable.
 inline void signal_event(int descriptor) {
@@ -111,13 +115,22 @@ struct CompletionRingView {
         // the arm; the arm stores itself, then reads the producer index. One of the two sees the
         // other, so a CQE written while the consumer arms is never missed.
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        std::uint32_t armed = __atomic_load_n(doorbell_record + kCqArmedWord, __ATOMIC_SEQ_CST);
-        if (armed == 0 || (armed == kArmedForSolicited && !solicited && !is_error(cqe_opcode))) return;
-        // The last CQE written (this one, or a later one of another writer) against the arm's
-        // consumer index; the arm stores its index before itself, so the one read here is the
-        // index of the arm just read or of a later one.
-        const std::uint32_t arm_index = __atomic_load_n(doorbell_record + kCqArmIndexWord, __ATOMIC_SEQ_CST);
-        if (((producer_index() - 1 - arm_index) & 0xffffff) >= 0x800000) return;  // written before the arm's index
+        raise_for(arm_it_covers(cqe_opcode, solicited));
+    }
+    // raise_event's two steps, apart for the tests that pause a writer between them. The arm a
+    // CQE just written (or a later one of another writer) raises: the arm word read now if this
+    // CQE is at or past its consumer index and of a kind it wakes for, else 0.
+    std::uint32_t arm_it_covers(std::uint8_t cqe_opcode, bool solicited) const {
+        const std::uint32_t armed = __atomic_load_n(doorbell_record + kCqArmedWord, __ATOMIC_SEQ_CST);
+        if (armed == 0) return 0;
+        if ((armed & 0xff) == kArmedForSolicited && !solicited && !is_error(cqe_opcode)) return 0;
+        const std::uint32_t arm_index = armed >> 8;
+        if (((producer_index() - 1 - arm_index) & 0xffffff) >= 0x800000) return 0;  // written before the arm's index
+        return armed;
+    }
+    // Clears that arm, if it is still the one taken, and signals its event.
+    void raise_for(std::uint32_t armed) const {
+        if (armed == 0) return;
         if (__atomic_compare_exchange_n(doorbell_record + kCqArmedWord, &armed, 0u, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
             signal_event(event_descriptor);
         }
@@ -130,8 +143,8 @@ struct CompletionRingView {
     // The consumer's arm doorbell: arms the CQ for CQEs past `consumer_index` (the arm doorbell
     // record's), and raises the event at once when one the arm wakes for is already there.
     void take_arm(bool solicited_only, std::uint32_t consumer_index) const {
-        __atomic_store_n(doorbell_record + kCqArmIndexWord, consumer_index & 0xffffff, __ATOMIC_SEQ_CST);
-        __atomic_store_n(doorbell_record + kCqArmedWord, solicited_only ? kArmedForSolicited : kArmedForNext, __ATOMIC_SEQ_CST);
+        const std::uint32_t arm = arm_word(solicited_only ? kArmedForSolicited : kArmedForNext, consumer_index);
+        __atomic_store_n(doorbell_record + kCqArmedWord, arm, __ATOMIC_SEQ_CST);
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         const std::uint32_t written = (__atomic_load_n(doorbell_record + kCqProducerIndexWord, __ATOMIC_SEQ_CST) - consumer_index) & 0xffffff;
         bool waiting = written != 0;
@@ -139,11 +152,7 @@ struct CompletionRingView {
             const std::uint32_t last = (__atomic_load_n(doorbell_record + kCqLastSolicitedWord, __ATOMIC_SEQ_CST) - consumer_index) & 0xffffff;
             waiting = last != 0 && last <= written;
         }
-        if (!waiting) return;
-        std::uint32_t armed = solicited_only ? kArmedForSolicited : kArmedForNext;
-        if (__atomic_compare_exchange_n(doorbell_record + kCqArmedWord, &armed, 0u, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-            signal_event(event_descriptor);
-        }
+        if (waiting) raise_for(arm);
     }
 
 private:
