@@ -270,10 +270,26 @@ TEST_CASE("members join one by one, take the lowest free ids, and every pair mov
     exchange(service, 11);
 }
 
+// One barrier at one of the three levels, by `level` % 3: blocking, an unpolled handle polled to
+// its end, a scoped handle waited for.
+BarrierResult barrier_at_level(MultiChannel& channel, std::size_t level) {
+    if (level % 3 == 0) return channel.barrier();
+    if (level % 3 == 1) {
+        PendingBarrier pending = channel.post_barrier();
+        while (true) {
+            if (std::optional<BarrierResult> result = pending.poll()) return std::move(*result);
+        }
+    }
+    BarrierResult result;
+    channel.scope([&](MultiScope& scope) { result = scope.post_barrier().wait(); });
+    return result;
+}
+
 // Runs `rounds` barriers on every member of `members`, each on its own thread (a channel is used
-// by one thread at a time: nobody else polls them meanwhile). Before barrier b a member marks
-// that it entered b; once barrier b returned, every member must have entered it. `late`: the
-// index of a member that comes 100 ms late to its first barrier.
+// by one thread at a time: nobody else polls them meanwhile) and at its own level (member i at
+// level i). Before barrier b a member marks that it entered b; once barrier b returned, every
+// member must have entered it. `late`: the index of a member that comes 100 ms late to its first
+// barrier.
 void barriers_on_threads(std::vector<Member*> members, std::uint32_t rounds, std::optional<std::size_t> late = std::nullopt) {
     std::vector<std::atomic<std::uint32_t>> entered(kCapacity);
     std::vector<std::string> problems(members.size());
@@ -286,7 +302,7 @@ void barriers_on_threads(std::vector<Member*> members, std::uint32_t rounds, std
                 if (round % 5 == index % 5) std::this_thread::sleep_for(2ms);  // someone is always late
                 if (round == 1 && late == index) std::this_thread::sleep_for(100ms);
                 entered[me].store(round);
-                const BarrierResult result = member.channel->barrier();
+                const BarrierResult result = barrier_at_level(*member.channel, index);
                 if (!result.ok()) {
                     problems[index] = "member " + std::to_string(me) + ", barrier " + std::to_string(round) + ": " + result.message();
                     return;
