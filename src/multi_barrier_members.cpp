@@ -16,7 +16,7 @@
 namespace rdmachan::detail {
 namespace {
 
-constexpr std::uint64_t kWord = sizeof(std::uint64_t);
+constexpr std::uint64_t kMemberWordBytes = sizeof(std::uint64_t);
 
 std::string member_text(std::uint32_t member) {
     return "member " + std::to_string(member);
@@ -29,7 +29,7 @@ std::uint64_t member_word(std::uint64_t pairing, std::uint32_t entered) {
 }  // namespace
 
 std::size_t Barrier::memory_bytes_for_members(std::uint32_t capacity) {
-    return (1 + 2 * static_cast<std::size_t>(capacity)) * kWord;
+    return (1 + 2 * static_cast<std::size_t>(capacity)) * kMemberWordBytes;
 }
 
 void Barrier::set_membership(std::shared_ptr<Membership> membership, MemoryRegion memory) {
@@ -79,9 +79,9 @@ std::optional<BarrierResult> Barrier::step_members() {
             if (!membership_->ready(member)) continue;
             const RemoteRegion* found = regions_->find(member, kBarrierRegionName);
             if (found == nullptr) continue;  // it went while this barrier started
-            const LocalSlice source = memory_.slice((1 + world_ + member) * kWord, kWord);
+            const LocalSlice source = memory_.slice((1 + world_ + member) * kMemberWordBytes, kMemberWordBytes);
             const RemoteMemoryRegion into =
-                RemoteMemoryRegion{found->addr, found->length, found->rkey}.slice((1 + rank_) * kWord, kWord);
+                RemoteMemoryRegion{found->addr, found->length, found->rkey}.slice((1 + rank_) * kMemberWordBytes, kMemberWordBytes);
             member_tickets_[member] = post_write_operation(*engine_, member, "MultiChannel::barrier", source, into, std::nullopt);
             if (member_tickets_[member] == kNoTicket) {
                 std::vector<BarrierFailure> failures{{member, "barrier " + std::to_string(number_) + ": " + kNoSlotReason}};
