@@ -157,6 +157,10 @@ private:
 // After a failed barrier the ranks' barrier numbers no longer agree: the world cannot meet in a
 // barrier again (a replaced peer starts from barrier 0 too).
 // One barrier at a time per multi-channel; each rank's barriers are numbered in call order.
+// A barrier that returned says every rank arrived, not that every rank has learnt it: a rank's
+// last word may be in a peer's memory before the peer's device acknowledged it, so a process
+// that exits the moment its barrier returns can fail a peer whose barrier is still taking that
+// write's completion. End a job with leave(), or with a last exchange the peers wait for.
 //
 // Members that come and go (join(), etcd): a barrier is among the members ready when it starts,
 // and none returns before each of them entered a barrier with it. A member writes one word to

@@ -183,6 +183,9 @@ int receives_untouched(multi_test::SharedTable& table, std::uint32_t rank,
     EXPECT(received.ok() && received.completion().immediate.value_or(0) == 4242,
            "the receive got the application's message");
     EXPECT(self.channels.barrier().ok(), "final barrier");
+    // A returned barrier does not say the peers took their last write's completion (its ACK may
+    // still be on the way from this rank's device): stay until every rank returned.
+    multi_test::barrier(table, world, kExchangeDeadline);
     return 0;
 } catch (const std::exception& error) {
     std::fprintf(stderr, "rank %u: %s\n", rank, error.what());
@@ -196,6 +199,9 @@ int killed_before_arriving(multi_test::SharedTable& table, std::uint32_t rank,
                            std::uint32_t world) try {
     Rank self = join(table, rank, world, kShortDeadline);
     EXPECT(self.channels.barrier().ok(), "a barrier with everyone");
+    // The victim dies only once every rank returned from that barrier: killed the moment its own
+    // returned, it could take with it the ACK of a peer's last write, failing that peer's barrier.
+    multi_test::barrier(table, world, kExchangeDeadline);
     if (rank == kVictim) raise(SIGKILL);
     const auto started = std::chrono::steady_clock::now();
     const BarrierResult result = self.channels.barrier();
