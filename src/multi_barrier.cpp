@@ -11,8 +11,6 @@
 namespace rdmachan::detail {
 namespace {
 
-constexpr std::uint64_t kWord = sizeof(std::uint64_t);
-
 std::string rank_text(std::uint32_t rank) {
     return "rank " + std::to_string(rank);
 }
@@ -26,7 +24,7 @@ std::uint32_t Barrier::rounds_for(std::uint32_t world) {
 }
 
 std::size_t Barrier::memory_bytes(std::uint32_t world) {
-    return (1 + rounds_for(world) + world) * kWord;
+    return (1 + rounds_for(world) + world) * kWordBytes;
 }
 
 Barrier::Barrier(std::shared_ptr<Engine> engine, std::uint32_t rank, MemoryRegion memory)
@@ -67,7 +65,7 @@ void Barrier::start(const char* call, std::uint32_t scope) {
                         "(handshake(std::vector<Endpoint>) or connect)");
         }
         remotes_[round] = RemoteMemoryRegion{found->addr, found->length, found->rkey}.slice(
-            (1 + round) * kWord, kWord);
+            (1 + round) * kWordBytes, kWordBytes);
     }
     ++number_;
     // Release: a peer that reads word 0 after this barrier ends sees what this rank wrote before.
@@ -89,12 +87,7 @@ std::optional<BarrierResult> Barrier::take_writes() {
             BarrierFailure failure{targets_[round], "barrier " + std::to_string(number_) +
                                                         ", round " + std::to_string(round) + ": " +
                                                         result->error().message()};
-            // The other rounds' writes still hold the barrier memory: wait them out, then end.
-            for (std::uint32_t other = 0; other < posted_; ++other) {
-                if (tickets_[other] == kNoTicket) continue;
-                (void)take_or_flush(std::exchange(tickets_[other], kNoTicket),
-                                    engine_->settings().deadline / 10);
-            }
+            end_writes(engine_->settings().deadline / 10);
             running_ = false;
             return BarrierResult({std::move(failure)});
         }
@@ -102,12 +95,20 @@ std::optional<BarrierResult> Barrier::take_writes() {
     return std::nullopt;
 }
 
+void Barrier::end_writes(std::chrono::milliseconds grace) {
+    // The rounds' writes read word 0 of the barrier memory: none may stay with the device.
+    for (std::uint32_t round = 0; round < posted_; ++round) {
+        if (tickets_[round] == kNoTicket) continue;
+        (void)take_or_flush(std::exchange(tickets_[round], kNoTicket), grace);
+    }
+}
+
 std::optional<BarrierResult> Barrier::step() {
     if (!running_) return BarrierResult();
     if (membership_ != nullptr) return step_members();
     (void)engine_->poll_once();
     if (std::optional<BarrierResult> failed = take_writes()) return failed;
-    const LocalSlice source = memory_.slice(0, kWord);
+    const LocalSlice source = memory_.slice(0, kWordBytes);
     while (round_ < rounds_) {
         if (posted_ == round_) {
             // Round k's write goes out only once rounds 0..k-1 arrived: that is what tells
@@ -116,6 +117,7 @@ std::optional<BarrierResult> Barrier::step() {
                 post_write_operation(*engine_, targets_[round_], "MultiChannel::barrier", source,
                                      remotes_[round_], std::nullopt);
             if (ticket == kNoTicket) {
+                end_writes(engine_->settings().deadline / 10);
                 running_ = false;
                 return BarrierResult({{targets_[round_], "barrier " + std::to_string(number_) +
                                                              ", round " + std::to_string(round_) +
@@ -202,11 +204,15 @@ BarrierResult Barrier::give_up() {
         if (peer == rank_ || regions_ == nullptr || !engine_->healthy(peer)) continue;
         const RemoteRegion* found = regions_->find(peer, kBarrierRegionName);
         if (found == nullptr) continue;
-        const LocalSlice into = memory_.slice((1 + rounds_ + peer) * kWord, kWord);
+        const LocalSlice into = memory_.slice((1 + rounds_ + peer) * kWordBytes, kWordBytes);
         *word(1 + rounds_ + peer) = 0;
         reads[peer] = post_read_operation(
             *engine_, peer, "MultiChannel::barrier", into,
-            RemoteMemoryRegion{found->addr, found->length, found->rkey}.slice(0, kWord));
+            RemoteMemoryRegion{found->addr, found->length, found->rkey}.slice(0, kWordBytes));
+        if (reads[peer] == kNoTicket) {
+            failures.push_back({peer, barrier + ": its progress could not be read: " +
+                                          kNoSlotReason});
+        }
     }
     for (std::uint32_t peer = 0; peer < world_; ++peer) {
         if (peer == rank_) continue;

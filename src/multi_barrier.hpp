@@ -38,6 +38,8 @@ class Barrier {
     static std::size_t memory_bytes(std::uint32_t world);
     static std::size_t memory_bytes_for_members(std::uint32_t capacity);
     std::uint32_t rounds() const { return rounds_; }
+    // Every word of barrier memory, both layouts: a count that one aligned RDMA write lands whole.
+    static constexpr std::uint64_t kWordBytes = sizeof(std::uint64_t);
 
     // Where the peers' barrier memory is (learned in the Endpoint handshake, renewed by a
     // replacement); null when the handshake learned no regions.
@@ -62,8 +64,10 @@ class Barrier {
     void start_members(const char* call);
     std::optional<BarrierResult> step_members();
     BarrierResult give_up_members();
-    void end_member_writes(std::chrono::milliseconds grace, std::vector<BarrierFailure>* failures);
+    void end_member_writes(std::chrono::milliseconds grace, std::vector<BarrierFailure>& failures);
     std::optional<BarrierResult> take_writes();
+    // Waits out (or flushes) the rounds' writes still held by the device, before the barrier ends.
+    void end_writes(std::chrono::milliseconds grace);
     BarrierResult give_up();
     // A write or read's result, waiting at most `grace`; after that its peer's queue pair is
     // failed and flushed so the device holds none of the barrier's memory (as PendingWork::wait).

@@ -16,20 +16,23 @@
 namespace rdmachan::detail {
 namespace {
 
-constexpr std::uint64_t kMemberWordBytes = sizeof(std::uint64_t);
-
 std::string member_text(std::uint32_t member) {
     return "member " + std::to_string(member);
 }
 
+// The high half of a member's word: which pairing wrote it.
+std::uint64_t pairing_half(std::uint64_t word) {
+    return word & 0xffffffff00000000ull;
+}
+
 std::uint64_t member_word(std::uint64_t pairing, std::uint32_t entered) {
-    return (pairing & 0xffffffff00000000ull) | entered;
+    return pairing_half(pairing) | entered;
 }
 
 }  // namespace
 
 std::size_t Barrier::memory_bytes_for_members(std::uint32_t capacity) {
-    return (1 + 2 * static_cast<std::size_t>(capacity)) * kMemberWordBytes;
+    return (1 + 2 * static_cast<std::size_t>(capacity)) * kWordBytes;
 }
 
 void Barrier::set_membership(std::shared_ptr<Membership> membership, MemoryRegion memory) {
@@ -79,13 +82,13 @@ std::optional<BarrierResult> Barrier::step_members() {
             if (!membership_->ready(member)) continue;
             const RemoteRegion* found = regions_->find(member, kBarrierRegionName);
             if (found == nullptr) continue;  // it went while this barrier started
-            const LocalSlice source = memory_.slice((1 + world_ + member) * kMemberWordBytes, kMemberWordBytes);
+            const LocalSlice source = memory_.slice((1 + world_ + member) * kWordBytes, kWordBytes);
             const RemoteMemoryRegion into =
-                RemoteMemoryRegion{found->addr, found->length, found->rkey}.slice((1 + rank_) * kMemberWordBytes, kMemberWordBytes);
+                RemoteMemoryRegion{found->addr, found->length, found->rkey}.slice((1 + rank_) * kWordBytes, kWordBytes);
             member_tickets_[member] = post_write_operation(*engine_, member, "MultiChannel::barrier", source, into, std::nullopt);
             if (member_tickets_[member] == kNoTicket) {
                 std::vector<BarrierFailure> failures{{member, "barrier " + std::to_string(number_) + ": " + kNoSlotReason}};
-                end_member_writes(engine_->settings().deadline / 10, &failures);
+                end_member_writes(engine_->settings().deadline / 10, failures);
                 running_ = false;
                 return BarrierResult(std::move(failures));
             }
@@ -110,7 +113,7 @@ std::optional<BarrierResult> Barrier::step_members() {
         }
         if (awaited_[member] == 0) continue;
         const std::uint64_t arrived = std::atomic_ref<std::uint64_t>(*word(1 + member)).load(std::memory_order_acquire);
-        const bool same_pairing = (arrived & 0xffffffff00000000ull) == (pairing_[member] & 0xffffffff00000000ull);
+        const bool same_pairing = pairing_half(arrived) == pairing_half(pairing_[member]);
         if (!present || (same_pairing && static_cast<std::uint32_t>(arrived) >= entered_[member])) {
             awaited_[member] = 0;
         } else {
@@ -118,7 +121,7 @@ std::optional<BarrierResult> Barrier::step_members() {
         }
     }
     if (!failures.empty()) {
-        end_member_writes(engine_->settings().deadline / 10, &failures);
+        end_member_writes(engine_->settings().deadline / 10, failures);
         running_ = false;
         return BarrierResult(std::move(failures));
     }
@@ -127,15 +130,15 @@ std::optional<BarrierResult> Barrier::step_members() {
     return BarrierResult();
 }
 
-void Barrier::end_member_writes(std::chrono::milliseconds grace, std::vector<BarrierFailure>* failures) {
+void Barrier::end_member_writes(std::chrono::milliseconds grace, std::vector<BarrierFailure>& failures) {
     for (const std::uint32_t member : participants_) {
         awaited_[member] = 0;
         if (member_tickets_[member] == kNoTicket) continue;
         WorkResult result = take_or_flush(std::exchange(member_tickets_[member], kNoTicket), grace);
-        if (!result.ok() && failures != nullptr && membership_->ready(member)) {
-            const bool named = std::any_of(failures->begin(), failures->end(),
+        if (!result.ok() && membership_->ready(member)) {
+            const bool named = std::any_of(failures.begin(), failures.end(),
                                            [&](const BarrierFailure& failure) { return failure.peer == member; });
-            if (!named) failures->push_back({member, "barrier " + std::to_string(number_) + ": " + result.error().message()});
+            if (!named) failures.push_back({member, "barrier " + std::to_string(number_) + ": " + result.error().message()});
         }
     }
 }
@@ -148,7 +151,7 @@ BarrierResult Barrier::give_up_members() {
                                         std::to_string(entered_[member]) + " with this member) within " +
                                         std::to_string(engine_->settings().deadline.count()) + " ms"});
     }
-    end_member_writes(std::max(engine_->settings().deadline / 10, std::chrono::milliseconds(1)), &failures);
+    end_member_writes(std::max(engine_->settings().deadline / 10, std::chrono::milliseconds(1)), failures);
     running_ = false;
     return BarrierResult(std::move(failures));
 }

@@ -4,8 +4,9 @@
 // memory; after it, every rank checks that every slot holds at least its own count, so a rank
 // that left a barrier before everyone arrived is caught. A rank killed before arriving fails the
 // others' barrier within the deadline, naming it. In one process, three ranks' unpolled barriers
-// polled in turn: none ends before the last rank posted its own. RDMACHAN_TEST_MODE=dc runs every
-// case in DC mode.
+// polled in turn: none ends before the last rank posted its own. A barrier posted while every
+// operation slot holds an untaken result fails at once, saying so. RDMACHAN_TEST_MODE=dc runs
+// every case in DC mode.
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -295,6 +296,51 @@ TEST_CASE(
         }
         CHECK(left == 0);
     }
+}
+
+TEST_CASE("a barrier posted while every operation slot holds an untaken result fails at once, naming why") {
+    std::vector<PreparedMultiChannel> prepared;
+    std::vector<std::vector<std::uint8_t>> memory(2, std::vector<std::uint8_t>(64, 0x5a));
+    std::vector<MemoryRegion> regions;
+    std::vector<Endpoint> table;
+    for (std::uint32_t rank = 0; rank < 2; ++rank) {
+        prepared.push_back(
+            MultiChannelBuilder(
+                ChannelBuilder().max_send_wr(2).max_recv_wr(2).deadline(std::chrono::seconds(5)))
+                .rank(rank)
+                .world_size(2)
+                .mode(test_mode())
+                .build());
+        regions.push_back(prepared.back().register_memory(memory[rank].data(), 64));
+        prepared.back().publish_region("target", regions.back());
+        table.push_back(nlohmann::json(prepared.back().endpoint()).get<Endpoint>());
+    }
+    std::vector<MultiChannel> ranks;
+    for (std::uint32_t rank = 0; rank < 2; ++rank)
+        ranks.push_back(std::move(prepared[rank]).handshake(table));
+    const RemoteMemoryRegion into = ranks[0].remote_region(1, "target").region;
+    // Writes whose handles are kept hold their slots, completed or not: far more than there are
+    // slots, so the last ones are refused.
+    std::vector<PendingWork> held;
+    for (int write = 0; write < 64; ++write)
+        held.push_back(ranks[0].post_write(1, regions[0].slice(0, 8), into.slice(0, 8)));
+    const auto started = std::chrono::steady_clock::now();
+    const BarrierResult result = ranks[0].barrier();
+    CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(2));
+    CHECK_FALSE(result.ok());
+    CHECK(result.message().find("operation slot") != std::string::npos);
+    CHECK(result.message().find("rank 1") != std::string::npos);
+    std::size_t landed = 0;
+    for (PendingWork& work : held) {
+        const WorkResult written = work.wait();
+        if (written.ok()) {
+            ++landed;
+        } else {
+            CHECK(std::string(written.error().message()).find("operation slot") != std::string::npos);
+        }
+    }
+    CHECK(landed > 0);
+    CHECK(landed < held.size());
 }
 
 TEST_CASE("after the ChannelEndpoint handshake a barrier says what it needs") {
