@@ -102,6 +102,5 @@ endfunction()
 # compiled alone.
 set_source_files_properties(
     ${PROJECT_SOURCE_DIR}/handshake/rendezvous_table_scanner.cpp
-    ${PROJECT_SOURCE_DIR}/transport/soft/device.cpp
     ${PROJECT_SOURCE_DIR}/transport/verbs/mlx5_memory_key.cpp
     PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)

@@ -54,7 +54,7 @@ namespace soft = rdmachan::soft;
 
 namespace {
 
-// The limits ibv_query_device reports: the software device's own (transport/soft/device.cpp).
+// The limits ibv_query_device reports: the software device's own (transport/soft/object_creation.hpp).
 constexpr std::uint32_t kMaxQueuePairWorkRequests = 32768;
 constexpr std::uint32_t kMaxScatterGather = 30;
 constexpr std::uint32_t kMaxInlineData = 912;

@@ -133,13 +133,13 @@ TEST_CASE("after the caller stops calling progress(), the device's thread handle
     CHECK(first->wr_id == *read);
     // Nobody on the target's side calls progress() from here on; its device thread must take
     // the connections back when the hold ends, not leave the next write to a retransmission.
-    const std::uint64_t resends = pair.initiator_device->core().ack_timeout_resends.load();
+    const std::uint64_t resends = pair.initiator_device->core().statistics.ack_timeout_resends.load();
     post_write(pair, 100);
     const auto completion = pair.initiator.wait_send(std::chrono::seconds(5));
     REQUIRE(completion.has_value());
     CHECK(completion->status == mlx5::CompletionStatus::success);
     CHECK(completion->wr_id == 100);
-    CHECK(pair.initiator_device->core().ack_timeout_resends.load() == resends);
+    CHECK(pair.initiator_device->core().statistics.ack_timeout_resends.load() == resends);
     CHECK(bytes_differing(pair.target.buffer() + (100 % 64) * kBytes, kBytes, pattern(100)) == 0);
 }
 
@@ -149,7 +149,7 @@ TEST_CASE("an ACK a caller left held goes when the device's thread takes the con
     // nothing more. The ACK must go when the hold ends, not after the initiator's ACK timeout
     // (0.54 s) resent the write: the initiator resends nothing. (Timing it from before
     // write_read_by_caller measured its retries too: 99 writes, 1.2 s, on a loaded machine.)
-    const std::uint64_t resends = pair.initiator_device->core().ack_timeout_resends.load();
+    const std::uint64_t resends = pair.initiator_device->core().statistics.ack_timeout_resends.load();
     const std::optional<std::uint32_t> read = write_read_by_caller(pair, 0);
     REQUIRE(read.has_value());
     CHECK(bytes_differing(pair.target.buffer() + (*read % 64) * kBytes, kBytes, pattern(*read)) == 0);
@@ -157,7 +157,7 @@ TEST_CASE("an ACK a caller left held goes when the device's thread takes the con
     REQUIRE(completion.has_value());
     CHECK(completion->status == mlx5::CompletionStatus::success);
     CHECK(completion->wr_id == *read);
-    CHECK(pair.initiator_device->core().ack_timeout_resends.load() == resends);
+    CHECK(pair.initiator_device->core().statistics.ack_timeout_resends.load() == resends);
 }
 
 TEST_CASE("stop_progress() hands the connections back at once") {

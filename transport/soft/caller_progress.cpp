@@ -107,7 +107,7 @@ int DeviceCore::progress_from_caller() {
     const int handled = poll_connections();
     defer_acknowledgements_ = false;
     if (handled == 0) return 0;
-    count_one(caller_progress_turns);
+    count_one(statistics.caller_progress_turns);
     remove_closed_connections();
     // What only the progress thread does it still does: a deadline made here (an RNR NAK read
     // here, say) is seen when it wakes at the end of the hold at the latest; a frame for itself

@@ -403,19 +403,19 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
     address.sin_family = AF_INET;
     address.sin_port = htons(remote_lid);
     std::memcpy(&address.sin_addr, remote_gid.data() + 12, 4);
-    count_one(connects_started);
+    count_one(statistics.connects_started);
     const int socket = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (socket < 0) {
         detail::logger().error("software device {}: cannot open a connection to lid {}: {}", owner_.name(), remote_lid,
                                socket_failure(errno));
-        count_one(connects_failed);
+        count_one(statistics.connects_failed);
         return nullptr;
     }
     bool connecting = false;
     if (::connect(socket, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
         if (errno != EINPROGRESS) {
             ::close(socket);
-            count_one(connects_failed);
+            count_one(statistics.connects_failed);
             return nullptr;
         }
         if (wait == ConnectWait::background) {
@@ -428,7 +428,7 @@ Connection* DeviceCore::connection_to(const std::array<std::uint8_t, 16>& remote
             if (::poll(&waiting, 1, 1000) != 1 || ::getsockopt(socket, SOL_SOCKET, SO_ERROR, &error, &length) != 0 ||
                 error != 0) {
                 ::close(socket);
-                count_one(connects_failed);
+                count_one(statistics.connects_failed);
                 return nullptr;
             }
         }
@@ -459,7 +459,7 @@ void DeviceCore::finish_connect(Connection& connection) {
     if (error != 0) {
         // Requests queued behind the connect fail their QP as on any lost connection; a QP with
         // none finds no connection at its first request and connects then (bounded).
-        count_one(connects_failed);
+        count_one(statistics.connects_failed);
         close_connection(connection, "connect failed");
         return;
     }
@@ -752,7 +752,7 @@ void DeviceCore::respond_coalescing(Connection& connection, const wire::Response
         send_held_acknowledgement(connection);
     }
     note_remote_access();  // as respond: released before anything can learn of the write
-    if (connection.holds_acknowledgement) count_one(coalesced_acknowledgements);
+    if (connection.holds_acknowledgement) count_one(statistics.coalesced_acknowledgements);
     connection.held_acknowledgement = response;
     connection.holds_acknowledgement = true;
 }

@@ -114,7 +114,7 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
             all_executed = false;
             break;
         }
-        count_one(doorbell_requests);
+        count_one(statistics.doorbell_requests);
     }
     doorbell_sends_requests_ = false;
     // ACKs a caller's progress() left held go after this thread's answer, as they would have
@@ -127,6 +127,6 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
     return all_executed;
 }
 
-std::uint64_t Device::requests_from_doorbell() const { return core_->doorbell_requests.load(std::memory_order_relaxed); }
+std::uint64_t Device::requests_from_doorbell() const { return core_->statistics.doorbell_requests.load(std::memory_order_relaxed); }
 
 }  // namespace rdmachan::soft

@@ -142,7 +142,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
                               owner_.name(), name, std::strerror(hello.refusal));
     }
     // Released after the QPs above were marked: a test that sees the count sees them marked.
-    answered_hellos.fetch_add(1, std::memory_order_release);
+    statistics.answered_hellos.fetch_add(1, std::memory_order_release);
 }
 
 const Connection* DeviceCore::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,

@@ -592,7 +592,7 @@ void DeviceCore::restart_ack_timer(QueuePairContext& queue_pair) {
 
 void DeviceCore::resend_in_flight(QueuePairContext& queue_pair, bool retransmission) {
     if (!queue_pair.in_flight.empty()) {
-        if (retransmission) count_one(ack_timeout_resends);
+        if (retransmission) count_one(statistics.ack_timeout_resends);
         flight::record(flight::SoftEvent::retransmit, queue_pair.qpn, queue_pair.in_flight.front().psn, queue_pair.in_flight.size(),
                        flight::text(retransmission ? "no response within the ACK timeout" : "after an RNR NAK"),
                        retransmission ? queue_pair.transport_retries_left : queue_pair.rnr_retries_left);

@@ -271,7 +271,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             refuse(kSyndromeLocalProtection);
             return false;
         }
-        transfers_by_reference.fetch_add(1, std::memory_order_relaxed);
+        statistics.transfers_by_reference.fetch_add(1, std::memory_order_relaxed);
         return true;
     };
     // The same for memory in more pieces than one cross-memory call takes (an indirect key's
@@ -513,8 +513,8 @@ void DeviceCore::write_held_completions() {
         std::uint32_t length = HeldCompletions::session_length(&first, count - at);
         if (length >= 2 && !peers_may_write(cq) && cq.view().has_room(length)) {
             write_session(cq.view(), &first, length);
-            count_one(compressed_sessions);
-            compressed_cqes.store(compressed_cqes.load(std::memory_order_relaxed) + length, std::memory_order_relaxed);
+            count_one(statistics.compressed_sessions);
+            statistics.compressed_cqes.store(statistics.compressed_cqes.load(std::memory_order_relaxed) + length, std::memory_order_relaxed);
             at += length;
             continue;
         }

@@ -73,7 +73,7 @@ void delay_zero_hop_writes(std::chrono::microseconds delay) noexcept {
 bool DeviceCore::execute_from_doorbell(QueuePairContext& queue_pair) {
     if (!zero_hop_enabled_ || !queue_pair.zero_hop_remote.load(std::memory_order_relaxed)) return false;
     if (execute_all_from_doorbell(queue_pair)) return true;
-    doorbells_left_to_progress.fetch_add(1, std::memory_order_relaxed);
+    statistics.doorbells_left_to_progress.fetch_add(1, std::memory_order_relaxed);
     return false;
 }
 
@@ -257,8 +257,8 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
         mapped != nullptr && stable) {
         copy_in_order(mapped + (request.remote_addr - region.addr), local, local_count, length);
         use.release();
-        count_one(zero_hop_writes);
-        count_one(zero_hop_arena_writes);
+        count_one(statistics.zero_hop_writes);
+        count_one(statistics.zero_hop_arena_writes);
         return true;
     }
     // Stable, but the target's memory is not in its arena: by system call.
@@ -267,7 +267,7 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
     const int error = move_zero_hop(target, queue_pair, true, local, local_count, destination, length);
     use.release();
     if (error != 0) return false;
-    count_one(zero_hop_writes);
+    count_one(statistics.zero_hop_writes);
     return true;
 }
 
@@ -294,8 +294,8 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
             source += local[i].iov_len;
         }
         use.release();
-        count_one(zero_hop_reads);
-        count_one(zero_hop_arena_reads);
+        count_one(statistics.zero_hop_reads);
+        count_one(statistics.zero_hop_arena_reads);
         return true;
     }
     // Stable, but the target's memory is not in its arena: by system call.
@@ -304,7 +304,7 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
     const int error = move_zero_hop(target, queue_pair, false, local, local_count, source, length);
     use.release();
     if (error != 0) return false;
-    count_one(zero_hop_reads);
+    count_one(statistics.zero_hop_reads);
     return true;
 }
 
@@ -338,7 +338,7 @@ bool DeviceCore::zero_hop_atomic(QueuePairContext& queue_pair, const wire::Reque
         dma_copy(local[i].iov_base, bytes, local[i].iov_len);
         bytes += local[i].iov_len;
     }
-    count_one(zero_hop_atomics);
+    count_one(statistics.zero_hop_atomics);
     return true;
 }
 

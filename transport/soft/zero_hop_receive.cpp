@@ -281,7 +281,7 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     consume_and_complete(table, target, receive_cq, doorbell + kReceiveConsumedWord, consumed, consumed + 1,
                          responder_completion(request, consumed, length, queue_pair.qpn, lid, target));
     table.unlock_receives();
-    count_one(zero_hop_receives);
+    count_one(statistics.zero_hop_receives);
     return true;
 }
 
@@ -348,7 +348,7 @@ bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wir
     consume_and_complete(table, target, receive_cq, doorbell + kReceiveConsumedWord, consumption,
                          next << 16 | static_cast<std::uint16_t>(consumption + 1),
                          responder_completion(request, index, length, queue_pair.qpn, lid, target));
-    count_one(zero_hop_receives);
+    count_one(statistics.zero_hop_receives);
     return true;
 }
 
