@@ -357,18 +357,18 @@ TEST_CASE("the receive lock: the device takes it over from a process that died h
         REQUIRE(view.valid());
         {
             const soft::PublishedTable::ReceiveGuard held(table);
-            std::thread other([&] { CHECK_FALSE(view.try_lock_receives()); });
+            std::thread other([&] { CHECK_FALSE(view.receive_lock().try_lock()); });
             other.join();
         }
-        REQUIRE(view.try_lock_receives());
-        view.unlock_receives();
+        REQUIRE(view.receive_lock().try_lock());
+        view.receive_lock().unlock();
     }
     // A child (it shares the table's mapping) takes the lock and exits without releasing it.
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
         soft::PeerTable view(table, arena);
-        ::_exit(view.valid() && view.try_lock_receives() ? 0 : 1);
+        ::_exit(view.valid() && view.receive_lock().try_lock() ? 0 : 1);
     }
     int status = 0;
     REQUIRE(::waitpid(child, &status, 0) == child);
@@ -380,6 +380,6 @@ TEST_CASE("the receive lock: the device takes it over from a process that died h
     { const soft::PublishedTable::ReceiveGuard again(table); }
     CHECK(std::chrono::steady_clock::now() - before < std::chrono::seconds(1));
     soft::PeerTable view(table, arena);
-    CHECK(view.try_lock_receives());
-    view.unlock_receives();
+    CHECK(view.receive_lock().try_lock());
+    view.receive_lock().unlock();
 }

@@ -51,19 +51,6 @@ bool read_entry(const Entry& entry, Copy copy) {
     return false;
 }
 
-// Whether process `pid` has exited (or was reaped): then none of its threads is in a write. A pid
-// that cannot be asked about (out of descriptors) counts as alive: a deregistration then fails
-// rather than returns too early. A pid reused by another process also counts as alive, with the
-// same safe outcome.
-bool process_exited(std::uint32_t pid) {
-    const int descriptor = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
-    if (descriptor < 0) return errno == ESRCH;
-    pollfd exited{descriptor, POLLIN, 0};
-    const bool readable = ::poll(&exited, 1, 0) == 1 && (exited.revents & POLLIN) != 0;  // readable: it exited
-    ::close(descriptor);
-    return readable;
-}
-
 constexpr std::size_t kLayoutBytes = (sizeof(PublishedLayout) + 4095) & ~std::size_t{4095};
 
 // Every table of this process, for mark_partitioned (fault injection; control plane only).
@@ -101,6 +88,7 @@ PublishedTable::PublishedTable() {
     // A fresh memfd reads as zeros: every entry empty, every counter 0 (atomics of these widths
     // are lock-free and zero is their value).
     layout_ = static_cast<PublishedLayout*>(mapped);
+    receive_lock_ = ReceiveLock(layout_);
     layout_->pid = static_cast<std::uint32_t>(::getpid());
     layout_->region_slots = kPublishedRegionSlots;
     layout_->queue_pair_slots = kPublishedQueuePairSlots;
@@ -278,178 +266,19 @@ void PublishedTable::unpublish_queue_pair(std::uint32_t qpn) {
 PublishedTable::ReceiveGuard::ReceiveGuard(PublishedTable& table, bool needed)
     : table_(needed && table.layout_ != nullptr ? &table : nullptr) {
     if (table_ == nullptr) return;
-    std::atomic<std::uint32_t>& lock = table_->layout_->receive_lock;
-    const auto mine = static_cast<std::uint32_t>(::getpid());
-    std::uint32_t holder = 0;
-    if (lock.compare_exchange_strong(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) return;
-    // Held: by a peer for a few loads and stores, or by a process that died inside them.
-    const auto started = std::chrono::steady_clock::now();
-    auto report_at = started + std::chrono::seconds(2);
-    for (std::uint32_t attempt = 1;; ++attempt) {
-        holder = 0;
-        if (lock.compare_exchange_weak(holder, mine, std::memory_order_acquire, std::memory_order_relaxed)) return;
-        if (attempt < 64) continue;
-        // Past the few stores a holder makes: a holder that exited is taken over, and what it
-        // began is finished from its journal.
-        if (attempt % 64 == 0 && holder != 0 && holder != mine && table_->take_over_from(holder)) return;
-        if (std::chrono::steady_clock::now() >= report_at) {
-            // Only a peer stopped inside its few stores (SIGSTOP, a debugger) holds it this long.
-            detail::logger().error("software device: process {} has held this device's receive lock for {} s (stopped in a "
-                                   "zero-hop receive?); its CQEs wait for it",
-                                   holder, std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started).count());
-            report_at += std::chrono::seconds(2);
-        }
-        std::this_thread::yield();
-    }
+    if (table_->receive_lock_.lock_waiting(table_->arena_)) table_->takeovers_.fetch_add(1, std::memory_order_relaxed);
 }
 
 PublishedTable::ReceiveGuard::~ReceiveGuard() {
-    if (table_ != nullptr) table_->layout_->receive_lock.store(0, std::memory_order_release);
-}
-
-std::uint32_t PublishedTable::receive_lock_holder() const {
-    return layout_ == nullptr ? 0 : layout_->receive_lock.load(std::memory_order_acquire);
-}
-
-bool PublishedTable::take_over_from(std::uint32_t holder) {
-    std::atomic<std::uint32_t>& lock = layout_->receive_lock;
-    if (lock.load(std::memory_order_relaxed) != holder || !process_exited(holder)) return false;
-    std::uint32_t expected = holder;
-    if (!lock.compare_exchange_strong(expected, static_cast<std::uint32_t>(::getpid()), std::memory_order_acquire,
-                                      std::memory_order_relaxed)) {
-        return false;
-    }
-    finish_receive_journal(holder);
-    return true;
+    if (table_ != nullptr) table_->receive_lock_.unlock();
 }
 
 bool PublishedTable::take_over_receive_lock(std::uint32_t pid) {
-    if (layout_ == nullptr || pid == 0 || !take_over_from(pid)) return false;
-    layout_->receive_lock.store(0, std::memory_order_release);
+    if (layout_ == nullptr || pid == 0 || !receive_lock_.take_over_from(pid, arena_)) return false;
+    takeovers_.fetch_add(1, std::memory_order_relaxed);
+    receive_lock_.unlock();
     return true;
 }
-
-namespace {
-
-// What taking the receive lock over from a holder that exited found in the journal.
-enum class ReceiveRecovery : std::uint8_t {
-    nothing_begun,       // no receive in progress
-    receive_left,        // it had not consumed the receive yet: the receive stays posted
-    completion_written,  // it had consumed it: its CQE, or the rest of it, was written now
-    already_complete,    // it had published the CQE; only the journal was left
-    journal_invalid,     // the journal names memory outside the arena: left as it was
-};
-
-const char* describe(ReceiveRecovery recovery) {
-    switch (recovery) {
-        case ReceiveRecovery::nothing_begun: return "no receive was in progress";
-        case ReceiveRecovery::receive_left: return "it had not consumed its receive yet, which stays posted";
-        case ReceiveRecovery::completion_written: return "it had consumed a receive; its CQE was written now";
-        case ReceiveRecovery::already_complete: return "its CQE was already published";
-        case ReceiveRecovery::journal_invalid: return "its journal names memory outside the arena: left as it was";
-    }
-    return "?";
-}
-
-}  // namespace
-
-void PublishedTable::finish_receive_journal(std::uint32_t holder) {
-    ReceiveJournal& journal = layout_->receive_journal;
-    ReceiveRecovery outcome = ReceiveRecovery::nothing_begun;
-    if (journal.armed.load(std::memory_order_acquire) != 0) {
-        const ReceiveIntent intent = journal.intent;
-        // The journal's offsets (plus 1) in this device's arena, or null outside it: a journal from
-        // a process that wrote nonsense must not make this one fault.
-        auto in_arena = [this](std::uint64_t offset_plus_1, std::uint64_t length) -> std::uint8_t* {
-            return arena_ == nullptr || offset_plus_1 == 0 ? nullptr : arena_->range(offset_plus_1 - 1, length);
-        };
-        const bool ring_shape = intent.cqe_count != 0 && (intent.cqe_count & (intent.cqe_count - 1)) == 0 &&
-                                (intent.cqe_size == 64 || intent.cqe_size == 128);
-        auto* doorbell = reinterpret_cast<std::uint32_t*>(in_arena(intent.doorbell_offset, 64));
-        std::uint8_t* entries = in_arena(intent.cq_offset, static_cast<std::uint64_t>(intent.cqe_count) * intent.cqe_size);
-        auto* cq_doorbell = reinterpret_cast<std::uint32_t*>(in_arena(intent.cq_doorbell_offset, 64));
-        if (!ring_shape || doorbell == nullptr || entries == nullptr || cq_doorbell == nullptr) {
-            outcome = ReceiveRecovery::journal_invalid;
-        } else if (__atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) == intent.consumed_before) {
-            outcome = ReceiveRecovery::receive_left;  // its first store was never made
-        } else {
-            const CompletionRingView ring{entries, intent.cqe_count, intent.cqe_size, cq_doorbell,
-                                          event_descriptor_of_receive_cq(intent.cq_doorbell_offset)};
-            if (ring.producer_index() != intent.producer_before) {
-                outcome = ReceiveRecovery::already_complete;  // the producer index moves last
-                // It may have died between the index and the event: an arm still set is owed one.
-                ring.raise_event(intent.completion.cqe_opcode, intent.completion.solicited);
-            } else {
-                // Its owner byte may already be the new one (published, the index not yet moved):
-                // the consumer may be reading that CQE, so it is not written again.
-                const std::uint8_t expected = ring.owner_byte(intent.completion.cqe_opcode, intent.completion.solicited);
-                std::uint8_t* cqe = ring.next_entry();
-                if (__atomic_load_n(cqe + mlx5::kCqeOpOwn, __ATOMIC_ACQUIRE) != expected) {
-                    ring.claim();
-                    fill_responder_cqe(cqe, intent.completion);
-                    ring.make_visible(cqe, intent.completion.cqe_opcode, intent.completion.solicited);
-                }
-                ring.advance();
-                ring.raise_event(intent.completion.cqe_opcode, intent.completion.solicited);
-                outcome = ReceiveRecovery::completion_written;
-            }
-        }
-        if (outcome != ReceiveRecovery::journal_invalid) journal.armed.store(0, std::memory_order_release);
-    }
-    takeovers_.fetch_add(1, std::memory_order_relaxed);
-    detail::logger().warn("software device: process {} exited holding this device's receive lock; taken over: {}", holder,
-                          describe(outcome));
-}
-
-int PublishedTable::event_descriptor_of_receive_cq(std::uint64_t cq_doorbell_offset) const {
-    for (const PublishedQueuePair& slot : layout_->queue_pairs) {
-        if (slot.qpn.load(std::memory_order_relaxed) != 0 &&
-            slot.receive_cq_doorbell_offset.load(std::memory_order_relaxed) == cq_doorbell_offset) {
-            return static_cast<int>(slot.receive_cq_event_descriptor.load(std::memory_order_relaxed)) - 1;
-        }
-    }
-    return -1;
-}
-
-bool PeerTable::try_lock_receives() {
-    std::uint32_t holder = 0;
-    return layout_->receive_lock.compare_exchange_strong(holder, static_cast<std::uint32_t>(::getpid()), std::memory_order_acquire,
-                                                         std::memory_order_relaxed);
-}
-
-namespace {
-
-// A spin-wait hint to the CPU (another hardware thread gets the core's resources meanwhile).
-inline void pause_briefly() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield");
-#endif
-}
-
-}  // namespace
-
-bool PeerTable::lock_receives_briefly() {
-    for (int attempt = 0; attempt < 48; ++attempt) {
-        if (try_lock_receives()) return true;
-        if (attempt < 16) {
-            pause_briefly();
-        } else {
-            std::this_thread::yield();  // the holder may be waiting for this core
-        }
-    }
-    return false;
-}
-
-void PeerTable::unlock_receives() { layout_->receive_lock.store(0, std::memory_order_release); }
-
-void PeerTable::begin_receive(const ReceiveIntent& intent) {
-    layout_->receive_journal.intent = intent;
-    layout_->receive_journal.armed.store(1, std::memory_order_release);
-}
-
-void PeerTable::end_receive() { layout_->receive_journal.armed.store(0, std::memory_order_release); }
 
 PeerTable::PeerTable(const PeerProcess& peer, int descriptor) {
     if (descriptor < 0) {
@@ -488,6 +317,7 @@ PeerTable::PeerTable(const PeerProcess& peer, int descriptor) {
         return;
     }
     peer_ = &peer;
+    receive_lock_ = ReceiveLock(layout_);
 }
 
 PeerTable::PeerTable(PublishedTable& own, const SharedArena& arena) : own_arena_(&arena) {
@@ -495,7 +325,9 @@ PeerTable::PeerTable(PublishedTable& own, const SharedArena& arena) : own_arena_
     if (layout_ == nullptr || !claim_holder()) {
         layout_ = nullptr;
         why_not_ = own.layout_ == nullptr ? "this device publishes no table" : "every holder slot of its table is taken";
+        return;
     }
+    receive_lock_ = ReceiveLock(layout_);
 }
 
 bool PeerTable::claim_holder() {

@@ -46,6 +46,8 @@
 // arrive): a receive consumed gets its CQE, exactly once; a receive not yet consumed stays posted.
 // The device takes the lock over when it next needs it, or when the holder's connection closes
 // and the holder's process has then exited (DeviceCore::close_connection watches its pidfd).
+// The lock and its journal are a type of their own (receive_lock.hpp); this file holds the
+// table, its writer (PublishedTable) and its readers (PeerTable).
 #pragma once
 
 #include <array>
@@ -57,6 +59,7 @@
 #include <vector>
 
 #include "transport/soft/completion_ring.hpp"
+#include "transport/soft/receive_lock.hpp"
 
 namespace rdmachan::soft {
 
@@ -254,7 +257,7 @@ public:
     static void mark_partitioned(bool partitioned);
 
     // The pid holding the receive lock now, 0 when free.
-    std::uint32_t receive_lock_holder() const;
+    std::uint32_t receive_lock_holder() const { return receive_lock_.holder(); }
     // Takes the receive lock over from `pid` if that process holds it and has exited, finishes
     // its journal and frees the lock; false when `pid` does not hold it or is still alive.
     bool take_over_receive_lock(std::uint32_t pid);
@@ -263,15 +266,8 @@ public:
 
 private:
     friend class PeerTable;  // a device reads its own table as its peers do
-    // Takes the lock from `holder` if it still holds it and has exited, and finishes its journal;
-    // the lock is then this process's. False otherwise.
-    bool take_over_from(std::uint32_t holder);
-    // Under the lock, just taken over from `holder`: finishes what the journal describes.
-    void finish_receive_journal(std::uint32_t holder);
-    // The event descriptor of the receive CQ whose doorbell block is at `cq_doorbell_offset` (as an
-    // entry publishes it), from the entries that name it; -1 when none does.
-    int event_descriptor_of_receive_cq(std::uint64_t cq_doorbell_offset) const;
     PublishedLayout* layout_ = nullptr;
+    ReceiveLock receive_lock_;  // of layout_
     const SharedArena* arena_ = nullptr;  // the device's, once published
     std::atomic<std::uint64_t> takeovers_{0};
     int descriptor_ = -1;
@@ -308,17 +304,8 @@ public:
     int event_descriptor(std::uint32_t published);
     // The target simulates a network partition (simulate_partition in its process).
     bool partitioned() const { return layout_->partitioned.load(std::memory_order_acquire) != 0; }
-    // The target's receive lock, by one compare-and-swap: false when another holds it (the
-    // caller then leaves the request to the request path).
-    bool try_lock_receives();
-    // The same, tried again for a while when busy (a few pauses, then up to 32 yields of the
-    // core): the target's device holds the lock from before an answer until its CQE is in, a
-    // system call, and the answer is what lets this initiator go on. False when still busy.
-    bool lock_receives_briefly();
-    void unlock_receives();
-    // Under the lock: what this process is about to do (see ReceiveJournal), and that it is done.
-    void begin_receive(const ReceiveIntent& intent);
-    void end_receive();
+    // The target's receive lock (receive_lock.hpp: a peer's side).
+    ReceiveLock& receive_lock() { return receive_lock_; }
 
     // Holds a region for one write: the key is stored in this mapping's holder slot first, then
     // the entry read, so a deregistration either is seen here or waits for release().
@@ -341,6 +328,7 @@ public:
 
 private:
     PublishedLayout* layout_ = nullptr;
+    ReceiveLock receive_lock_;           // of layout_
     PublishedHolder* holder_ = nullptr;  // this mapping's slot in the target's table
     const char* why_not_ = nullptr;
     const PeerProcess* peer_ = nullptr;  // the target, held by a pidfd (outlives this table)

@@ -202,4 +202,13 @@ int write_to_peer(const PeerProcess& peer, const iovec* local, std::size_t local
     return error == 0 && peer.exited() ? ESRCH : error;
 }
 
+bool process_exited(std::uint32_t pid) {
+    const int descriptor = static_cast<int>(::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0));
+    if (descriptor < 0) return errno == ESRCH;
+    pollfd exited{descriptor, POLLIN, 0};
+    const bool readable = ::poll(&exited, 1, 0) == 1 && (exited.revents & POLLIN) != 0;  // readable: it exited
+    ::close(descriptor);
+    return readable;
+}
+
 }  // namespace rdmachan::soft

@@ -37,6 +37,12 @@ struct HostIdentity {
 // across fork), uid and pid on every call (a forked child may change its user).
 HostIdentity this_host_identity();
 
+// Whether process `pid` has exited (or was reaped): then none of its threads is in a write. A pid
+// that cannot be asked about (out of descriptors) counts as alive: a deregistration then fails
+// rather than returns too early. A pid reused by another process also counts as alive, with the
+// same safe outcome.
+bool process_exited(std::uint32_t pid);
+
 // Why `peer` is not on this host ("boot id differs", ...), or nullptr when it is.
 const char* different_host_reason(const HostIdentity& mine, const HostIdentity& peer);
 

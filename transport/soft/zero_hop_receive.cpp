@@ -112,7 +112,7 @@ ResponderCompletion responder_completion(const wire::Request& request, std::uint
 void consume_and_complete(PeerTable& table, const PublishedQueuePairView& target, const CompletionRingView& receive_cq,
                           std::uint32_t* consumption_word, std::uint32_t before, std::uint32_t after,
                           const ResponderCompletion& completion) {
-    table.begin_receive({before, receive_cq.producer_index(), target.receive_cqe_count, target.receive_cqe_size,
+    table.receive_lock().begin_receive({before, receive_cq.producer_index(), target.receive_cqe_count, target.receive_cqe_size,
                          target.doorbell_offset, target.receive_cq_offset, target.receive_cq_doorbell_offset, completion});
     hold_for_test(ZeroHopReceiveStep::journal_written);
     __atomic_store_n(consumption_word, after, __ATOMIC_RELEASE);
@@ -123,7 +123,7 @@ void consume_and_complete(PeerTable& table, const PublishedQueuePairView& target
     hold_for_test(ZeroHopReceiveStep::completion_visible);
     receive_cq.advance();
     receive_cq.raise_event(completion.cqe_opcode, completion.solicited);
-    table.end_receive();
+    table.receive_lock().end_receive();
 }
 
 // A write with immediate's destination: the range its key names, checked as the responder checks
@@ -267,20 +267,20 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     fill(destination, local, local_count);
 
     // The receive and the CQE, under the target's receive lock.
-    if (!table.lock_receives_briefly()) return refused_for_now();
+    if (!table.receive_lock().lock_briefly()) return refused_for_now();
     const CompletionRingView& receive_cq = side->cq;
     const std::optional<PublishedQueuePairView> still = table.read_queue_pair(target.qpn);
     if (!still || !zero_hop_ready(*still, queue_pair) || __atomic_load_n(doorbell + kReceiveConsumedWord, __ATOMIC_ACQUIRE) != consumed) {
-        table.unlock_receives();
+        table.receive_lock().unlock();
         return false;
     }
     if (receive_cq.full()) {
-        table.unlock_receives();
+        table.receive_lock().unlock();
         return refused_for_now();
     }
     consume_and_complete(table, target, receive_cq, doorbell + kReceiveConsumedWord, consumed, consumed + 1,
                          responder_completion(request, consumed, length, queue_pair.qpn, lid, target));
-    table.unlock_receives();
+    table.receive_lock().unlock();
     count_one(statistics.zero_hop_receives);
     return true;
 }
@@ -314,10 +314,10 @@ bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wir
 
     // Many DCIs (and the target's own device) take WQEs from one SRQ: which one is next is known
     // only under the receive lock, so the WQE is read, filled, consumed and completed under it.
-    if (!table.lock_receives_briefly()) return refused_for_now();
+    if (!table.receive_lock().lock_briefly()) return refused_for_now();
     struct Unlock {
         PeerTable& table;
-        ~Unlock() { table.unlock_receives(); }
+        ~Unlock() { table.receive_lock().unlock(); }
     } unlock{table};
     // The DCT as it is now: still in RTR with this key and this SRQ (moved to ERR or destroyed
     // meanwhile: the request path carries the request, which the target then drops).
