@@ -17,6 +17,7 @@
 
 #include "tests/sanitizer_build.hpp"
 #include "tests/soft/device_pair.hpp"
+#include "transport/soft/peer_table.hpp"
 #include "transport/soft/published_table.hpp"
 #include "transport/soft/shared_arena.hpp"
 

@@ -25,6 +25,7 @@
 #include "transport/soft/device_statistics.hpp"
 #include "transport/soft/gid.hpp"
 #include "transport/soft/indirect_keys.hpp"
+#include "transport/soft/peer_table.hpp"
 #include "transport/soft/published_table.hpp"
 #include "transport/soft/shared_arena.hpp"
 #include "transport/soft/reusing_ring.hpp"
