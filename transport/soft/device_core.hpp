@@ -18,6 +18,7 @@
 #include <sys/epoll.h>
 #include <sys/uio.h>
 
+#include "transport/soft/aligned_buffer.hpp"
 #include "transport/soft/completion_ring.hpp"
 #include "transport/soft/held_completions.hpp"
 #include "transport/soft/connection_input.hpp"
@@ -35,21 +36,6 @@
 namespace rdmachan::soft {
 
 using Clock = std::chrono::steady_clock;
-
-// Page-aligned, zeroed memory for rings and doorbell records.
-struct AlignedBuffer {
-    explicit AlignedBuffer(std::size_t size);
-    // From the device's arena when it has room (same-host peers then map it: zero-hop receives
-    // write into an RC QP's receive queue and its CQ, zero_hop_receive.cpp), else as above.
-    AlignedBuffer(std::size_t size, SharedArena& arena);
-    ~AlignedBuffer();
-    AlignedBuffer(const AlignedBuffer&) = delete;
-    AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-    std::uint8_t* data = nullptr;
-    std::size_t size = 0;
-    SharedArena* arena = nullptr;    // the arena it came from, or null
-    std::uint64_t arena_offset = 0;  // its offset in that arena plus 1; 0: not in one
-};
 
 struct MemoryRegionState {
     std::uint32_t protection_domain = 0;
