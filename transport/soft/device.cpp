@@ -3,24 +3,12 @@
 #include "transport/soft/device.hpp"
 
 #include <arpa/inet.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <random>
 #include <string>
 
 #include "common/logger.hpp"
-#include "transport/memory_lock.hpp"
-#include "transport/mlx5/barriers.hpp"
-#include "transport/mlx5/byte_order.hpp"
-#include "transport/mlx5/shared_receive_queue.hpp"
-#include "transport/mlx5/wqe_layout.hpp"
-#include "transport/soft/device_core.hpp"
-#include "transport/soft/flight_events.hpp"
 #include "transport/soft/object_creation.hpp"
 
 namespace rdmachan::soft {

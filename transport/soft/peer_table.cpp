@@ -1,23 +1,14 @@
 // A peer's mapping of a device's published table (peer_table.hpp).
 #include "transport/soft/peer_table.hpp"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
-#include <mutex>
-#include <string>
-#include <thread>
-#include <vector>
 
-#include "common/logger.hpp"
-#include "transport/soft/device_core.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/shared_arena.hpp"
 

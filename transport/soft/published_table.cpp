@@ -3,24 +3,17 @@
 #include "transport/soft/published_table.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <mutex>
-#include <string>
 #include <thread>
 #include <vector>
 
-#include "common/logger.hpp"
 #include "transport/soft/device_core.hpp"
-#include "transport/soft/same_host.hpp"
-#include "transport/soft/shared_arena.hpp"
 
 namespace rdmachan::soft {
 namespace {

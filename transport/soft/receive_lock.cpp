@@ -9,7 +9,6 @@
 
 #include "common/logger.hpp"
 #include "transport/soft/completion_ring.hpp"
-#include "transport/soft/device_core.hpp"
 #include "transport/soft/published_table.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/shared_arena.hpp"
