@@ -103,9 +103,9 @@ int DeviceCore::progress_from_caller() {
         attach_connections(false, "a caller polls them");
         arm_ack_timer(now + kHold);
     }
-    defer_acknowledgements_ = true;
+    held_acknowledgements_.set_deferring(true);
     const int handled = poll_connections();
-    defer_acknowledgements_ = false;
+    held_acknowledgements_.set_deferring(false);
     if (handled == 0) return 0;
     count_one(statistics.caller_progress_turns);
     remove_closed_connections();

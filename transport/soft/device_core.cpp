@@ -339,7 +339,7 @@ int DeviceCore::poll_connections() {
 
 void DeviceCore::remove_closed_connections() {
     // Called after the events that may refer to them were handled, under the same hold of the mutex.
-    std::erase_if(held_acknowledgements_, [](const Connection* connection) { return connection->socket < 0; });
+    held_acknowledgements_.forget([](const Connection& connection) { return connection.socket < 0; });
     std::erase_if(connections_, [](const std::unique_ptr<Connection>& connection) { return connection->socket < 0; });
 }
 
@@ -550,7 +550,7 @@ void DeviceCore::read_connection(Connection& connection) {
     ConnectionInput& input = connection.input;
     // The ACKs of the plain writes among the frames of this turn go as one, after the last; the
     // CQEs for compressed CQs too, as sessions where they can (held_completions.hpp).
-    coalescing_ = &connection;
+    held_acknowledgements_.begin_turn(connection);
     const bool holds_completions = !held_completions_.turn_open();
     if (holds_completions) held_completions_.begin_turn();
     const struct EndCoalescing {
@@ -558,7 +558,7 @@ void DeviceCore::read_connection(Connection& connection) {
         Connection& connection;
         bool holds_completions;
         ~EndCoalescing() {
-            core.coalescing_ = nullptr;
+            core.held_acknowledgements_.end_turn();
             core.end_acknowledgement_turn(connection);
             if (holds_completions) {
                 core.write_held_completions();
@@ -716,7 +716,7 @@ std::size_t DeviceCore::unread_bytes(bool outgoing) const {
 }
 
 void DeviceCore::respond_coalescing(Connection& connection, const wire::Response& response) {
-    if (coalescing_ != &connection || connection.socket < 0 || !connection.accepts_coalesced_acknowledgements) {
+    if (!held_acknowledgements_.in_turn(connection) || connection.socket < 0 || !connection.accepts_coalesced_acknowledgements) {
         respond(connection, response);
         return;
     }
@@ -730,18 +730,15 @@ void DeviceCore::respond_coalescing(Connection& connection, const wire::Response
 }
 
 void DeviceCore::end_acknowledgement_turn(Connection& connection) {
-    if (!defer_acknowledgements_ || !connection.holds_acknowledgement || connection.socket < 0) {
+    if (!held_acknowledgements_.deferring() || !connection.holds_acknowledgement || connection.socket < 0) {
         send_held_acknowledgement(connection);
         return;
     }
-    if (std::find(held_acknowledgements_.begin(), held_acknowledgements_.end(), &connection) == held_acknowledgements_.end()) {
-        held_acknowledgements_.push_back(&connection);
-    }
+    held_acknowledgements_.defer(connection);
 }
 
 void DeviceCore::send_held_acknowledgements() {
-    for (Connection* connection : held_acknowledgements_) send_held_acknowledgement(*connection);
-    held_acknowledgements_.clear();
+    held_acknowledgements_.send_deferred([this](Connection& connection) { send_held_acknowledgement(connection); });
 }
 
 void DeviceCore::send_held_acknowledgement(Connection& connection) {

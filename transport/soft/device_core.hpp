@@ -25,6 +25,7 @@
 #include "transport/soft/device.hpp"
 #include "transport/soft/device_statistics.hpp"
 #include "transport/soft/gid.hpp"
+#include "transport/soft/held_acknowledgements.hpp"
 #include "transport/soft/indirect_keys.hpp"
 #include "transport/soft/peer_table.hpp"
 #include "transport/soft/published_table.hpp"
@@ -394,7 +395,7 @@ private:
     void respond_coalescing(Connection& connection, const wire::Response& response);
     void send_held_acknowledgement(Connection& connection);
     // The end of a turn of reads from `connection`: its held ACK goes now, or, while a caller of
-    // progress() reads (caller_progress.cpp), waits in held_acknowledgements_ for the next
+    // progress() reads (caller_progress.cpp), is deferred (held_acknowledgements_) to the next
     // send_held_acknowledgements, so the caller first sees what the frames wrote and can answer.
     void end_acknowledgement_turn(Connection& connection);
     void send_held_acknowledgements();
@@ -573,13 +574,10 @@ private:
     // The responder holds the receive lock between an answer and its CQE (perform_request); the
     // CQE writers do not take it again. Under the mutex, as every CQE write.
     bool receive_lock_held_ = false;
-    // The connection whose frames read_connection is handling: its plain write ACKs are coalesced.
-    Connection* coalescing_ = nullptr;
+    // The plain write ACKs held back for coalescing (held_acknowledgements.hpp).
+    HeldAcknowledgements held_acknowledgements_;
     // The CQEs for compressed CQs held while read_connection handles a connection's frames.
     HeldCompletions held_completions_;
-    // Set while progress_from_caller reads; the connections whose ACK it left held (under `mutex`).
-    bool defer_acknowledgements_ = false;
-    std::vector<Connection*> held_acknowledgements_;
     // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
     // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one
     // holds, rather than thread_local: in a shared library each thread_local access is a call to
