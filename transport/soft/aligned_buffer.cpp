@@ -24,7 +24,8 @@ std::uint8_t* allocate_zeroed_pages(std::size_t requested) {
 
 }  // namespace
 
-AlignedBuffer::AlignedBuffer(std::size_t requested) : data(allocate_zeroed_pages(requested)), size(requested) {}
+AlignedBuffer::AlignedBuffer(std::size_t requested)
+    : data(allocate_zeroed_pages(requested)), size(requested) {}
 
 AlignedBuffer::AlignedBuffer(std::size_t requested, SharedArena& from) : size(requested) {
     if (const std::optional<std::uint64_t> offset = from.allocate(requested)) {

@@ -23,7 +23,7 @@ namespace rdmachan::soft {
 struct Connection;
 
 class HeldAcknowledgements {
-public:
+  public:
     void begin_turn(Connection& connection) { turn_ = &connection; }
     void end_turn() { turn_ = nullptr; }
     // Only the connection being read holds its ACKs.
@@ -49,7 +49,7 @@ public:
         std::erase_if(deferred_, [&](const Connection* connection) { return closed(*connection); });
     }
 
-private:
+  private:
     Connection* turn_ = nullptr;
     bool deferring_ = false;
     std::vector<Connection*> deferred_;
