@@ -180,13 +180,16 @@ TEST_CASE("a blocked receive wakes for a send 300 ms later in every wait mode; a
             // the tests) for a whole scheduler period (0 voluntary and 16 involuntary). Either way
             // it kept polling; what it never does is sleep on the completion event, runnable for
             // none of the 300 ms. Adaptive and event modes do sleep on it: one switch, a few more
-            // if adaptive's spin was preempted.
+            // if adaptive's spin was preempted; preempted often (25 switches under ASan beside
+            // CPU-bound tests), it still slept: runnable for 4 ms of the 300.
             if (mode == WaitMode::spin) {
                 const bool slept_briefly_between_polls = voluntary + involuntary > 20;
                 const bool stayed_runnable = runnable_ms >= 150;
                 CHECK((slept_briefly_between_polls || stayed_runnable));
             } else {
-                CHECK(voluntary + involuntary < 20);
+                const bool blocked_once = voluntary + involuntary < 20;
+                const bool slept_most_of_it = runnable_ms >= 0 && runnable_ms < 150;
+                CHECK((blocked_once || slept_most_of_it));
             }
         }
     }
