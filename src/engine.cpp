@@ -12,7 +12,10 @@
 #include <thread>
 
 #include "rdmachan/handshake.hpp"
+#include "src/dc_routing.hpp"
 #include "src/flight_events.hpp"
+#include "src/post_refusal.hpp"
+#include "src/rc_routing.hpp"
 #include "common/logger.hpp"
 
 namespace rdmachan {
@@ -51,70 +54,28 @@ private:
     bool started_ = false;
 };
 
-mlx5::CompletionStatus status_of_refusal(mlx5::PostResult result) {
-    switch (result) {
-        case mlx5::PostResult::too_many_sge:
-        case mlx5::PostResult::too_many_entries:
-        case mlx5::PostResult::inline_too_large: return mlx5::CompletionStatus::local_length_error;
-        case mlx5::PostResult::invalid_request: return mlx5::CompletionStatus::local_qp_operation_error;
-        default: return mlx5::CompletionStatus::general_error;
-    }
-}
-
-const char* reason_of_refusal(mlx5::PostResult result) {
-    switch (result) {
-        case mlx5::PostResult::ok: return "no reason";
-        case mlx5::PostResult::queue_full: return "the queue stayed full until the deadline";
-        case mlx5::PostResult::too_many_sge: return "more scatter/gather elements than the queue takes";
-        case mlx5::PostResult::inline_too_large: return "inline data larger than max_inline_data";
-        case mlx5::PostResult::invalid_request: return "the device refused the request";
-        case mlx5::PostResult::too_many_entries:
-            return "more memory layout entries than the key or the queue's max_inline_data takes";
-    }
-    return "unknown";
-}
-
-std::uint32_t saturating_product(std::uint32_t left, std::uint32_t right) {
-    const std::uint64_t product = static_cast<std::uint64_t>(left) * right;
-    return product > (1u << 22) ? (1u << 22) : static_cast<std::uint32_t>(product);
-}
-
 }  // namespace
 
 Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const DcSettings& dc)
-    : settings_(settings), dc_(dc) {
-    device_ = transport::open_device(settings.device);
-    port_ = device_->port_identity(settings.port, settings.gid_index);
-    domain_ = device_->allocate_protection_domain();
+    : settings_(settings),
+      device_(transport::open_device(settings.device)),
+      port_(device_->port_identity(settings.port, settings.gid_index)),
+      domain_(device_->allocate_protection_domain()),
+      layouts_(domain_, port_, rc_queue_pair_settings(), settings.deadline) {
     peers_.resize(peer_count);
-    if (dc_.enabled) build_dc();
-    // Every request may complete with an error or a flush, signaled or not: the queues hold
-    // everything every queue pair can have in flight.
-    if (!dc_.enabled) {
-        send_completions_ = domain_->create_completion_queue(
-            std::max(settings.cq_entries, saturating_product(peer_count, settings.max_send_wr)), cqe_compression());
-        receive_completions_ = domain_->create_completion_queue(
-            std::max(settings.cq_entries, saturating_product(peer_count, settings.max_recv_wr)), cqe_compression());
-    }
-
-    const transport::QueuePairSettings queue_pair_settings = rc_queue_pair_settings();
-
-    rc_queues_.resize(dc_.enabled ? 1 : peer_count);
-    for (std::uint32_t index = 0; index < rc_queues_.size(); ++index) {
-        RcQueue& queue = rc_queues_[index];
-        if (!dc_.enabled) {
-            queue.queue_pair = domain_->create_queue_pair(queue_pair_settings, send_completions_, receive_completions_);
-            queue.local.qpn = queue.queue_pair->qpn();
-        }
-        queue.local.gid = port_.gid;
-        queue.local.lid = port_.lid;
-        queue.local.psn = settings.psn.has_value() ? *settings.psn : random_psn();
-        queue.local.mtu = std::min(settings.mtu, port_.active_mtu);
-        queue.local.device = device_->name();
-    }
     for (std::uint32_t index = 0; index < peer_count; ++index) {
-        Peer& peer = peers_[index];
-        peer.name = peer_count == 1 ? "unconnected peer" : "rank " + std::to_string(index);
+        peers_[index].name = peer_count == 1 ? "unconnected peer" : "rank " + std::to_string(index);
+    }
+    // The routing creates the completion queues (sized for what its queue pairs can hold) and
+    // its queue pairs.
+    if (dc.enabled) {
+        auto routing = std::make_unique<DcRouting>(*this, dc);
+        dc_ = routing.get();
+        routing_ = std::move(routing);
+    } else {
+        auto routing = std::make_unique<RcRouting>(*this);
+        rc_ = routing.get();
+        routing_ = std::move(routing);
     }
 
     scratch_requests_.resize(settings.max_send_wr);
@@ -125,24 +86,14 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
         scratch_requests_[i].sg_list = &scratch_elements_[i];
         scratch_requests_[i].num_sge = 1;
     }
+    // One slot per request the budgets admit: a slot is free whenever a post can proceed.
+    slots_.allocate(routing_->slot_capacity());
+}
 
-    // One slot per request the budgets admit: a slot is free whenever a post can proceed. RC:
-    // every queue pair's send and receive depth. DC: the initiators' send depth, plus one
-    // receive per peer and a receive depth more (receives wait in the engine, not in a queue
-    // pair); more receives than that wait for a slot, as a full queue does, up to the deadline.
-    // Nothing per DC peer is sized by the queue depth (docs/SCALE.md).
-    const std::uint64_t capacity =
-        dc_.enabled ? static_cast<std::uint64_t>(initiators_.size()) * settings.max_send_wr + peer_count +
-                          settings.max_recv_wr
-                    : static_cast<std::uint64_t>(peer_count) * (settings.max_send_wr + settings.max_recv_wr);
-    // Below kFinalRequest - 1, so that kNoTicket's slot bits name no slot.
-    if (capacity >= kFinalRequest - 1) throw Error("Engine: too many outstanding operations to track");
-    slots_.resize(capacity);
-    slot_count_ = static_cast<std::uint32_t>(capacity);
-    if (dc_.enabled) waiting_links_.assign(capacity, LinkedIndexQueue::kNone);
-    free_slots_.resize(capacity);
-    // Slot 0 on top, as before.
-    for (std::uint64_t slot = capacity; slot-- > 0;) free_slots_[free_count_++] = static_cast<std::uint32_t>(slot);
+void Engine::create_completion_queues(std::uint32_t send_entries, std::uint32_t receive_entries) {
+    send_completions_ = domain_->create_completion_queue(std::max(settings_.cq_entries, send_entries), cqe_compression());
+    receive_completions_ =
+        domain_->create_completion_queue(std::max(settings_.cq_entries, receive_entries), cqe_compression());
 }
 
 void Engine::release_owner(Engine* engine) noexcept {
@@ -266,117 +217,85 @@ MemoryRegion Engine::allocate_memory(std::size_t length, Access access) {
     return EngineAccess::make(std::move(registration), memory, length);
 }
 
-void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
-    Peer& peer = peers_[index];
-    if (dc_.enabled) throw Error("connect " + peer.name + ": a DC multi-channel connects through connect_dc");
-    if (peer.connected) throw Error("connect " + peer.name + ": already connected");
-    std::string name = remote.device.empty() ? "qpn " + std::to_string(remote.qpn)
-                                             : remote.device + " qpn " + std::to_string(remote.qpn);
-    peer.name = peers_.size() == 1 ? name : "rank " + std::to_string(index) + " (" + name + ")";
-    transport::ConnectSettings connect;
-    connect.remote_gid = remote.gid;
-    connect.remote_lid = remote.lid;
-    connect.remote_qpn = remote.qpn;
-    connect.remote_psn = remote.psn;
-    RcQueue& queue = rc_queues_[index];
-    connect.local_psn = queue.local.psn;
-    connect.path_mtu = std::min(queue.local.mtu, remote.mtu);
-    connect.ack_timeout = settings_.ack_timeout;
-    connect.retry_count = settings_.retry_count;
-    connect.rnr_retry = settings_.rnr_retry;
-    connect.min_rnr_timer = settings_.min_rnr_timer;
-    connect.max_rd_atomic = settings_.max_rd_atomic;
-    connect.max_dest_rd_atomic = settings_.max_rd_atomic;
-    connect.source_gid_index = port_.gid_index;
-    try {
-        queue.queue_pair->connect(connect);
-    } catch (const std::exception& error) {
-        throw Error("handshake with " + peer.name + ": " + error.what());
+RcRouting& Engine::rc_routing(const char* call, std::uint32_t peer) const {
+    if (rc_ == nullptr) {
+        throw Error(std::string(call) + " " + peers_[peer].name + ": a DC multi-channel has no queue pair per peer");
     }
-    queue.remote = remote;
-    queue.used = true;
-    peer.connected = true;
+    return *rc_;
+}
+
+DcRouting& Engine::dc_routing(const char* call) const {
+    if (dc_ == nullptr) throw Error(std::string(call) + ": this multi-channel is not in DC mode");
+    return *dc_;
+}
+
+void Engine::set_connected(std::uint32_t index, bool connected) {
+    Peer& peer = peers_[index];
+    peer.connected = connected;
+    peer.direct = connected ? routing_->own_queue_pair(index) : nullptr;
+    peer.direct_qpn = peer.direct != nullptr ? peer.direct->qpn() : 0;
+}
+
+void Engine::connect(std::uint32_t index, const ChannelEndpoint& remote) {
+    rc_routing("connect", index).connect(index, remote);
 }
 
 void Engine::replace_rc_peer(std::uint32_t index, const ChannelEndpoint& remote) {
-    Peer& peer = peers_[index];
-    if (dc_.enabled) throw Error("replace " + peer.name + ": a DC multi-channel replaces through replace_dc_peer");
-    // The old queue pair may still hold work (a peer that died while idle is not in ERR yet).
-    if (peer.outstanding != 0) fail_and_flush(index, "its process was replaced");
-    RcQueue& queue = rc_queues_[index];
-    try {
-        queue.queue_pair = domain_->create_queue_pair(rc_queue_pair_settings(), send_completions_, receive_completions_);
-    } catch (const std::exception& error) {
-        throw Error("replace " + peer.name + ": creating its new queue pair failed: " + error.what());
-    }
-    queue.local.qpn = queue.queue_pair->qpn();
-    queue.local.psn = settings_.psn.has_value() ? *settings_.psn : random_psn();
-    peer.connected = false;
-    peer.send_in_flight = 0;
-    connect(index, remote);
-    peer.connected = false;
-    peer.unavailable = kReplacementNotConnected;
-    peer.healthy = true;
+    rc_routing("replace", index).replace(index, remote);
 }
 
 const ChannelEndpoint& Engine::prepare_rc_peer(std::uint32_t index, const char* why) {
-    Peer& peer = peers_[index];
-    if (dc_.enabled) throw Error("prepare " + peer.name + ": a DC multi-channel has no queue pair per peer");
-    if (peer.outstanding != 0) fail_and_flush(index, why);
-    RcQueue& queue = rc_queues_[index];
-    if (queue.used) {
-        try {
-            queue.queue_pair = domain_->create_queue_pair(rc_queue_pair_settings(), send_completions_, receive_completions_);
-        } catch (const std::exception& error) {
-            throw Error("prepare " + peer.name + ": creating its queue pair failed: " + error.what());
-        }
-        queue.local.qpn = queue.queue_pair->qpn();
-        queue.local.psn = settings_.psn.has_value() ? *settings_.psn : random_psn();
-        queue.used = false;
-    }
-    peer.connected = false;
-    peer.send_in_flight = 0;
-    peer.unavailable = why;
-    peer.healthy = true;
-    return queue.local;
+    return rc_routing("prepare", index).prepare(index, why);
 }
 
 void Engine::connect_prepared_rc(std::uint32_t index, const ChannelEndpoint& remote) {
-    Peer& peer = peers_[index];
-    const char* const why = peer.unavailable;
-    connect(index, remote);
-    peer.connected = false;
-    peer.unavailable = why;
+    rc_routing("connect", index).connect_prepared(index, remote);
+}
+
+std::uint32_t Engine::dc_target_number() const { return dc_routing("dc_target_number").target_number(); }
+std::uint64_t Engine::dc_key() const { return dc_routing("dc_key").key(); }
+std::vector<std::uint32_t> Engine::dc_initiator_numbers() const {
+    return dc_routing("dc_initiator_numbers").initiator_numbers();
+}
+
+void Engine::connect_dc(std::uint32_t index, const DcPeerAddress& remote) {
+    dc_routing("connect_dc").connect(index, remote);
+}
+
+void Engine::replace_dc_peer(std::uint32_t index, const DcPeerAddress& remote) {
+    dc_routing("replace_dc_peer").replace(index, remote);
+}
+
+void Engine::connect_dc_member(std::uint32_t index, const DcPeerAddress& remote, const char* why) {
+    dc_routing("connect_dc_member").connect_member(index, remote, why);
 }
 
 void Engine::disconnect_peer(std::uint32_t index, const char* why) {
     Peer& peer = peers_[index];
     if (peer.outstanding != 0) fail_and_flush(index, why);
-    if (dc_.enabled) forget_dc_sender(index);
-    peer.connected = false;
+    routing_->forget(index);
+    set_connected(index, false);
     peer.unavailable = why;
     peer.healthy = true;
 }
 
 void Engine::mark_absent(std::uint32_t index, const char* why) {
-    Peer& peer = peers_[index];
-    peer.connected = false;
-    peer.unavailable = why;
+    set_connected(index, false);
+    peers_[index].unavailable = why;
 }
 
 void Engine::mark_replacement_connected(std::uint32_t index) {
-    Peer& peer = peers_[index];
-    peer.unavailable = nullptr;
-    peer.connected = true;
+    peers_[index].unavailable = nullptr;
+    set_connected(index, true);
 }
 
 std::optional<std::uint32_t> Engine::peer_of(std::uint64_t ticket) {
-    if (Slot* entry = slot_for(ticket)) return entry->peer;
+    if (Slot* entry = slots_.find(ticket)) return entry->peer;
     return std::nullopt;
 }
 
 std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why) {
-    Slot& entry = slots_[static_cast<std::uint32_t>(ticket & (kFinalRequest - 1))];
+    Slot& entry = slots_.of(ticket);
     mlx5::Completion completion;
     completion.status = status;
     entry.error_seen = false;
@@ -384,11 +303,6 @@ std::uint64_t Engine::fail_immediately(std::uint64_t ticket, mlx5::CompletionSta
     flight::record(flight::ChannelEvent::post_refused, entry.peer, ticket, static_cast<std::uint64_t>(status), flight::text(why));
     finish(entry, completion);
     return ticket;
-}
-
-bool Engine::reserve_send_budget(Peer& peer, std::uint32_t count) {
-    if (peer.send_in_flight + count <= settings_.max_send_wr) [[likely]] return true;
-    return wait_for_send_budget(peer, count);
 }
 
 bool Engine::wait_for_send_budget(Peer& peer, std::uint32_t count) {
@@ -402,59 +316,18 @@ bool Engine::wait_for_send_budget(Peer& peer, std::uint32_t count) {
     return true;
 }
 
-bool Engine::fits_dc_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const {
-    static_assert(kDcMaxSendBytes == 16384, "the refusal message in post_send names the limit");
-    for (std::uint32_t i = 0; i < count; ++i) {
-        const mlx5::SendOpcode opcode = requests[i].opcode;
-        if (opcode != mlx5::SendOpcode::send && opcode != mlx5::SendOpcode::send_with_immediate &&
-            opcode != mlx5::SendOpcode::send_with_invalidate) {
-            continue;
-        }
-        std::uint64_t bytes = 0;
-        for (std::uint32_t element = 0; element < requests[i].num_sge; ++element) bytes += requests[i].sg_list[element].length;
-        if (bytes > dc_.receive_size) return false;
-    }
-    return true;
-}
-
 std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requests, std::uint32_t count,
                                 Operation operation) {
     Peer& peer = peers_[index];
     const std::uint64_t ticket = claim_slot(index, operation);
     if (ticket == kNoTicket) return ticket;
-    Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
+    Slot& slot = slots_.of(ticket);
     if (!peer.connected) [[unlikely]] {
         return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
                                 peer.unavailable != nullptr ? peer.unavailable : "the peer is not connected");
     }
-    // DC: a failed peer is not retried on initiators the live peers share (its next failure
-    // would take their work down with it).
-    if (dc_.enabled && !peer.healthy) {
-        return fail_immediately(ticket, mlx5::CompletionStatus::general_error, "the peer failed earlier");
-    }
-    if (dc_.enabled && !fits_dc_receive_buffers(requests, count)) {
-        // The target's receive buffer would be too short: the request would fail there, and
-        // the error would take down the initiator every live peer shares.
-        return fail_immediately(ticket, mlx5::CompletionStatus::local_length_error,
-                                "a send in DC mode carries at most 16384 bytes (rdmachan::kDcMaxSendBytes, the "
-                                "DC target's receive buffers); use an RDMA write for more");
-    }
-    if (!reserve_send_budget(peer, count)) {
-        return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
-                                "the send budget (max_send_wr) stayed full until the deadline");
-    }
-    transport::QueuePair* queue_pair = dc_.enabled ? nullptr : rc_queues_[index].queue_pair.get();
-    if (dc_.enabled) {
-        const std::int32_t chosen = choose_initiator(peer, count);
-        if (chosen < 0) {
-            return fail_immediately(ticket, mlx5::CompletionStatus::general_error,
-                                    "no DC initiator had room until the deadline");
-        }
-        slot.initiator = chosen;
-        initiators_[chosen].send_in_flight += count;
-        queue_pair = initiators_[chosen].queue_pair.get();
-        for (std::uint32_t i = 0; i < count; ++i) requests[i].dc_address_vector = peer.address_vector.data();
-    }
+    const SendRoute route = routing_->route_send(index, ticket, requests, count);
+    if (route.queue_pair == nullptr) [[unlikely]] return fail_immediately(ticket, route.status, route.why);
     for (std::uint32_t i = 0; i < count; ++i) {
         requests[i].wr_id = ticket;
         requests[i].flags &= ~static_cast<std::uint32_t>(mlx5::kSendSignaled);
@@ -467,12 +340,12 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
     slot.send_requests = count;
     peer.send_in_flight += count;
 
-    flight::record(flight::ChannelEvent::post_send, index, dc_.enabled ? 0 : rc_queues_[index].local.qpn, ticket, count,
+    flight::record(flight::ChannelEvent::post_send, index, route.queue_pair->qpn(), ticket, count,
                    static_cast<std::uint64_t>(requests[0].opcode));
     std::uint32_t posted = 0;
-    const mlx5::PostResult result = queue_pair->post_send(requests, count, &posted);
+    const mlx5::PostResult result = route.queue_pair->post_send(requests, count, &posted);
     if (result == mlx5::PostResult::ok) [[likely]] return ticket;
-    return finish_post(index, ticket, *queue_pair, requests, count, posted, result);
+    return finish_post(index, ticket, *route.queue_pair, requests, count, posted, result);
 }
 
 // The rest of a post the queue did not take at once: retried while the queue is full, until the
@@ -480,21 +353,21 @@ std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requ
 std::uint64_t Engine::finish_post(std::uint32_t index, std::uint64_t ticket, transport::QueuePair& queue_pair,
                                   mlx5::SendWorkRequest* requests, std::uint32_t count, std::uint32_t done,
                                   mlx5::PostResult result) {
-    Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
+    Slot& slot = slots_.of(ticket);
     std::uint32_t round = 0;
     LazyDeadline deadline(settings_.deadline);
     while (true) {
         const bool retry = result == mlx5::PostResult::queue_full && !deadline.passed();
         if (!retry) {
-            const auto status = status_of_refusal(result);
+            const auto status = refusal_status(result);
             if (done != 0) {
                 // Part of the batch is in the NIC without its final request: take it back.
-                slot.not_posted = reason_of_refusal(result);
+                slot.not_posted = refusal_reason(result);
                 finish(slot, [&] { mlx5::Completion failed; failed.status = status; return failed; }());
                 fail_and_flush(index, "a batch could only be posted in part");
                 return ticket;
             }
-            return fail_immediately(ticket, status, reason_of_refusal(result));
+            return fail_immediately(ticket, status, refusal_reason(result));
         }
         if (!poll_once()) backoff(round);  // the ring frees as completions arrive
         std::uint32_t posted = 0;
@@ -507,12 +380,12 @@ std::uint64_t Engine::finish_post(std::uint32_t index, std::uint64_t ticket, tra
 std::uint64_t Engine::post_batch(std::uint32_t index, const WorkBatch::Entry* entries, std::uint32_t count,
                                  Operation operation, std::uint64_t version) {
     Peer& peer = peers_[index];
-    // The common case, an RC batch that can go at once (a free slot, send budget, a connected
-    // peer), takes its ticket first, so that each request gets its wr_id as it is converted: one
-    // pass over the batch. Anything else is converted with no ticket and takes post_send, which
-    // waits, handles DC and fails the operation naming why.
+    // The common case, a batch to a peer with its own queue pair (RC) that can go at once (a free
+    // slot, send budget), takes its ticket first, so that each request gets its wr_id as it is
+    // converted: one pass over the batch. Anything else is converted with no ticket and takes
+    // post_send, which waits, routes (DC) and fails the operation naming why.
     const bool at_once =
-        free_count_ != 0 && !dc_.enabled && peer.connected && peer.send_in_flight + count <= settings_.max_send_wr;
+        slots_.has_free() && peer.direct != nullptr && peer.send_in_flight + count <= settings_.max_send_wr;
     const std::uint64_t ticket = at_once ? claim_free_slot(index, operation) : 0;
     mlx5::SendWorkRequest* const requests = scratch_requests_.data();
     if (at_once && version != 0 && version == scratch_version_ && count == scratch_count_) {
@@ -570,12 +443,13 @@ std::uint64_t Engine::post_batch(std::uint32_t index, const WorkBatch::Entry* en
 std::uint64_t Engine::post_scratch_requests(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes) {
     mlx5::SendWorkRequest* const requests = scratch_requests_.data();
     requests[count - 1].wr_id = ticket | kFinalRequest;
-    Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
+    Slot& slot = slots_.of(ticket);
     slot.bytes = bytes;
     slot.send_requests = count;
-    peers_[index].send_in_flight += count;
-    transport::QueuePair& queue_pair = *rc_queues_[index].queue_pair;
-    flight::record(flight::ChannelEvent::post_send, index, rc_queues_[index].local.qpn, ticket, count,
+    Peer& peer = peers_[index];
+    peer.send_in_flight += count;
+    transport::QueuePair& queue_pair = *peer.direct;
+    flight::record(flight::ChannelEvent::post_send, index, peer.direct_qpn, ticket, count,
                    static_cast<std::uint64_t>(requests[0].opcode));
     std::uint32_t posted = 0;
     const mlx5::PostResult result = queue_pair.post_send(requests, count, &posted);
@@ -583,46 +457,24 @@ std::uint64_t Engine::post_scratch_requests(std::uint32_t index, std::uint64_t t
     return finish_post(index, ticket, queue_pair, requests, count, posted, result);
 }
 
-std::uint64_t Engine::post_receive(std::uint32_t index, const LocalSlice& local) {
-    if (dc_.enabled) return post_dc_receive(index, local);
-    const std::uint64_t ticket = claim_slot(index, Operation::receive);
-    if (ticket == kNoTicket) return ticket;
-    if (peers_[index].unavailable != nullptr) [[unlikely]] {
-        return fail_immediately(ticket, mlx5::CompletionStatus::general_error, peers_[index].unavailable);
-    }
-    const mlx5::ScatterGatherElement element{local.addr(), local.length(), local.lkey()};
-    const mlx5::ReceiveWorkRequest request{ticket | kFinalRequest, &element, 1};
-    flight::record(flight::ChannelEvent::post_receive, index, rc_queues_[index].local.qpn, ticket, local.length());
-    std::uint32_t round = 0;
-    const auto until = std::chrono::steady_clock::now() + settings_.deadline;
-    while (true) {
-        std::uint32_t posted = 0;
-        const mlx5::PostResult result = rc_queues_[index].queue_pair->post_receive(&request, 1, &posted);
-        if (result == mlx5::PostResult::ok) return ticket;
-        if (result != mlx5::PostResult::queue_full || std::chrono::steady_clock::now() >= until) {
-            return fail_immediately(ticket, status_of_refusal(result), reason_of_refusal(result));
-        }
-        if (!poll_once()) backoff(round, until);
-    }
-}
-
-// Out of line: error and flush completions, and DC arrivals (deliver recorded the event).
+// Out of line: error and flush completions, and arrivals in engine-owned receive buffers
+// (deliver recorded the event).
 void Engine::deliver_error_or_arrival(const mlx5::Completion& completion) {
     if (completion.status != mlx5::CompletionStatus::success &&
         completion.status != mlx5::CompletionStatus::work_request_flushed) [[unlikely]] {
         report_error_completion(completion);
     }
-    if (dc_.enabled && completion.is_receive) {
-        match_dc_arrival(completion);
+    if ((completion.wr_id & kEngineReceiveBuffer) != 0) {
+        routing_->take_arrival(completion);
         return;
     }
-    Slot* entry = slot_for(completion.wr_id);
+    Slot* entry = slots_.find(completion.wr_id);
     if (completion.status != mlx5::CompletionStatus::success && entry != nullptr) {
-        // On DC, a flush says only that the shared initiator failed, maybe for another peer.
-        if (!dc_.enabled || completion.status != mlx5::CompletionStatus::work_request_flushed) {
+        // On a shared send queue, a flush says only that the queue failed, maybe for another peer.
+        if (entry->shared_queue == nullptr || completion.status != mlx5::CompletionStatus::work_request_flushed) {
             peers_[entry->peer].healthy = false;
         }
-        if (entry->initiator >= 0) initiators_[entry->initiator].failed = true;
+        if (entry->shared_queue != nullptr) mark_failed(*entry->shared_queue);
     }
     if (entry == nullptr || entry->state != SlotState::pending) return;  // a taken or failed operation's stragglers
     if ((completion.wr_id & kFinalRequest) != 0) {
@@ -646,7 +498,7 @@ void Engine::report_error_completion(const mlx5::Completion& completion) const {
 bool Engine::poll_once() {
     const bool sends = poll_queue(*send_completions_);
     const bool receives = poll_queue(*receive_completions_);
-    if (dc_.enabled) recover_failed_initiators();
+    if (shared_queue_failed_) [[unlikely]] shared_queue_failed_ = routing_->recover_shared_queues();
     return sends || receives;
 }
 
@@ -705,7 +557,7 @@ std::optional<WorkResult> Engine::try_take(std::uint64_t ticket) {
 // Out of line: a failed operation's result names the peer (a string copy).
 std::optional<WorkResult> Engine::take_failure(Slot& slot, std::uint64_t ticket) {
     std::optional<WorkResult> result(failure_of(slot));
-    release(static_cast<std::uint32_t>(ticket));
+    slots_.release(static_cast<std::uint32_t>(ticket));
     return result;
 }
 
@@ -719,7 +571,7 @@ WorkResult Engine::not_posted_for_want_of_a_slot() {
 
 WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline) {
     if (ticket == kNoTicket) [[unlikely]] return not_posted_for_want_of_a_slot();
-    Slot* entry = slot_for(ticket);
+    Slot* entry = slots_.find(ticket);
     if (entry == nullptr) {
         WorkError error;
         error.status = static_cast<std::uint8_t>(mlx5::CompletionStatus::general_error);
@@ -747,7 +599,7 @@ WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline
         backoff(round, until);
     }
     WorkResult result = result_of(*entry);
-    release(static_cast<std::uint32_t>(ticket));
+    slots_.release(static_cast<std::uint32_t>(ticket));
     return result;
 }
 
@@ -761,17 +613,13 @@ void Engine::report_deadline(const Slot& slot, std::uint64_t ticket, std::chrono
 }
 
 void Engine::fail_and_flush(std::uint32_t index, const char* why) {
-    flight::record(flight::ChannelEvent::qp_error, index, dc_.enabled ? 0 : rc_queues_[index].local.qpn, flight::text(why));
-    if (dc_.enabled) return fail_and_flush_dc(index, why);
-    Peer& peer = peers_[index];
-    logger().warn("{}: moving QP {} to ERR: {}", peer.name, rc_queues_[index].local.qpn, why);
-    peer.healthy = false;
-    try {
-        rc_queues_[index].queue_pair->move_to_error();
-    } catch (const std::exception& error) {
-        logger().error("{}: modify to ERR failed: {}", peer.name, error.what());
-    }
+    routing_->move_to_error(index, why);
+    collect_flushes(index);
+}
+
+void Engine::collect_flushes(std::uint32_t index) {
     // The device flushes everything it holds; collect those completions so no slot stays pending.
+    Peer& peer = peers_[index];
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
     std::uint32_t round = 0;
     while (peer.outstanding != 0 && std::chrono::steady_clock::now() < until) {
@@ -788,7 +636,7 @@ void Engine::fail_and_flush(std::uint32_t index, const char* why) {
 std::uint32_t Engine::open_scope() { return next_scope_++; }
 
 void Engine::adopt(std::uint64_t ticket, std::uint32_t scope) {
-    if (Slot* entry = slot_for(ticket)) entry->scope = scope;
+    if (Slot* entry = slots_.find(ticket)) entry->scope = scope;
 }
 
 Engine::DrainReport Engine::close_scope(std::uint32_t scope) {
@@ -797,13 +645,13 @@ Engine::DrainReport Engine::close_scope(std::uint32_t scope) {
         Slot& entry = slots_[slot];
         if (entry.state == SlotState::free || entry.scope != scope) continue;
         ++report.unpolled;
-        const std::uint64_t ticket = static_cast<std::uint64_t>(entry.generation) << 32 | slot;
+        const std::uint64_t ticket = slots_.ticket_of(slot);
         const std::uint32_t peer = entry.peer;
         WorkResult result = wait(ticket, settings_.deadline);
         if (!result.ok() && result.error().deadline_expired) {
             if (!report.failure.has_value()) report.failure = result.error();
             fail_and_flush(peer, "a scope's work did not complete before the deadline");
-            if (slot_for(ticket) != nullptr) release(slot);
+            if (slots_.find(ticket) != nullptr) slots_.release(slot);
         }
     }
     return report;

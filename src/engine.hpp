@@ -1,7 +1,9 @@
 // The engine under Channel and MultiChannel: one device and protection domain, one send and one
-// receive completion queue shared by every peer, one RC queue pair per peer, and a table of
-// outstanding operations whose completions are cached by work-request id so handles can be
-// waited for in any order. A Channel is an engine with one peer.
+// receive completion queue shared by every peer, and a table of outstanding operations
+// (src/slot_table.hpp) whose completions are cached by work-request id so handles can be waited
+// for in any order. How peers are reached is its routing, chosen once when it is built: RC, a
+// queue pair per peer (src/rc_routing.hpp), or DC, shared initiators and one target
+// (src/dc_routing.hpp). A Channel is an RC engine with one peer.
 //
 // Nothing on the post/poll path allocates, locks or throws: every table is sized when the
 // engine is built. Budgets keep the queues from overflowing: a peer never has more send work
@@ -22,74 +24,27 @@
 #include "rdmachan/channel.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "rdmachan/peer_counters.hpp"
+#include "src/dc_settings.hpp"
 #include "src/flight_events.hpp"
+#include "src/layout_queue_pair.hpp"
+#include "src/peer_routing.hpp"
+#include "src/slot_table.hpp"
 #include "transport/device_interface.hpp"
 
 namespace rdmachan::detail {
 
-// The ticket of an operation that could not even get a slot; waiting for it, or taking it,
-// gives the failure kNoSlotReason names.
-inline constexpr std::uint64_t kNoTicket = ~0ull;
-inline constexpr const char* kNoSlotReason =
-    "every operation slot holds a result not taken yet (the engine has max_send_wr + max_recv_wr "
-    "slots per peer, and a completed operation keeps its slot until its handle is waited for, "
-    "polled to the end or dropped): take results before posting more";
-
-// The last request of a batch carries its ticket with this bit set: only its completion ends the
-// operation. Slots are numbered below kFinalRequest - 1, so kNoTicket names no slot.
-inline constexpr std::uint64_t kFinalRequest = 1ull << 31;
+class RcRouting;
+class DcRouting;
 
 // Why a replaced peer's operations fail until its replacement has connected its side.
 inline constexpr const char* kReplacementNotConnected =
     "the peer was replaced and its replacement is not connected yet (MultiChannel::reconnect, then "
     "PeerEvent::Kind::replacement_connected)";
 
-// DC mode (MultiChannel only): W DC initiators shared by every peer, one DC target fed by a
-// shared receive queue of engine-owned receive buffers.
-struct DcSettings {
-    bool enabled = false;
-    std::uint32_t initiators = 4;
-    std::optional<std::uint64_t> key;       // the access key of this process's DC target
-    std::uint32_t receive_buffers = 256;    // in the shared receive queue
-    std::uint32_t receive_size = kDcMaxSendBytes;  // bytes each: the largest message a peer may send
-};
-
-// A FIFO of indices linked through an array shared by every queue of its kind (an index is in
-// at most one such queue at a time): 12 bytes per queue whatever its capacity, so a DC peer
-// costs nothing sized by the queue depth. The links are sized at construction (no allocation).
-class LinkedIndexQueue {
-public:
-    static constexpr std::uint32_t kNone = ~0u;
-    bool empty() const { return count_ == 0; }
-    std::uint32_t size() const { return count_; }
-    void push(std::vector<std::uint32_t>& links, std::uint32_t item) {
-        links[item] = kNone;
-        if (count_ == 0) {
-            head_ = item;
-        } else {
-            links[tail_] = item;
-        }
-        tail_ = item;
-        ++count_;
-    }
-    std::uint32_t pop(const std::vector<std::uint32_t>& links) {
-        const std::uint32_t item = head_;
-        head_ = links[item];
-        --count_;
-        return item;
-    }
-
-private:
-    std::uint32_t head_ = kNone;
-    std::uint32_t tail_ = kNone;
-    std::uint32_t count_ = 0;
-};
-
 class Engine {
-    struct Slot;
-
 public:
-    // Use make_engine (below): its shared_ptr's deleter is release_owner.
+    // Use make_engine (below): its shared_ptr's deleter is release_owner. `dc.enabled` chooses DC
+    // routing (MultiChannel only); otherwise RC, a queue pair per peer.
     Engine(const ChannelSettings& settings, std::uint32_t peer_count, const DcSettings& dc = {});
     ~Engine();
     Engine(const Engine&) = delete;
@@ -107,8 +62,8 @@ public:
     // already waiting (or there are no events).
     bool arm();
     // DC: one endpoint per process (any peer index gives it); RC: the queue pair for that peer.
-    const ChannelEndpoint& local_endpoint(std::uint32_t peer) const { return rc_queues_[dc_.enabled ? 0 : peer].local; }
-    const ChannelEndpoint& remote_endpoint(std::uint32_t peer) const { return rc_queues_[dc_.enabled ? 0 : peer].remote; }
+    const ChannelEndpoint& local_endpoint(std::uint32_t peer) const { return routing_->local_endpoint(peer); }
+    const ChannelEndpoint& remote_endpoint(std::uint32_t peer) const { return routing_->remote_endpoint(peer); }
     const std::string& peer_name(std::uint32_t peer) const { return peers_[peer].name; }
     void set_peer_name(std::uint32_t peer, std::string name) { peers_[peer].name = std::move(name); }
     bool healthy(std::uint32_t peer) const { return peers_[peer].healthy; }
@@ -118,28 +73,19 @@ public:
     MemoryRegion register_memory(void* data, std::size_t length, Access access);
     MemoryRegion allocate_memory(std::size_t length, Access access);
     // A memory layout as a zero-based region: an indirect key configured by a UMR work request
-    // on an RC queue pair of the engine's own, connected to itself (src/engine_layout.cpp): a
-    // UMR cannot go through a DC initiator, and a refused one takes its queue pair to ERR,
-    // which must not be a peer's.
+    // on the engine's LayoutQueuePair (src/engine_layout.cpp).
     MemoryRegion register_layout(const MemoryLayout& layout, Access access);
-    // INIT -> RTR -> RTS towards the peer's queue pair. Throws rdmachan::Error naming the peer.
+    // RC: INIT -> RTR -> RTS towards the peer's queue pair. Throws rdmachan::Error naming the peer.
     void connect(std::uint32_t peer, const ChannelEndpoint& remote);
 
     // DC mode.
-    bool dc_mode() const { return dc_.enabled; }
+    bool dc_mode() const { return dc_ != nullptr; }
     std::uint32_t dc_target_number() const;
-    std::uint64_t dc_key() const { return dc_key_; }
+    std::uint64_t dc_key() const;
     std::vector<std::uint32_t> dc_initiator_numbers() const;
+    using DcPeerAddress = detail::DcPeerAddress;
     // The peer's DC target, and the initiators its receives will name. Throws rdmachan::Error
     // naming both ranks when two ranks' initiators could not be told apart.
-    struct DcPeerAddress {
-        transport::Gid gid{};
-        std::uint16_t lid = 0;
-        std::uint32_t dctn = 0;
-        std::uint64_t key = 0;
-        std::vector<std::uint32_t> initiators;
-        std::string device;
-    };
     void connect_dc(std::uint32_t peer, const DcPeerAddress& remote);
 
     // Peer replacement: the peer's process died and a new one took its rank. Flushes what the
@@ -168,7 +114,7 @@ public:
     void mark_absent(std::uint32_t peer, const char* why);
     // Queue pairs this engine created: RC one per peer; DC the initiators plus the target; plus
     // the layouts' queue pair once a layout was registered.
-    std::uint32_t queue_pair_count() const;
+    std::uint32_t queue_pair_count() const { return routing_->queue_pair_count() + (layouts_.created() ? 1 : 0); }
 
     // Data path. A ticket names one outstanding operation — a single work request or a batch
     // posted under one doorbell — whose completion (or the reason it could not be posted) is
@@ -177,29 +123,28 @@ public:
     std::uint64_t post_send(std::uint32_t peer, mlx5::SendWorkRequest* requests, std::uint32_t count,
                             Operation operation);
     // One request of one SGE (the single operations, src/operations.hpp), inlined into the API
-    // call: an RC post that needs no wait goes straight to the queue pair's post_one. Anything
-    // else (no free slot, no send budget, DC, a peer not connected) takes post_send, which
-    // waits or fails the operation naming why.
+    // call: a post to a peer with a queue pair of its own (RC) that needs no wait goes straight to
+    // that queue pair's post_one. Anything else (no free slot, no send budget, DC, a peer not
+    // connected) takes post_send, which waits or fails the operation naming why.
     [[gnu::always_inline]] std::uint64_t post_one(std::uint32_t index, mlx5::SendWorkRequest& request,
                                                   Operation operation) {
         Peer& peer = peers_[index];
-        if (free_count_ == 0 || dc_.enabled || !peer.connected || peer.send_in_flight >= settings_.max_send_wr)
+        if (!slots_.has_free() || peer.direct == nullptr || peer.send_in_flight >= settings_.max_send_wr)
             [[unlikely]] {
             return post_send(index, &request, 1, operation);
         }
         const std::uint64_t ticket = claim_free_slot(index, operation);
-        Slot& slot = slots_[static_cast<std::uint32_t>(ticket)];
+        Slot& slot = slots_.of(ticket);
         request.wr_id = ticket | kFinalRequest;
         request.flags |= mlx5::kSendSignaled;
         slot.bytes = request.sg_list[0].length;
         slot.send_requests = 1;
         ++peer.send_in_flight;
-        const RcQueue& queue = rc_queues_[index];
-        flight::record(flight::ChannelEvent::post_send, index, queue.local.qpn, ticket, 1,
+        flight::record(flight::ChannelEvent::post_send, index, peer.direct_qpn, ticket, 1,
                        static_cast<std::uint64_t>(request.opcode));
-        const mlx5::PostResult result = queue.queue_pair->post_one(request);
+        const mlx5::PostResult result = peer.direct->post_one(request);
         if (result == mlx5::PostResult::ok) [[likely]] return ticket;
-        return finish_post(index, ticket, *queue.queue_pair, &request, 1, 0, result);
+        return finish_post(index, ticket, *peer.direct, &request, 1, 0, result);
     }
     // The entries become requests in the engine's own scratch space (no allocation); at most
     // max_send_wr of them (callers check). `version`: WorkBatch::version() of the entries, or 0
@@ -207,7 +152,7 @@ public:
     // holds only writes the new ticket into it (a batch built once and posted many times).
     std::uint64_t post_batch(std::uint32_t peer, const WorkBatch::Entry* entries, std::uint32_t count,
                              Operation operation, std::uint64_t version = 0);
-    std::uint64_t post_receive(std::uint32_t peer, const LocalSlice& local);
+    std::uint64_t post_receive(std::uint32_t peer, const LocalSlice& local) { return routing_->post_receive(peer, local); }
     WorkResult wait(std::uint64_t ticket, std::chrono::milliseconds deadline);
     std::optional<WorkResult> try_take(std::uint64_t ticket);
     // The failure of an operation that got no slot (kNoTicket).
@@ -218,15 +163,12 @@ public:
     // caller's return value (a success constructs no error object and copies nothing), and the
     // slot freed.
     [[gnu::always_inline]] Slot* ready(std::uint64_t ticket) {
-        Slot* entry = slot_for(ticket);
+        Slot* entry = slots_.find(ticket);
         if (entry == nullptr || entry->state == SlotState::done) return entry;
-        // RC: an operation's completion can only be in the queue of its kind, so only that one
-        // is polled (the other keeps its completions: both hold all their queue pairs can have
-        // in flight). DC polls both: a receive completes from the shared receive queue's arrivals.
-        if (dc_.enabled) {
-            poll_once();
-            return entry->state == SlotState::done ? entry : nullptr;
-        }
+        // An operation's completion can only be in the queue of its kind, so only that one is
+        // polled (the other keeps its completions: both hold all their queue pairs can have in
+        // flight). A DC receive completes when a message from its peer arrives in the receive
+        // queue's buffers.
         transport::CompletionQueue& queue =
             entry->operation == Operation::receive ? *receive_completions_ : *send_completions_;
         const std::uint32_t count = queue.poll(poll_buffer_.data(), static_cast<std::uint32_t>(poll_buffer_.size()));
@@ -248,15 +190,15 @@ public:
     [[gnu::always_inline]] std::optional<WorkResult> take_ready(Slot& slot, std::uint64_t ticket) {
         if (slot.completion.status == mlx5::CompletionStatus::success) [[likely]] {
             const WorkCompletion work = completion_of(slot);
-            release(static_cast<std::uint32_t>(ticket));
+            slots_.release(static_cast<std::uint32_t>(ticket));
             return std::optional<WorkResult>(std::in_place, work);
         }
         return take_failure(slot, ticket);
     }
-    bool outstanding(std::uint64_t ticket) { return slot_for(ticket) != nullptr; }
+    bool outstanding(std::uint64_t ticket) { return slots_.find(ticket) != nullptr; }
     std::optional<std::uint32_t> peer_of(std::uint64_t ticket);
-    // Moves the peer's QP to ERR and polls until each of its outstanding operations has its
-    // (flush) completion, so the NIC holds none of its buffers any more.
+    // Moves what holds the peer's work to ERR and polls until each of its outstanding operations
+    // has its (flush) completion, so the NIC holds none of its buffers any more.
     void fail_and_flush(std::uint32_t peer, const char* why);
 
     // Scopes: operations posted in a scope carry its id; when the scope ends, what it left is
@@ -285,78 +227,46 @@ public:
     static void release_owner(Engine* engine) noexcept;
 
 private:
-    enum class SlotState : std::uint8_t { free, pending, done };
-    struct Slot {
-        SlotState state = SlotState::free;
-        bool error_seen = false;
-        std::uint32_t generation = 0;
-        Operation operation = Operation::send;
-        std::uint32_t peer = 0;
-        std::uint32_t send_requests = 0;  // held against the peer's send budget until done
-        std::uint32_t scope = 0;          // 0: not in a scope
-        std::uint64_t bytes = 0;          // what the requests carried (requester completions omit it)
-        const char* not_posted = nullptr; // set when the device refused the post
-        std::int32_t initiator = -1;      // DC: the initiator the requests went to
-        std::uint64_t receive_addr = 0;   // DC: the user's receive buffer
-        std::uint32_t receive_length = 0;
-        mlx5::Completion completion;
-    };
-    // RC: the queue pair for one peer and both ends' endpoints. Kept apart from Peer so that a
-    // DC peer, which has no queue pair of its own, costs none of it (docs/SCALE.md).
-    struct RcQueue {
-        std::shared_ptr<transport::QueuePair> queue_pair;
-        bool used = false;  // was ever connected: membership gives the slot's next member a fresh one
-        ChannelEndpoint local;
-        ChannelEndpoint remote;
-    };
+    // The routings are the engine's two halves by mode: they use its slots, peers, queues and
+    // waits as the engine's own functions do.
+    friend class RcRouting;
+    friend class DcRouting;
+
+    // What every peer has, whatever the mode; the mode's own per-peer state is its routing's.
     struct Peer {
         std::string name;
         bool connected = false;
         bool healthy = true;
         const char* unavailable = nullptr;  // set while a replacement is being connected
+        // Its own queue pair while connected (RC), which the post fast path uses; null otherwise.
+        transport::QueuePair* direct = nullptr;
+        std::uint32_t direct_qpn = 0;
         std::uint32_t send_in_flight = 0;  // send work requests posted and not yet completed
         std::uint32_t outstanding = 0;     // operations (slots) not yet completed
         PeerCounters counters;
-        // DC: where its work requests go, and its receives matched to arrived messages.
-        std::array<std::uint8_t, 48> address_vector{};
-        std::int32_t initiator = -1;
-        LinkedIndexQueue arrivals;  // receive buffers holding a message from this peer (arrival_links_)
-        LinkedIndexQueue waiting;   // receive slots waiting for one (waiting_links_), at most max_recv_wr
-    };
-    struct Initiator {
-        std::shared_ptr<transport::QueuePair> queue_pair;
-        std::uint32_t send_in_flight = 0;
-        bool failed = false;  // in ERR: recovered once everything on it has completed
     };
 
+    void set_connected(std::uint32_t index, bool connected);
     transport::QueuePairSettings rc_queue_pair_settings() const;
     // ChannelSettings::cqe_compression as the transport spells it, for every CQ of the engine's.
     transport::CqeCompression cqe_compression() const;
+    void create_completion_queues(std::uint32_t send_entries, std::uint32_t receive_entries);
     // No free slot is refused at once: every slot holds an operation whose result was not taken,
     // and only taking one (on this thread, the only one using the engine) frees it, so waiting
     // for a slot could only end at the deadline. wait(kNoTicket) says why.
     std::uint64_t claim_slot(std::uint32_t peer, Operation operation) {
-        if (free_count_ == 0) [[unlikely]] return kNoTicket;
+        if (!slots_.has_free()) [[unlikely]] return kNoTicket;
         return claim_free_slot(peer, operation);
     }
-    // The caller saw free_count_ != 0.
+    // The caller saw slots_.has_free().
     std::uint64_t claim_free_slot(std::uint32_t peer, Operation operation) {
-        const std::uint32_t slot = free_slots_[--free_count_];
-        Slot& entry = slots_[slot];
-        entry.state = SlotState::pending;
-        entry.error_seen = false;
-        entry.operation = operation;
-        entry.peer = peer;
-        entry.send_requests = 0;
-        entry.scope = 0;
-        entry.bytes = 0;
-        entry.not_posted = nullptr;
-        entry.initiator = -1;
-        // completion is not reset: finish() or a batch's first error writes it before anyone
-        // reads it; receive_addr and receive_length are written by the DC receive that uses them.
         ++outstanding_;
         ++peers_[peer].outstanding;
-        return static_cast<std::uint64_t>(entry.generation) << 32 | slot;
+        return slots_.claim(peer, operation);
+    }
+    bool reserve_send_budget(Peer& peer, std::uint32_t count) {
+        if (peer.send_in_flight + count <= settings_.max_send_wr) [[likely]] return true;
+        return wait_for_send_budget(peer, count);
     }
     bool wait_for_send_budget(Peer& peer, std::uint32_t count);
     std::uint64_t post_scratch_requests(std::uint32_t index, std::uint64_t ticket, std::uint32_t count, std::uint64_t bytes);
@@ -371,26 +281,12 @@ private:
     }
     void report_error_completion(const mlx5::Completion& completion) const;
     void report_deadline(const Slot& slot, std::uint64_t ticket, std::chrono::milliseconds deadline) const;
-    void release(std::uint32_t slot) {
-        Slot& entry = slots_[slot];
-        entry.state = SlotState::free;
-        ++entry.generation;  // a stale ticket can never take the next operation's completion
-        free_slots_[free_count_++] = slot;
-    }
-    Slot* slot_for(std::uint64_t ticket) {
-        // kNoTicket's slot bits are kFinalRequest - 1, above every slot.
-        const auto slot = static_cast<std::uint32_t>(ticket & (kFinalRequest - 1));
-        if (slot >= slot_count_) return nullptr;
-        Slot& entry = slots_[slot];
-        if (entry.generation != static_cast<std::uint32_t>(ticket >> 32) || entry.state == SlotState::free) return nullptr;
-        return &entry;
-    }
     void finish(Slot& slot, const mlx5::Completion& completion) {
         Peer& peer = peers_[slot.peer];
         if (!slot.error_seen) slot.completion = completion;
         slot.state = SlotState::done;
         peer.send_in_flight -= slot.send_requests;
-        if (slot.initiator >= 0) initiators_[slot.initiator].send_in_flight -= slot.send_requests;
+        if (slot.shared_queue != nullptr) slot.shared_queue->send_in_flight -= slot.send_requests;
         --peer.outstanding;
         --outstanding_;
         if (slot.completion.status == mlx5::CompletionStatus::success) {
@@ -401,24 +297,31 @@ private:
         }
     }
     // Every completion polled: recorded, then a success (the common case) ends its operation
-    // here; errors, flushes and DC arrivals go to deliver_error_or_arrival.
+    // here; errors, flushes and arrivals in engine-owned receive buffers go to
+    // deliver_error_or_arrival.
     static void record_completion(const mlx5::Completion& completion) {
         flight::record(flight::ChannelEvent::completion, completion.qp_num, completion.wr_id,
                        static_cast<std::uint64_t>(completion.status), completion.syndrome, completion.byte_len);
     }
     void deliver(const mlx5::Completion& completion) {
         record_completion(completion);
-        if (completion.status != mlx5::CompletionStatus::success || (dc_.enabled && completion.is_receive)) [[unlikely]] {
+        if (completion.status != mlx5::CompletionStatus::success || (completion.wr_id & kEngineReceiveBuffer) != 0)
+            [[unlikely]] {
             deliver_error_or_arrival(completion);
             return;
         }
-        Slot* entry = slot_for(completion.wr_id);
+        Slot* entry = slots_.find(completion.wr_id);
         // A taken or failed operation's stragglers end nothing; nor does a batch's earlier request.
         if (entry != nullptr && entry->state == SlotState::pending && (completion.wr_id & kFinalRequest) != 0) {
             finish(*entry, completion);
         }
     }
     void deliver_error_or_arrival(const mlx5::Completion& completion);
+    // A shared send queue had an error: it is recovered by a later poll once it holds nothing.
+    void mark_failed(SharedSendQueue& queue) {
+        queue.failed = true;
+        shared_queue_failed_ = true;
+    }
     WorkResult result_of(const Slot& slot) const {
         if (slot.completion.status == mlx5::CompletionStatus::success) [[likely]] return success_of(slot);
         return failure_of(slot);
@@ -435,29 +338,16 @@ private:
     // Out of line: the error names the peer (a string copy), which the success path never needs.
     [[gnu::noinline]] WorkResult failure_of(const Slot& slot) const;
     std::uint64_t fail_immediately(std::uint64_t ticket, mlx5::CompletionStatus status, const char* why);
-    bool reserve_send_budget(Peer& peer, std::uint32_t count);
-    bool fits_dc_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const;
-    // DC.
-    void build_dc();
-    std::int32_t choose_initiator(Peer& peer, std::uint32_t count);
-    void connect_initiator(transport::QueuePair& initiator);
-    void recover_failed_initiators();
-    std::uint64_t post_dc_receive(std::uint32_t peer, const LocalSlice& local);
-    void match_dc_arrival(const mlx5::Completion& completion);
-    void match_receives(std::uint32_t peer);
-    void repost_receive_buffer(std::uint32_t index);
-    void fail_and_flush_dc(std::uint32_t peer, const char* why);
-    // Drops the DC peer's unmatched arrivals and forgets its initiators.
-    void forget_dc_sender(std::uint32_t peer);
+    // Polls until the peer has no operation outstanding, or the deadline.
+    void collect_flushes(std::uint32_t index);
     // A wait's pause after a poll that found nothing, as settings_.wait says; a block on the
     // completion event ends at `until` (none given: after 10 ms, for loops that read their own
     // deadline).
     void backoff(std::uint32_t& round, std::chrono::steady_clock::time_point until = {});
     void block_for_event(std::chrono::steady_clock::time_point until);
     bool arm_queues(bool take_every_event);
-    // Layouts: posts the UMR work request on umr_queue_pair_ (created on first use) and waits
-    // for its completion; throws rdmachan::Error naming the call and the status.
-    void configure_on_own_queue_pair(const mlx5::SendWorkRequest& request, const std::string& call);
+    RcRouting& rc_routing(const char* call, std::uint32_t peer) const;
+    DcRouting& dc_routing(const char* call) const;
 
     ChannelSettings settings_;
     std::shared_ptr<transport::Device> device_;
@@ -472,7 +362,6 @@ private:
     pollfd event_members_[2] = {};
     nfds_t event_member_count_ = 0;
     std::vector<Peer> peers_;
-    std::vector<RcQueue> rc_queues_;  // RC: by peer; DC: one, the process's own endpoint
     std::vector<mlx5::SendWorkRequest> scratch_requests_;
     std::vector<mlx5::ScatterGatherElement> scratch_elements_;
     // What the scratch space holds: the WorkBatch version it was converted from by an RC post
@@ -481,33 +370,18 @@ private:
     std::uint32_t scratch_count_ = 0;
     std::uint64_t scratch_bytes_ = 0;
     std::array<mlx5::Completion, 16> poll_buffer_;  // what one poll of a queue returns
-    std::vector<Slot> slots_;
-    std::uint32_t slot_count_ = 0;  // slots_.size(), without a division by sizeof(Slot)
-    // A stack of the free slots' indices: free_slots_[0, free_count_) (sized once, no push_back).
-    std::vector<std::uint32_t> free_slots_;
-    std::uint32_t free_count_ = 0;
+    SlotTable slots_;
     std::uint32_t outstanding_ = 0;
     std::uint32_t handles_ = 0;  // PendingWork handles holding this engine
     bool orphaned_ = false;      // the last shared owner is gone: the last handle deletes it
+    bool shared_queue_failed_ = false;  // a shared send queue waits for recovery (mark_failed)
     std::uint32_t next_scope_ = 1;
 
-    DcSettings dc_;
-    std::uint64_t dc_key_ = 0;
-    std::vector<Initiator> initiators_;
-    std::shared_ptr<transport::SharedReceiveQueue> shared_receive_queue_;
-    std::shared_ptr<transport::DcTarget> target_;
-    std::uint8_t* receive_memory_ = nullptr;  // the DC receive buffers, owned by receive_registration_
-    transport::Registration receive_registration_;
-    std::vector<mlx5::Completion> arrived_;  // by receive buffer
-    std::vector<std::uint32_t> arrival_links_;  // by receive buffer: the next in its peer's arrivals
-    std::vector<std::uint32_t> waiting_links_;  // by slot: the next in its peer's waiting receives
-    // (LID << 32 | initiator number) -> rank, sorted: who sent a receive.
-    std::vector<std::pair<std::uint64_t, std::uint32_t>> senders_;
-    // Memory layouts: the RC queue pair connected to itself that carries the UMR work requests
-    // (UCC's tl/mlx5 keeps such a "UMR QP"), and its own completion queue, polled only by
-    // register_layout.
-    std::shared_ptr<transport::CompletionQueue> umr_completions_;
-    std::shared_ptr<transport::QueuePair> umr_queue_pair_;
+    // Declared after the completion queues and the domain: their queue pairs go first.
+    std::unique_ptr<PeerRouting> routing_;
+    RcRouting* rc_ = nullptr;  // routing_, in RC mode
+    DcRouting* dc_ = nullptr;  // routing_, in DC mode
+    LayoutQueuePair layouts_;
 };
 
 // An engine whose shared owners and PendingWork handles keep it alive together (add_handle).

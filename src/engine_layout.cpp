@@ -1,9 +1,7 @@
 // Memory layouts on the engine: an indirect key from the device, configured by a UMR
-// work request on a queue pair of the engine's own, handed out as a zero-based MemoryRegion.
+// work request on the engine's LayoutQueuePair, handed out as a zero-based MemoryRegion.
 // Control path only: it allocates, throws and waits, as register_memory does.
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "rdmachan/error.hpp"
@@ -80,54 +78,8 @@ MemoryRegion Engine::register_layout(const MemoryLayout& layout, Access access) 
     request.opcode = mlx5::SendOpcode::configure_memory_key;
     request.flags = mlx5::kSendInline;
     request.layout = &description;
-    configure_on_own_queue_pair(request, call);
+    layouts_.configure(request, call);
     return EngineLayoutAccess::make(std::move(key.owner), length, key.lkey, key.rkey);
-}
-
-void Engine::configure_on_own_queue_pair(const mlx5::SendWorkRequest& request, const std::string& call) {
-    if (umr_queue_pair_ == nullptr) {
-        // A queue pair of the engine's protection domain, so the key serves every queue pair of
-        // it (the peers' RC queue pairs, or the DC initiators and target); max_inline_data as
-        // the others have it bounds the entries.
-        transport::QueuePairSettings settings = rc_queue_pair_settings();
-        settings.max_send_wr = 4;
-        settings.max_recv_wr = 1;
-        try {
-            umr_completions_ = domain_->create_completion_queue(8);
-            std::shared_ptr<transport::QueuePair> queue_pair = domain_->create_queue_pair(settings, umr_completions_, umr_completions_);
-            transport::ConnectSettings connect;
-            connect.remote_gid = port_.gid;
-            connect.remote_lid = port_.lid;
-            connect.remote_qpn = queue_pair->qpn();
-            connect.path_mtu = port_.active_mtu;
-            connect.source_gid_index = port_.gid_index;
-            queue_pair->connect(connect);
-            umr_queue_pair_ = std::move(queue_pair);
-        } catch (const std::exception& error) {
-            throw Error(call + ": the queue pair for memory layouts in DC mode could not be set up: " + error.what());
-        }
-    }
-    mlx5::SendWorkRequest signaled = request;
-    signaled.flags |= mlx5::kSendSignaled;
-    std::uint32_t posted = 0;
-    const mlx5::PostResult result = umr_queue_pair_->post_send(&signaled, 1, &posted);
-    if (result != mlx5::PostResult::ok) {
-        throw Error(call + ": the layout's work request was refused before posting (" + std::to_string(static_cast<int>(result)) + ")");
-    }
-    const auto until = std::chrono::steady_clock::now() + settings_.deadline;
-    mlx5::Completion completion;
-    while (umr_completions_->poll(&completion, 1) == 0) {
-        if (std::chrono::steady_clock::now() >= until) {
-            umr_queue_pair_.reset();  // it may still complete: never reused
-            throw Error(call + ": no completion within the deadline (" + std::to_string(settings_.deadline.count()) + " ms)");
-        }
-        std::this_thread::yield();
-    }
-    if (completion.status != mlx5::CompletionStatus::success) {
-        umr_queue_pair_.reset();  // in ERR now, as a NIC leaves it: the next layout gets a new one
-        throw Error(call + ": the device refused the layout: " + mlx5::to_string(completion.status) + " (syndrome " +
-                    std::to_string(completion.syndrome) + ")");
-    }
 }
 
 }  // namespace detail

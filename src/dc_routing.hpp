@@ -1,0 +1,86 @@
+// DC routing (MultiChannel only): W DC initiators shared by every peer, one DC target whose
+// shared receive queue holds engine-owned receive buffers, and receives matched to the peer that
+// sent. Per peer it keeps only an address vector, its current initiator and two linked queues:
+// nothing sized by the queue depth (docs/SCALE.md).
+#pragma once
+
+#include <array>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "src/engine.hpp"
+#include "src/linked_index_queue.hpp"
+
+namespace rdmachan::detail {
+
+class DcRouting final : public PeerRouting {
+public:
+    // Creates the engine's completion queues, the initiators, the target and its receive buffers.
+    DcRouting(Engine& engine, const DcSettings& settings);
+
+    std::uint64_t slot_capacity() const override { return capacity_; }
+    const ChannelEndpoint& local_endpoint(std::uint32_t) const override { return own_; }
+    const ChannelEndpoint& remote_endpoint(std::uint32_t) const override { return no_remote_; }
+    transport::QueuePair* own_queue_pair(std::uint32_t) const override { return nullptr; }
+    SendRoute route_send(std::uint32_t peer, std::uint64_t ticket, mlx5::SendWorkRequest* requests,
+                         std::uint32_t count) override;
+    std::uint64_t post_receive(std::uint32_t peer, const LocalSlice& local) override;
+    void take_arrival(const mlx5::Completion& completion) override;
+    void move_to_error(std::uint32_t peer, const char* why) override;
+    void forget(std::uint32_t peer) override;
+    bool recover_shared_queues() override;
+    std::uint32_t queue_pair_count() const override { return static_cast<std::uint32_t>(initiators_.size()) + 1; }
+
+    std::uint32_t target_number() const { return target_->number(); }
+    std::uint64_t key() const { return key_; }
+    std::vector<std::uint32_t> initiator_numbers() const;
+    // Engine::connect_dc, replace_dc_peer and connect_dc_member.
+    void connect(std::uint32_t peer, const DcPeerAddress& remote);
+    void replace(std::uint32_t peer, const DcPeerAddress& remote);
+    void connect_member(std::uint32_t peer, const DcPeerAddress& remote, const char* why);
+
+private:
+    struct Peer {
+        std::array<std::uint8_t, 48> address_vector{};  // where its work requests go
+        std::int32_t initiator = -1;                    // the initiator its sends in flight are on
+        LinkedIndexQueue arrivals;  // receive buffers holding a message from it (arrival_links_)
+        LinkedIndexQueue waiting;   // receive slots waiting for one (waiting_links_), at most max_recv_wr
+    };
+    struct Initiator {
+        std::shared_ptr<transport::QueuePair> queue_pair;
+        SharedSendQueue shared;
+    };
+    // Where a waiting receive's message is copied to, by slot.
+    struct ReceiveTarget {
+        std::uint64_t addr = 0;
+        std::uint32_t length = 0;
+    };
+
+    void connect_initiator(transport::QueuePair& initiator);
+    bool fits_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const;
+    std::int32_t choose_initiator(Engine::Peer& common, Peer& peer, std::uint32_t count);
+    void repost_receive_buffer(std::uint32_t buffer);
+    void match_receives(std::uint32_t peer);
+
+    Engine& engine_;
+    DcSettings settings_;
+    std::uint64_t key_ = 0;
+    std::uint64_t capacity_ = 0;
+    ChannelEndpoint own_;        // the process's one endpoint: no queue pair number of its own
+    ChannelEndpoint no_remote_;  // a DC peer has no single remote queue pair
+    std::vector<Peer> peers_;
+    std::vector<Initiator> initiators_;  // sized once: slots point at their SharedSendQueue
+    std::shared_ptr<transport::SharedReceiveQueue> shared_receive_queue_;
+    std::shared_ptr<transport::DcTarget> target_;
+    std::uint8_t* receive_memory_ = nullptr;  // the receive buffers, owned by receive_registration_
+    transport::Registration receive_registration_;
+    std::vector<mlx5::Completion> arrived_;     // by receive buffer
+    std::vector<std::uint32_t> arrival_links_;  // by receive buffer: the next in its peer's arrivals
+    std::vector<std::uint32_t> waiting_links_;  // by slot: the next in its peer's waiting receives
+    std::vector<ReceiveTarget> receive_targets_;  // by slot
+    // (LID << 32 | initiator number) -> rank, sorted: who sent a receive.
+    std::vector<std::pair<std::uint64_t, std::uint32_t>> senders_;
+};
+
+}  // namespace rdmachan::detail
