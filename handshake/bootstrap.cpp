@@ -81,8 +81,14 @@ namespace detail {
 
 std::string pmix_endpoint_key(std::uint64_t sequence) { return "rdmachan." + std::to_string(sequence) + ".endpoint"; }
 
-std::string pmix_rc_key(std::uint64_t sequence, std::uint32_t for_rank) {
-    return "rdmachan." + std::to_string(sequence) + ".rc." + std::to_string(for_rank);
+std::string pmix_rc_key(std::uint64_t sequence, std::uint32_t block) {
+    return "rdmachan." + std::to_string(sequence) + ".rc." + std::to_string(block);
+}
+
+std::uint32_t pmix_rc_block_size(std::uint32_t world_size) {
+    std::uint32_t size = 1;
+    while (static_cast<std::uint64_t>(size) * size < world_size) ++size;
+    return size;
 }
 
 }  // namespace detail

@@ -4,7 +4,10 @@
 
 #include <pmix.h>
 
+#include <algorithm>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -74,25 +77,102 @@ std::string take_string(pmix_value_t* value, const std::string& what) {
     return text;
 }
 
-// The string `key` that `peer` published, looking only at what the fence delivered
-// (PMIX_OPTIONAL), so a key nobody published fails at once instead of waiting.
-std::string get_string(const PmixSession::State& state, const std::string& me, std::uint32_t peer,
-                       const std::string& key, PmixSession::Clock::time_point deadline) {
-    pmix_proc_t proc;
-    PMIX_LOAD_PROCID(&proc, state.self.nspace, peer);
-    pmix_info_t info[2];
+// Many gets at once: every one is started (PMIx_Get_nb) before any is waited for. libpmix
+// carries each get to its progress thread and the answer back; made one at a time, each get
+// costs the caller two thread switches, which with more ranks than cores is most of the read
+// (docs/SCALE.md: at 256 ranks on 2 cores, 512 blocking gets per rank took 5-6 s). Started
+// together, the progress thread answers them in one run.
+struct BatchGet {
+    struct Request {
+        std::uint32_t peer = 0;
+        std::string key;
+    };
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<Request> requests;
+    std::vector<std::string> values;
+    std::vector<pmix_status_t> statuses;  // PMIX_ERR_NOT_FOUND until answered
+    std::vector<std::string> wrong_types;  // a value that was not a string: its type
+    std::size_t unanswered = 0;
+    pmix_info_t info[2];  // kept until every callback has come: the _nb calls refer to it
+};
+
+// What one get's callback needs: the batch, and which request it answers.
+struct BatchGetAnswer {
+    std::shared_ptr<BatchGet> batch;
+    std::size_t index = 0;
+};
+
+void batch_get_answered(pmix_status_t status, pmix_value_t* value, void* data) {
+    std::unique_ptr<BatchGetAnswer> answer(static_cast<BatchGetAnswer*>(data));
+    BatchGet& batch = *answer->batch;
+    {
+        const std::lock_guard<std::mutex> lock(batch.mutex);
+        batch.statuses[answer->index] = value == nullptr && status == PMIX_SUCCESS ? PMIX_ERR_NOT_FOUND : status;
+        if (status == PMIX_SUCCESS && value != nullptr) {
+            // libpmix frees the value when the callback returns: the text is copied here.
+            if (value->type == PMIX_STRING && value->data.string != nullptr) {
+                batch.values[answer->index] = value->data.string;
+            } else {
+                batch.wrong_types[answer->index] = PMIx_Data_type_string(value->type);
+            }
+        }
+        --batch.unanswered;
+    }
+    batch.changed.notify_all();
+}
+
+// The strings the requests name, each `key` as `peer` published it, looking only at what the
+// fence delivered (PMIX_OPTIONAL). Throws naming the first request that failed, in order.
+std::vector<std::string> get_strings(const PmixSession::State& state, const std::string& me,
+                                     std::vector<BatchGet::Request> requests, PmixSession::Clock::time_point deadline) {
+    auto batch = std::make_shared<BatchGet>();
+    batch->requests = std::move(requests);
+    const std::size_t count = batch->requests.size();
+    batch->values.resize(count);
+    batch->statuses.assign(count, PMIX_ERR_NOT_FOUND);
+    batch->wrong_types.resize(count);
     bool optional = true;
     int seconds = timeout_seconds(time_left(deadline));
-    PMIX_INFO_LOAD(&info[0], PMIX_OPTIONAL, &optional, PMIX_BOOL);
-    PMIX_INFO_LOAD(&info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
-    pmix_value_t* value = nullptr;
-    const pmix_status_t status = PMIx_Get(&proc, key.c_str(), info, 2, &value);
-    if (status != PMIX_SUCCESS || value == nullptr) {
-        if (value != nullptr) PMIX_VALUE_RELEASE(value);
-        throw Error(me + ": rank " + std::to_string(peer) + " never published key '" + key +
-                    "' (PMIx_Get: " + status_text(status) + ")");
+    PMIX_INFO_LOAD(&batch->info[0], PMIX_OPTIONAL, &optional, PMIX_BOOL);
+    PMIX_INFO_LOAD(&batch->info[1], PMIX_TIMEOUT, &seconds, PMIX_INT);
+    for (std::size_t index = 0; index < count; ++index) {
+        pmix_proc_t proc;
+        PMIX_LOAD_PROCID(&proc, state.self.nspace, batch->requests[index].peer);
+        {
+            const std::lock_guard<std::mutex> lock(batch->mutex);
+            ++batch->unanswered;
+        }
+        auto* answer = new BatchGetAnswer{batch, index};
+        const pmix_status_t started =
+            PMIx_Get_nb(&proc, batch->requests[index].key.c_str(), batch->info, 2, batch_get_answered, answer);
+        if (started != PMIX_SUCCESS) {
+            // No callback comes for a get that did not start.
+            delete answer;
+            const std::lock_guard<std::mutex> lock(batch->mutex);
+            batch->statuses[index] = started;
+            --batch->unanswered;
+        }
     }
-    return take_string(value, me + ": rank " + std::to_string(peer) + " published key '" + key + "'");
+    std::unique_lock<std::mutex> lock(batch->mutex);
+    // The server enforces PMIX_TIMEOUT; the grace period keeps a server that ignores it from
+    // holding this process past its deadline by more.
+    if (!batch->changed.wait_until(lock, deadline + std::chrono::seconds(2), [&] { return batch->unanswered == 0; })) {
+        throw Error(me + ": " + std::to_string(batch->unanswered) + " of " + std::to_string(count) +
+                    " PMIx gets of the peers' endpoints were not answered within the deadline");
+    }
+    for (std::size_t index = 0; index < count; ++index) {
+        const BatchGet::Request& request = batch->requests[index];
+        if (batch->statuses[index] != PMIX_SUCCESS) {
+            throw Error(me + ": rank " + std::to_string(request.peer) + " never published key '" + request.key +
+                        "' (PMIx_Get: " + status_text(batch->statuses[index]) + ")");
+        }
+        if (!batch->wrong_types[index].empty()) {
+            throw Error(me + ": rank " + std::to_string(request.peer) + " published key '" + request.key + "' as " +
+                        batch->wrong_types[index] + ", not a string");
+        }
+    }
+    return std::move(batch->values);
 }
 
 // Launchers give a uint32 (Open MPI, PRRTE); accept the other unsigned widths too. 0 when the
@@ -145,6 +225,7 @@ std::uint32_t PmixSession::rank() const { return state_->self.rank; }
 std::uint32_t PmixSession::world_size() const { return state_->world_size; }
 const std::string& PmixSession::job() const { return state_->job; }
 std::uint64_t PmixSession::last_exchange_bytes() const { return state_->last_exchange_bytes; }
+const PmixSession::ExchangePhases& PmixSession::last_exchange_phases() const { return state_->last_phases; }
 
 std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_point deadline) {
     State& state = *state_;
@@ -156,54 +237,90 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     }
     const std::uint64_t sequence = take_exchange_sequence();
     state.last_sequence = sequence;
+    const Clock::time_point started = Clock::now();
 
-    // Publish: the endpoint without its RC entries under one key, and each RC entry under the
-    // key of the rank it is for, so each peer fetches one small value from this rank.
+    // Publish: the endpoint without its RC entries under one key, and the RC entries in blocks
+    // of consecutive peers (pmix_rc_block_size), a key each: every PMIx_Put waits for libpmix's
+    // progress thread, so a key per peer made N puts per rank (at 256 ranks on 2 cores the
+    // publishing alone took up to 3.9 s), while one key of all N entries would make every reader
+    // fetch N² bytes. A block of about √N entries is √N puts, and √N entries read per peer.
     Endpoint common = mine;
     common.rc.clear();
     put_string(me, pmix_endpoint_key(sequence), serialize_endpoint(common));
+    const std::uint32_t block_size = pmix_rc_block_size(state.world_size);
+    std::vector<Endpoint> blocks((state.world_size + block_size - 1) / block_size);
     for (const RcEntry& entry : mine.rc) {
         if (entry.peer >= state.world_size) {
             throw Error(me + ": the endpoint has an RC entry for rank " + std::to_string(entry.peer) +
                         ", outside the world of " + std::to_string(state.world_size));
         }
-        Endpoint only_entry;
-        only_entry.rc.push_back(entry);
+        blocks[entry.peer / block_size].rc.push_back(entry);
+    }
+    for (std::uint32_t block = 0; block < blocks.size(); ++block) {
+        if (blocks[block].rc.empty()) continue;
         nlohmann::json json;
-        to_json(json, only_entry);
-        put_string(me, pmix_rc_key(sequence, entry.peer), json["rc"][0].dump());
+        to_json(json, blocks[block]);
+        put_string(me, pmix_rc_key(sequence, block), json["rc"].dump());
     }
     if (const pmix_status_t status = PMIx_Commit(); status != PMIX_SUCCESS) {
         throw Error(me + ": PMIx_Commit failed: " + status_text(status));
     }
 
+    const Clock::time_point published = Clock::now();
     fence(state, true, deadline, "exchanging endpoints");
+    const Clock::time_point fenced = Clock::now();
 
-    // Read: every peer's common endpoint, plus (RC) the entry it created for this rank. The
-    // schema's reader (from_json) checks the reassembled endpoint field by field.
-    std::vector<Endpoint> table(state.world_size);
+    // Read: every peer's common endpoint, then (RC) the entry each RC peer created for this
+    // rank, each round's gets started together (get_strings). The schema's reader (from_json)
+    // checks the reassembled endpoint field by field.
+    const std::string endpoint_key = pmix_endpoint_key(sequence);
+    std::vector<BatchGet::Request> requests(state.world_size);
+    for (std::uint32_t peer = 0; peer < state.world_size; ++peer) requests[peer] = {peer, endpoint_key};
+    const std::vector<std::string> endpoint_texts = get_strings(state, me, std::move(requests), deadline);
+    std::vector<nlohmann::json> endpoints(state.world_size);
     state.last_exchange_bytes = 0;
+    std::vector<BatchGet::Request> rc_requests;
+    const std::string rc_key = pmix_rc_key(sequence, my_rank / pmix_rc_block_size(state.world_size));
     for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
-        const std::string endpoint_key = pmix_endpoint_key(sequence);
-        const std::string endpoint_text = get_string(state, me, peer, endpoint_key, deadline);
-        state.last_exchange_bytes += endpoint_text.size();
-        nlohmann::json json = parse_json(me, peer, endpoint_key, endpoint_text);
+        state.last_exchange_bytes += endpoint_texts[peer].size();
+        nlohmann::json& json = endpoints[peer];
+        json = parse_json(me, peer, endpoint_key, endpoint_texts[peer]);
         if (!json.is_object()) throw Error(me + ": the value of key '" + endpoint_key + "' from rank " +
                                            std::to_string(peer) + " is not a JSON object");
         json["rc"] = nlohmann::json::array();
         const bool peer_in_dc_mode = json.contains("dc") && json["dc"].is_array() && !json["dc"].empty();
-        if (!peer_in_dc_mode) {
-            const std::string rc_key = pmix_rc_key(sequence, my_rank);
-            const std::string rc_text = get_string(state, me, peer, rc_key, deadline);
-            state.last_exchange_bytes += rc_text.size();
-            json["rc"].push_back(parse_json(me, peer, rc_key, rc_text));
+        if (!peer_in_dc_mode) rc_requests.push_back({peer, rc_key});
+    }
+    const std::vector<std::string> rc_texts = get_strings(state, me, rc_requests, deadline);
+    for (std::size_t index = 0; index < rc_requests.size(); ++index) {
+        state.last_exchange_bytes += rc_texts[index].size();
+        const std::uint32_t peer = rc_requests[index].peer;
+        const nlohmann::json block = parse_json(me, peer, rc_key, rc_texts[index]);
+        if (!block.is_array()) {
+            throw Error(me + ": the value of key '" + rc_key + "' from rank " + std::to_string(peer) +
+                        " is not a JSON array of RC entries");
         }
+        // The entry the peer made for this rank; the schema's reader checks its fields.
+        const auto mine_in_block = std::find_if(block.begin(), block.end(), [&](const nlohmann::json& entry) {
+            return entry.is_object() && entry.contains("peer") && entry["peer"].is_number_unsigned() &&
+                   entry["peer"].get<std::uint64_t>() == my_rank;
+        });
+        if (mine_in_block == block.end()) {
+            throw Error(me + ": rank " + std::to_string(peer) + " published no RC entry for rank " +
+                        std::to_string(my_rank) + " in key '" + rc_key + "'");
+        }
+        endpoints[peer]["rc"].push_back(*mine_in_block);
+    }
+    std::vector<Endpoint> table(state.world_size);
+    for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
         try {
-            from_json(json, table[peer]);
+            from_json(endpoints[peer], table[peer]);
         } catch (const Error& error) {
             throw Error(me + ": the endpoint rank " + std::to_string(peer) + " published: " + error.what());
         }
     }
+    const auto seconds = [](Clock::duration span) { return std::chrono::duration<double>(span).count(); };
+    state.last_phases = {seconds(published - started), seconds(fenced - published), seconds(Clock::now() - fenced)};
     return table;
 }
 

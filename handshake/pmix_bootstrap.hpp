@@ -42,6 +42,15 @@ class PmixSession {
     // The value bytes the last exchange() read from PMIx (all peers' keys): grows linearly with
     // the world size (README.md here).
     std::uint64_t last_exchange_bytes() const;
+    // Where the last exchange() spent its time, in seconds: publishing (the puts and the commit),
+    // the fence with data collection (which includes waiting for the last rank to arrive), and
+    // reading the peers' endpoints.
+    struct ExchangePhases {
+        double publish = 0;
+        double fence = 0;
+        double read = 0;
+    };
+    const ExchangePhases& last_exchange_phases() const;
 
     // The sequence number of the next exchange in this process (what exchange() keys use): a
     // replacement (pmix_replacement.hpp) takes the one its exchange would have had.
@@ -93,6 +102,9 @@ class PmixSession {
 // The keys the exchange uses, for error messages and tests: `sequence` counts the exchanges in
 // this process (1 for the first), so a second MultiChannel never reads the first one's values.
 std::string pmix_endpoint_key(std::uint64_t sequence);
-std::string pmix_rc_key(std::uint64_t sequence, std::uint32_t for_rank);
+// The RC entries a rank made for peers [block * B, (block + 1) * B), B = pmix_rc_block_size(world
+// size): the whole number just at or above the square root of the world size.
+std::string pmix_rc_key(std::uint64_t sequence, std::uint32_t block);
+std::uint32_t pmix_rc_block_size(std::uint32_t world_size);
 
 }  // namespace rdmachan::detail

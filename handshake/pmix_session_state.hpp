@@ -20,6 +20,7 @@ struct PmixSession::State {
     std::uint32_t world_size = 0;
     std::string job;
     std::uint64_t last_exchange_bytes = 0;
+    PmixSession::ExchangePhases last_phases;
     std::optional<PmixSession::Replaces> replaces;
     std::uint64_t last_sequence = 0;
 };

@@ -22,6 +22,7 @@ const std::string& PmixSession::job() const { unavailable(); }
 std::vector<Endpoint> PmixSession::exchange(const Endpoint&, Clock::time_point) { unavailable(); }
 void PmixSession::barrier(Clock::time_point) { unavailable(); }
 std::uint64_t PmixSession::last_exchange_bytes() const { unavailable(); }
+const PmixSession::ExchangePhases& PmixSession::last_exchange_phases() const { unavailable(); }
 std::uint64_t PmixSession::take_exchange_sequence() { unavailable(); }
 std::uint64_t PmixSession::last_exchange_sequence() const { unavailable(); }
 void PmixSession::publish(const std::string&, const std::string&) { unavailable(); }

@@ -10,6 +10,10 @@
 //                            rank, the key and the type
 //   not-json                 rank 1 publishes a string that is not JSON: the others name the
 //                            rank and the key
+//   rc-block-without-entry   rank 1 publishes an RC endpoint whose blocks of RC entries hold
+//                            none for the reader: the others name rank 1, themselves and the key
+//   rc-block-not-array       rank 1 publishes an RC block that is not a JSON array: the others
+//                            name rank 1 and the key
 //   init-fails               (outside any launcher) PMIx_Init fails: the error names its code
 #include <pmix.h>
 
@@ -170,6 +174,61 @@ int publish_instead(const pmix_value_t& value, const std::string& expected) {
     return expect_connect_failure(expected.c_str(), 20s);
 }
 
+std::uint32_t job_size(const pmix_proc_t& self);
+
+// Keys and their string values, for a job of the given size.
+using KeyValues = std::vector<std::pair<std::string, std::string>>;
+
+// Rank 1 publishes `values_for(world size)` as they are, commits them and joins the exchange's
+// fence; the others must fail with `expected`.
+int publish_strings_instead(KeyValues (*values_for)(std::uint32_t world), const std::string& expected) {
+    const RawPmix raw;
+    if (raw.self.rank == 1) {
+        for (const auto& [key, text] : values_for(job_size(raw.self))) {
+            std::string copy = text;
+            pmix_value_t value;
+            PMIX_VALUE_CONSTRUCT(&value);
+            value.type = PMIX_STRING;
+            value.data.string = copy.data();  // PMIx_Put copies it
+            if (const pmix_status_t status = PMIx_Put(PMIX_GLOBAL, key.c_str(), &value); status != PMIX_SUCCESS) {
+                return failed(std::string("test's own PMIx_Put: ") + PMIx_Error_string(status));
+            }
+        }
+        if (const pmix_status_t status = PMIx_Commit(); status != PMIX_SUCCESS) {
+            return failed(std::string("test's own PMIx_Commit: ") + PMIx_Error_string(status));
+        }
+        raw.fence(true);
+        return 0;
+    }
+    return expect_connect_failure(expected.c_str(), 20s);
+}
+
+// An endpoint object in RC mode (no "dc"), which the reader takes as far as the RC entries.
+constexpr const char* kRcEndpointOfRankOne = "{\"version\": 2, \"rank\": 1}";
+
+// Every block of RC entries rank 1 publishes names only a rank that does not exist.
+// The endpoint key, and every block key of a job of `world` ranks holding `block_text`.
+KeyValues rc_blocks_of_rank_one(std::uint32_t world, const std::string& block_text) {
+    KeyValues values{{rdmachan::detail::pmix_endpoint_key(1), kRcEndpointOfRankOne}};
+    const std::uint32_t block_size = rdmachan::detail::pmix_rc_block_size(world);
+    for (std::uint32_t block = 0; block * block_size < world; ++block) {
+        values.emplace_back(rdmachan::detail::pmix_rc_key(1, block), block_text);
+    }
+    return values;
+}
+
+int rc_block_without_entry() {
+    return publish_strings_instead(
+        [](std::uint32_t world) { return rc_blocks_of_rank_one(world, "[{\"peer\": 4000000, \"qpn\": 1, \"psn\": 1}]"); },
+        "rank 1 published no RC entry for rank ");
+}
+
+int rc_block_not_array() {
+    return publish_strings_instead(
+        [](std::uint32_t world) { return rc_blocks_of_rank_one(world, "{\"peer\": 0, \"qpn\": 1, \"psn\": 1}"); },
+        "from rank 1 is not a JSON array of RC entries");
+}
+
 int wrong_type() {
     pmix_value_t value;
     PMIX_VALUE_CONSTRUCT(&value);
@@ -262,6 +321,8 @@ int main(int argc, char** argv) {
         if (scenario == "skip-fence") return skip_fence();
         if (scenario == "wrong-type") return wrong_type();
         if (scenario == "not-json") return not_json();
+        if (scenario == "rc-block-without-entry") return rc_block_without_entry();
+        if (scenario == "rc-block-not-array") return rc_block_not_array();
         if (scenario == "init-fails") return init_fails();
     } catch (const std::exception& error) {
         return failed(error.what());

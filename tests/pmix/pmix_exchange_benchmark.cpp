@@ -2,12 +2,15 @@
 // mpirun). Each rank builds an RC multi-channel on the software device, then times the PMIx
 // exchange alone: from the first PMIx_Put to the last PMIx_Get (publish, fence with data
 // collection, reading every peer's endpoint). It then connects and meets in the barrier, so a
-// table that cannot connect fails the run. Prints "rank R seconds S bytes B" on stdout (B: the
-// value bytes it read from PMIx).
-//   pmix_exchange_benchmark [--synthetic]
+// table that cannot connect fails the run. Prints "rank R seconds S bytes B publish P fence F
+// read G" on stdout (B: the value bytes it read from PMIx; P, F, G: the exchange's three phases,
+// PmixSession::ExchangePhases, in seconds).
+//   pmix_exchange_benchmark [--synthetic] [--arrived]
 // --synthetic: no device; each rank publishes a made-up RC endpoint (one entry per peer, QPN
 // derived from both ranks) and checks that what it read is the entry each peer made for it —
 // for more ranks than software devices fit on the machine.
+// --arrived: a fence without data first, so the clock starts once every rank has arrived: the
+// exchange without the launch's skew (ranks started one after another on few cores).
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -38,7 +41,18 @@ rdmachan::Endpoint synthetic_endpoint(std::uint32_t rank, std::uint32_t world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    const bool synthetic = argc > 1 && std::strcmp(argv[1], "--synthetic") == 0;
+    bool synthetic = false;
+    bool arrived = false;
+    for (int index = 1; index < argc; ++index) {
+        if (std::strcmp(argv[index], "--synthetic") == 0) {
+            synthetic = true;
+        } else if (std::strcmp(argv[index], "--arrived") == 0) {
+            arrived = true;
+        } else {
+            std::fprintf(stderr, "pmix_exchange_benchmark: unknown option %s\n", argv[index]);
+            return 2;
+        }
+    }
     std::uint32_t rank = 0;
     try {
         const std::shared_ptr<rdmachan::detail::PmixSession> session = rdmachan::detail::PmixSession::open(rdmachan::detail::PmixSession::Clock::now() + std::chrono::seconds(60));
@@ -48,6 +62,7 @@ int main(int argc, char** argv) {
         double seconds = 0;
         if (synthetic) {
             const rdmachan::Endpoint mine = synthetic_endpoint(rank, world);
+            if (arrived) session->barrier(deadline);
             const Clock::time_point started = Clock::now();
             const std::vector<rdmachan::Endpoint> table = session->exchange(mine, deadline);
             seconds = std::chrono::duration<double>(Clock::now() - started).count();
@@ -68,14 +83,17 @@ int main(int argc, char** argv) {
                                                           .world_size(world)
                                                           .build();
             const rdmachan::Endpoint mine = prepared.endpoint();
+            if (arrived) session->barrier(deadline);
             const Clock::time_point started = Clock::now();
             const std::vector<rdmachan::Endpoint> table = session->exchange(mine, deadline);
             seconds = std::chrono::duration<double>(Clock::now() - started).count();
             rdmachan::MultiChannel channels = std::move(prepared).handshake(table);
             session->barrier(deadline);
         }
-        std::printf("rank %u seconds %.6f bytes %llu\n", rank, seconds,
-                    static_cast<unsigned long long>(session->last_exchange_bytes()));
+        const rdmachan::detail::PmixSession::ExchangePhases& phases = session->last_exchange_phases();
+        std::printf("rank %u seconds %.6f bytes %llu publish %.6f fence %.6f read %.6f\n", rank, seconds,
+                    static_cast<unsigned long long>(session->last_exchange_bytes()), phases.publish, phases.fence,
+                    phases.read);
         return 0;
     } catch (const std::exception& error) {
         std::fprintf(stderr, "pmix_exchange_benchmark (rank %u): %s\n", rank, error.what());
