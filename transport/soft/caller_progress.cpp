@@ -52,10 +52,7 @@ void DeviceCore::open_connections_set() {
         }
         caller_progress_enabled_ = setting[0] == '1';
     }
-    connections_epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-    if (connections_epoll_fd_ < 0) {
-        throw SoftDeviceError(std::string("software device: epoll_create1 failed: ") + std::strerror(errno));
-    }
+    links_.open_set();
     connections_attached_ = false;
     attach_connections(true, "the device opened");
 }
@@ -65,7 +62,7 @@ void DeviceCore::attach_connections(bool attached, const char* why) {
     epoll_event event{};
     event.events = EPOLLIN;
     event.data.u64 = kConnectionsTag;
-    if (::epoll_ctl(epoll_fd_, attached ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, connections_epoll_fd_, &event) != 0) return;
+    if (::epoll_ctl(epoll_fd_, attached ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, links_.set_descriptor(), &event) != 0) return;
     connections_attached_ = attached;
     flight::record(flight::SoftEvent::connections_holder, attached, flight::text(why));
 }
@@ -84,7 +81,7 @@ Clock::time_point DeviceCore::settle_connections_holder() {
 int DeviceCore::progress_from_caller() {
     if (!caller_progress_enabled_) return 0;
     const Clock::time_point now = Clock::now();
-    const bool traffic = now.time_since_epoch().count() - last_input_.load(std::memory_order_relaxed) <
+    const bool traffic = now.time_since_epoch().count() - links_.last_input() <
                          std::chrono::duration_cast<Clock::duration>(kTrafficWindow).count();
     // No traffic on the connections and the progress thread watching them: nothing to do here.
     if (!traffic && connections_held_until() <= now) return 0;
@@ -104,7 +101,7 @@ int DeviceCore::progress_from_caller() {
         arm_ack_timer(now + kHold);
     }
     held_acknowledgements_.set_deferring(true);
-    const int handled = poll_connections();
+    const int handled = links_.poll();
     held_acknowledgements_.set_deferring(false);
     if (handled == 0) return 0;
     count_one(statistics.caller_progress_turns);

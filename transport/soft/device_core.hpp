@@ -21,12 +21,14 @@
 #include "transport/soft/aligned_buffer.hpp"
 #include "transport/soft/completion_ring.hpp"
 #include "transport/soft/held_completions.hpp"
+#include "transport/soft/connection.hpp"
 #include "transport/soft/connection_input.hpp"
 #include "transport/soft/device.hpp"
 #include "transport/soft/device_statistics.hpp"
 #include "transport/soft/gid.hpp"
 #include "transport/soft/held_acknowledgements.hpp"
 #include "transport/soft/indirect_keys.hpp"
+#include "transport/soft/peer_links.hpp"
 #include "transport/soft/peer_table.hpp"
 #include "transport/soft/published_table.hpp"
 #include "transport/soft/shared_arena.hpp"
@@ -194,40 +196,6 @@ struct QueuePairContext {
     std::map<DcPeer, std::uint32_t> dc_expected_psn;
 };
 
-struct Connection {
-    int socket = -1;
-    std::array<std::uint8_t, 16> gid{};
-    std::uint16_t lid = 0;
-    bool identified = false;  // hello received (incoming) or sent (outgoing)
-    bool outgoing = false;
-    // Outgoing, opened in the background (open_path_soon): connect() has not completed yet. What
-    // is queued meanwhile (the hello, perhaps requests) waits in `output` until it has.
-    bool connecting = false;
-    // Outgoing: the hello is sent and its reply not yet in. Requests are not held for it (that
-    // would add a round trip to every first request): until it comes they carry their payloads.
-    bool awaiting_reply = false;
-    // Same-host path agreed for this connection (outgoing: the peer moves our payloads with
-    // cross-memory attach; incoming: we may, into and out of process `peer_process`).
-    bool by_reference = false;
-    // Same host: the peer process, held by a pidfd (same_host.hpp); moves by pid go through it.
-    PeerProcess peer_process;
-    bool move_failure_logged = false;  // a dying peer fails every queued move: said once
-    // Outgoing, same host: the peer's published table, mapped (zero-hop writes); else null.
-    std::unique_ptr<PeerTable> peer_table;
-    bool zero_hop_failure_logged = false;
-    ConnectionInput input;
-    // Incoming: the caller's hello said it completes the writes an ACK covers (wire.hpp); only
-    // then are the ACKs of its writes coalesced, so a device of an earlier version still gets one
-    // per request.
-    bool accepts_coalesced_acknowledgements = false;
-    // An acknowledgement held for coalescing (respond_coalescing), not yet sent.
-    bool holds_acknowledgement = false;
-    wire::Response held_acknowledgement{};
-    std::vector<std::uint8_t> output;
-    std::size_t output_offset = 0;
-    bool write_interest = false;  // EPOLLOUT asked for: output is waiting for the socket
-};
-
 // Where a zero-hop request goes: a same-host peer's table, through the connection to it, or this
 // device's own table (a QP connected to this device; no connection).
 struct ZeroHopTarget {
@@ -240,7 +208,8 @@ struct ZeroHopTarget {
 bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t protection_domain, std::uint32_t access,
                             std::uint64_t addr, std::uint64_t length);
 
-class DeviceCore {
+// The device's inside. Its links to other devices (peer_links.hpp) hand it the frames they read.
+class DeviceCore : private LinkEvents {
 public:
     DeviceCore(Device& owner, const DeviceOptions& options);
     ~DeviceCore();
@@ -291,14 +260,14 @@ public:
     // A QP connected to this device needs none: it is marked zero-hop at once.
     void open_path_soon(QueuePairContext& queue_pair);
     void wake();
+    // Sends the ACKs still held, then closes every connection gracefully (PeerLinks::close_gracefully).
     void close_connections_gracefully();
     // For tests, with `mutex` held: the bytes received and not yet read (SIOCINQ) on the
     // connections peers opened, which carry their requests, so that a test can let the device
     // read requests only once all have arrived.
-    std::size_t unread_request_bytes() const { return unread_bytes(false); }
+    std::size_t unread_request_bytes() const { return links_.unread_bytes(false); }
     // The same on the connections this device opened, which carry the answers to its requests.
-    std::size_t unread_response_bytes() const { return unread_bytes(true); }
-    std::size_t unread_bytes(bool outgoing) const;
+    std::size_t unread_response_bytes() const { return links_.unread_bytes(true); }
 
     // What the device counted (device_statistics.hpp).
     DeviceStatistics statistics;
@@ -368,8 +337,13 @@ private:
                       std::size_t local_count, const iovec& remote, std::uint64_t length);
     // The connection to that device when it published its table to us, else nullptr.
     Connection* zero_hop_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
+    // LinkEvents: what the links read and what became of them.
     void handle_frame(Connection& connection, wire::FrameType type, const std::uint8_t* body,
-                      const std::uint8_t* payload, std::uint32_t payload_length);
+                      const std::uint8_t* payload, std::uint32_t payload_length) override;
+    void connection_closed(Connection& connection, const char* why) override;
+    bool read_turn_begins(Connection& connection) override;
+    void read_turn_ended(Connection& connection, bool began) override;
+    wire::Hello opening_hello() const override { return make_hello(0); }
     void handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
                         std::uint32_t payload_length);
     void handle_dc_request(Connection& connection, QueuePairContext& target, const wire::Request& request,
@@ -389,7 +363,7 @@ private:
                  std::uint32_t payload_length = 0);
     // The acknowledgement of a plain RDMA write, which an RC responder may coalesce with the
     // next ones (IB spec 9.7.5.1.1: an ACK acknowledges every earlier request of its QP): while
-    // read_connection handles the frames of one turn of reads, it is held on the connection and
+    // the links read the frames of one turn (PeerLinks::read_connection), it is held on the connection and
     // replaced by the next one for the same QP; any other answer on the connection, and the end
     // of the turn, send it first. Elsewhere it is sent at once.
     void respond_coalescing(Connection& connection, const wire::Response& response);
@@ -414,34 +388,11 @@ private:
     void resend_in_flight(QueuePairContext& queue_pair, bool retransmission);
     bool send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame);
 
-    // The open outgoing connection to that device, or nullptr (opens nothing).
-    Connection* open_connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
-    // The same, opening it when there is none: `bounded` waits up to a second for the connect (a
-    // request needs it now); `background` returns while it is in progress (finish_connect).
-    enum class ConnectWait { bounded, background };
-    Connection* connection_to(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid,
-                              ConnectWait wait = ConnectWait::bounded);
-    // A background connect completed (EPOLLOUT): what waited is sent, or the connection closes.
-    void finish_connect(Connection& connection);
     // The open connection to that device when its payloads may go by reference, else nullptr.
     const Connection* same_host_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid) const;
     wire::Hello make_hello(std::uint8_t flags) const;
     void handle_hello(Connection& connection, const wire::Hello& hello);
     std::string peer_name(const Connection& connection) const;
-    void accept_connections();
-    void read_connection(Connection& connection);
-    // Handles the complete frames at the front of the connection's input, in order.
-    void handle_frames(Connection& connection);
-    // How much room a read from a socket asks for (read_connection): at least the smallest, up
-    // to the largest while reads fill what they ask, so that a window of requests is read in
-    // few system calls while an idle connection holds little memory.
-    static constexpr std::size_t kSmallestRead = 4u << 10;
-    static constexpr std::size_t kLargestRead = 256u << 10;
-    void write_connection(Connection& connection);
-    // Asks epoll for EPOLLOUT on the connection while output waits for the socket, and stops.
-    void watch_output(Connection& connection, bool waiting);
-    void close_connection(Connection& connection, const char* why);
-    void queue_output(Connection& connection, const std::vector<std::uint8_t>& bytes);
 
     // CQE writing, as the hardware writes them.
     // `inline_data` (byte_count bytes), when not null, goes into the CQE (scatter-to-CQE).
@@ -511,25 +462,20 @@ private:
     void consume_receive(QueuePairContext& queue_pair);
 
     Device& owner_;
-    int listen_socket_ = -1;
     int event_fd_ = -1;
     int epoll_fd_ = -1;
     std::atomic<bool> sleeping_{false};
     std::atomic<bool> stopping_{false};
     std::atomic<bool> doorbells_pending_{false};
-    std::vector<std::unique_ptr<Connection>> connections_;
-    // The connections' sockets are in their own epoll set (caller_progress.cpp). The progress
-    // thread watches it through epoll_fd_ while attached; while callers of progress() poll it
+    // The connections, in an epoll set of their own (caller_progress.cpp). The progress thread
+    // watches the set through epoll_fd_ while attached; while callers of progress() poll it
     // themselves it is detached, so an arriving frame wakes no thread. Under `mutex`.
-    int connections_epoll_fd_ = -1;
+    PeerLinks links_;
     bool connections_attached_ = true;
     static constexpr std::uint64_t kConnectionsTag = ~0ull - 4;
     // Until when the callers hold the connections (steady clock ticks): each progress() call
     // that polls extends it; past it, the progress thread attaches the set again.
     std::atomic<std::int64_t> connections_held_until_{0};
-    // When a connection last brought bytes (steady clock ticks): progress() polls the sockets
-    // only while traffic comes over them.
-    std::atomic<std::int64_t> last_input_{0};
     bool caller_progress_enabled_ = true;
     void open_connections_set();
     void attach_connections(bool attached, const char* why);
@@ -539,7 +485,6 @@ private:
     // Puts the set back into the progress thread's once the callers' hold is over; returns when
     // to look again if the callers still hold it, else the zero time point.
     Clock::time_point settle_connections_holder();
-    int poll_connections();
     void remove_closed_connections();
     // This device's own table read as a peer reads it: zero-hop requests of a QP connected to
     // this device (made on first use, under `mutex`; destroyed before the table it maps).
@@ -576,7 +521,7 @@ private:
     bool receive_lock_held_ = false;
     // The plain write ACKs held back for coalescing (held_acknowledgements.hpp).
     HeldAcknowledgements held_acknowledgements_;
-    // The CQEs for compressed CQs held while read_connection handles a connection's frames.
+    // The CQEs for compressed CQs held while the links read a connection's frames (a read turn).
     HeldCompletions held_completions_;
     // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
     // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one

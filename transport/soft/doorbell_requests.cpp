@@ -94,7 +94,7 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
     }
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
     if (same_gid(remote.gid, gid) && remote.lid == lid) return false;  // loopback: the progress thread's queue
-    Connection* connection = open_connection_to(remote.gid, remote.lid);
+    Connection* connection = links_.open_connection_to(remote.gid, remote.lid);
     if (connection == nullptr) return false;  // not connected yet: connecting is the progress thread's
 
     const bool had_in_flight = !queue_pair.in_flight.empty();

@@ -75,13 +75,13 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
         reply = make_hello(flags);
         reply.refusal = refusal;
         reply.published_table = (flags & wire::kCrossMemoryAttach) != 0 && published_table.valid() ? published_table.descriptor() : -1;
-        queue_output(connection, wire::frame(wire::FrameType::hello, reply));
+        links_.queue_output(connection, wire::frame(wire::FrameType::hello, reply));
         return;
     }
 
     // The answer to our hello: the path is settled for the requests executed from now on.
     if (!connection.outgoing || !connection.awaiting_reply) {
-        close_connection(connection, "unexpected hello reply");
+        links_.close_connection(connection, "unexpected hello reply");
         return;
     }
     connection.awaiting_reply = false;
@@ -90,7 +90,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
     if (transport_mode_ == TransportMode::same_host && !same_host) {
         detail::logger().error("software device {}: RDMACHAN_SOFT_TRANSPORT=shm, but peer device {} is not on this host: {}",
                                owner_.name(), name, elsewhere != nullptr ? elsewhere : "it says so");
-        close_connection(connection, "RDMACHAN_SOFT_TRANSPORT=shm and the peer is on another host");
+        links_.close_connection(connection, "RDMACHAN_SOFT_TRANSPORT=shm and the peer is on another host");
         return;
     }
     connection.by_reference = (hello.same_host_flags & wire::kCrossMemoryAttach) != 0;
@@ -147,12 +147,8 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
 
 const Connection* DeviceCore::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,
                                                    std::uint16_t remote_lid) const {
-    for (const auto& connection : connections_) {
-        if (connection->outgoing && connection->socket >= 0 && same_gid(connection->gid, remote_gid) && connection->lid == remote_lid) {
-            return connection->by_reference && !connection->awaiting_reply ? connection.get() : nullptr;
-        }
-    }
-    return nullptr;
+    const Connection* connection = links_.open_connection_to(remote_gid, remote_lid);
+    return connection != nullptr && connection->by_reference && !connection->awaiting_reply ? connection : nullptr;
 }
 
 }  // namespace rdmachan::soft

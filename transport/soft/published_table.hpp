@@ -45,7 +45,7 @@
 // what the holder began (the bytes had all moved before the lock was taken, so the message did
 // arrive): a receive consumed gets its CQE, exactly once; a receive not yet consumed stays posted.
 // The device takes the lock over when it next needs it, or when the holder's connection closes
-// and the holder's process has then exited (DeviceCore::close_connection watches its pidfd).
+// and the holder's process has then exited (DeviceCore::connection_closed watches its pidfd).
 // The lock and its journal are a type of their own (receive_lock.hpp); this file holds the
 // table and its writer (PublishedTable); a peer's mapping is peer_table.hpp (PeerTable).
 #pragma once

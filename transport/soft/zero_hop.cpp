@@ -94,7 +94,7 @@ bool DeviceCore::execute_all_from_doorbell(QueuePairContext& queue_pair) {
 }
 
 Connection* DeviceCore::zero_hop_connection(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
-    Connection* connection = open_connection_to(remote_gid, remote_lid);
+    Connection* connection = links_.open_connection_to(remote_gid, remote_lid);
     return connection != nullptr && connection->by_reference && !connection->awaiting_reply && connection->peer_table != nullptr
                ? connection
                : nullptr;
