@@ -44,8 +44,10 @@ constexpr std::uint64_t kEventTag = ~0ull - 1;
 
 }  // namespace
 
-DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options) : owner_(owner), links_(*this, statistics, owner) {
+DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options)
+    : owner_(owner), links_(*this, statistics, owner), completions_(owner, statistics, published_table, receive_lock_held_) {
     transport_mode_ = transport_mode_from_environment();
+    completions_.set_transport_mode(transport_mode_);
     if (transport_mode_ == TransportMode::same_host) by_reference_threshold_ = 1;
     if (const char* zero_hop = std::getenv("RDMACHAN_SOFT_ZERO_HOP"); zero_hop != nullptr && *zero_hop != '\0') {
         if (std::strcmp(zero_hop, "0") != 0 && std::strcmp(zero_hop, "1") != 0) {
@@ -243,18 +245,13 @@ bool DeviceCore::read_turn_begins(Connection& connection) {
     // The ACKs of the plain writes among the frames of this turn go as one, after the last; the
     // CQEs for compressed CQs too, as sessions where they can (held_completions.hpp).
     held_acknowledgements_.begin_turn(connection);
-    const bool holds_completions = !held_completions_.turn_open();
-    if (holds_completions) held_completions_.begin_turn();
-    return holds_completions;
+    return completions_.begin_turn();
 }
 
-void DeviceCore::read_turn_ended(Connection& connection, bool holds_completions) {
+void DeviceCore::read_turn_ended(Connection& connection, bool began) {
     held_acknowledgements_.end_turn();
     end_acknowledgement_turn(connection);
-    if (holds_completions) {
-        write_held_completions();
-        held_completions_.end_turn();
-    }
+    completions_.end_turn(began);
 }
 
 void DeviceCore::connection_closed(Connection& connection, const char*) {

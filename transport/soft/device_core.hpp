@@ -20,6 +20,7 @@
 
 #include "transport/soft/aligned_buffer.hpp"
 #include "transport/soft/completion_ring.hpp"
+#include "transport/soft/completion_writer.hpp"
 #include "transport/soft/held_completions.hpp"
 #include "transport/soft/connection.hpp"
 #include "transport/soft/connection_input.hpp"
@@ -394,42 +395,6 @@ private:
     void handle_hello(Connection& connection, const wire::Hello& hello);
     std::string peer_name(const Connection& connection) const;
 
-    // CQE writing, as the hardware writes them.
-    // `inline_data` (byte_count bytes), when not null, goes into the CQE (scatter-to-CQE).
-    void write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
-                             std::uint8_t wqe_opcode, std::uint32_t byte_count, const std::uint8_t* inline_data = nullptr);
-    void write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
-                         std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome);
-    void write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
-                             std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
-                             std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited,
-                             const std::uint8_t* inline_data = nullptr);
-    std::uint8_t* claim_cqe(CompletionQueueContext& cq);
-    void publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited,
-                     std::uint8_t format = 0);
-    // Where a CQE for `cq` is built: a held slot during a read turn for a compressed CQ
-    // (`held` set; held_completions.hpp), else the ring's next entry (nullptr: the CQ overran).
-    // finish_cqe() publishes the latter.
-    std::uint8_t* begin_cqe(CompletionQueueContext& cq, std::uint8_t cqe_opcode, bool solicited, bool& held,
-                            bool may_hold = true);
-    void finish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, bool held,
-                    std::uint8_t format = 0);
-    // Scatter-to-CQE, as a ConnectX does it for a QP created with it: whether `length` bytes
-    // (a received send, a read's or an atomic's answer) go into a CQE of `cq` rather than into
-    // the WQE's buffers (up to 32 bytes in a 64-byte CQE, 64 in a 128-byte one); and putting
-    // them into the CQE being written, over what the first 32 bytes of a 64-byte one held, or in
-    // the 64 bytes before the mlx5_cqe64 of a 128-byte one. Returns the CQE's format (1 or 2).
-    static bool fits_in_cqe(const CompletionQueueContext& cq, std::uint32_t length);
-    static std::uint8_t place_in_cqe(const CompletionQueueContext& cq, std::uint8_t* cqe64, const std::uint8_t* data,
-                                     std::uint32_t length);
-    // Writes the CQEs held in this turn, runs that can as compressed sessions.
-    void write_held_completions();
-    // Whether a same-host peer may write CQEs into `cq` (a receive CQ published for zero-hop
-    // receives), which no device on the TCP path only lets happen.
-    bool peers_may_write(const CompletionQueueContext& cq) const {
-        return cq.peer_writable && transport_mode_ != TransportMode::tcp;
-    }
-
     // Memory checks, as the NIC makes them against its memory translation tables.
     const MemoryRegionState* find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
                                          std::uint64_t length, std::uint32_t needed_access) const;
@@ -521,8 +486,8 @@ private:
     bool receive_lock_held_ = false;
     // The plain write ACKs held back for coalescing (held_acknowledgements.hpp).
     HeldAcknowledgements held_acknowledgements_;
-    // The CQEs for compressed CQs held while the links read a connection's frames (a read turn).
-    HeldCompletions held_completions_;
+    // Every CQE this device writes (completion_writer.hpp).
+    CompletionWriter completions_;
     // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
     // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one
     // holds, rather than thread_local: in a shared library each thread_local access is a call to

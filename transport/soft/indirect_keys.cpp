@@ -137,7 +137,7 @@ bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, 
     }
     queue_pair.umr_waits_for_answers = false;
     auto fail = [&](std::uint8_t syndrome, const std::string& why) {
-        write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_counter, kOpcodeUmr, syndrome);
+        completions_.write_error(*queue_pair.send_cq, queue_pair, true, wqe_counter, kOpcodeUmr, syndrome);
         queue_pair.executed += wqebbs;
         detail::logger().info("software device {}: QP {}: UMR WQE {} refused: {}", owner_.name(), queue_pair.qpn,
                               wqe_counter, why);
@@ -250,7 +250,7 @@ bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, 
         state = std::move(next);
     }
     if ((control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0) {
-        write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_counter, kOpcodeUmr, 0);
+        completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_counter, kOpcodeUmr, 0);
     }
     queue_pair.executed += wqebbs;
     return true;

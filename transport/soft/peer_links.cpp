@@ -27,8 +27,6 @@
 namespace rdmachan::soft {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 std::atomic<bool> partitioned_from_everyone{false};
 
 void set_socket_options(int socket) {
@@ -393,7 +391,7 @@ void PeerLinks::read_connection(Connection& connection) {
         asked = input.room_size();
         const ssize_t received = ::recv(connection.socket, into, asked, 0);
         if (received > 0) {
-            last_input_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+            last_input_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
             input.commit(static_cast<std::size_t>(received));
             handle_frames(connection);
             // Less than asked for: the socket is empty now, so the recv that would say EAGAIN is

@@ -192,7 +192,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     }
 
     if (queue_pair.state == QueuePairState::error) {
-        write_error_cqe(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeWorkRequestFlushed);
+        completions_.write_error(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeWorkRequestFlushed);
         queue_pair.executed += wqebbs;
         return true;
     }
@@ -203,7 +203,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     // A malformed WQE (wrong index, QP number or size) is a local QP operation error, as on
     // hardware (mlx5-facts.md §9.6).
     if (wqe_index != (index & 0xffff) || (qpn_ds >> 8) != queue_pair.qpn || ds < 1) {
-        write_error_cqe(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeLocalQpOperation);
+        completions_.write_error(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeLocalQpOperation);
         queue_pair.executed += wqebbs;
         move_to_error(queue_pair, "malformed send WQE");
         return false;
@@ -236,7 +236,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         case kOpcodeSendInvalidate:
         case kOpcodeNop: break;
         default:
-            write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
+            completions_.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
             queue_pair.executed += wqebbs;
             move_to_error(queue_pair, "unknown send WQE opcode");
             return false;
@@ -251,7 +251,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         // the DCI's requests stay in order across targets.
         if (outcome == AddressOutcome::wait) return false;
         if (outcome == AddressOutcome::malformed || ds < 1 + kAddressVectorSize / kSegmentUnit) {
-            write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
+            completions_.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
             queue_pair.executed += wqebbs;
             move_to_error(queue_pair, "malformed DC address vector");
             return false;
@@ -376,33 +376,33 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         zero_hop_done();
         flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
                        payload.empty() ? referenced_bytes : payload.size());
-        if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
+        if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
     if (syndrome == 0 && opcode == kOpcodeRdmaRead && zero_hop_read(queue_pair, request, in_flight.local_targets, in_flight.length)) {
         zero_hop_done();
         flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
         // A read's CQE carries the bytes read (libmlx5 reports it as byte_len).
-        if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, in_flight.length);
+        if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, in_flight.length);
         return true;
     }
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) &&
         zero_hop_atomic(queue_pair, request, in_flight.local_targets)) {
         zero_hop_done();
         flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
-        if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 8);
+        if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 8);
         return true;
     }
     // A local error is the progress thread's to report (it logs and moves the QP to ERR).
     if (doorbell_thread && (!doorbell_sends_requests_ || syndrome != 0)) return leave_for_progress();
     queue_pair.executed += wqebbs;
     if (syndrome != 0) {
-        write_error_cqe(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, syndrome);
+        completions_.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, syndrome);
         move_to_error(queue_pair, "local error in a send WQE");
         return false;
     }
     if (opcode == kOpcodeNop) {
-        if (signaled) write_requester_cqe(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
+        if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
     if (opcode == kOpcodeRdmaRead && by_reference && in_flight.length >= by_reference_threshold_ &&
@@ -475,7 +475,7 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
             // Scatter-to-CQE: a small answer to a signaled read or atomic goes into its CQE; the
             // poller copies it to the buffers the WQE names.
             const bool in_cqe = expects_data && done.signaled && queue_pair.scatter_to_cqe && done.targets_as_posted &&
-                                fits_in_cqe(*queue_pair.send_cq, done.length);
+                                CompletionWriter::fits_in_cqe(*queue_pair.send_cq, done.length);
             if (expects_data && !in_cqe) {
                 std::uint32_t offset = 0;
                 for (auto [address, length] : done.local_targets) {
@@ -533,14 +533,14 @@ void DeviceCore::complete_acknowledged_before(QueuePairContext& queue_pair, std:
 void DeviceCore::complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome,
                                     const std::uint8_t* inline_data) {
     if (syndrome != 0) {
-        write_error_cqe(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, syndrome);
+        completions_.write_error(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, syndrome);
         return;
     }
     if (!request.signaled) return;
     std::uint32_t byte_count = 0;
     if (request.opcode == kOpcodeRdmaRead) byte_count = request.length;
     if (request.opcode == kOpcodeAtomicCompareAndSwap || request.opcode == kOpcodeAtomicFetchAndAdd) byte_count = 8;
-    write_requester_cqe(*queue_pair.send_cq, queue_pair, request.wqe_counter, request.opcode, byte_count, inline_data);
+    completions_.write_requester(*queue_pair.send_cq, queue_pair, request.wqe_counter, request.opcode, byte_count, inline_data);
 }
 
 void DeviceCore::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why) {
@@ -568,7 +568,7 @@ void DeviceCore::flush_queue_pair(QueuePairContext& queue_pair) {
     // Everything the NIC still holds completes with a flush error: sent but unanswered
     // requests, then WQEs not yet executed, then posted receives.
     for (const InFlight& request : queue_pair.in_flight) {
-        write_error_cqe(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, kSyndromeWorkRequestFlushed);
+        completions_.write_error(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, kSyndromeWorkRequestFlushed);
     }
     queue_pair.in_flight.clear();
     queue_pair.waiting_rnr = false;
@@ -578,7 +578,7 @@ void DeviceCore::flush_queue_pair(QueuePairContext& queue_pair) {
         // The QP's entry says ERR by now (published under the receive lock): no peer consumes
         // these receives any more.
         for (std::uint32_t consumed = queue_pair.receive_consumed(); ((posted - consumed) & 0xffff) != 0; ++consumed) {
-            write_error_cqe(*queue_pair.recv_cq, queue_pair, false, static_cast<std::uint16_t>(consumed), 0,
+            completions_.write_error(*queue_pair.recv_cq, queue_pair, false, static_cast<std::uint16_t>(consumed), 0,
                             kSyndromeWorkRequestFlushed);
             queue_pair.set_receive_consumed(consumed + 1);
         }

@@ -237,7 +237,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
         performed(syndrome);
         accept();
         answer_then_complete(answer(request, wire::ResponseKind::negative, syndrome), [&] {
-            write_error_cqe(*queue_pair.recv_cq, queue_pair, false, wqe_counter, 0, local_syndrome);
+            completions_.write_error(*queue_pair.recv_cq, queue_pair, false, wqe_counter, 0, local_syndrome);
         });
     };
     auto not_ready = [&] {
@@ -334,7 +334,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             }
             consume_receive(queue_pair);
             answer_then_complete(answer(request, wire::ResponseKind::ack), [&] {
-                write_responder_cqe(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
+                completions_.write_responder(*queue_pair.recv_cq, queue_pair, kCqeResponderWriteImmediate, receive.wqe_counter,
                                     request.length, request.immediate, request.source_qpn, connection.lid, global_route,
                                     request.solicited != 0);
             });
@@ -374,7 +374,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             // Scatter-to-CQE: a small message carried in the frame goes into the CQE; the poller
             // copies it to the buffers the receive WQE names.
             const bool in_cqe = queue_pair.scatter_to_cqe && !by_reference && receive.segments_as_posted &&
-                                fits_in_cqe(*queue_pair.recv_cq, request.length);
+                                CompletionWriter::fits_in_cqe(*queue_pair.recv_cq, request.length);
             std::uint32_t offset = by_reference || in_cqe ? request.length : 0;  // already placed, or not in memory
             for (auto [address, length] : receive.segments) {
                 if (offset == request.length) break;
@@ -386,7 +386,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             accept();
             const std::uint8_t cqe_opcode = request.opcode == kOpcodeSendImmediate ? kCqeResponderSendImmediate : kCqeResponderSend;
             answer_then_complete(answer(request, wire::ResponseKind::ack), [&] {
-                write_responder_cqe(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
+                completions_.write_responder(*queue_pair.recv_cq, queue_pair, cqe_opcode, receive.wqe_counter, request.length,
                                     request.immediate, request.source_qpn, connection.lid, global_route, request.solicited != 0,
                                     in_cqe ? payload : nullptr);
             });
@@ -455,128 +455,4 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
 
 // CQE writing (completion_ring.hpp), under the receive lock once a same-host peer may write CQEs
 // into the CQ too (zero_hop_receive.cpp; CompletionQueueContext::peer_writable).
-std::uint8_t* DeviceCore::claim_cqe(CompletionQueueContext& cq) {
-    const CompletionRingView ring = cq.view();
-    if (ring.full()) {
-        if (!cq.overrun.exchange(true)) {
-            detail::logger().error("software device {}: CQ {} overrun: the consumer is {} entries behind; CQE dropped",
-                                   owner_.name(), cq.ring.cqn, cq.ring.cqe_count);
-        }
-        return nullptr;
-    }
-    return ring.claim();
-}
-
-void DeviceCore::publish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited,
-                             std::uint8_t format) {
-    cq.view().publish(cqe64, cqe_opcode, solicited, format);
-}
-
-std::uint8_t* DeviceCore::begin_cqe(CompletionQueueContext& cq, std::uint8_t cqe_opcode, bool solicited, bool& held,
-                                    bool may_hold) {
-    held = held_completions_.turn_open() && cq.compressed && !peers_may_write(cq);
-    if (held && !may_hold) {
-        // Written at once (a CQE with data is never held): what is held goes first, in order.
-        write_held_completions();
-        held = false;
-    }
-    if (!held) return claim_cqe(cq);
-    if (held_completions_.full()) write_held_completions();
-    return held_completions_.add(cq, cqe_opcode, solicited).cqe;
-}
-
-void DeviceCore::finish_cqe(CompletionQueueContext& cq, std::uint8_t* cqe64, std::uint8_t cqe_opcode, bool solicited, bool held,
-                            std::uint8_t format) {
-    if (!held) publish_cqe(cq, cqe64, cqe_opcode, solicited, format);
-}
-
-bool DeviceCore::fits_in_cqe(const CompletionQueueContext& cq, std::uint32_t length) {
-    return length <= (cq.ring.cqe_size >= 2 * kCqeSize64 ? 2 * kInlineScatterBytes : kInlineScatterBytes);
-}
-
-std::uint8_t DeviceCore::place_in_cqe(const CompletionQueueContext& cq, std::uint8_t* cqe64, const std::uint8_t* data,
-                                      std::uint32_t length) {
-    if (cq.ring.cqe_size >= 2 * kCqeSize64) {
-        std::memcpy(cqe64 - kCqeSize64, data, length);
-        return kCqeFormatInlineScatter64;
-    }
-    std::memcpy(cqe64, data, length);
-    return kCqeFormatInlineScatter32;
-}
-
-void DeviceCore::write_held_completions() {
-    const std::vector<HeldCompletion>& held = held_completions_.held();
-    const auto count = static_cast<std::uint32_t>(held.size());
-    for (std::uint32_t at = 0; at < count;) {
-        const HeldCompletion& first = held[at];
-        CompletionQueueContext& cq = *first.cq;
-        std::uint32_t length = HeldCompletions::session_length(&first, count - at);
-        if (length >= 2 && !peers_may_write(cq) && cq.view().has_room(length)) {
-            write_session(cq.view(), &first, length);
-            count_one(statistics.compressed_sessions);
-            statistics.compressed_cqes.store(statistics.compressed_cqes.load(std::memory_order_relaxed) + length, std::memory_order_relaxed);
-            at += length;
-            continue;
-        }
-        // Plain, one by one (a ring without room for the session overruns at the CQE that does
-        // not fit, as it would have uncompressed).
-        length = 1;
-        const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
-        if (std::uint8_t* cqe = claim_cqe(cq); cqe != nullptr) {
-            std::memcpy(cqe, first.cqe, kCqeOpOwn);
-            publish_cqe(cq, cqe, first.cqe_opcode, first.solicited);
-        }
-        at += length;
-    }
-    held_completions_.clear();
-}
-
-void DeviceCore::write_requester_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint16_t wqe_counter,
-                                     std::uint8_t wqe_opcode, std::uint32_t byte_count, const std::uint8_t* inline_data) {
-    flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, wqe_opcode, 0, 0);
-    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
-    bool held = false;
-    std::uint8_t* cqe = begin_cqe(cq, kCqeRequester, false, held, inline_data == nullptr);
-    if (cqe == nullptr) return;
-    store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
-    store_big32(cqe + kCqeByteCount, byte_count);
-    store_big32(cqe + kCqeSopDropQpn, static_cast<std::uint32_t>(wqe_opcode) << 24 | queue_pair.qpn);
-    store_big16(cqe + kCqeWqeCounter, wqe_counter);
-    const std::uint8_t format = inline_data != nullptr ? place_in_cqe(cq, cqe, inline_data, byte_count) : 0;
-    finish_cqe(cq, cqe, kCqeRequester, false, held, format);
-}
-
-void DeviceCore::write_error_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, bool requester,
-                                 std::uint16_t wqe_counter, std::uint8_t wqe_opcode, std::uint8_t syndrome) {
-    flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, wqe_opcode, syndrome, requester ? 0 : 1);
-    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
-    const std::uint8_t cqe_opcode = requester ? kCqeRequesterError : kCqeResponderError;
-    bool held = false;
-    std::uint8_t* cqe = begin_cqe(cq, cqe_opcode, false, held);
-    if (cqe == nullptr) return;
-    store_big32(cqe + kCqeSrqnUserIndex, queue_pair.user_index & 0xffffff);
-    cqe[kCqeVendorSyndrome] = 0;  // no vendor detail: the software device has no firmware
-    cqe[kCqeSyndrome] = syndrome;
-    store_big32(cqe + kCqeSopDropQpn, (requester ? static_cast<std::uint32_t>(wqe_opcode) << 24 : 0u) | queue_pair.qpn);
-    store_big16(cqe + kCqeWqeCounter, wqe_counter);
-    finish_cqe(cq, cqe, cqe_opcode, false, held);
-}
-
-void DeviceCore::write_responder_cqe(CompletionQueueContext& cq, const QueuePairContext& queue_pair, std::uint8_t cqe_opcode,
-                                     std::uint16_t wqe_counter, std::uint32_t byte_count, std::uint32_t immediate,
-                                     std::uint32_t source_qpn, std::uint16_t source_lid, bool global_route, bool solicited,
-                                     const std::uint8_t* inline_data) {
-    flight::record(flight::SoftEvent::completion, queue_pair.qpn, wqe_counter, cqe_opcode, 0, 1);
-    const PublishedTable::ReceiveGuard guard(published_table, cq.peer_writable && !receive_lock_held_);
-    bool held = false;
-    std::uint8_t* cqe = begin_cqe(cq, cqe_opcode, solicited, held, inline_data == nullptr);
-    if (cqe == nullptr) return;
-    fill_responder_cqe(cqe, {cqe_opcode, wqe_counter, byte_count, immediate, source_qpn, source_lid, global_route,
-                             queue_pair.user_index, queue_pair.qpn, solicited});
-    // In a 64-byte CQE the data takes the first 32 bytes, the source LID and QP among them, as
-    // on a ConnectX (an RC receive's source is its connection's).
-    const std::uint8_t format = inline_data != nullptr ? place_in_cqe(cq, cqe, inline_data, byte_count) : 0;
-    finish_cqe(cq, cqe, cqe_opcode, solicited, held, format);
-}
-
 }  // namespace rdmachan::soft
