@@ -59,10 +59,7 @@ void DeviceCore::open_connections_set() {
 
 void DeviceCore::attach_connections(bool attached, const char* why) {
     if (connections_attached_ == attached) return;
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.u64 = kConnectionsTag;
-    if (::epoll_ctl(epoll_fd_, attached ? EPOLL_CTL_ADD : EPOLL_CTL_DEL, links_.set_descriptor(), &event) != 0) return;
+    if (!(attached ? loop_.watch(links_.set_descriptor(), kConnectionsTag) : loop_.remove(links_.set_descriptor()))) return;
     connections_attached_ = attached;
     flight::record(flight::SoftEvent::connections_holder, attached, flight::text(why));
 }
@@ -96,7 +93,7 @@ int DeviceCore::progress_from_caller() {
     connections_held_until_.store((now + kHold).time_since_epoch().count(), std::memory_order_relaxed);
     if (connections_attached_) {
         // The progress thread may be asleep with no deadline: the timer wakes it when the hold
-        // runs out, and from then on it sleeps no longer than the hold (run()).
+        // runs out, and from then on it sleeps no longer than the hold (before_wait).
         attach_connections(false, "a caller polls them");
         arm_ack_timer(now + kHold);
     }

@@ -35,17 +35,16 @@ namespace {
 // Counts the requests peers performed on this process's memory; see acquire_remote_writes().
 std::atomic<std::uint64_t> remote_accesses{0};
 
-[[noreturn]] void fail_system(const std::string& call) {
-    throw SoftDeviceError("software device: " + call + " failed: " + std::strerror(errno));
-}
 
 constexpr std::uint64_t kListenerTag = ~0ull;
-constexpr std::uint64_t kEventTag = ~0ull - 1;
 
 }  // namespace
 
 DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options)
-    : owner_(owner), links_(*this, statistics, owner), completions_(owner, statistics, published_table, receive_lock_held_) {
+    : owner_(owner),
+      loop_(*this),
+      links_(*this, statistics, owner),
+      completions_(owner, statistics, published_table, receive_lock_held_) {
     transport_mode_ = transport_mode_from_environment();
     completions_.set_transport_mode(transport_mode_);
     if (transport_mode_ == TransportMode::same_host) by_reference_threshold_ = 1;
@@ -62,7 +61,7 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options)
             throw SoftDeviceError(std::string("RDMACHAN_SOFT_POLL_US = '") + setting +
                                   "' is not a number of microseconds from 0 to 100000");
         }
-        poll_after_events_ = std::chrono::microseconds(microseconds);
+        loop_.set_poll_after_events(std::chrono::microseconds(microseconds));
     }
     if (transport_mode_ != TransportMode::tcp && zero_hop_enabled_ && !published_table.valid()) {
         detail::logger().info("software device: no table for peers' zero-hop writes: {}", published_table.why_not());
@@ -76,29 +75,18 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options)
     gid[11] = 0xff;
     std::memcpy(gid.data() + 12, &ipv4, 4);
 
-    event_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-    if (event_fd_ < 0 || epoll_fd_ < 0) fail_system("eventfd/epoll_create1");
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.u64 = kListenerTag;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, links_.listen_descriptor(), &event);
-    event.data.u64 = kEventTag;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, event_fd_, &event);
+    loop_.open();
+    loop_.watch(links_.listen_descriptor(), kListenerTag);
     open_connections_set();
     open_ack_timer();
-    thread_ = std::thread([this] { run(); });
+    loop_.start();
 }
 
 DeviceCore::~DeviceCore() {
-    stopping_.store(true);
-    wake();
-    if (thread_.joinable()) thread_.join();
+    loop_.stop();
     close_connections_gracefully();
-    ::close(event_fd_);
     close_ack_timer();
     if (lock_holder_watch_ >= 0) ::close(lock_holder_watch_);
-    ::close(epoll_fd_);
 }
 
 void DeviceCore::close_connections_gracefully() {
@@ -107,11 +95,6 @@ void DeviceCore::close_connections_gracefully() {
         send_held_acknowledgements();
     }
     links_.close_gracefully();
-}
-
-void DeviceCore::wake() {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t written = ::write(event_fd_, &one, sizeof one);
 }
 
 void DeviceCore::open_path_soon(QueuePairContext& queue_pair) {
@@ -126,105 +109,56 @@ void DeviceCore::open_path_soon(QueuePairContext& queue_pair) {
     wake();
 }
 
-void DeviceCore::notify_doorbell(std::atomic<bool>& queue_pair_flag) {
-    queue_pair_flag.store(true);
-    doorbells_pending_.store(true);
-    // Only a sleeping progress thread needs the system call (seq_cst on both sides: either it
-    // sees our flag before sleeping, or we see it asleep).
-    if (sleeping_.load()) wake();
+Clock::time_point DeviceCore::before_wait(bool& busy) {
+    std::lock_guard lock(mutex);
+    send_held_acknowledgements();
+    for (const auto& [remote_gid, remote_lid] : paths_to_open_) {
+        links_.connection_to(remote_gid, remote_lid, PeerLinks::ConnectWait::background);
+    }
+    paths_to_open_.clear();
+    execute_pending_doorbells();
+    while (!loopback_.empty()) {
+        std::vector<std::uint8_t> frame = std::move(loopback_.front());
+        loopback_.pop_front();
+        Connection self;
+        self.gid = gid;
+        self.lid = lid;
+        self.identified = true;
+        const auto* header = reinterpret_cast<const wire::FrameHeader*>(frame.data());
+        const std::uint8_t* body = frame.data() + sizeof(wire::FrameHeader);
+        handle_frame(self, header->type, body, body + wire::body_size(header->type), header->payload_length);
+    }
+    Clock::time_point deadline = next_timer();
+    // Callers of progress() hold the connections: a hold already over is settled here, never
+    // slept on; otherwise this thread wakes when it runs out.
+    if (const Clock::time_point wake_at = settle_connections_holder();
+        wake_at != Clock::time_point{} && (deadline == Clock::time_point{} || wake_at < deadline)) {
+        deadline = wake_at;
+    }
+    busy = !loopback_.empty();
+    return deadline;
 }
 
-int DeviceCore::wait_for_events(epoll_event* events, int timeout_ms, Clock::time_point& poll_until) {
-    int ready = 0;
-    if (timeout_ms != 0 && Clock::now() < poll_until) {
-        // Still within the window after the last events: poll, giving the core to any other
-        // runnable thread between polls, until something comes, a doorbell rings or it ends.
-        while ((ready = ::epoll_wait(epoll_fd_, events, kMaxEvents, 0)) == 0 && !doorbells_pending_.load() &&
-               Clock::now() < poll_until) {
-            std::this_thread::yield();
+void DeviceCore::after_wait(const epoll_event* events, int ready) {
+    std::lock_guard lock(mutex);
+    for (int i = 0; i < ready; ++i) {
+        const std::uint64_t tag = events[i].data.u64;
+        if (tag == kListenerTag) {
+            links_.accept_connections();
+        } else if (tag == kAckTimerTag) {
+            ack_timer_fired();
+        } else if (tag == kLockHolderTag) {
+            lock_holder_exited();
         }
-        // Nothing came (the sockets were just looked at): sleep, unless a doorbell rang.
-        if (ready == 0 && !doorbells_pending_.load()) ready = ::epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
-    } else {
-        ready = ::epoll_wait(epoll_fd_, events, kMaxEvents, timeout_ms);
     }
-    // Every burst of events opens the window again.
-    if (ready > 0 && poll_after_events_.count() > 0) poll_until = Clock::now() + poll_after_events_;
-    return ready;
-}
-
-void DeviceCore::run() {
-    epoll_event events[kMaxEvents];
-    Clock::time_point poll_until{};  // wait_for_events polls until then instead of sleeping
-    while (!stopping_.load()) {
-        Clock::time_point deadline;
-        bool busy = false;
-        {
-            std::lock_guard lock(mutex);
-            send_held_acknowledgements();
-            for (const auto& [remote_gid, remote_lid] : paths_to_open_) {
-                links_.connection_to(remote_gid, remote_lid, PeerLinks::ConnectWait::background);
-            }
-            paths_to_open_.clear();
-            execute_pending_doorbells();
-            while (!loopback_.empty()) {
-                std::vector<std::uint8_t> frame = std::move(loopback_.front());
-                loopback_.pop_front();
-                Connection self;
-                self.gid = gid;
-                self.lid = lid;
-                self.identified = true;
-                const auto* header = reinterpret_cast<const wire::FrameHeader*>(frame.data());
-                const std::uint8_t* body = frame.data() + sizeof(wire::FrameHeader);
-                handle_frame(self, header->type, body, body + wire::body_size(header->type), header->payload_length);
-            }
-            deadline = next_timer();
-            // Callers of progress() hold the connections: a hold already over is settled here,
-            // never slept on; otherwise this thread wakes when it runs out.
-            if (const Clock::time_point wake_at = settle_connections_holder();
-                wake_at != Clock::time_point{} && (deadline == Clock::time_point{} || wake_at < deadline)) {
-                deadline = wake_at;
-            }
-            sleeping_.store(true);
-            // More work already waiting: still look at the sockets (timeout 0), so a stream of
-            // doorbells can never starve the responses and requests from peers.
-            busy = doorbells_pending_.load() || !loopback_.empty() || stopping_.load();
-        }
-        int timeout_ms = -1;
-        if (busy) {
-            timeout_ms = 0;
-        } else if (deadline != Clock::time_point{}) {
-            // Rounded up: a deadline less than a millisecond away must not become a zero timeout,
-            // which would make this thread spin until it passes.
-            const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now()).count();
-            timeout_ms = wait <= 0 ? 0 : static_cast<int>(std::min<long long>((wait + 999) / 1000, 1000));
-        }
-        const int ready = wait_for_events(events, timeout_ms, poll_until);
-        sleeping_.store(false);
-        std::lock_guard lock(mutex);
-        for (int i = 0; i < ready; ++i) {
-            const std::uint64_t tag = events[i].data.u64;
-            if (tag == kListenerTag) {
-                links_.accept_connections();
-            } else if (tag == kEventTag) {
-                std::uint64_t value;
-                while (::read(event_fd_, &value, sizeof value) > 0) {
-                }
-            } else if (tag == kAckTimerTag) {
-                ack_timer_fired();
-            } else if (tag == kLockHolderTag) {
-                lock_holder_exited();
-            }
-        }
-        // The connections' events: through the outer set when it watches them; when callers of
-        // progress() hold them (caller_progress.cpp), still looked at while this thread is awake.
-        links_.poll();
-        settle_connections_holder();
-        // Timers after the sockets: a response already waiting in a socket is never mistaken for a
-        // missing one.
-        service_timers();
-        remove_closed_connections();
-    }
+    // The connections' events: through the outer set when it watches them; when callers of
+    // progress() hold them (caller_progress.cpp), still looked at while this thread is awake.
+    links_.poll();
+    settle_connections_holder();
+    // Timers after the sockets: a response already waiting in a socket is never mistaken for a
+    // missing one.
+    service_timers();
+    remove_closed_connections();
 }
 
 void DeviceCore::remove_closed_connections() {
@@ -278,17 +212,14 @@ void DeviceCore::connection_closed(Connection& connection, const char*) {
 
 void DeviceCore::watch_lock_holder(const PeerProcess& peer) {
     if (lock_holder_watch_ >= 0) {
-        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, lock_holder_watch_, nullptr);
+        loop_.remove(lock_holder_watch_);
         ::close(lock_holder_watch_);
         lock_holder_watch_ = -1;
     }
     // The connection's pidfd goes with the connection: the watch keeps a copy of its own.
     const int watch = ::fcntl(peer.descriptor(), F_DUPFD_CLOEXEC, 0);
     if (watch < 0) return;  // the lock is then taken over when this device next needs it
-    epoll_event event{};
-    event.events = EPOLLIN;
-    event.data.u64 = kLockHolderTag;
-    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, watch, &event) != 0) {
+    if (!loop_.watch(watch, kLockHolderTag)) {
         ::close(watch);
         return;
     }
@@ -297,7 +228,7 @@ void DeviceCore::watch_lock_holder(const PeerProcess& peer) {
 }
 
 void DeviceCore::lock_holder_exited() {
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, lock_holder_watch_, nullptr);
+    loop_.remove(lock_holder_watch_);
     ::close(lock_holder_watch_);
     lock_holder_watch_ = -1;
     // Does nothing when it had let the lock go before it exited (finish_receive_journal logs a

@@ -31,6 +31,7 @@
 #include "transport/soft/indirect_keys.hpp"
 #include "transport/soft/peer_links.hpp"
 #include "transport/soft/peer_table.hpp"
+#include "transport/soft/progress_loop.hpp"
 #include "transport/soft/published_table.hpp"
 #include "transport/soft/shared_arena.hpp"
 #include "transport/soft/reusing_ring.hpp"
@@ -209,14 +210,15 @@ struct ZeroHopTarget {
 bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t protection_domain, std::uint32_t access,
                             std::uint64_t addr, std::uint64_t length);
 
-// The device's inside. Its links to other devices (peer_links.hpp) hand it the frames they read.
-class DeviceCore : private LinkEvents {
+// The device's inside. Its links to other devices (peer_links.hpp) hand it the frames they read;
+// its progress thread (progress_loop.hpp) runs its turns.
+class DeviceCore : private LinkEvents, private ProgressWork {
 public:
     DeviceCore(Device& owner, const DeviceOptions& options);
     ~DeviceCore();
 
     // Called by the data path through QueuePair::ring_send_doorbell.
-    void notify_doorbell(std::atomic<bool>& queue_pair_flag);
+    void notify_doorbell(std::atomic<bool>& queue_pair_flag) { loop_.notify_doorbell(queue_pair_flag); }
     // Called by the data path through QueuePair::ring_send_doorbell first: executes the QP's
     // new WQEs on the calling thread while they are zero-hop writes (zero_hop.cpp). False when
     // something is left for the progress thread (the caller then notifies it), including when
@@ -260,7 +262,7 @@ public:
     // connection to every device its RC QPs reach, used or not (one per device, not per QP).
     // A QP connected to this device needs none: it is marked zero-hop at once.
     void open_path_soon(QueuePairContext& queue_pair);
-    void wake();
+    void wake() { loop_.wake(); }
     // Sends the ACKs still held, then closes every connection gracefully (PeerLinks::close_gracefully).
     void close_connections_gracefully();
     // For tests, with `mutex` held: the bytes received and not yet read (SIOCINQ) on the
@@ -278,7 +280,9 @@ public:
     PublishedTable published_table;
 
 private:
-    void run();
+    // ProgressWork: the progress thread's turn, before and after it waits.
+    Clock::time_point before_wait(bool& busy) override;
+    void after_wait(const epoll_event* events, int count) override;
     void execute_pending_doorbells();
     void execute_send_queue(QueuePairContext& queue_pair);
     // Executes the WQE at `index`; true to go on with the next. On the doorbell thread
@@ -427,13 +431,11 @@ private:
     void consume_receive(QueuePairContext& queue_pair);
 
     Device& owner_;
-    int event_fd_ = -1;
-    int epoll_fd_ = -1;
-    std::atomic<bool> sleeping_{false};
-    std::atomic<bool> stopping_{false};
-    std::atomic<bool> doorbells_pending_{false};
+    // The progress thread; its epoll set watches the listening socket, the connections' set
+    // (while attached), the ACK timer and a lock holder's pidfd.
+    ProgressLoop loop_;
     // The connections, in an epoll set of their own (caller_progress.cpp). The progress thread
-    // watches the set through epoll_fd_ while attached; while callers of progress() poll it
+    // watches the set through its own while attached; while callers of progress() poll it
     // themselves it is detached, so an arriving frame wakes no thread. Under `mutex`.
     PeerLinks links_;
     bool connections_attached_ = true;
@@ -470,13 +472,6 @@ private:
     alignas(8) std::uint64_t probe_word_ = 0;
     std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself
     std::vector<std::pair<Gid, std::uint16_t>> paths_to_open_;  // open_path_soon's devices (gid, lid)
-    // After socket events, the progress thread polls for more this long before it sleeps in
-    // epoll_wait (RDMACHAN_SOFT_POLL_US; default 0: it sleeps at once). A peer's answer or next
-    // request that comes within it is handled without a wake-up; but a polling thread loses the
-    // scheduler's preference for a woken one (transport/soft/README.md, "Polling after events").
-    std::chrono::microseconds poll_after_events_{0};
-    static constexpr int kMaxEvents = 64;
-    int wait_for_events(epoll_event* events, int timeout_ms, Clock::time_point& poll_until);
     // Requests sent from the doorbell thread (doorbell_requests.cpp): RDMACHAN_SOFT_DOORBELL_REQUESTS=0
     // turns them off (the progress thread sends every request), for measuring one against the other.
     bool doorbell_requests_enabled_ = true;
@@ -512,7 +507,6 @@ private:
     std::uint32_t lock_holder_pid_ = 0;
     void watch_lock_holder(const PeerProcess& peer);
     void lock_holder_exited();
-    std::thread thread_;
 };
 
 }  // namespace rdmachan::soft

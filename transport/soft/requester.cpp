@@ -123,7 +123,7 @@ const MemoryRegionState* DeviceCore::find_region(std::uint32_t key, std::uint32_
 }
 
 void DeviceCore::execute_pending_doorbells() {
-    if (!doorbells_pending_.exchange(false)) return;
+    if (!loop_.take_doorbells()) return;
     for (auto& [qpn, queue_pair] : queue_pairs) {
         if (queue_pair->doorbell_pending.exchange(false)) execute_send_queue(*queue_pair);
     }
@@ -140,7 +140,7 @@ void DeviceCore::execute_send_queue(QueuePairContext& queue_pair) {
     for (int executed = 0; ((producer - queue_pair.executed) & 0xffff) != 0; ++executed) {
         if (executed == kWqesPerTurn && queue_pair.state == QueuePairState::ready_to_send) {
             queue_pair.doorbell_pending.store(true);
-            doorbells_pending_.store(true);
+            loop_.note_doorbell_left();
             return;
         }
         if (!execute_one(queue_pair, queue_pair.executed)) break;
@@ -491,7 +491,7 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
                  queue_pair.zero_hop_waits_for_answers) &&
                 queue_pair.in_flight.empty()) {
                 queue_pair.doorbell_pending.store(true);
-                doorbells_pending_.store(true);
+                loop_.note_doorbell_left();
             }
             return;
         }
