@@ -212,7 +212,7 @@ bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t pro
 
 // The device's inside. Its links to other devices (peer_links.hpp) hand it the frames they read;
 // its progress thread (progress_loop.hpp) runs its turns.
-class DeviceCore : private LinkEvents, private ProgressWork {
+class DeviceCore final : private LinkEvents, private ProgressWork {
 public:
     DeviceCore(Device& owner, const DeviceOptions& options);
     ~DeviceCore();
