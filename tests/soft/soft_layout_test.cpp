@@ -73,11 +73,11 @@ mlx5::Completion run(SoftEndpoint& endpoint, const mlx5::SendWorkRequest& reques
 void check_key_free(soft::Device& device, std::uint32_t key) {
     soft::DeviceCore& core = device.core();
     std::lock_guard lock(core.mutex);
-    const auto found = core.indirect_keys.find(key);
-    REQUIRE(found != core.indirect_keys.end());
-    CHECK_FALSE(found->second.configured);
-    CHECK(found->second.entries.empty());
-    CHECK(found->second.length == 0);
+    const soft::IndirectKeyState* state = core.translation.indirect_key(key);
+    REQUIRE(state != nullptr);
+    CHECK_FALSE(state->configured);
+    CHECK(state->entries.empty());
+    CHECK(state->length == 0);
 }
 
 // B's buffer as a 16x16 matrix of 8-byte elements (rows of 128 bytes); column `column`

@@ -20,7 +20,7 @@
 // Everything handled here is handled by the same code, under the same mutex, as on the progress
 // thread; what only that thread does (retransmissions, RNR waits, timeouts) it still does, at
 // most a hold late: while the callers hold the connections it never sleeps past the hold's end.
-// ACKs: a caller leaves the ACK of the plain writes it read held (end_acknowledgement_turn), so
+// ACKs: a caller leaves the ACK of the plain writes it read held (Answers::end_turn), so
 // that it sees what they wrote and can answer first; the held ACK goes at the caller's next
 // progress() or doorbell, or when the progress thread next runs, so within the hold.
 #include <sys/epoll.h>
@@ -84,7 +84,7 @@ int DeviceCore::progress_from_caller() {
     if (!traffic && connections_held_until() <= now) return 0;
     std::unique_lock lock(mutex, std::try_to_lock);
     if (!lock.owns_lock()) return 0;
-    send_held_acknowledgements();
+    answers_.send_deferred();
     if (!traffic) {
         attach_connections(true, "no traffic on the connections");
         connections_held_until_.store(0, std::memory_order_relaxed);
@@ -97,9 +97,9 @@ int DeviceCore::progress_from_caller() {
         attach_connections(false, "a caller polls them");
         arm_ack_timer(now + kHold);
     }
-    held_acknowledgements_.set_deferring(true);
+    answers_.set_deferring(true);
     const int handled = links_.poll();
-    held_acknowledgements_.set_deferring(false);
+    answers_.set_deferring(false);
     if (handled == 0) return 0;
     count_one(statistics.caller_progress_turns);
     remove_closed_connections();
@@ -118,7 +118,7 @@ void DeviceCore::stop_progress_from_caller() {
     std::unique_lock lock(mutex, std::try_to_lock);
     if (!lock.owns_lock()) return;
     attach_connections(true, "stop_progress");
-    send_held_acknowledgements();
+    answers_.send_deferred();
 }
 
 }  // namespace rdmachan::soft

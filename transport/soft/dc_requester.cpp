@@ -1,6 +1,5 @@
-// Dynamically connected transport on the software device: how a DCI's WQE reaches the DCT its
-// address vector names, and how a DCT admits a request (DC key, per-initiator PSN) before
-// performing it as an RC responder would.
+// Dynamically connected transport on the software device, the initiator's side: how a DCI's WQE
+// reaches the DCT its address vector names (dc_responder.cpp has the target's side).
 #include <cstring>
 
 #include "transport/soft/flight_events.hpp"
@@ -57,50 +56,6 @@ DeviceCore::AddressOutcome DeviceCore::take_dc_address(QueuePairContext& queue_p
     if (!queue_pair.dc_connected) request.dc_flags |= wire::kDcConnect;
     queue_pair.dc_connected = true;
     return AddressOutcome::ready;
-}
-
-void DeviceCore::handle_dc_request(Connection& connection, QueuePairContext& target,
-                                   const wire::Request& request, const std::uint8_t* payload,
-                                   std::uint32_t payload_length) {
-    // A DCT serves from RTR on (it has no RTS); before that it does not exist on the wire.
-    if (target.state != QueuePairState::ready_to_receive) {
-        flight::record(flight::SoftEvent::request_dropped, target.qpn, request.psn, 0, static_cast<std::uint64_t>(target.state),
-                       flight::text("DCT not in RTR"));
-        return;
-    }
-    if (request.dc_key != target.dc_access_key) {
-        // The key is checked before anything else: the DCT's memory, SRQ and CQ stay untouched.
-        // The NIC counts the violation (dctc.dc_access_key_violation_count, read by the kernel's
-        // mlx5_ib query of a DCT) and raises MLX5_EVENT_TYPE_DCT_KEY_VIOLATION (0x1d) on the
-        // target; the initiator is answered with a NAK and completes with a remote access error
-        // (syndrome 0x13), the IB NAK for a request the responder may not serve (see README).
-        ++target.dc_key_violations;
-        flight::record(flight::SoftEvent::request_dropped, target.qpn, request.psn, 0, static_cast<std::uint64_t>(target.state),
-                       flight::text("DC key violation (NAK sent)"));
-        detail::logger().info("software device {}: DCT {}: DC key violation from QP {} (lid {})",
-                              owner_.name(), target.qpn, request.source_qpn, connection.lid);
-        respond(connection, wire::Response{request.source_qpn, request.psn,
-                                           wire::ResponseKind::negative, kSyndromeRemoteAccess, 0});
-        return;
-    }
-    const DcPeer peer{connection.gid, connection.lid, request.source_qpn};
-    auto found = target.dc_expected_psn.find(peer);
-    const bool retransmitted = (request.dc_flags & wire::kDcRetransmission) != 0;
-    if ((request.dc_flags & wire::kDcConnect) != 0 && (!retransmitted || found == target.dc_expected_psn.end())) {
-        // A (re)connecting DCI starts a new PSN sequence, as a DC connect does on the wire. A
-        // retransmitted connect from a DCI this DCT knows may repeat one it executed: the PSN
-        // check below decides, as for any other request.
-        found = target.dc_expected_psn.insert_or_assign(peer, request.psn).first;
-    }
-    // Unknown initiators and out-of-sequence requests (after an RNR NAK) are dropped; the
-    // initiator resends from the refused request.
-    if (found == target.dc_expected_psn.end() || found->second != request.psn) {
-        flight::record(flight::SoftEvent::request_dropped, target.qpn, request.psn,
-                       found == target.dc_expected_psn.end() ? 0 : found->second, static_cast<std::uint64_t>(target.state),
-                       flight::text(found == target.dc_expected_psn.end() ? "unknown DC initiator" : "PSN out of sequence"));
-        return;
-    }
-    perform_request(connection, target, request, payload, payload_length, found->second);
 }
 
 }  // namespace rdmachan::soft

@@ -44,7 +44,10 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options)
     : owner_(owner),
       loop_(*this),
       links_(*this, statistics, owner),
-      completions_(owner, statistics, published_table, receive_lock_held_) {
+      completions_(owner, statistics, published_table, receive_lock_held_),
+      answers_(links_, loopback_, statistics, gid, lid),
+      responder_(owner, queue_pairs, translation, answers_, completions_, published_table, receive_lock_held_, statistics,
+                 *this) {
     transport_mode_ = transport_mode_from_environment();
     completions_.set_transport_mode(transport_mode_);
     if (transport_mode_ == TransportMode::same_host) by_reference_threshold_ = 1;
@@ -92,7 +95,7 @@ DeviceCore::~DeviceCore() {
 void DeviceCore::close_connections_gracefully() {
     {
         std::lock_guard lock(mutex);
-        send_held_acknowledgements();
+        answers_.send_deferred();
     }
     links_.close_gracefully();
 }
@@ -111,7 +114,7 @@ void DeviceCore::open_path_soon(QueuePairContext& queue_pair) {
 
 Clock::time_point DeviceCore::before_wait(bool& busy) {
     std::lock_guard lock(mutex);
-    send_held_acknowledgements();
+    answers_.send_deferred();
     for (const auto& [remote_gid, remote_lid] : paths_to_open_) {
         links_.connection_to(remote_gid, remote_lid, PeerLinks::ConnectWait::background);
     }
@@ -163,7 +166,7 @@ void DeviceCore::after_wait(const epoll_event* events, int ready) {
 
 void DeviceCore::remove_closed_connections() {
     // Called after the events that may refer to them were handled, under the same hold of the mutex.
-    held_acknowledgements_.forget([](const Connection& connection) { return connection.socket < 0; });
+    answers_.forget_closed();
     links_.remove_closed();
 }
 
@@ -178,13 +181,12 @@ void acquire_remote_writes() noexcept {
 bool DeviceCore::read_turn_begins(Connection& connection) {
     // The ACKs of the plain writes among the frames of this turn go as one, after the last; the
     // CQEs for compressed CQs too, as sessions where they can (held_completions.hpp).
-    held_acknowledgements_.begin_turn(connection);
+    answers_.begin_turn(connection);
     return completions_.begin_turn();
 }
 
 void DeviceCore::read_turn_ended(Connection& connection, bool began) {
-    held_acknowledgements_.end_turn();
-    end_acknowledgement_turn(connection);
+    answers_.end_turn(connection);
     completions_.end_turn(began);
 }
 
@@ -253,7 +255,7 @@ void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, cons
             }
             wire::Request request;
             std::memcpy(&request, body, sizeof request);
-            handle_request(connection, request, payload, payload_length);
+            responder_.handle_request(connection, request, payload, payload_length);
             return;
         }
         case wire::FrameType::response: {
@@ -263,52 +265,6 @@ void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, cons
             return;
         }
     }
-}
-
-void DeviceCore::respond_coalescing(Connection& connection, const wire::Response& response) {
-    if (!held_acknowledgements_.in_turn(connection) || connection.socket < 0 || !connection.accepts_coalesced_acknowledgements) {
-        respond(connection, response);
-        return;
-    }
-    if (connection.holds_acknowledgement && connection.held_acknowledgement.destination_qpn != response.destination_qpn) {
-        send_held_acknowledgement(connection);
-    }
-    note_remote_access();  // as respond: released before anything can learn of the write
-    if (connection.holds_acknowledgement) count_one(statistics.coalesced_acknowledgements);
-    connection.held_acknowledgement = response;
-    connection.holds_acknowledgement = true;
-}
-
-void DeviceCore::end_acknowledgement_turn(Connection& connection) {
-    if (!held_acknowledgements_.deferring() || !connection.holds_acknowledgement || connection.socket < 0) {
-        send_held_acknowledgement(connection);
-        return;
-    }
-    held_acknowledgements_.defer(connection);
-}
-
-void DeviceCore::send_held_acknowledgements() {
-    held_acknowledgements_.send_deferred([this](Connection& connection) { send_held_acknowledgement(connection); });
-}
-
-void DeviceCore::send_held_acknowledgement(Connection& connection) {
-    if (!connection.holds_acknowledgement) return;
-    connection.holds_acknowledgement = false;
-    respond(connection, connection.held_acknowledgement);
-}
-
-void DeviceCore::respond(Connection& connection, const wire::Response& response, const void* payload,
-                         std::uint32_t payload_length) {
-    send_held_acknowledgement(connection);  // answers leave in the order of their requests
-    // What the request wrote into this process's memory is released before the answer leaves:
-    // the initiator may learn of the write from it and tell this process out of band.
-    note_remote_access();
-    std::vector<std::uint8_t> frame = wire::frame(wire::FrameType::response, response, payload, payload_length);
-    if (connection.socket < 0 && same_gid(connection.gid, gid) && connection.lid == lid) {
-        loopback_.push_back(std::move(frame));
-        return;
-    }
-    links_.queue_output(connection, frame);
 }
 
 bool DeviceCore::send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame) {

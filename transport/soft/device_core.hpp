@@ -19,184 +19,29 @@
 #include <sys/uio.h>
 
 #include "transport/soft/aligned_buffer.hpp"
+#include "transport/soft/answers.hpp"
 #include "transport/soft/completion_ring.hpp"
 #include "transport/soft/completion_writer.hpp"
 #include "transport/soft/held_completions.hpp"
 #include "transport/soft/connection.hpp"
 #include "transport/soft/connection_input.hpp"
 #include "transport/soft/device.hpp"
+#include "transport/soft/device_objects.hpp"
 #include "transport/soft/device_statistics.hpp"
 #include "transport/soft/gid.hpp"
-#include "transport/soft/held_acknowledgements.hpp"
 #include "transport/soft/indirect_keys.hpp"
+#include "transport/soft/memory_translation.hpp"
 #include "transport/soft/peer_links.hpp"
 #include "transport/soft/peer_table.hpp"
 #include "transport/soft/progress_loop.hpp"
 #include "transport/soft/published_table.hpp"
 #include "transport/soft/shared_arena.hpp"
+#include "transport/soft/responder.hpp"
 #include "transport/soft/reusing_ring.hpp"
 #include "transport/soft/same_host.hpp"
 #include "transport/soft/wire.hpp"
 
 namespace rdmachan::soft {
-
-using Clock = std::chrono::steady_clock;
-
-struct MemoryRegionState {
-    std::uint32_t protection_domain = 0;
-    std::uint64_t addr = 0;
-    std::uint64_t length = 0;
-    std::uint32_t access = 0;
-};
-
-struct CompletionQueueContext {
-    // The entries, then the 64-byte doorbell block (its records, then the producer index:
-    // completion_ring.hpp), in one allocation from the arena when it can be.
-    std::unique_ptr<AlignedBuffer> buffer;
-    mlx5::CompletionQueueRing ring;
-    std::atomic<bool> overrun{false};
-    // Set (never cleared) when an RC QP whose receives a peer may complete (zero-hop receives)
-    // publishes this CQ as its receive CQ: from then on this device writes its CQEs under the
-    // receive lock. Until then it has no other writer, and takes no lock (a locked instruction
-    // right after a zero-hop write's store into the peer's memory waits for that store).
-    bool peer_writable = false;
-    // Created for CQE compression (held_completions.hpp): the ring's compressed_cqes.
-    bool compressed = false;
-    // Readable once an armed CQ gets a CQE it was armed for (completion_ring.hpp): the soft
-    // completion channel. Closed with the context.
-    int event_descriptor = -1;
-    // The UAR page's CQ doorbell an arm writes (mlx5::CompletionQueueRing::uar, register at 0x20):
-    // memory nobody reads, as BlueFlame's; the arm word the device takes is the doorbell record's.
-    alignas(64) std::uint8_t uar[64] = {};
-    CompletionQueueContext() = default;
-    CompletionQueueContext(const CompletionQueueContext&) = delete;
-    CompletionQueueContext& operator=(const CompletionQueueContext&) = delete;
-    ~CompletionQueueContext();
-    CompletionRingView view() const { return CompletionRingView::of(ring, event_descriptor); }
-};
-
-struct SharedReceiveQueueContext {
-    // The WQEs, and the 64-byte doorbell block (the record, then the consumption word), from the
-    // arena when it has room: same-host DC initiators then consume WQEs too (zero_hop_receive.cpp).
-    std::unique_ptr<AlignedBuffer> buffer;
-    std::unique_ptr<AlignedBuffer> doorbell;
-    mlx5::SharedReceiveQueueRing ring;
-    std::uint32_t protection_domain = 0;
-    // Published through a DCT (PublishedTable::publish_queue_pair): peers consume its WQEs under
-    // the receive lock, so the device does too. Under the device mutex.
-    bool peer_consumable = false;
-    // The consumption word (kReceiveConsumedWord of the doorbell block): the WQE consumed next
-    // (following the links) in its high 16 bits, the WQEs consumed (compared with the 16-bit
-    // doorbell counter) in its low 16. One word, so a consumer dying between two stores cannot
-    // leave half a consumption, and the receive journal tells a consumed WQE by it changing.
-    std::uint32_t consumption() const {
-        return __atomic_load_n(ring.doorbell_record + kReceiveConsumedWord, __ATOMIC_ACQUIRE);
-    }
-    std::uint32_t next_index() const { return consumption() >> 16; }
-    std::uint16_t consumed() const { return static_cast<std::uint16_t>(consumption()); }
-    void set_consumption(std::uint32_t next_index, std::uint16_t consumed) {
-        __atomic_store_n(ring.doorbell_record + kReceiveConsumedWord, next_index << 16 | consumed, __ATOMIC_RELEASE);
-    }
-};
-
-// One request the initiator sent and has not seen answered.
-struct InFlight {
-    // A slot of the ring of requests in flight comes with room for a few local targets: the
-    // doorbell thread decodes reads into its next slot (and may leave them to the progress
-    // thread), so a slot's first use must not allocate there.
-    InFlight() { local_targets.reserve(4); }
-    std::uint32_t psn = 0;
-    std::uint16_t wqe_counter = 0;  // the WQE's first WQEBB index
-    std::uint8_t opcode = 0;
-    bool signaled = false;
-    std::vector<std::uint8_t> frame;  // kept for RNR retries
-    // Where read data or an atomic result lands (validated when the WQE was executed).
-    std::vector<std::pair<std::uint8_t*, std::uint32_t>> local_targets;
-    // Each data segment's address is where its bytes go (no indirect key in between): the poller
-    // of a scatter-to-CQE completion copies to the addresses the WQE names.
-    bool targets_as_posted = true;
-    std::uint32_t length = 0;
-    // Same host: the frame carries where the payload is (or, for a read, goes) in this process;
-    // the responder moves it with cross-memory attach, so a read's response carries no data.
-    bool by_reference = false;
-};
-
-enum class Transport : std::uint8_t { reliable_connected, dc_initiator, dc_target };
-
-// The initiator side of a DC request, as a DCT tells its initiators apart.
-struct DcPeer {
-    std::array<std::uint8_t, 16> gid{};
-    std::uint16_t lid = 0;
-    std::uint32_t qpn = 0;
-    auto operator<=>(const DcPeer&) const = default;
-};
-
-struct QueuePairContext {
-    std::uint32_t qpn = 0;
-    Transport transport = Transport::reliable_connected;
-    std::uint32_t protection_domain = 0;
-    std::uint32_t user_index = 0;
-    CompletionQueueContext* send_cq = nullptr;
-    CompletionQueueContext* recv_cq = nullptr;
-    SharedReceiveQueueContext* srq = nullptr;
-    // Created with scatter-to-CQE (inline_scatter.cpp): a small received send, and a small
-    // read's or atomic's answer, go into the CQE instead of the buffers.
-    bool scatter_to_cqe = false;
-    // Receive queue, then send queue (as libmlx5 lays it out); for an RC QP then the 64-byte
-    // doorbell block, in one allocation from the arena when it can be.
-    std::unique_ptr<AlignedBuffer> buffer;
-    std::unique_ptr<AlignedBuffer> doorbell;  // a DCI's doorbell block (dc.cpp); else null
-    mlx5::SendQueueRing send_ring;
-    mlx5::ReceiveQueueRing receive_ring;
-    std::unique_ptr<AlignedBuffer> blueflame;
-
-    QueuePairState state = QueuePairState::reset;
-    std::uint32_t access = 0;
-    ReadyToReceiveAttributes receive_attributes;
-    ReadyToSendAttributes send_attributes;
-
-    std::uint32_t executed = 0;        // WQEBB index the device reads next (16-bit on the wire)
-    // Receive WQEs consumed: a word of the doorbell block, which a same-host peer's zero-hop
-    // receive also advances, under the receive lock (completion_ring.hpp).
-    std::uint32_t receive_consumed() const {
-        return __atomic_load_n(receive_ring.doorbell_record + kReceiveConsumedWord, __ATOMIC_ACQUIRE);
-    }
-    void set_receive_consumed(std::uint32_t consumed) {
-        __atomic_store_n(receive_ring.doorbell_record + kReceiveConsumedWord, consumed, __ATOMIC_RELEASE);
-    }
-    std::uint32_t next_psn = 0;        // initiator
-    std::uint32_t expected_psn = 0;    // responder
-    ReusingRing<InFlight> in_flight;  // keeps its slots' frames: the doorbell thread allocates nothing
-    Clock::time_point retry_at{};      // RNR: when to resend from in_flight.front()
-    bool waiting_rnr = false;
-    std::uint32_t rnr_retries_left = 0;
-    Clock::time_point progress_deadline{};  // when the oldest in-flight request is sent again
-    std::uint32_t transport_retries_left = 0;  // resends left before transport retry exceeded
-    std::atomic<bool> doorbell_pending{false};
-    // Whether the remote QP's device published its table to us (a zero-hop write may be
-    // possible): lets the doorbell thread skip the device mutex for every other QP.
-    std::atomic<bool> zero_hop_remote{false};
-    // A UMR WQE waits for the requests before it to be answered (it completes in order); the
-    // last answer rings the doorbell again.
-    bool umr_waits_for_answers = false;
-    // A zero-hop send or write with immediate was refused for a passing reason (no receive
-    // posted, the target's receive lock busy, its CQ full) and took the request path: the WQEs
-    // after it wait until the requests in flight are answered, then go zero-hop again. Sent on at
-    // once, each would find a request in flight (zero-hop needs none) and take the request path
-    // too, and the QP would stay there as long as the application kept a request outstanding
-    // (rdmachan-bench's 8 B send bandwidth: 1-3 MB/s in 3 of 14 sweeps, against 11-12). The last
-    // answer rings the doorbell again.
-    bool zero_hop_waits_for_answers = false;
-
-    // DC initiator: whether the current target (receive_attributes.remote) has seen this DCI's
-    // first request since it switched to it, so the next request carries the connect mark.
-    bool dc_connected = false;
-    // DC target: its key, how many requests a wrong key refused, and the PSN expected next
-    // from each initiator connected to it.
-    std::uint64_t dc_access_key = 0;
-    std::uint32_t dc_key_violations = 0;
-    std::map<DcPeer, std::uint32_t> dc_expected_psn;
-};
 
 // Where a zero-hop request goes: a same-host peer's table, through the connection to it, or this
 // device's own table (a QP connected to this device; no connection).
@@ -212,7 +57,7 @@ bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t pro
 
 // The device's inside. Its links to other devices (peer_links.hpp) hand it the frames they read;
 // its progress thread (progress_loop.hpp) runs its turns.
-class DeviceCore final : private LinkEvents, private ProgressWork {
+class DeviceCore final : private LinkEvents, private ProgressWork, private ResponderFailures {
 public:
     DeviceCore(Device& owner, const DeviceOptions& options);
     ~DeviceCore();
@@ -243,18 +88,15 @@ public:
     std::array<std::uint8_t, 16> gid{};
     std::uint16_t lid = 0;
     std::uint32_t ipv4 = 0;  // network order
-    std::map<std::uint32_t, MemoryRegionState> memory_regions;  // by key
-    std::map<std::uint32_t, IndirectKeyState> indirect_keys;    // by key (indirect_keys.cpp)
+    // The regions and indirect keys, and the translation every access goes through.
+    MemoryTranslation translation;
     std::map<std::uint32_t, std::unique_ptr<CompletionQueueContext>> completion_queues;
     std::map<std::uint32_t, std::unique_ptr<SharedReceiveQueueContext>> shared_receive_queues;
     std::map<std::uint32_t, std::unique_ptr<QueuePairContext>> queue_pairs;
     std::uint32_t next_handle = 1;
-    // Index 1 is never used: key 0x100 (index 1, tag 0) is MLX5_INVALID_LKEY, which ends a
-    // receive WQE's scatter list, so a ConnectX never hands it out.
-    std::uint32_t next_key_index = 2;
 
     // Control-plane hooks that need the progress machinery (mutex held by the caller).
-    void move_to_error(QueuePairContext& queue_pair, const char* why);
+    void move_to_error(QueuePairContext& queue_pair, const char* why) override;
     // An RC QP moved to RTS: its progress thread opens the connection to the remote device now
     // (in the background: it never waits for the connect) rather than at the first request, so
     // the hello, the same-host probe and the mapping of the peer's table happen while the
@@ -349,35 +191,11 @@ private:
     bool read_turn_begins(Connection& connection) override;
     void read_turn_ended(Connection& connection, bool began) override;
     wire::Hello opening_hello() const override { return make_hello(0); }
-    void handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
-                        std::uint32_t payload_length);
-    void handle_dc_request(Connection& connection, QueuePairContext& target, const wire::Request& request,
-                           const std::uint8_t* payload, std::uint32_t payload_length);
-    // Performs an admitted request on the responder QP or DCT; `expected_psn` advances when the
-    // request is accepted (answered with ACK or NAK, not RNR).
-    void perform_request(Connection& connection, QueuePairContext& queue_pair, const wire::Request& request,
-                         const std::uint8_t* payload, std::uint32_t payload_length, std::uint32_t& expected_psn);
     // DC initiator: reads a WQE's address vector into the request and the DCI's current target.
     // Returns false when the WQE must wait (another target still has requests in flight).
     enum class AddressOutcome { ready, wait, malformed };
     AddressOutcome take_dc_address(QueuePairContext& queue_pair, const std::uint8_t* address_vector, wire::Request& request);
     void handle_response(const wire::Response& response, const std::uint8_t* payload, std::uint32_t payload_length);
-    // Test hook: hold_responder_completions() (device.hpp); nothing when it is off.
-    static void hold_before_responder_completion();
-    void respond(Connection& connection, const wire::Response& response, const void* payload = nullptr,
-                 std::uint32_t payload_length = 0);
-    // The acknowledgement of a plain RDMA write, which an RC responder may coalesce with the
-    // next ones (IB spec 9.7.5.1.1: an ACK acknowledges every earlier request of its QP): while
-    // the links read the frames of one turn (PeerLinks::read_connection), it is held on the connection and
-    // replaced by the next one for the same QP; any other answer on the connection, and the end
-    // of the turn, send it first. Elsewhere it is sent at once.
-    void respond_coalescing(Connection& connection, const wire::Response& response);
-    void send_held_acknowledgement(Connection& connection);
-    // The end of a turn of reads from `connection`: its held ACK goes now, or, while a caller of
-    // progress() reads (caller_progress.cpp), is deferred (held_acknowledgements_) to the next
-    // send_held_acknowledgements, so the caller first sees what the frames wrote and can answer.
-    void end_acknowledgement_turn(Connection& connection);
-    void send_held_acknowledgements();
     // `inline_data`: a read's or atomic's answer that goes into the CQE (scatter-to-CQE).
     void complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome,
                             const std::uint8_t* inline_data = nullptr);
@@ -399,36 +217,9 @@ private:
     void handle_hello(Connection& connection, const wire::Hello& hello);
     std::string peer_name(const Connection& connection) const;
 
-    // Memory checks, as the NIC makes them against its memory translation tables.
-    const MemoryRegionState* find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
-                                         std::uint64_t length, std::uint32_t needed_access) const;
-    // The host memory `length` bytes at `addr` through `key` are: one piece of a region, or the
-    // pieces an indirect key's layout maps them to (zero-based). False when the key, a piece's
-    // region, the bounds or the access do not allow it (indirect_keys.cpp).
-    bool translate_memory(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
-                          std::uint64_t length, std::uint32_t needed_access, MemorySegments& segments) const;
-    // Whether what translate_memory appended from `first` on is the posted address itself (one
-    // piece at `addr`), not an indirect key's pieces: only then may scatter-to-CQE stand for it.
-    static bool translated_as_posted(const MemorySegments& segments, std::size_t first, std::uint64_t addr,
-                                     std::uint64_t length) {
-        return length == 0 || (segments.size() == first + 1 &&
-                               segments[first].first == reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(addr)));
-    }
     // A UMR WQE (LOCAL_INV or a key configuration) at `index`; false when the QP stops here
     // (an error, or earlier requests still in flight: it runs when they are answered).
     bool execute_umr(QueuePairContext& queue_pair, std::uint32_t index, const std::uint8_t* control);
-
-    // Receive WQEs: the next one of the RQ or SRQ, or nothing (receiver not ready).
-    struct ReceiveBuffer {
-        std::uint16_t wqe_counter = 0;
-        std::vector<std::pair<std::uint8_t*, std::uint32_t>> segments;
-        bool segments_as_posted = true;  // as InFlight::targets_as_posted
-        bool valid = false;
-        bool protection_error = false;
-        std::uint64_t capacity = 0;
-    };
-    bool peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffer);
-    void consume_receive(QueuePairContext& queue_pair);
 
     Device& owner_;
     // The progress thread; its epoll set watches the listening socket, the connections' set
@@ -470,7 +261,7 @@ private:
     bool zero_hop_enabled_ = true;
     // A random word peers read with process_vm_readv to prove cross-memory attach reaches us.
     alignas(8) std::uint64_t probe_word_ = 0;
-    std::deque<std::vector<std::uint8_t>> loopback_;  // frames this device sends to itself
+    LoopbackFrames loopback_;  // frames this device sends to itself
     std::vector<std::pair<Gid, std::uint16_t>> paths_to_open_;  // open_path_soon's devices (gid, lid)
     // Requests sent from the doorbell thread (doorbell_requests.cpp): RDMACHAN_SOFT_DOORBELL_REQUESTS=0
     // turns them off (the progress thread sends every request), for measuring one against the other.
@@ -479,10 +270,12 @@ private:
     // The responder holds the receive lock between an answer and its CQE (perform_request); the
     // CQE writers do not take it again. Under the mutex, as every CQE write.
     bool receive_lock_held_ = false;
-    // The plain write ACKs held back for coalescing (held_acknowledgements.hpp).
-    HeldAcknowledgements held_acknowledgements_;
     // Every CQE this device writes (completion_writer.hpp).
     CompletionWriter completions_;
+    // The responder's answers, plain write ACKs coalesced (answers.hpp).
+    Answers answers_;
+    // What the device does with requests for its QPs and DCTs (responder.hpp).
+    Responder responder_;
     // execute_one's decoding buffers, kept so that decoding allocates nothing once warm (the
     // doorbell thread is the data path). Members under `mutex`, which every caller of execute_one
     // holds, rather than thread_local: in a shared library each thread_local access is a call to

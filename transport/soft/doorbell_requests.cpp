@@ -116,7 +116,7 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
     doorbell_sends_requests_ = false;
     // ACKs a caller's progress() left held go after this thread's answer, as they would have
     // gone before it had the caller not been the one to read the request.
-    send_held_acknowledgements();
+    answers_.send_deferred();
     if (!had_in_flight && !queue_pair.in_flight.empty() && queue_pair.state == QueuePairState::ready_to_send &&
         queue_pair.send_attributes.timeout != 0) {
         arm_ack_timer(queue_pair.progress_deadline);

@@ -1,5 +1,6 @@
-// Indirect memory keys: creating and destroying them, executing the UMR WQEs that configure and
-// invalidate them, and translating an access through one into host memory. The UMR bytes are
+// Indirect memory keys: creating and destroying them, and executing the UMR WQEs that configure
+// and invalidate them (the WQE on its send queue, then its effect on the key). Translating an
+// access through one is MemoryTranslation::translate's (memory_translation.cpp). The UMR bytes are
 // decoded here from wqe_layout.hpp offsets, apart from the encoder (umr_segments.hpp), as the
 // rest of the device decodes WQEs; transport/mlx5/README.md "UMR WQEs" has the layouts and
 // their sources.
@@ -29,22 +30,12 @@ std::uint32_t region_access_for(std::uint8_t key_access) {
     return needed;
 }
 
-// The mkey context access bits an access through the key needs (local read is always granted).
-std::uint8_t key_access_for(std::uint32_t needed_access) {
-    std::uint8_t bits = 0;
-    if ((needed_access & kLocalWrite) != 0) bits |= kMemoryKeyLocalWrite;
-    if ((needed_access & kRemoteRead) != 0) bits |= kMemoryKeyRemoteRead;
-    if ((needed_access & kRemoteWrite) != 0) bits |= kMemoryKeyRemoteWrite;
-    if ((needed_access & kRemoteAtomic) != 0) bits |= kMemoryKeyAtomic;
-    return bits;
-}
-
 }  // namespace
 
 IndirectKey::~IndirectKey() {
     DeviceCore& core = domain_->device()->core();
     std::lock_guard lock(core.mutex);
-    core.indirect_keys.erase(key_);
+    core.translation.remove_indirect_key(key_);
 }
 
 std::shared_ptr<IndirectKey> Device::create_indirect_key(const std::shared_ptr<ProtectionDomain>& domain,
@@ -60,68 +51,12 @@ std::shared_ptr<IndirectKey> Device::create_indirect_key(const std::shared_ptr<P
     // with tag 0 (lkey = rkey = index << 8).
     const std::uint32_t capacity = (max_entries + 3) / 4 * 4;
     std::lock_guard lock(core_->mutex);
-    const std::uint32_t key = core_->next_key_index++ << 8;
+    const std::uint32_t key = core_->translation.allocate_key_index() << 8;
     IndirectKeyState state;
     state.protection_domain = domain->handle();
     state.max_entries = capacity;
-    core_->indirect_keys[key] = std::move(state);
+    core_->translation.add_indirect_key(key, std::move(state));
     return std::shared_ptr<IndirectKey>(new IndirectKey(domain, key, capacity));
-}
-
-bool DeviceCore::translate_memory(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
-                                  std::uint64_t length, std::uint32_t needed_access, MemorySegments& segments) const {
-    if (find_region(key, protection_domain, addr, length, needed_access) != nullptr) {
-        if (length != 0) segments.emplace_back(reinterpret_cast<std::uint8_t*>(addr), static_cast<std::uint32_t>(length));
-        return true;
-    }
-    auto found = indirect_keys.find(key);
-    if (found == indirect_keys.end()) return false;
-    const IndirectKeyState& state = found->second;
-    const std::uint8_t needed_bits = key_access_for(needed_access);
-    if (!state.configured || state.protection_domain != protection_domain || (state.access & needed_bits) != needed_bits) {
-        return false;
-    }
-    if (addr > state.length || length > state.length - addr) return false;
-    const std::size_t first = segments.size();
-    auto piece = [&](const IndirectEntry& entry, std::uint64_t target, std::uint64_t bytes) {
-        // The region is checked again at every use: it may have been deregistered since.
-        if (find_region(entry.key, protection_domain, target, bytes, needed_access) == nullptr) return false;
-        segments.emplace_back(reinterpret_cast<std::uint8_t*>(target), static_cast<std::uint32_t>(bytes));
-        return true;
-    };
-    std::uint64_t position = addr;
-    std::uint64_t remaining = length;
-    if (!state.interleaved) {
-        std::uint64_t start = 0;  // where the current entry begins in the key
-        for (const IndirectEntry& entry : state.entries) {
-            if (remaining == 0) break;
-            const std::uint64_t end = start + entry.byte_count;
-            if (position < end) {
-                const std::uint64_t within = position - start;
-                const std::uint64_t bytes = std::min<std::uint64_t>(remaining, entry.byte_count - within);
-                if (!piece(entry, entry.addr + within, bytes)) break;
-                position += bytes;
-                remaining -= bytes;
-            }
-            start = end;
-        }
-    } else {
-        while (remaining != 0 && state.pattern_bytes != 0) {
-            const std::uint64_t repetition = position / state.pattern_bytes;
-            std::uint64_t within = position % state.pattern_bytes;
-            const IndirectEntry* entry = state.entries.data();
-            while (within >= entry->byte_count) within -= (entry++)->byte_count;  // zero-length entries skipped
-            const std::uint64_t bytes = std::min<std::uint64_t>(remaining, entry->byte_count - within);
-            if (!piece(*entry, entry->addr + repetition * entry->stride + within, bytes)) break;
-            position += bytes;
-            remaining -= bytes;
-        }
-    }
-    if (remaining != 0) {
-        segments.resize(first);  // nothing of a refused access is used
-        return false;
-    }
-    return true;
 }
 
 bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, const std::uint8_t* control) {
@@ -147,13 +82,27 @@ bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, 
     if (queue_pair.transport != Transport::reliable_connected) return fail(kSyndromeLocalQpOperation, "not an RC QP");
     if (ds < kUmrHeaderUnits) return fail(kSyndromeLocalQpOperation, "ds " + std::to_string(ds) + " below the UMR headers");
 
+    if (const auto refusal = translation.apply_umr(queue_pair.protection_domain, load_big32(control + kCtrlImmediate), ring,
+                                                   wqe_offset, ds)) {
+        return fail(refusal->syndrome, refusal->why);
+    }
+    if ((control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0) {
+        completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_counter, kOpcodeUmr, 0);
+    }
+    queue_pair.executed += wqebbs;
+    return true;
+}
+
+std::optional<MemoryTranslation::Refusal> MemoryTranslation::apply_umr(std::uint32_t protection_domain, std::uint32_t key,
+                                                                       const SendQueueRing& ring, std::size_t wqe_offset,
+                                                                       std::uint32_t ds) {
+    auto fail = [](std::uint8_t syndrome, std::string why) { return Refusal{syndrome, std::move(why)}; };
     std::uint8_t umr_control[kUmrControlSegmentSize];
     std::uint8_t mkey_context[kMkeyContextSegmentSize];
     copy_from_send_ring(ring, wqe_offset + kControlSegmentSize, umr_control, sizeof umr_control);
     copy_from_send_ring(ring, wqe_offset + kSendWqeBasicBlockSize, mkey_context, sizeof mkey_context);
-    const std::uint32_t key = load_big32(control + kCtrlImmediate);
-    auto found = indirect_keys.find(key);
-    if (found == indirect_keys.end() || found->second.protection_domain != queue_pair.protection_domain) {
+    auto found = indirect_keys_.find(key);
+    if (found == indirect_keys_.end() || found->second.protection_domain != protection_domain) {
         return fail(kSyndromeLocalProtection, "key 0x" + std::to_string(key) + " is no indirect key of the QP's protection domain");
     }
     IndirectKeyState& state = found->second;
@@ -231,11 +180,11 @@ bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, 
                                            ? std::uint64_t{entry.stride} * (next.repeat_count - 1) + entry.byte_count
                                            : entry.byte_count;
             if (next.interleaved && next.repeat_count == 0) continue;
-            auto region = memory_regions.find(entry.key);
-            if (region == memory_regions.end() || region->second.protection_domain != queue_pair.protection_domain) {
+            auto region = regions_.find(entry.key);
+            if (region == regions_.end() || region->second.protection_domain != protection_domain) {
                 return fail(kSyndromeLocalProtection, "entry " + std::to_string(i) + ": key is no region of the QP's protection domain");
             }
-            if (find_region(entry.key, queue_pair.protection_domain, entry.addr, span, 0) == nullptr) {
+            if (find_region(entry.key, protection_domain, entry.addr, span, 0) == nullptr) {
                 return fail(kSyndromeLocalProtection, "entry " + std::to_string(i) + ": outside its region");
             }
             if ((region->second.access & needed) != needed) {
@@ -249,11 +198,7 @@ bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, 
         }
         state = std::move(next);
     }
-    if ((control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0) {
-        completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_counter, kOpcodeUmr, 0);
-    }
-    queue_pair.executed += wqebbs;
-    return true;
+    return std::nullopt;
 }
 
 }  // namespace rdmachan::soft

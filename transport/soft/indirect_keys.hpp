@@ -1,8 +1,8 @@
 // Indirect memory keys of the software device (what mlx5dv_create_mkey makes on a ConnectX): a
 // key with no memory of its own until a UMR WQE on a send queue gives it a layout, a list of
 // pieces of registered regions or an interleaved pattern repeated, seen as one zero-based
-// range. LOCAL_INV frees it again. The state lives in DeviceCore::indirect_keys; the code that
-// sets it up and translates through it is indirect_keys.cpp.
+// range. LOCAL_INV frees it again. The state lives in MemoryTranslation (memory_translation.hpp),
+// which translates through it; a UMR WQE's effect on it is decoded in indirect_keys.cpp.
 #pragma once
 
 #include <cstdint>

@@ -101,9 +101,9 @@ std::shared_ptr<MemoryRegion> Device::register_range(
     // The low byte is a per-registration tag, so a stale key of a freed region is not accepted
     // by the region that reuses its index.
     static thread_local std::mt19937 random(std::random_device{}());
-    const std::uint32_t key = (core_->next_key_index++ << 8) | (random() & 0xff);
-    core_->memory_regions[key] = MemoryRegionState{
-        domain->handle(), reinterpret_cast<std::uint64_t>(addr), length, access_flags};
+    const std::uint32_t key = (core_->translation.allocate_key_index() << 8) | (random() & 0xff);
+    core_->translation.add_region(key, MemoryRegionState{
+        domain->handle(), reinterpret_cast<std::uint64_t>(addr), length, access_flags});
     core_->published_table.publish_region(key, domain->handle(),
                                           reinterpret_cast<std::uint64_t>(addr), length,
                                           access_flags, arena_offset);
@@ -124,9 +124,7 @@ std::uint32_t MemoryRegion::withdraw(bool restore_when_busy) {
     bool published = false;
     {
         std::lock_guard lock(core.mutex);
-        if (const auto found = core.memory_regions.find(key_); found != core.memory_regions.end())
-            state = found->second;
-        core.memory_regions.erase(key_);
+        if (const auto removed = core.translation.remove_region(key_)) state = *removed;
         published = core.published_table.unpublish_region(key_);
     }
     // Outside the mutex, so the device goes on while we wait.
@@ -134,7 +132,7 @@ std::uint32_t MemoryRegion::withdraw(bool restore_when_busy) {
         published ? core.published_table.wait_unused(key_, kDeregistrationDeadlineMs) : 0;
     if (holder != 0 && restore_when_busy) {
         std::lock_guard lock(core.mutex);
-        core.memory_regions[key_] = state;
+        core.translation.add_region(key_, state);
         core.published_table.publish_region(key_, state.protection_domain, state.addr, state.length,
                                             state.access, arena_offset_);
         return holder;

@@ -111,17 +111,6 @@ private:
 
 }  // namespace
 
-const MemoryRegionState* DeviceCore::find_region(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,
-                                                 std::uint64_t length, std::uint32_t needed_access) const {
-    auto found = memory_regions.find(key);
-    if (found == memory_regions.end()) return nullptr;
-    const MemoryRegionState& region = found->second;
-    if (region.protection_domain != protection_domain) return nullptr;
-    if (addr < region.addr || length > region.length || addr - region.addr > region.length - length) return nullptr;
-    if ((region.access & needed_access) != needed_access) return nullptr;
-    return &region;
-}
-
 void DeviceCore::execute_pending_doorbells() {
     if (!loop_.take_doorbells()) return;
     for (auto& [qpn, queue_pair] : queue_pairs) {
@@ -334,13 +323,13 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         const std::uint32_t needed = is_read_or_atomic(opcode) ? std::uint32_t{kLocalWrite} : 0u;
         MemorySegments& pieces = decode_pieces_;  // one, or an indirect key's pieces
         pieces.clear();
-        if (!translate_memory(lkey, queue_pair.protection_domain, addr, byte_count, needed, pieces)) {
+        if (!translation.translate(lkey, queue_pair.protection_domain, addr, byte_count, needed, pieces)) {
             syndrome = kSyndromeLocalProtection;
             break;
         }
         if (is_read_or_atomic(opcode)) {
             in_flight.local_targets.insert(in_flight.local_targets.end(), pieces.begin(), pieces.end());
-            if (!translated_as_posted(pieces, 0, addr, byte_count)) in_flight.targets_as_posted = false;
+            if (!MemoryTranslation::translated_as_posted(pieces, 0, addr, byte_count)) in_flight.targets_as_posted = false;
             in_flight.length += byte_count;
         } else {
             if (payload.size() + referenced_bytes + byte_count > wire::kMaxPayload) {

@@ -19,7 +19,14 @@
 #include "transport/mlx5/shared_receive_queue.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
 #include "transport/soft/atomic_word.hpp"
-#include "transport/soft/device_core.hpp"
+#include "transport/soft/answers.hpp"
+#include "transport/soft/completion_writer.hpp"
+#include "transport/soft/connection.hpp"
+#include "transport/soft/device_statistics.hpp"
+#include "transport/soft/gid.hpp"
+#include "transport/soft/memory_translation.hpp"
+#include "transport/soft/published_table.hpp"
+#include "transport/soft/responder.hpp"
 #include "transport/soft/receive_segments.hpp"
 #include "transport/soft/dma_copy.hpp"
 
@@ -61,7 +68,7 @@ void hold_responder_completions(std::chrono::microseconds delay, int reached_des
 // message that arrived. Hardware gives no order between the responder's CQE and the requester's
 // completion, so this order is one a ConnectX may show too. What the request wrote into memory is
 // released before the answer leaves (respond), as before.
-void DeviceCore::hold_before_responder_completion() {
+void Responder::hold_before_completion() {
     const std::int64_t delay = answer_hold_microseconds.load(std::memory_order_relaxed);
     if (delay == 0) [[likely]]
         return;
@@ -73,7 +80,7 @@ void DeviceCore::hold_before_responder_completion() {
     std::this_thread::sleep_for(std::chrono::microseconds(delay));
 }
 
-bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffer) {
+bool Responder::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffer) {
     const std::uint8_t* wqe = nullptr;
     std::uint32_t segments = 0;
     if (queue_pair.srq != nullptr) {
@@ -99,18 +106,18 @@ bool DeviceCore::peek_receive(QueuePairContext& queue_pair, ReceiveBuffer& buffe
     const std::uint32_t protection_domain = queue_pair.srq != nullptr ? queue_pair.srq->protection_domain : queue_pair.protection_domain;
     for_each_receive_segment(wqe, segments, [&](std::uint32_t lkey, std::uint64_t addr, std::uint32_t length) {
         const std::size_t before = buffer.segments.size();
-        if (!translate_memory(lkey, protection_domain, addr, length, kLocalWrite, buffer.segments)) {
+        if (!translation_.translate(lkey, protection_domain, addr, length, kLocalWrite, buffer.segments)) {
             buffer.protection_error = true;
             return false;
         }
-        if (!translated_as_posted(buffer.segments, before, addr, length)) buffer.segments_as_posted = false;
+        if (!MemoryTranslation::translated_as_posted(buffer.segments, before, addr, length)) buffer.segments_as_posted = false;
         buffer.capacity += length;
         return true;
     });
     return true;
 }
 
-void DeviceCore::consume_receive(QueuePairContext& queue_pair) {
+void Responder::consume_receive(QueuePairContext& queue_pair) {
     if (queue_pair.srq != nullptr) {
         SharedReceiveQueueContext& srq = *queue_pair.srq;
         // The next WQE is wherever this one's link points now (mlx5_wqe_srq_next_seg).
@@ -125,12 +132,12 @@ void DeviceCore::consume_receive(QueuePairContext& queue_pair) {
     queue_pair.set_receive_consumed(queue_pair.receive_consumed() + 1);
 }
 
-void DeviceCore::handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
+void Responder::handle_request(Connection& connection, const wire::Request& request, const std::uint8_t* payload,
                                 std::uint32_t payload_length) {
-    auto found = queue_pairs.find(request.destination_qpn);
+    auto found = queue_pairs_.find(request.destination_qpn);
     // A request for a QP that does not exist, is not ready, or is connected elsewhere is dropped,
     // as hardware drops such packets; the initiator's transport timeout reports it.
-    if (found == queue_pairs.end()) {
+    if (found == queue_pairs_.end()) {
         flight::record(flight::SoftEvent::request_dropped, request.destination_qpn, request.psn, 0, 0, flight::text("no such QP"));
         return;
     }
@@ -165,7 +172,7 @@ void DeviceCore::handle_request(Connection& connection, const wire::Request& req
     perform_request(connection, queue_pair, request, payload, payload_length, queue_pair.expected_psn);
 }
 
-void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue_pair, const wire::Request& request,
+void Responder::perform_request(Connection& connection, QueuePairContext& queue_pair, const wire::Request& request,
                                  const std::uint8_t* payload, std::uint32_t payload_length, std::uint32_t& expected_psn) {
     // Whatever this request writes into the process's memory is released here, on every way out.
     const struct Released {
@@ -208,7 +215,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     auto refuse = [&](std::uint8_t syndrome) {
         performed(syndrome);
         accept();
-        respond(connection, answer(request, wire::ResponseKind::negative, syndrome));
+        answers_.respond(connection, answer(request, wire::ResponseKind::negative, syndrome));
     };
     // A request that consumed a receive: answered, then its CQE written (write_cqe), in that order
     // (hold_before_responder_completion says why). The answer lets the initiator's next send go
@@ -216,10 +223,10 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     // answer until this CQE is in, so that one cannot come first (the CQE writers do not take the
     // lock again meanwhile).
     auto answer_then_complete = [&](const wire::Response& response, auto&& write_cqe) {
-        const PublishedTable::ReceiveGuard guard(published_table, queue_pair.recv_cq->peer_writable && !receive_lock_held_);
+        const PublishedTable::ReceiveGuard guard(published_table_, queue_pair.recv_cq->peer_writable && !receive_lock_held_);
         const ReceiveLockHeld held(receive_lock_held_);
-        respond(connection, response);
-        hold_before_responder_completion();
+        answers_.respond(connection, response);
+        hold_before_completion();
         write_cqe();
     };
     // An SRQ that same-host DC initiators consume too (published through a DCT): the receive lock
@@ -228,7 +235,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     std::optional<ReceiveLockHeld> shared_queue_held;
     auto lock_shared_receive_queue = [&] {
         if (queue_pair.srq == nullptr || !queue_pair.srq->peer_consumable) return;
-        shared_queue_guard.emplace(published_table);
+        shared_queue_guard.emplace(published_table_);
         shared_queue_held.emplace(receive_lock_held_);
     };
     // A consumed receive the message cannot fill: a NAK to the initiator, then the receive's
@@ -243,17 +250,17 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
     auto not_ready = [&] {
         flight::record(flight::SoftEvent::rnr_nak_sent, queue_pair.qpn, request.psn, request.source_qpn,
                        queue_pair.receive_attributes.min_rnr_timer);
-        respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
+        answers_.respond(connection, answer(request, wire::ResponseKind::receiver_not_ready, 0, queue_pair.receive_attributes.min_rnr_timer));
     };
     auto responder_error = [&](const char* why) {
-        if (!shared_target) move_to_error(queue_pair, why);
+        if (!shared_target) failures_.move_to_error(queue_pair, why);
         else detail::logger().info("software device {}: DCT {}: {}", owner_.name(), queue_pair.qpn, why);
     };
     // The pieces of host memory the request names (one, or an indirect key's), or false.
     MemorySegments pieces;
     auto remote_memory = [&](std::uint32_t length, std::uint32_t access) -> bool {
         if ((queue_pair.access & access) != access) return false;
-        return translate_memory(request.rkey, queue_pair.protection_domain, request.remote_addr, length, access, pieces);
+        return translation_.translate(request.rkey, queue_pair.protection_domain, request.remote_addr, length, access, pieces);
     };
 
     // Moves the payload between this process's `local` vectors and the initiator's memory. A
@@ -271,7 +278,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             refuse(kSyndromeLocalProtection);
             return false;
         }
-        statistics.transfers_by_reference.fetch_add(1, std::memory_order_relaxed);
+        statistics_.transfers_by_reference.fetch_add(1, std::memory_order_relaxed);
         return true;
     };
     // The same for memory in more pieces than one cross-memory call takes (an indirect key's
@@ -329,7 +336,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             performed(0);
             accept();
             if (request.opcode != kOpcodeRdmaWriteImmediate) {
-                respond_coalescing(connection, answer(request, wire::ResponseKind::ack));
+                answers_.respond_coalescing(connection, answer(request, wire::ResponseKind::ack));
                 return;
             }
             consume_receive(queue_pair);
@@ -401,12 +408,12 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             if (by_reference) {
                 if (!move_pieces_by_reference(pieces, true)) return;
                 accept();
-                respond(connection, answer(request, wire::ResponseKind::ack));
+                answers_.respond(connection, answer(request, wire::ResponseKind::ack));
                 return;
             }
             accept();
             if (pieces.size() <= 1) {
-                respond(connection, answer(request, wire::ResponseKind::ack), pieces.empty() ? nullptr : pieces[0].first,
+                answers_.respond(connection, answer(request, wire::ResponseKind::ack), pieces.empty() ? nullptr : pieces[0].first,
                         request.length);
                 return;
             }
@@ -414,7 +421,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             std::vector<std::uint8_t> gathered;
             gathered.reserve(request.length);
             for (auto [piece, piece_length] : pieces) gathered.insert(gathered.end(), piece, piece + piece_length);
-            respond(connection, answer(request, wire::ResponseKind::ack), gathered.data(), request.length);
+            answers_.respond(connection, answer(request, wire::ResponseKind::ack), gathered.data(), request.length);
             return;
         }
         case kOpcodeAtomicCompareAndSwap:
@@ -439,7 +446,7 @@ void DeviceCore::perform_request(Connection& connection, QueuePairContext& queue
             const std::uint64_t original = perform_atomic(word, request, request.opcode == kOpcodeAtomicFetchAndAdd);
             performed(0);
             accept();
-            respond(connection, answer(request, wire::ResponseKind::ack), &original, sizeof original);
+            answers_.respond(connection, answer(request, wire::ResponseKind::ack), &original, sizeof original);
             return;
         }
         case kOpcodeSendInvalidate:
