@@ -23,7 +23,7 @@ bool same_target(const RemoteQueuePair& left, const RemoteQueuePair& right) {
 
 }  // namespace
 
-DeviceCore::AddressOutcome DeviceCore::take_dc_address(QueuePairContext& queue_pair,
+Requester::AddressOutcome Requester::take_dc_address(QueuePairContext& queue_pair,
                                                        const std::uint8_t* address_vector,
                                                        wire::Request& request) {
     const std::uint32_t dqp_dct = load_big32(address_vector + kAvDqpDct);

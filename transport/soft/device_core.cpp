@@ -13,6 +13,7 @@
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,16 +47,24 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options)
       links_(*this, statistics, owner),
       completions_(owner, statistics, published_table, receive_lock_held_),
       answers_(links_, loopback_, statistics, gid, lid),
+      requester_({owner, mutex, loop_, links_, loopback_, answers_, completions_, queue_pairs, translation, published_table,
+                  arena, statistics, gid, lid, settings_, *this}),
       responder_(owner, queue_pairs, translation, answers_, completions_, published_table, receive_lock_held_, statistics,
-                 *this) {
-    transport_mode_ = transport_mode_from_environment();
-    completions_.set_transport_mode(transport_mode_);
-    if (transport_mode_ == TransportMode::same_host) by_reference_threshold_ = 1;
+                 requester_) {
+    settings_.transport_mode = transport_mode_from_environment();
+    completions_.set_transport_mode(settings_.transport_mode);
+    if (settings_.transport_mode == TransportMode::same_host) settings_.by_reference_threshold = 1;
     if (const char* zero_hop = std::getenv("RDMACHAN_SOFT_ZERO_HOP"); zero_hop != nullptr && *zero_hop != '\0') {
         if (std::strcmp(zero_hop, "0") != 0 && std::strcmp(zero_hop, "1") != 0) {
             throw SoftDeviceError(std::string("RDMACHAN_SOFT_ZERO_HOP = '") + zero_hop + "' is not 0 or 1");
         }
-        zero_hop_enabled_ = zero_hop[0] == '1';
+        settings_.zero_hop_enabled = zero_hop[0] == '1';
+    }
+    if (const char* setting = std::getenv("RDMACHAN_SOFT_DOORBELL_REQUESTS"); setting != nullptr && *setting != '\0') {
+        if (std::strcmp(setting, "0") != 0 && std::strcmp(setting, "1") != 0) {
+            throw SoftDeviceError(std::string("RDMACHAN_SOFT_DOORBELL_REQUESTS = '") + setting + "' is not 0 or 1");
+        }
+        settings_.doorbell_requests_enabled = setting[0] == '1';
     }
     if (const char* setting = std::getenv("RDMACHAN_SOFT_POLL_US"); setting != nullptr && *setting != '\0') {
         char* end = nullptr;
@@ -66,7 +75,7 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options)
         }
         loop_.set_poll_after_events(std::chrono::microseconds(microseconds));
     }
-    if (transport_mode_ != TransportMode::tcp && zero_hop_enabled_ && !published_table.valid()) {
+    if (settings_.transport_mode != TransportMode::tcp && settings_.zero_hop_enabled && !published_table.valid()) {
         detail::logger().info("software device: no table for peers' zero-hop writes: {}", published_table.why_not());
     }
     std::random_device random;
@@ -105,7 +114,7 @@ void DeviceCore::open_path_soon(QueuePairContext& queue_pair) {
     if (queue_pair.transport != Transport::reliable_connected) return;
     if (same_gid(remote.gid, gid) && remote.lid == lid) {
         // This device: no connection; its first requests may go zero-hop from the doorbell thread.
-        if (zero_hop_enabled_ && published_table.valid()) queue_pair.zero_hop_remote.store(true, std::memory_order_relaxed);
+        if (settings_.zero_hop_enabled && published_table.valid()) queue_pair.zero_hop_remote.store(true, std::memory_order_relaxed);
         return;
     }
     paths_to_open_.emplace_back(remote.gid, remote.lid);
@@ -119,7 +128,7 @@ Clock::time_point DeviceCore::before_wait(bool& busy) {
         links_.connection_to(remote_gid, remote_lid, PeerLinks::ConnectWait::background);
     }
     paths_to_open_.clear();
-    execute_pending_doorbells();
+    requester_.execute_pending_doorbells();
     while (!loopback_.empty()) {
         std::vector<std::uint8_t> frame = std::move(loopback_.front());
         loopback_.pop_front();
@@ -131,7 +140,7 @@ Clock::time_point DeviceCore::before_wait(bool& busy) {
         const std::uint8_t* body = frame.data() + sizeof(wire::FrameHeader);
         handle_frame(self, header->type, body, body + wire::body_size(header->type), header->payload_length);
     }
-    Clock::time_point deadline = next_timer();
+    Clock::time_point deadline = requester_.next_timer();
     // Callers of progress() hold the connections: a hold already over is settled here, never
     // slept on; otherwise this thread wakes when it runs out.
     if (const Clock::time_point wake_at = settle_connections_holder();
@@ -160,7 +169,7 @@ void DeviceCore::after_wait(const epoll_event* events, int ready) {
     settle_connections_holder();
     // Timers after the sockets: a response already waiting in a socket is never mistaken for a
     // missing one.
-    service_timers();
+    requester_.service_timers();
     remove_closed_connections();
 }
 
@@ -207,7 +216,7 @@ void DeviceCore::connection_closed(Connection& connection, const char*) {
         const RemoteQueuePair& remote = queue_pair->receive_attributes.remote;
         if (same_gid(remote.gid, connection.gid) && remote.lid == connection.lid && !queue_pair->in_flight.empty() &&
             queue_pair->state == QueuePairState::ready_to_send) {
-            fail_queue_pair(*queue_pair, mlx5::kSyndromeTransportRetryExceeded, "connection to the peer device lost");
+            requester_.fail_queue_pair(*queue_pair, mlx5::kSyndromeTransportRetryExceeded, "connection to the peer device lost");
         }
     }
 }
@@ -261,22 +270,43 @@ void DeviceCore::handle_frame(Connection& connection, wire::FrameType type, cons
         case wire::FrameType::response: {
             wire::Response response;
             std::memcpy(&response, body, sizeof response);
-            handle_response(response, payload, payload_length);
+            requester_.handle_response(response, payload, payload_length);
             return;
         }
     }
 }
 
-bool DeviceCore::send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame) {
-    const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
-    if (same_gid(remote.gid, gid) && remote.lid == lid) {
-        loopback_.push_back(frame);
-        return true;
+void DeviceCore::open_ack_timer() {
+    ack_timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (ack_timer_fd_ < 0) throw SoftDeviceError(std::string("software device: timerfd_create failed: ") + std::strerror(errno));
+    loop_.watch(ack_timer_fd_, kAckTimerTag);
+}
+
+void DeviceCore::close_ack_timer() {
+    if (ack_timer_fd_ >= 0) ::close(ack_timer_fd_);
+}
+
+void DeviceCore::ack_timer_fired() {
+    std::uint64_t expirations;
+    [[maybe_unused]] const ssize_t got = ::read(ack_timer_fd_, &expirations, sizeof expirations);
+    ack_timer_armed_for_ = {};
+}
+
+void DeviceCore::arm_ack_timer(Clock::time_point deadline) {
+    // An expiry at or before this one is armed: the progress thread wakes then and computes its
+    // next deadline from every QP, this one included.
+    if (ack_timer_armed_for_ != Clock::time_point{} && ack_timer_armed_for_ <= deadline) return;
+    static_assert(std::is_same_v<Clock, std::chrono::steady_clock>, "the timerfd counts CLOCK_MONOTONIC, as steady_clock");
+    const auto since_boot = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
+    itimerspec expiry{};
+    expiry.it_value.tv_sec = static_cast<time_t>(since_boot / 1'000'000'000);
+    expiry.it_value.tv_nsec = static_cast<long>(since_boot % 1'000'000'000);
+    if (expiry.it_value.tv_sec == 0 && expiry.it_value.tv_nsec == 0) expiry.it_value.tv_nsec = 1;  // 0 would disarm
+    if (::timerfd_settime(ack_timer_fd_, TFD_TIMER_ABSTIME, &expiry, nullptr) == 0) {
+        ack_timer_armed_for_ = deadline;
+    } else {
+        wake();  // cannot arm it: let the progress thread see the deadline itself
     }
-    Connection* connection = links_.connection_to(remote.gid, remote.lid);
-    if (connection == nullptr) return false;
-    links_.queue_output(*connection, frame);
-    return connection->socket >= 0;
 }
 
 }  // namespace rdmachan::soft

@@ -37,47 +37,8 @@ namespace rdmachan::soft {
 
 using namespace rdmachan::mlx5;
 
-void DeviceCore::open_ack_timer() {
-    if (const char* setting = std::getenv("RDMACHAN_SOFT_DOORBELL_REQUESTS"); setting != nullptr && *setting != '\0') {
-        if (std::strcmp(setting, "0") != 0 && std::strcmp(setting, "1") != 0) {
-            throw SoftDeviceError(std::string("RDMACHAN_SOFT_DOORBELL_REQUESTS = '") + setting + "' is not 0 or 1");
-        }
-        doorbell_requests_enabled_ = setting[0] == '1';
-    }
-    ack_timer_fd_ = ::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (ack_timer_fd_ < 0) throw SoftDeviceError(std::string("software device: timerfd_create failed: ") + std::strerror(errno));
-    loop_.watch(ack_timer_fd_, kAckTimerTag);
-}
-
-void DeviceCore::close_ack_timer() {
-    if (ack_timer_fd_ >= 0) ::close(ack_timer_fd_);
-}
-
-void DeviceCore::ack_timer_fired() {
-    std::uint64_t expirations;
-    [[maybe_unused]] const ssize_t got = ::read(ack_timer_fd_, &expirations, sizeof expirations);
-    ack_timer_armed_for_ = {};
-}
-
-void DeviceCore::arm_ack_timer(Clock::time_point deadline) {
-    // An expiry at or before this one is armed: the progress thread wakes then and computes its
-    // next deadline from every QP, this one included.
-    if (ack_timer_armed_for_ != Clock::time_point{} && ack_timer_armed_for_ <= deadline) return;
-    static_assert(std::is_same_v<Clock, std::chrono::steady_clock>, "the timerfd counts CLOCK_MONOTONIC, as steady_clock");
-    const auto since_boot = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline.time_since_epoch()).count();
-    itimerspec expiry{};
-    expiry.it_value.tv_sec = static_cast<time_t>(since_boot / 1'000'000'000);
-    expiry.it_value.tv_nsec = static_cast<long>(since_boot % 1'000'000'000);
-    if (expiry.it_value.tv_sec == 0 && expiry.it_value.tv_nsec == 0) expiry.it_value.tv_nsec = 1;  // 0 would disarm
-    if (::timerfd_settime(ack_timer_fd_, TFD_TIMER_ABSTIME, &expiry, nullptr) == 0) {
-        ack_timer_armed_for_ = deadline;
-    } else {
-        wake();  // cannot arm it: let the progress thread see the deadline itself
-    }
-}
-
-bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
-    if (!doorbell_requests_enabled_ || queue_pair.transport != Transport::reliable_connected) return false;
+bool Requester::send_from_doorbell(QueuePairContext& queue_pair) {
+    if (!settings_.doorbell_requests_enabled || queue_pair.transport != Transport::reliable_connected) return false;
     // An awake progress thread takes the doorbell at the top of its loop, for the price of a
     // flag; executing here instead would make it block on the mutex there (a futex wait and wake
     // per request: 26,023 futex calls in 11,000 ping-pong writes, against 47 without this test).
@@ -119,7 +80,7 @@ bool DeviceCore::send_from_doorbell(QueuePairContext& queue_pair) {
     answers_.send_deferred();
     if (!had_in_flight && !queue_pair.in_flight.empty() && queue_pair.state == QueuePairState::ready_to_send &&
         queue_pair.send_attributes.timeout != 0) {
-        arm_ack_timer(queue_pair.progress_deadline);
+        events_.arm_wake_timer(queue_pair.progress_deadline);
     }
     return all_executed;
 }

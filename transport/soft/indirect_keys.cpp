@@ -59,7 +59,7 @@ std::shared_ptr<IndirectKey> Device::create_indirect_key(const std::shared_ptr<P
     return std::shared_ptr<IndirectKey>(new IndirectKey(domain, key, capacity));
 }
 
-bool DeviceCore::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, const std::uint8_t* control) {
+bool Requester::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, const std::uint8_t* control) {
     const SendQueueRing& ring = queue_pair.send_ring;
     const std::size_t wqe_offset = static_cast<std::size_t>(index & (ring.wqe_count - 1)) * kSendWqeBasicBlockSize;
     const std::uint32_t ds = load_big32(control + kCtrlQpnDs) & kMaxDs;

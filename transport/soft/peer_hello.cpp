@@ -23,7 +23,7 @@ wire::Hello DeviceCore::make_hello(std::uint8_t flags) const {
     hello.pid_namespace = identity.pid_namespace;
     hello.pid = identity.pid;
     hello.published_table = -1;
-    if ((flags & wire::kHelloReply) == 0 && transport_mode_ != TransportMode::tcp) hello.same_host_flags |= wire::kOffersSameHost;
+    if ((flags & wire::kHelloReply) == 0 && settings_.transport_mode != TransportMode::tcp) hello.same_host_flags |= wire::kOffersSameHost;
     if ((flags & wire::kHelloReply) == 0) hello.same_host_flags |= wire::kAcceptsCoalescedAcks;
     // Both ways: each side checks, by reading it, that the pid it holds a pidfd for is the peer's.
     hello.probe_address = reinterpret_cast<std::uint64_t>(&probe_word_);
@@ -60,7 +60,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
             flags |= wire::kSameHost;
             if ((hello.same_host_flags & wire::kOffersSameHost) == 0) {
                 refusal = -1;  // the caller asked for TCP
-            } else if (transport_mode_ == TransportMode::tcp) {
+            } else if (settings_.transport_mode == TransportMode::tcp) {
                 refusal = -2;  // we were asked for TCP
             } else {
                 refusal = probe_cross_memory_attach(hello.pid, hello.probe_address, hello.probe_value);
@@ -87,7 +87,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
     connection.awaiting_reply = false;
     const std::string name = peer_name(connection);
     const bool same_host = (hello.same_host_flags & wire::kSameHost) != 0;
-    if (transport_mode_ == TransportMode::same_host && !same_host) {
+    if (settings_.transport_mode == TransportMode::same_host && !same_host) {
         detail::logger().error("software device {}: RDMACHAN_SOFT_TRANSPORT=shm, but peer device {} is not on this host: {}",
                                owner_.name(), name, elsewhere != nullptr ? elsewhere : "it says so");
         links_.close_connection(connection, "RDMACHAN_SOFT_TRANSPORT=shm and the peer is on another host");
@@ -96,7 +96,7 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
     connection.by_reference = (hello.same_host_flags & wire::kCrossMemoryAttach) != 0;
     if (connection.by_reference) {
         const char* no_zero_hop = "RDMACHAN_SOFT_ZERO_HOP=0";
-        if (zero_hop_enabled_) {
+        if (settings_.zero_hop_enabled) {
             // Zero-hop writes go by pid: first the pidfd that makes sure the pid is the peer's.
             if (connection.peer_process.open(hello.pid, hello.probe_address, hello.probe_value) != 0) {
                 no_zero_hop = "its pid could not be held by a pidfd and checked";
@@ -143,12 +143,6 @@ void DeviceCore::handle_hello(Connection& connection, const wire::Hello& hello) 
     }
     // Released after the QPs above were marked: a test that sees the count sees them marked.
     statistics.answered_hellos.fetch_add(1, std::memory_order_release);
-}
-
-const Connection* DeviceCore::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,
-                                                   std::uint16_t remote_lid) const {
-    const Connection* connection = links_.open_connection_to(remote_gid, remote_lid);
-    return connection != nullptr && connection->by_reference && !connection->awaiting_reply ? connection : nullptr;
 }
 
 }  // namespace rdmachan::soft

@@ -111,14 +111,14 @@ private:
 
 }  // namespace
 
-void DeviceCore::execute_pending_doorbells() {
+void Requester::execute_pending_doorbells() {
     if (!loop_.take_doorbells()) return;
     for (auto& [qpn, queue_pair] : queue_pairs) {
         if (queue_pair->doorbell_pending.exchange(false)) execute_send_queue(*queue_pair);
     }
 }
 
-void DeviceCore::execute_send_queue(QueuePairContext& queue_pair) {
+void Requester::execute_send_queue(QueuePairContext& queue_pair) {
     if (queue_pair.state != QueuePairState::ready_to_send && queue_pair.state != QueuePairState::error) return;
     if (queue_pair.send_ring.buffer == nullptr) return;  // a DCT has no send queue
     // The doorbell record holds the 16-bit producer index after the last WQE of the batch.
@@ -136,7 +136,7 @@ void DeviceCore::execute_send_queue(QueuePairContext& queue_pair) {
     }
 }
 
-bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, bool* left_for_progress) {
+bool Requester::execute_one(QueuePairContext& queue_pair, std::uint32_t index, bool* left_for_progress) {
     const SendQueueRing& ring = queue_pair.send_ring;
     const std::size_t wqe_offset = static_cast<std::size_t>(index & (ring.wqe_count - 1)) * kSendWqeBasicBlockSize;
     std::uint8_t control[kControlSegmentSize];
@@ -394,12 +394,12 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
         if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
-    if (opcode == kOpcodeRdmaRead && by_reference && in_flight.length >= by_reference_threshold_ &&
+    if (opcode == kOpcodeRdmaRead && by_reference && in_flight.length >= settings_.by_reference_threshold &&
         in_flight.local_targets.size() <= wire::kMaxSegments) {
         for (auto [address, length] : in_flight.local_targets) {
             segments[segment_count++] = {reinterpret_cast<std::uint64_t>(address), length};
         }
-    } else if (referenced_bytes < by_reference_threshold_) {
+    } else if (referenced_bytes < settings_.by_reference_threshold) {
         copy_referenced();  // small: one copy into the frame is cheaper than a system call at the target
     }
     request.length = is_read_or_atomic(opcode) ? in_flight.length
@@ -424,7 +424,7 @@ bool DeviceCore::execute_one(QueuePairContext& queue_pair, std::uint32_t index, 
     return true;
 }
 
-void DeviceCore::handle_response(const wire::Response& response, const std::uint8_t* payload, std::uint32_t payload_length) {
+void Requester::handle_response(const wire::Response& response, const std::uint8_t* payload, std::uint32_t payload_length) {
     auto found = queue_pairs.find(response.destination_qpn);
     if (found == queue_pairs.end()) return;  // the QP is gone: nothing to complete
     QueuePairContext& queue_pair = *found->second;
@@ -504,7 +504,7 @@ void DeviceCore::handle_response(const wire::Response& response, const std::uint
     }
 }
 
-void DeviceCore::complete_acknowledged_before(QueuePairContext& queue_pair, std::uint32_t psn) {
+void Requester::complete_acknowledged_before(QueuePairContext& queue_pair, std::uint32_t psn) {
     // The requests in flight have consecutive PSNs from the first one's: the ACK's is among them
     // when its distance from the first is less than their count, else it is stale or foreign.
     const std::uint32_t covered = (psn - queue_pair.in_flight.front().psn) & 0xffffff;
@@ -519,7 +519,7 @@ void DeviceCore::complete_acknowledged_before(QueuePairContext& queue_pair, std:
     }
 }
 
-void DeviceCore::complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome,
+void Requester::complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome,
                                     const std::uint8_t* inline_data) {
     if (syndrome != 0) {
         completions_.write_error(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, syndrome);
@@ -532,7 +532,7 @@ void DeviceCore::complete_requester(QueuePairContext& queue_pair, const InFlight
     completions_.write_requester(*queue_pair.send_cq, queue_pair, request.wqe_counter, request.opcode, byte_count, inline_data);
 }
 
-void DeviceCore::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why) {
+void Requester::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why) {
     if (!queue_pair.in_flight.empty()) {
         InFlight& failed = queue_pair.in_flight.front();  // valid until a request is built (not here)
         queue_pair.in_flight.pop_front();
@@ -541,7 +541,7 @@ void DeviceCore::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t synd
     move_to_error(queue_pair, why);
 }
 
-void DeviceCore::move_to_error(QueuePairContext& queue_pair, const char* why) {
+void Requester::move_to_error(QueuePairContext& queue_pair, const char* why) {
     if (queue_pair.state == QueuePairState::error) return;
     flight::record(flight::SoftEvent::qp_error, queue_pair.qpn, flight::text(why));
     detail::logger().info("software device {}: QP {} to ERR: {}", owner_.name(), queue_pair.qpn, why);
@@ -553,7 +553,7 @@ void DeviceCore::move_to_error(QueuePairContext& queue_pair, const char* why) {
     wake();
 }
 
-void DeviceCore::flush_queue_pair(QueuePairContext& queue_pair) {
+void Requester::flush_queue_pair(QueuePairContext& queue_pair) {
     // Everything the NIC still holds completes with a flush error: sent but unanswered
     // requests, then WQEs not yet executed, then posted receives.
     for (const InFlight& request : queue_pair.in_flight) {
@@ -574,12 +574,12 @@ void DeviceCore::flush_queue_pair(QueuePairContext& queue_pair) {
     }
 }
 
-void DeviceCore::restart_ack_timer(QueuePairContext& queue_pair) {
+void Requester::restart_ack_timer(QueuePairContext& queue_pair) {
     queue_pair.progress_deadline = Clock::now() + ack_timeout(queue_pair.send_attributes);
     queue_pair.transport_retries_left = queue_pair.send_attributes.retry_cnt;
 }
 
-void DeviceCore::resend_in_flight(QueuePairContext& queue_pair, bool retransmission) {
+void Requester::resend_in_flight(QueuePairContext& queue_pair, bool retransmission) {
     if (!queue_pair.in_flight.empty()) {
         if (retransmission) count_one(statistics.ack_timeout_resends);
         flight::record(flight::SoftEvent::retransmit, queue_pair.qpn, queue_pair.in_flight.front().psn, queue_pair.in_flight.size(),
@@ -598,7 +598,7 @@ void DeviceCore::resend_in_flight(QueuePairContext& queue_pair, bool retransmiss
     }
 }
 
-void DeviceCore::service_timers() {
+void Requester::service_timers() {
     const Clock::time_point now = Clock::now();
     for (auto& [qpn, queue_pair] : queue_pairs) {
         if (queue_pair->state == QueuePairState::error) {
@@ -633,7 +633,7 @@ void DeviceCore::service_timers() {
     }
 }
 
-Clock::time_point DeviceCore::next_timer() {
+Clock::time_point Requester::next_timer() {
     Clock::time_point earliest{};
     auto consider = [&](Clock::time_point when) {
         if (earliest == Clock::time_point{} || when < earliest) earliest = when;
@@ -647,6 +647,48 @@ Clock::time_point DeviceCore::next_timer() {
         else if (queue_pair->send_attributes.timeout != 0) consider(queue_pair->progress_deadline);
     }
     return earliest;
+}
+
+Requester::Requester(const Parts& parts)
+    : owner_(parts.owner),
+      mutex(parts.mutex),
+      loop_(parts.loop),
+      links_(parts.links),
+      loopback_(parts.loopback),
+      answers_(parts.answers),
+      completions_(parts.completions),
+      queue_pairs(parts.queue_pairs),
+      translation(parts.translation),
+      published_table(parts.published_table),
+      arena(parts.arena),
+      statistics(parts.statistics),
+      gid(parts.gid),
+      lid(parts.lid),
+      settings_(parts.settings),
+      events_(parts.events) {}
+
+Requester::~Requester() = default;
+
+void Requester::wake() { loop_.wake(); }
+
+void Requester::count_one(std::atomic<std::uint64_t>& counter) { DeviceStatistics::count_one(counter); }
+
+bool Requester::send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame) {
+    const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
+    if (same_gid(remote.gid, gid) && remote.lid == lid) {
+        loopback_.push_back(frame);
+        return true;
+    }
+    Connection* connection = links_.connection_to(remote.gid, remote.lid);
+    if (connection == nullptr) return false;
+    links_.queue_output(*connection, frame);
+    return connection->socket >= 0;
+}
+
+const Connection* Requester::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,
+                                                   std::uint16_t remote_lid) const {
+    const Connection* connection = links_.open_connection_to(remote_gid, remote_lid);
+    return connection != nullptr && connection->by_reference && !connection->awaiting_reply ? connection : nullptr;
 }
 
 }  // namespace rdmachan::soft

@@ -70,14 +70,14 @@ void delay_zero_hop_writes(std::chrono::microseconds delay) noexcept {
     test_delay.store(delay.count(), std::memory_order_relaxed);
 }
 
-bool DeviceCore::execute_from_doorbell(QueuePairContext& queue_pair) {
-    if (!zero_hop_enabled_ || !queue_pair.zero_hop_remote.load(std::memory_order_relaxed)) return false;
+bool Requester::execute_from_doorbell(QueuePairContext& queue_pair) {
+    if (!settings_.zero_hop_enabled || !queue_pair.zero_hop_remote.load(std::memory_order_relaxed)) return false;
     if (execute_all_from_doorbell(queue_pair)) return true;
     statistics.doorbells_left_to_progress.fetch_add(1, std::memory_order_relaxed);
     return false;
 }
 
-bool DeviceCore::execute_all_from_doorbell(QueuePairContext& queue_pair) {
+bool Requester::execute_all_from_doorbell(QueuePairContext& queue_pair) {
     // Never wait for the progress thread: if it holds the mutex, it will execute the WQEs.
     std::unique_lock lock(mutex, std::try_to_lock);
     if (!lock.owns_lock()) return false;
@@ -93,14 +93,14 @@ bool DeviceCore::execute_all_from_doorbell(QueuePairContext& queue_pair) {
     return true;
 }
 
-Connection* DeviceCore::zero_hop_connection(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
+Connection* Requester::zero_hop_connection(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
     Connection* connection = links_.open_connection_to(remote_gid, remote_lid);
     return connection != nullptr && connection->by_reference && !connection->awaiting_reply && connection->peer_table != nullptr
                ? connection
                : nullptr;
 }
 
-ZeroHopTarget DeviceCore::zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access,
+ZeroHopTarget Requester::zero_hop_target(QueuePairContext& queue_pair, std::uint32_t remote_access,
                                           PublishedQueuePairView& target, std::uint64_t dc_key) {
     const bool dc = queue_pair.transport == Transport::dc_initiator;
     if ((queue_pair.transport != Transport::reliable_connected && !dc) || queue_pair.state != QueuePairState::ready_to_send ||
@@ -140,7 +140,7 @@ ZeroHopTarget DeviceCore::zero_hop_target(QueuePairContext& queue_pair, std::uin
     return found;
 }
 
-bool DeviceCore::zero_hop_ready(const PublishedQueuePairView& target, const QueuePairContext& queue_pair) const {
+bool Requester::zero_hop_ready(const PublishedQueuePairView& target, const QueuePairContext& queue_pair) const {
     const bool ready = target.state == static_cast<std::uint32_t>(QueuePairState::ready_to_receive) ||
                        target.state == static_cast<std::uint32_t>(QueuePairState::ready_to_send);
     return ready && target.remote_qpn == queue_pair.qpn && same_gid(target.remote_gid, gid) && target.remote_lid == lid;
@@ -152,7 +152,7 @@ bool zero_hop_region_admits(const PublishedRegionView& region, std::uint32_t pro
            length <= region.length && addr - region.addr <= region.length - length;
 }
 
-ZeroHopTarget DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
+ZeroHopTarget Requester::zero_hop_admit(QueuePairContext& queue_pair, const wire::Request& request, std::uint64_t length,
                                          std::uint32_t remote_access, PeerTable::RegionUse& use) {
     PublishedQueuePairView target;
     const ZeroHopTarget found = zero_hop_target(queue_pair, remote_access, target, request.dc_key);
@@ -171,14 +171,14 @@ ZeroHopTarget DeviceCore::zero_hop_admit(QueuePairContext& queue_pair, const wir
     return found;
 }
 
-bool DeviceCore::in_own_arena(const iovec* pieces, std::size_t count) const {
+bool Requester::in_own_arena(const iovec* pieces, std::size_t count) const {
     for (std::size_t i = 0; i < count; ++i) {
         if (!arena.holds(pieces[i].iov_base, pieces[i].iov_len)) return false;
     }
     return true;
 }
 
-void DeviceCore::log_zero_hop_failure(Connection& connection, const QueuePairContext& queue_pair, const char* what, int error) {
+void Requester::log_zero_hop_failure(Connection& connection, const QueuePairContext& queue_pair, const char* what, int error) {
     // The target exited (ESRCH, also when its pidfd says so before or after the move) or our own
     // memory went away (EFAULT): the request path reports it as it always did (the lost
     // connection, or the responder's local protection error).
@@ -189,7 +189,7 @@ void DeviceCore::log_zero_hop_failure(Connection& connection, const QueuePairCon
     }
 }
 
-bool DeviceCore::self_cross_memory_attach() {
+bool Requester::self_cross_memory_attach() {
     if (self_attach_ != SelfAttach::unknown) [[likely]]
         return self_attach_ == SelfAttach::allowed;
     // The same probe a peer's hello gets (RDMACHAN_SOFT_REFUSE_CMA=1 refuses it too): a seccomp
@@ -205,7 +205,7 @@ bool DeviceCore::self_cross_memory_attach() {
     return error == 0;
 }
 
-int DeviceCore::move_zero_hop(const ZeroHopTarget& target, const QueuePairContext& queue_pair, bool write, const iovec* local,
+int Requester::move_zero_hop(const ZeroHopTarget& target, const QueuePairContext& queue_pair, bool write, const iovec* local,
                               std::size_t local_count, const iovec& remote, std::uint64_t length) {
     if (target.connection == nullptr) {
         // This device itself: its own process, which cannot exit under the call. Memory unmapped
@@ -221,10 +221,10 @@ int DeviceCore::move_zero_hop(const ZeroHopTarget& target, const QueuePairContex
     return error;
 }
 
-bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request,
+bool Requester::zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request,
                                 std::span<const std::uint8_t> payload, const wire::Segment* segments,
                                 std::uint32_t segment_count) {
-    if (!zero_hop_enabled_ || request.opcode != kOpcodeRdmaWrite) return false;
+    if (!settings_.zero_hop_enabled || request.opcode != kOpcodeRdmaWrite) return false;
     // The bytes, in order: the frame's payload (inline data came first, or the WQE was mixed),
     // or the pointer segments.
     std::uint64_t length = payload.size();
@@ -271,9 +271,9 @@ bool DeviceCore::zero_hop_write(QueuePairContext& queue_pair, const wire::Reques
     return true;
 }
 
-bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets,
+bool Requester::zero_hop_read(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets,
                                std::uint64_t length) {
-    if (!zero_hop_enabled_ || request.opcode != kOpcodeRdmaRead || targets.size() > wire::kMaxSegments) return false;
+    if (!settings_.zero_hop_enabled || request.opcode != kOpcodeRdmaRead || targets.size() > wire::kMaxSegments) return false;
     iovec local[wire::kMaxSegments];
     std::size_t local_count = 0;
     for (auto [address, bytes] : targets) local[local_count++] = {address, bytes};
@@ -308,9 +308,9 @@ bool DeviceCore::zero_hop_read(QueuePairContext& queue_pair, const wire::Request
     return true;
 }
 
-bool DeviceCore::zero_hop_atomic(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets) {
+bool Requester::zero_hop_atomic(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets) {
     const bool fetch_and_add = request.opcode == kOpcodeAtomicFetchAndAdd;
-    if (!zero_hop_enabled_ || (!fetch_and_add && request.opcode != kOpcodeAtomicCompareAndSwap)) return false;
+    if (!settings_.zero_hop_enabled || (!fetch_and_add && request.opcode != kOpcodeAtomicCompareAndSwap)) return false;
     // A misaligned word is the responder's error to report (remote invalid request).
     if (request.remote_addr % 8 != 0 || targets.size() > wire::kMaxSegments) return false;
     iovec local[wire::kMaxSegments];

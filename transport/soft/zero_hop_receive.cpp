@@ -201,11 +201,11 @@ void hold_zero_hop_receives(ZeroHopReceiveStep step, std::chrono::microseconds d
     held_step.store(step, std::memory_order_relaxed);
 }
 
-bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request,
+bool Requester::zero_hop_receive(QueuePairContext& queue_pair, const wire::Request& request,
                                   std::span<const std::uint8_t> payload, const wire::Segment* segments,
                                   std::uint32_t segment_count) {
     const bool write = request.opcode == kOpcodeRdmaWriteImmediate;
-    if (!zero_hop_enabled_ || (!write && request.opcode != kOpcodeSend && request.opcode != kOpcodeSendImmediate)) return false;
+    if (!settings_.zero_hop_enabled || (!write && request.opcode != kOpcodeSend && request.opcode != kOpcodeSendImmediate)) return false;
     const bool dc = queue_pair.transport == Transport::dc_initiator;
     if (queue_pair.transport != Transport::reliable_connected && !dc) return false;
     // The bytes, in order: the frame's payload (inline data), or the pointer segments.
@@ -285,7 +285,7 @@ bool DeviceCore::zero_hop_receive(QueuePairContext& queue_pair, const wire::Requ
     return true;
 }
 
-bool DeviceCore::zero_hop_shared_receive(QueuePairContext& queue_pair, const wire::Request& request, const iovec* local,
+bool Requester::zero_hop_shared_receive(QueuePairContext& queue_pair, const wire::Request& request, const iovec* local,
                                          std::size_t local_count, std::uint64_t length) {
     const bool write = request.opcode == kOpcodeRdmaWriteImmediate;
     PublishedQueuePairView target;
