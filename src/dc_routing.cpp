@@ -126,7 +126,6 @@ void DcRouting::forget(std::uint32_t index) {
     while (!peer.arrivals.empty()) repost_receive_buffer(peer.arrivals.pop(arrival_links_));
     // Its old initiators name the old process: a late message from them is dropped, not matched.
     std::erase_if(senders_, [index](const auto& entry) { return entry.second == index; });
-    engine_.set_connected(index, false);
     peer.initiator = -1;
 }
 
@@ -139,8 +138,9 @@ void DcRouting::connect_member(std::uint32_t index, const DcPeerAddress& remote,
     Engine::Peer& common = engine_.peers_[index];
     if (common.outstanding != 0) engine_.fail_and_flush(index, why);
     forget(index);
+    engine_.set_connected(index, false);  // forgotten: connect takes it as a peer never connected
     connect(index, remote);
-    engine_.set_connected(index, false);
+    engine_.set_connected(index, false);  // addressable now, usable once `why` is cleared
     common.unavailable = why;
     common.healthy = true;
 }

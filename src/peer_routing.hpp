@@ -40,7 +40,8 @@ public:
     // The first half of failing a peer: whatever holds its work is moved to ERR (or, for work
     // kept in the engine, finished as flushed); the engine then collects the flushes.
     virtual void move_to_error(std::uint32_t peer, const char* why) = 0;
-    // The peer's member left: what the routing remembers of it goes.
+    // The peer's member left: what the routing remembers of it goes. The caller marks the peer
+    // disconnected (Engine::set_connected), as it does for either routing.
     virtual void forget(std::uint32_t peer) = 0;
     // Brings shared send queues that failed, and have nothing in flight, back to RTS; true if
     // any is still failed.

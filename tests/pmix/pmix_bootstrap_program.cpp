@@ -155,42 +155,32 @@ int skip_put() {
     return expect_connect_failure(("rank 1 never published key '" + key + "'").c_str(), 20s);
 }
 
-// Rank 1 publishes `value` as its endpoint, commits it and joins the exchange's fence; the
-// others must fail with `expected`.
-int publish_instead(const pmix_value_t& value, const std::string& expected) {
-    const RawPmix raw;
-    if (raw.self.rank == 1) {
-        const std::string key = rdmachan::detail::pmix_endpoint_key(1);
-        pmix_value_t copy = value;  // PMIx_Put copies it
-        if (const pmix_status_t status = PMIx_Put(PMIX_GLOBAL, key.c_str(), &copy); status != PMIX_SUCCESS) {
-            return failed(std::string("test's own PMIx_Put: ") + PMIx_Error_string(status));
-        }
-        if (const pmix_status_t status = PMIx_Commit(); status != PMIX_SUCCESS) {
-            return failed(std::string("test's own PMIx_Commit: ") + PMIx_Error_string(status));
-        }
-        raw.fence(true);
-        return 0;
-    }
-    return expect_connect_failure(expected.c_str(), 20s);
-}
-
 std::uint32_t job_size(const pmix_proc_t& self);
 
-// Keys and their string values, for a job of the given size.
-using KeyValues = std::vector<std::pair<std::string, std::string>>;
+// A key rank 1 publishes, and its value; a string value's bytes are `text`.
+struct PublishedValue {
+    std::string key;
+    pmix_value_t value;
+    std::string text;
+};
+using PublishedValues = std::vector<PublishedValue>;
+
+PublishedValue string_value(std::string key, std::string text) {
+    PublishedValue published{std::move(key), {}, std::move(text)};
+    PMIX_VALUE_CONSTRUCT(&published.value);
+    published.value.type = PMIX_STRING;
+    return published;
+}
 
 // Rank 1 publishes `values_for(world size)` as they are, commits them and joins the exchange's
 // fence; the others must fail with `expected`.
-int publish_strings_instead(KeyValues (*values_for)(std::uint32_t world), const std::string& expected) {
+int publish_instead(PublishedValues (*values_for)(std::uint32_t world), const std::string& expected) {
     const RawPmix raw;
     if (raw.self.rank == 1) {
-        for (const auto& [key, text] : values_for(job_size(raw.self))) {
-            std::string copy = text;
-            pmix_value_t value;
-            PMIX_VALUE_CONSTRUCT(&value);
-            value.type = PMIX_STRING;
-            value.data.string = copy.data();  // PMIx_Put copies it
-            if (const pmix_status_t status = PMIx_Put(PMIX_GLOBAL, key.c_str(), &value); status != PMIX_SUCCESS) {
+        for (PublishedValue& published : values_for(job_size(raw.self))) {
+            if (published.value.type == PMIX_STRING) published.value.data.string = published.text.data();  // PMIx_Put copies it
+            if (const pmix_status_t status = PMIx_Put(PMIX_GLOBAL, published.key.c_str(), &published.value);
+                status != PMIX_SUCCESS) {
                 return failed(std::string("test's own PMIx_Put: ") + PMIx_Error_string(status));
             }
         }
@@ -208,44 +198,46 @@ constexpr const char* kRcEndpointOfRankOne = "{\"version\": 2, \"rank\": 1}";
 
 // Every block of RC entries rank 1 publishes names only a rank that does not exist.
 // The endpoint key, and every block key of a job of `world` ranks holding `block_text`.
-KeyValues rc_blocks_of_rank_one(std::uint32_t world, const std::string& block_text) {
-    KeyValues values{{rdmachan::detail::pmix_endpoint_key(1), kRcEndpointOfRankOne}};
+PublishedValues rc_blocks_of_rank_one(std::uint32_t world, const std::string& block_text) {
+    PublishedValues values;
+    values.push_back(string_value(rdmachan::detail::pmix_endpoint_key(1), kRcEndpointOfRankOne));
     const std::uint32_t block_size = rdmachan::detail::pmix_rc_block_size(world);
     for (std::uint32_t block = 0; block * block_size < world; ++block) {
-        values.emplace_back(rdmachan::detail::pmix_rc_key(1, block), block_text);
+        values.push_back(string_value(rdmachan::detail::pmix_rc_key(1, block), block_text));
     }
     return values;
 }
 
 int rc_block_without_entry() {
-    return publish_strings_instead(
+    return publish_instead(
         [](std::uint32_t world) { return rc_blocks_of_rank_one(world, "[{\"peer\": 4000000, \"qpn\": 1, \"psn\": 1}]"); },
         "rank 1 published no RC entry for rank ");
 }
 
 int rc_block_not_array() {
-    return publish_strings_instead(
+    return publish_instead(
         [](std::uint32_t world) { return rc_blocks_of_rank_one(world, "{\"peer\": 0, \"qpn\": 1, \"psn\": 1}"); },
         "from rank 1 is not a JSON array of RC entries");
 }
 
 int wrong_type() {
-    pmix_value_t value;
-    PMIX_VALUE_CONSTRUCT(&value);
-    value.type = PMIX_UINT32;
-    value.data.uint32 = 4711;
     const std::string key = rdmachan::detail::pmix_endpoint_key(1);
-    return publish_instead(value, "rank 1 published key '" + key + "' as PMIX_UINT32, not a string");
+    return publish_instead(
+        [](std::uint32_t) {
+            PublishedValue published{rdmachan::detail::pmix_endpoint_key(1), {}, {}};
+            PMIX_VALUE_CONSTRUCT(&published.value);
+            published.value.type = PMIX_UINT32;
+            published.value.data.uint32 = 4711;
+            return PublishedValues{published};
+        },
+        "rank 1 published key '" + key + "' as PMIX_UINT32, not a string");
 }
 
 int not_json() {
-    pmix_value_t value;
-    PMIX_VALUE_CONSTRUCT(&value);
-    value.type = PMIX_STRING;
-    char text[] = "{\"version\": 1, \"rank\":";
-    value.data.string = text;
     const std::string key = rdmachan::detail::pmix_endpoint_key(1);
-    return publish_instead(value, "the value of key '" + key + "' from rank 1 is not JSON");
+    return publish_instead(
+        [](std::uint32_t) { return PublishedValues{string_value(rdmachan::detail::pmix_endpoint_key(1), "{\"version\": 1, \"rank\":")}; },
+        "the value of key '" + key + "' from rank 1 is not JSON");
 }
 
 // The ranks that expect the fence's deadline tell rank 1 they saw it through a file each (named
