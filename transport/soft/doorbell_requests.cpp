@@ -38,11 +38,11 @@ namespace rdmachan::soft {
 using namespace rdmachan::mlx5;
 
 bool Requester::send_from_doorbell(QueuePairContext& queue_pair) {
-    if (!settings_.doorbell_requests_enabled || queue_pair.transport != Transport::reliable_connected) return false;
+    if (!settings.doorbell_requests_enabled || queue_pair.transport != Transport::reliable_connected) return false;
     // An awake progress thread takes the doorbell at the top of its loop, for the price of a
     // flag; executing here instead would make it block on the mutex there (a futex wait and wake
     // per request: 26,023 futex calls in 11,000 ping-pong writes, against 47 without this test).
-    if (!loop_.sleeping()) return false;
+    if (!loop.sleeping()) return false;
     // Never wait for the progress thread: if it holds the mutex, it executes the WQEs.
     std::unique_lock lock(mutex, std::try_to_lock);
     if (!lock.owns_lock()) return false;
@@ -52,7 +52,7 @@ bool Requester::send_from_doorbell(QueuePairContext& queue_pair) {
     }
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
     if (same_gid(remote.gid, gid) && remote.lid == lid) return false;  // loopback: the progress thread's queue
-    Connection* connection = links_.open_connection_to(remote.gid, remote.lid);
+    Connection* connection = links.open_connection_to(remote.gid, remote.lid);
     if (connection == nullptr) return false;  // not connected yet: connecting is the progress thread's
 
     const bool had_in_flight = !queue_pair.in_flight.empty();
@@ -77,10 +77,10 @@ bool Requester::send_from_doorbell(QueuePairContext& queue_pair) {
     doorbell_sends_requests_ = false;
     // ACKs a caller's progress() left held go after this thread's answer, as they would have
     // gone before it had the caller not been the one to read the request.
-    answers_.send_deferred();
+    answers.send_deferred();
     if (!had_in_flight && !queue_pair.in_flight.empty() && queue_pair.state == QueuePairState::ready_to_send &&
         queue_pair.send_attributes.timeout != 0) {
-        events_.arm_wake_timer(queue_pair.progress_deadline);
+        events.arm_wake_timer(queue_pair.progress_deadline);
     }
     return all_executed;
 }

@@ -16,21 +16,7 @@
 #include "transport/soft/send_ring_bytes.hpp"
 
 namespace rdmachan::soft {
-namespace {
-
 using namespace rdmachan::mlx5;
-
-// The region access a key's mkey context access bit needs from each region it maps.
-std::uint32_t region_access_for(std::uint8_t key_access) {
-    std::uint32_t needed = 0;
-    if ((key_access & kMemoryKeyLocalWrite) != 0) needed |= kLocalWrite;
-    if ((key_access & kMemoryKeyRemoteRead) != 0) needed |= kRemoteRead;
-    if ((key_access & kMemoryKeyRemoteWrite) != 0) needed |= kRemoteWrite | kLocalWrite;
-    if ((key_access & kMemoryKeyAtomic) != 0) needed |= kRemoteAtomic | kLocalWrite;
-    return needed;
-}
-
-}  // namespace
 
 IndirectKey::~IndirectKey() {
     DeviceCore& core = domain_->device()->core();
@@ -72,9 +58,9 @@ bool Requester::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, c
     }
     queue_pair.umr_waits_for_answers = false;
     auto fail = [&](std::uint8_t syndrome, const std::string& why) {
-        completions_.write_error(*queue_pair.send_cq, queue_pair, true, wqe_counter, kOpcodeUmr, syndrome);
+        completions.write_error(*queue_pair.send_cq, queue_pair, true, wqe_counter, kOpcodeUmr, syndrome);
         queue_pair.executed += wqebbs;
-        detail::logger().info("software device {}: QP {}: UMR WQE {} refused: {}", owner_.name(), queue_pair.qpn,
+        detail::logger().info("software device {}: QP {}: UMR WQE {} refused: {}", owner.name(), queue_pair.qpn,
                               wqe_counter, why);
         move_to_error(queue_pair, "UMR WQE refused");
         return false;
@@ -87,7 +73,7 @@ bool Requester::execute_umr(QueuePairContext& queue_pair, std::uint32_t index, c
         return fail(refusal->syndrome, refusal->why);
     }
     if ((control[kCtrlFmCeSe] & kCtrlCqUpdate) != 0) {
-        completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_counter, kOpcodeUmr, 0);
+        completions.write_requester(*queue_pair.send_cq, queue_pair, wqe_counter, kOpcodeUmr, 0);
     }
     queue_pair.executed += wqebbs;
     return true;
@@ -165,7 +151,7 @@ std::optional<MemoryTranslation::Refusal> MemoryTranslation::apply_umr(std::uint
         }
         // Each entry: a region of this protection domain (not another indirect key), the whole
         // span the pattern touches inside it, and every right the key grants.
-        const std::uint32_t needed = region_access_for(access);
+        const std::uint32_t needed = region_access_for_key(access);
         std::uint64_t total = 0;
         std::uint32_t pattern_check = 0;
         for (std::size_t i = 0; i < next.entries.size(); ++i) {

@@ -13,17 +13,39 @@ namespace {
 
 using namespace rdmachan::mlx5;
 
-// The mkey context access bits an access through the key needs (local read is always granted).
+// Each mkey context access bit: the access right it grants through the key, and what it needs
+// from every region the key maps (writing through a key writes the region locally too).
+struct KeyAccessBit {
+    std::uint8_t key_bit;
+    std::uint32_t grants;
+    std::uint32_t region_needs;
+};
+constexpr KeyAccessBit kKeyAccessBits[] = {
+    {kMemoryKeyLocalWrite, kLocalWrite, kLocalWrite},
+    {kMemoryKeyRemoteRead, kRemoteRead, kRemoteRead},
+    {kMemoryKeyRemoteWrite, kRemoteWrite, kRemoteWrite | kLocalWrite},
+    {kMemoryKeyAtomic, kRemoteAtomic, kRemoteAtomic | kLocalWrite},
+};
+
+// The mkey context access bits an access needing `needed_access` asks of the key (local read is
+// always granted).
 std::uint8_t key_access_for(std::uint32_t needed_access) {
     std::uint8_t bits = 0;
-    if ((needed_access & kLocalWrite) != 0) bits |= kMemoryKeyLocalWrite;
-    if ((needed_access & kRemoteRead) != 0) bits |= kMemoryKeyRemoteRead;
-    if ((needed_access & kRemoteWrite) != 0) bits |= kMemoryKeyRemoteWrite;
-    if ((needed_access & kRemoteAtomic) != 0) bits |= kMemoryKeyAtomic;
+    for (const KeyAccessBit& bit : kKeyAccessBits) {
+        if ((needed_access & bit.grants) != 0) bits |= bit.key_bit;
+    }
     return bits;
 }
 
 }  // namespace
+
+std::uint32_t MemoryTranslation::region_access_for_key(std::uint8_t key_access) {
+    std::uint32_t needed = 0;
+    for (const KeyAccessBit& bit : kKeyAccessBits) {
+        if ((key_access & bit.key_bit) != 0) needed |= bit.region_needs;
+    }
+    return needed;
+}
 
 std::optional<MemoryRegionState> MemoryTranslation::remove_region(std::uint32_t key) {
     const auto found = regions_.find(key);

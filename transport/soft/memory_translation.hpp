@@ -66,6 +66,9 @@ public:
                                      std::size_t wqe_offset, std::uint32_t ds);
 
 private:
+    // The region rights a key's mkey context access bits need from every region it maps.
+    static std::uint32_t region_access_for_key(std::uint8_t key_access);
+
     std::map<std::uint32_t, MemoryRegionState> regions_;
     std::map<std::uint32_t, IndirectKeyState> indirect_keys_;
     std::uint32_t next_key_index_ = 2;

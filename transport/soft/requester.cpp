@@ -112,7 +112,7 @@ private:
 }  // namespace
 
 void Requester::execute_pending_doorbells() {
-    if (!loop_.take_doorbells()) return;
+    if (!loop.take_doorbells()) return;
     for (auto& [qpn, queue_pair] : queue_pairs) {
         if (queue_pair->doorbell_pending.exchange(false)) execute_send_queue(*queue_pair);
     }
@@ -129,7 +129,7 @@ void Requester::execute_send_queue(QueuePairContext& queue_pair) {
     for (int executed = 0; ((producer - queue_pair.executed) & 0xffff) != 0; ++executed) {
         if (executed == kWqesPerTurn && queue_pair.state == QueuePairState::ready_to_send) {
             queue_pair.doorbell_pending.store(true);
-            loop_.note_doorbell_left();
+            loop.note_doorbell_left();
             return;
         }
         if (!execute_one(queue_pair, queue_pair.executed)) break;
@@ -181,7 +181,7 @@ bool Requester::execute_one(QueuePairContext& queue_pair, std::uint32_t index, b
     }
 
     if (queue_pair.state == QueuePairState::error) {
-        completions_.write_error(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeWorkRequestFlushed);
+        completions.write_error(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeWorkRequestFlushed);
         queue_pair.executed += wqebbs;
         return true;
     }
@@ -192,7 +192,7 @@ bool Requester::execute_one(QueuePairContext& queue_pair, std::uint32_t index, b
     // A malformed WQE (wrong index, QP number or size) is a local QP operation error, as on
     // hardware (mlx5-facts.md §9.6).
     if (wqe_index != (index & 0xffff) || (qpn_ds >> 8) != queue_pair.qpn || ds < 1) {
-        completions_.write_error(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeLocalQpOperation);
+        completions.write_error(*queue_pair.send_cq, queue_pair, true, static_cast<std::uint16_t>(index), opcode, kSyndromeLocalQpOperation);
         queue_pair.executed += wqebbs;
         move_to_error(queue_pair, "malformed send WQE");
         return false;
@@ -225,7 +225,7 @@ bool Requester::execute_one(QueuePairContext& queue_pair, std::uint32_t index, b
         case kOpcodeSendInvalidate:
         case kOpcodeNop: break;
         default:
-            completions_.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
+            completions.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
             queue_pair.executed += wqebbs;
             move_to_error(queue_pair, "unknown send WQE opcode");
             return false;
@@ -240,7 +240,7 @@ bool Requester::execute_one(QueuePairContext& queue_pair, std::uint32_t index, b
         // the DCI's requests stay in order across targets.
         if (outcome == AddressOutcome::wait) return false;
         if (outcome == AddressOutcome::malformed || ds < 1 + kAddressVectorSize / kSegmentUnit) {
-            completions_.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
+            completions.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, kSyndromeLocalQpOperation);
             queue_pair.executed += wqebbs;
             move_to_error(queue_pair, "malformed DC address vector");
             return false;
@@ -365,41 +365,41 @@ bool Requester::execute_one(QueuePairContext& queue_pair, std::uint32_t index, b
         zero_hop_done();
         flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn,
                        payload.empty() ? referenced_bytes : payload.size());
-        if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
+        if (signaled) completions.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
     if (syndrome == 0 && opcode == kOpcodeRdmaRead && zero_hop_read(queue_pair, request, in_flight.local_targets, in_flight.length)) {
         zero_hop_done();
         flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
         // A read's CQE carries the bytes read (libmlx5 reports it as byte_len).
-        if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, in_flight.length);
+        if (signaled) completions.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, in_flight.length);
         return true;
     }
     if (syndrome == 0 && (opcode == kOpcodeAtomicCompareAndSwap || opcode == kOpcodeAtomicFetchAndAdd) &&
         zero_hop_atomic(queue_pair, request, in_flight.local_targets)) {
         zero_hop_done();
         flight::record(flight::SoftEvent::wqe_executed, queue_pair.qpn, wqe_index, opcode, kZeroHopPsn, in_flight.length);
-        if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 8);
+        if (signaled) completions.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 8);
         return true;
     }
     // A local error is the progress thread's to report (it logs and moves the QP to ERR).
     if (doorbell_thread && (!doorbell_sends_requests_ || syndrome != 0)) return leave_for_progress();
     queue_pair.executed += wqebbs;
     if (syndrome != 0) {
-        completions_.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, syndrome);
+        completions.write_error(*queue_pair.send_cq, queue_pair, true, wqe_index, opcode, syndrome);
         move_to_error(queue_pair, "local error in a send WQE");
         return false;
     }
     if (opcode == kOpcodeNop) {
-        if (signaled) completions_.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
+        if (signaled) completions.write_requester(*queue_pair.send_cq, queue_pair, wqe_index, opcode, 0);
         return true;
     }
-    if (opcode == kOpcodeRdmaRead && by_reference && in_flight.length >= settings_.by_reference_threshold &&
+    if (opcode == kOpcodeRdmaRead && by_reference && in_flight.length >= settings.by_reference_threshold &&
         in_flight.local_targets.size() <= wire::kMaxSegments) {
         for (auto [address, length] : in_flight.local_targets) {
             segments[segment_count++] = {reinterpret_cast<std::uint64_t>(address), length};
         }
-    } else if (referenced_bytes < settings_.by_reference_threshold) {
+    } else if (referenced_bytes < settings.by_reference_threshold) {
         copy_referenced();  // small: one copy into the frame is cheaper than a system call at the target
     }
     request.length = is_read_or_atomic(opcode) ? in_flight.length
@@ -480,7 +480,7 @@ void Requester::handle_response(const wire::Response& response, const std::uint8
                  queue_pair.zero_hop_waits_for_answers) &&
                 queue_pair.in_flight.empty()) {
                 queue_pair.doorbell_pending.store(true);
-                loop_.note_doorbell_left();
+                loop.note_doorbell_left();
             }
             return;
         }
@@ -522,14 +522,14 @@ void Requester::complete_acknowledged_before(QueuePairContext& queue_pair, std::
 void Requester::complete_requester(QueuePairContext& queue_pair, const InFlight& request, std::uint8_t syndrome,
                                     const std::uint8_t* inline_data) {
     if (syndrome != 0) {
-        completions_.write_error(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, syndrome);
+        completions.write_error(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, syndrome);
         return;
     }
     if (!request.signaled) return;
     std::uint32_t byte_count = 0;
     if (request.opcode == kOpcodeRdmaRead) byte_count = request.length;
     if (request.opcode == kOpcodeAtomicCompareAndSwap || request.opcode == kOpcodeAtomicFetchAndAdd) byte_count = 8;
-    completions_.write_requester(*queue_pair.send_cq, queue_pair, request.wqe_counter, request.opcode, byte_count, inline_data);
+    completions.write_requester(*queue_pair.send_cq, queue_pair, request.wqe_counter, request.opcode, byte_count, inline_data);
 }
 
 void Requester::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndrome, const char* why) {
@@ -544,7 +544,7 @@ void Requester::fail_queue_pair(QueuePairContext& queue_pair, std::uint8_t syndr
 void Requester::move_to_error(QueuePairContext& queue_pair, const char* why) {
     if (queue_pair.state == QueuePairState::error) return;
     flight::record(flight::SoftEvent::qp_error, queue_pair.qpn, flight::text(why));
-    detail::logger().info("software device {}: QP {} to ERR: {}", owner_.name(), queue_pair.qpn, why);
+    detail::logger().info("software device {}: QP {} to ERR: {}", owner.name(), queue_pair.qpn, why);
     queue_pair.state = QueuePairState::error;
     published_table.publish_queue_pair(queue_pair);
     flush_queue_pair(queue_pair);
@@ -557,7 +557,7 @@ void Requester::flush_queue_pair(QueuePairContext& queue_pair) {
     // Everything the NIC still holds completes with a flush error: sent but unanswered
     // requests, then WQEs not yet executed, then posted receives.
     for (const InFlight& request : queue_pair.in_flight) {
-        completions_.write_error(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, kSyndromeWorkRequestFlushed);
+        completions.write_error(*queue_pair.send_cq, queue_pair, true, request.wqe_counter, request.opcode, kSyndromeWorkRequestFlushed);
     }
     queue_pair.in_flight.clear();
     queue_pair.waiting_rnr = false;
@@ -567,7 +567,7 @@ void Requester::flush_queue_pair(QueuePairContext& queue_pair) {
         // The QP's entry says ERR by now (published under the receive lock): no peer consumes
         // these receives any more.
         for (std::uint32_t consumed = queue_pair.receive_consumed(); ((posted - consumed) & 0xffff) != 0; ++consumed) {
-            completions_.write_error(*queue_pair.recv_cq, queue_pair, false, static_cast<std::uint16_t>(consumed), 0,
+            completions.write_error(*queue_pair.recv_cq, queue_pair, false, static_cast<std::uint16_t>(consumed), 0,
                             kSyndromeWorkRequestFlushed);
             queue_pair.set_receive_consumed(consumed + 1);
         }
@@ -649,45 +649,27 @@ Clock::time_point Requester::next_timer() {
     return earliest;
 }
 
-Requester::Requester(const Parts& parts)
-    : owner_(parts.owner),
-      mutex(parts.mutex),
-      loop_(parts.loop),
-      links_(parts.links),
-      loopback_(parts.loopback),
-      answers_(parts.answers),
-      completions_(parts.completions),
-      queue_pairs(parts.queue_pairs),
-      translation(parts.translation),
-      published_table(parts.published_table),
-      arena(parts.arena),
-      statistics(parts.statistics),
-      gid(parts.gid),
-      lid(parts.lid),
-      settings_(parts.settings),
-      events_(parts.events) {}
-
 Requester::~Requester() = default;
 
-void Requester::wake() { loop_.wake(); }
+void Requester::wake() { loop.wake(); }
 
 void Requester::count_one(std::atomic<std::uint64_t>& counter) { DeviceStatistics::count_one(counter); }
 
 bool Requester::send_request(QueuePairContext& queue_pair, const std::vector<std::uint8_t>& frame) {
     const RemoteQueuePair& remote = queue_pair.receive_attributes.remote;
     if (same_gid(remote.gid, gid) && remote.lid == lid) {
-        loopback_.push_back(frame);
+        loopback.push_back(frame);
         return true;
     }
-    Connection* connection = links_.connection_to(remote.gid, remote.lid);
+    Connection* connection = links.connection_to(remote.gid, remote.lid);
     if (connection == nullptr) return false;
-    links_.queue_output(*connection, frame);
+    links.queue_output(*connection, frame);
     return connection->socket >= 0;
 }
 
 const Connection* Requester::same_host_connection(const std::array<std::uint8_t, 16>& remote_gid,
                                                    std::uint16_t remote_lid) const {
-    const Connection* connection = links_.open_connection_to(remote_gid, remote_lid);
+    const Connection* connection = links.open_connection_to(remote_gid, remote_lid);
     return connection != nullptr && connection->by_reference && !connection->awaiting_reply ? connection : nullptr;
 }
 

@@ -81,29 +81,29 @@ protected:
     ~RequesterEvents() = default;
 };
 
-class Requester final : public ResponderFailures {
-public:
-    using QueuePairTable = std::map<std::uint32_t, std::unique_ptr<QueuePairContext>>;
+// The device's parts the requester works with, under the names the device gives them.
+struct RequesterParts {
+    Device& owner;
+    std::mutex& mutex;
+    ProgressLoop& loop;
+    PeerLinks& links;
+    LoopbackFrames& loopback;
+    Answers& answers;
+    CompletionWriter& completions;
+    std::map<std::uint32_t, std::unique_ptr<QueuePairContext>>& queue_pairs;
+    MemoryTranslation& translation;
+    PublishedTable& published_table;
+    SharedArena& arena;
+    DeviceStatistics& statistics;
+    const std::array<std::uint8_t, 16>& gid;
+    const std::uint16_t& lid;
+    const RequesterSettings& settings;
+    RequesterEvents& events;
+};
 
-    struct Parts {
-        Device& owner;
-        std::mutex& mutex;
-        ProgressLoop& loop;
-        PeerLinks& links;
-        LoopbackFrames& loopback;
-        Answers& answers;
-        CompletionWriter& completions;
-        QueuePairTable& queue_pairs;
-        MemoryTranslation& translation;
-        PublishedTable& published_table;
-        SharedArena& arena;
-        DeviceStatistics& statistics;
-        const std::array<std::uint8_t, 16>& gid;
-        const std::uint16_t& lid;
-        const RequesterSettings& settings;
-        RequesterEvents& events;
-    };
-    explicit Requester(const Parts& parts);
+class Requester final : public ResponderFailures, private RequesterParts {
+public:
+    explicit Requester(const RequesterParts& parts) : RequesterParts(parts) {}
     ~Requester();
 
     // The doorbell thread (QueuePair::ring_send_doorbell): executes the QP's new WQEs here while
@@ -211,24 +211,6 @@ private:
                       std::size_t local_count, const iovec& remote, std::uint64_t length);
     // The connection to that device when it published its table to us, else nullptr.
     Connection* zero_hop_connection(const std::array<std::uint8_t, 16>& gid, std::uint16_t lid);
-
-    // The device's parts this one works with, under the names the device gives them.
-    Device& owner_;
-    std::mutex& mutex;
-    ProgressLoop& loop_;
-    PeerLinks& links_;
-    LoopbackFrames& loopback_;
-    Answers& answers_;
-    CompletionWriter& completions_;
-    QueuePairTable& queue_pairs;
-    MemoryTranslation& translation;
-    PublishedTable& published_table;
-    SharedArena& arena;
-    DeviceStatistics& statistics;
-    const std::array<std::uint8_t, 16>& gid;
-    const std::uint16_t& lid;
-    const RequesterSettings& settings_;
-    RequesterEvents& events_;
 
     // This device's own table read as a peer reads it: zero-hop requests of a QP connected to
     // this device (made on first use; destroyed before the table it maps, which the device

@@ -71,7 +71,7 @@ void delay_zero_hop_writes(std::chrono::microseconds delay) noexcept {
 }
 
 bool Requester::execute_from_doorbell(QueuePairContext& queue_pair) {
-    if (!settings_.zero_hop_enabled || !queue_pair.zero_hop_remote.load(std::memory_order_relaxed)) return false;
+    if (!settings.zero_hop_enabled || !queue_pair.zero_hop_remote.load(std::memory_order_relaxed)) return false;
     if (execute_all_from_doorbell(queue_pair)) return true;
     statistics.doorbells_left_to_progress.fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -94,7 +94,7 @@ bool Requester::execute_all_from_doorbell(QueuePairContext& queue_pair) {
 }
 
 Connection* Requester::zero_hop_connection(const std::array<std::uint8_t, 16>& remote_gid, std::uint16_t remote_lid) {
-    Connection* connection = links_.open_connection_to(remote_gid, remote_lid);
+    Connection* connection = links.open_connection_to(remote_gid, remote_lid);
     return connection != nullptr && connection->by_reference && !connection->awaiting_reply && connection->peer_table != nullptr
                ? connection
                : nullptr;
@@ -185,7 +185,7 @@ void Requester::log_zero_hop_failure(Connection& connection, const QueuePairCont
     if (!std::exchange(connection.zero_hop_failure_logged, true)) {
         detail::logger().warn("software device {}: QP {}: zero-hop {} process {} failed: {}; "
                               "the request path takes over (said once per connection)",
-                              owner_.name(), queue_pair.qpn, what, connection.peer_process.pid(), std::strerror(error));
+                              owner.name(), queue_pair.qpn, what, connection.peer_process.pid(), std::strerror(error));
     }
 }
 
@@ -200,7 +200,7 @@ bool Requester::self_cross_memory_attach() {
     if (error != 0) {
         detail::logger().info("software device {}: cross-memory attach within this process refused ({}): a QP connected to "
                               "this device moves memory outside its arena through the progress thread",
-                              owner_.name(), std::strerror(error));
+                              owner.name(), std::strerror(error));
     }
     return error == 0;
 }
@@ -224,7 +224,7 @@ int Requester::move_zero_hop(const ZeroHopTarget& target, const QueuePairContext
 bool Requester::zero_hop_write(QueuePairContext& queue_pair, const wire::Request& request,
                                 std::span<const std::uint8_t> payload, const wire::Segment* segments,
                                 std::uint32_t segment_count) {
-    if (!settings_.zero_hop_enabled || request.opcode != kOpcodeRdmaWrite) return false;
+    if (!settings.zero_hop_enabled || request.opcode != kOpcodeRdmaWrite) return false;
     // The bytes, in order: the frame's payload (inline data came first, or the WQE was mixed),
     // or the pointer segments.
     std::uint64_t length = payload.size();
@@ -273,7 +273,7 @@ bool Requester::zero_hop_write(QueuePairContext& queue_pair, const wire::Request
 
 bool Requester::zero_hop_read(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets,
                                std::uint64_t length) {
-    if (!settings_.zero_hop_enabled || request.opcode != kOpcodeRdmaRead || targets.size() > wire::kMaxSegments) return false;
+    if (!settings.zero_hop_enabled || request.opcode != kOpcodeRdmaRead || targets.size() > wire::kMaxSegments) return false;
     iovec local[wire::kMaxSegments];
     std::size_t local_count = 0;
     for (auto [address, bytes] : targets) local[local_count++] = {address, bytes};
@@ -310,7 +310,7 @@ bool Requester::zero_hop_read(QueuePairContext& queue_pair, const wire::Request&
 
 bool Requester::zero_hop_atomic(QueuePairContext& queue_pair, const wire::Request& request, const MemorySegments& targets) {
     const bool fetch_and_add = request.opcode == kOpcodeAtomicFetchAndAdd;
-    if (!settings_.zero_hop_enabled || (!fetch_and_add && request.opcode != kOpcodeAtomicCompareAndSwap)) return false;
+    if (!settings.zero_hop_enabled || (!fetch_and_add && request.opcode != kOpcodeAtomicCompareAndSwap)) return false;
     // A misaligned word is the responder's error to report (remote invalid request).
     if (request.remote_addr % 8 != 0 || targets.size() > wire::kMaxSegments) return false;
     iovec local[wire::kMaxSegments];

@@ -205,7 +205,7 @@ bool Requester::zero_hop_receive(QueuePairContext& queue_pair, const wire::Reque
                                   std::span<const std::uint8_t> payload, const wire::Segment* segments,
                                   std::uint32_t segment_count) {
     const bool write = request.opcode == kOpcodeRdmaWriteImmediate;
-    if (!settings_.zero_hop_enabled || (!write && request.opcode != kOpcodeSend && request.opcode != kOpcodeSendImmediate)) return false;
+    if (!settings.zero_hop_enabled || (!write && request.opcode != kOpcodeSend && request.opcode != kOpcodeSendImmediate)) return false;
     const bool dc = queue_pair.transport == Transport::dc_initiator;
     if (queue_pair.transport != Transport::reliable_connected && !dc) return false;
     // The bytes, in order: the frame's payload (inline data), or the pointer segments.
