@@ -64,11 +64,7 @@ const MemoryRegionState* MemoryTranslation::find_region(std::uint32_t key, std::
                                                  std::uint64_t length, std::uint32_t needed_access) const {
     auto found = regions_.find(key);
     if (found == regions_.end()) return nullptr;
-    const MemoryRegionState& region = found->second;
-    if (region.protection_domain != protection_domain) return nullptr;
-    if (addr < region.addr || length > region.length || addr - region.addr > region.length - length) return nullptr;
-    if ((region.access & needed_access) != needed_access) return nullptr;
-    return &region;
+    return found->second.admits(protection_domain, addr, length, needed_access) ? &found->second : nullptr;
 }
 
 bool MemoryTranslation::translate(std::uint32_t key, std::uint32_t protection_domain, std::uint64_t addr,

@@ -15,11 +15,19 @@
 
 namespace rdmachan::soft {
 
+// A registered region as the NIC's tables hold it.
 struct MemoryRegionState {
     std::uint32_t protection_domain = 0;
     std::uint64_t addr = 0;
     std::uint64_t length = 0;
     std::uint32_t access = 0;
+
+    // Whether an access of `length` bytes at `addr` from that protection domain, needing every
+    // right in `needed_access`, falls in this region.
+    bool admits(std::uint32_t from_domain, std::uint64_t at, std::uint64_t bytes, std::uint32_t needed_access) const {
+        return from_domain == protection_domain && at >= addr && bytes <= length && at - addr <= length - bytes &&
+               (access & needed_access) == needed_access;
+    }
 };
 
 class MemoryTranslation {
