@@ -39,7 +39,9 @@ run() {
         else
             printf 'FAILED (exit %s): %s\n' "$status" "$*"
         fi
-        printf '%s\n' "$output" | grep -vE '^(rendezvous|peer cost)' | head -3
+        # awk reads to the end: head would close the pipe early, and under pipefail printf's
+        # SIGPIPE (141) would end this script with nothing written.
+        printf '%s\n' "$output" | grep -vE '^(rendezvous|peer cost)' | awk 'NR <= 3' || true
     fi
 }
 {
