@@ -142,6 +142,15 @@ Task<void> HttpConnection::connect() {
     try {
         co_await tls.async_handshake(ssl::stream_base::client, asio::use_awaitable);
     } catch (const boost::system::system_error& failure) {
+        // A certificate this client does not trust stays untrusted however often it is tried:
+        // refused at once, naming why, not retried until the caller's deadline as an etcd that
+        // is not up yet would be.
+        if (const long verdict = SSL_get_verify_result(tls.native_handle()); verdict != X509_V_OK) {
+            throw Error("TLS handshake: " + failure.code().message() + ": " + X509_verify_cert_error_string(verdict) +
+                        " (trusted: " + (state.ca_file.empty() ? std::string("the system's certificate authorities")
+                                                               : "the CA file '" + state.ca_file + "'") +
+                        ")");
+        }
         throw EtcdUnreachable("TLS handshake: " + failure.code().message());
     }
 }
