@@ -2,6 +2,9 @@
 // and over a fake one answering nonsense. Without an etcd binary every case reports skipped
 // (CTest registers the suite as skipped at configure time as well).
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -316,6 +319,41 @@ TEST_CASE("a watch across an etcd restart resumes from its revision and misses n
     CHECK(events[3].key == "members/4");
     for (std::size_t index = 1; index < events.size(); ++index) CHECK(events[index - 1].revision < events[index].revision);
     CHECK(watch->poll().empty());
+}
+
+TEST_CASE("the etcd fixture: a start on a port another listener holds fails naming etcd's reason, at once" *
+          doctest::skip(etcd_missing)) {
+    test::EtcdProcess etcd;
+    store_on(etcd);
+    // A listener of this process holds a port, as another test's listener bound to port 0 may
+    // hold the one the fixture chose between choosing it and etcd's bind.
+    const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(holder >= 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+    REQUIRE(::listen(holder, 1) == 0);
+    REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+    const std::uint16_t held = ntohs(address.sin_port);
+    etcd.stop();
+    const auto started = Clock::now();
+    std::string refused;
+    try {
+        etcd.start_on(held);
+    } catch (const std::runtime_error& error) {
+        refused = error.what();
+    }
+    ::close(holder);
+    INFO(refused);
+    CHECK(refused.find("etcd on " + etcd.endpoint_on(held)) != std::string::npos);
+    CHECK(refused.find("exited") != std::string::npos);
+    CHECK(refused.find("address already in use") != std::string::npos);
+    CHECK(Clock::now() - started < 10s);
+    // Started again on its own port, with its data.
+    etcd.start();
+    CHECK(store_on(etcd)->get("probe", Clock::now() + 20s).entries.empty());
 }
 
 TEST_CASE("with etcd's authentication on: a user's token in every call, taken again after a restart; "
