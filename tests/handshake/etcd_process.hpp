@@ -100,6 +100,19 @@ class EtcdProcess {
         if (!failure.empty()) throw std::runtime_error(failure);
     }
 
+    // A restart on another client port, of the fixture's choosing (chosen again while etcd finds
+    // it taken); returns it. start() still restarts on the fixture's own client port.
+    std::uint16_t start_elsewhere() {
+        std::string failure;
+        for (int choice = 0; choice < kChoices; ++choice) {
+            const std::uint16_t port = free_loopback_port();
+            failure = launch_and_wait(port);
+            if (failure.empty()) return port;
+            if (failure.find("address already in use") == std::string::npos) break;
+        }
+        throw std::runtime_error(failure);
+    }
+
     // SIGTERM, then SIGKILL if it has not ended within 5 s.
     void stop() {
         if (pid_ <= 0) return;
@@ -120,8 +133,9 @@ class EtcdProcess {
     // The ports were free when chosen, but were released for etcd to bind: another process on
     // this machine (any test's listener bound to port 0) may take one first, and etcd then exits
     // saying so. On its first start, with no data yet, the fixture chooses both ports again.
+    static constexpr int kChoices = 5;
+
     void start_choosing_ports() {
-        constexpr int kChoices = 5;
         std::string failure;
         for (int choice = 0; choice < kChoices; ++choice) {
             if (choice > 0) {

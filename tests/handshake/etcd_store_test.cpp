@@ -2,13 +2,11 @@
 // and over a fake one answering nonsense. Without an etcd binary every case reports skipped
 // (CTest registers the suite as skipped at configure time as well).
 #include <doctest/doctest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -19,6 +17,7 @@
 #include "tests/error_of.hpp"
 #include "tests/handshake/etcd_process.hpp"
 #include "tests/handshake/fake_http_server.hpp"
+#include "tests/loopback_port.hpp"
 
 using namespace rdmachan;
 using rdmachan::test::error_of;
@@ -97,7 +96,8 @@ TEST_CASE("settings: RDMACHAN_ETCD is required and its form is checked") {
 
 TEST_CASE("etcd unreachable: an error naming the address, the operation and the key, at the deadline") {
     EtcdSettings settings;
-    settings.endpoint = "http://127.0.0.1:" + std::to_string(test::free_loopback_port());
+    const test::LoopbackPort nowhere(test::LoopbackPort::Mode::refusing);
+    settings.endpoint = "http://127.0.0.1:" + std::to_string(nowhere.port());
     auto store = connect_etcd_store(settings);
     const auto started = Clock::now();
     const std::string error = error_of([&] { store->get("members/3", Clock::now() + 1s); });
@@ -296,8 +296,7 @@ TEST_CASE("a watch across an etcd restart resumes from its revision and misses n
     // While the watch cannot reach it, etcd runs on another port and its keys change there: the
     // watch sees those changes only if it resumes from its revision when etcd is back.
     etcd.stop();
-    const std::uint16_t side_port = test::free_loopback_port();
-    etcd.start_on(side_port);
+    const std::uint16_t side_port = etcd.start_elsewhere();
     EtcdSettings side;
     side.endpoint = etcd.endpoint_on(side_port);
     side.key_prefix = "test/";
@@ -327,16 +326,8 @@ TEST_CASE("the etcd fixture: a start on a port another listener holds fails nami
     store_on(etcd);
     // A listener of this process holds a port, as another test's listener bound to port 0 may
     // hold the one the fixture chose between choosing it and etcd's bind.
-    const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(holder >= 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
-    REQUIRE(::listen(holder, 1) == 0);
-    REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length) == 0);
-    const std::uint16_t held = ntohs(address.sin_port);
+    const auto holder = std::make_unique<test::LoopbackPort>(test::LoopbackPort::Mode::listening);
+    const std::uint16_t held = holder->port();
     etcd.stop();
     const auto started = Clock::now();
     std::string refused;
@@ -345,7 +336,6 @@ TEST_CASE("the etcd fixture: a start on a port another listener holds fails nami
     } catch (const std::runtime_error& error) {
         refused = error.what();
     }
-    ::close(holder);
     INFO(refused);
     CHECK(refused.find("etcd on " + etcd.endpoint_on(held)) != std::string::npos);
     CHECK(refused.find("exited") != std::string::npos);

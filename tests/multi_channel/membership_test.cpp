@@ -28,6 +28,7 @@
 #include "rdmachan/multi_channel.hpp"
 #include "tests/error_of.hpp"
 #include "tests/handshake/etcd_process.hpp"
+#include "tests/loopback_port.hpp"
 
 using namespace rdmachan;
 using rdmachan::test::error_of;
@@ -501,7 +502,8 @@ TEST_CASE("refusals: an id already held, a garbled or hostile value under the pr
 
     // etcd unreachable at start: an error naming the address, within the channel's deadline.
     MembershipSettings nowhere = service.settings();
-    nowhere.etcd = "http://127.0.0.1:" + std::to_string(test::free_loopback_port());
+    const test::LoopbackPort refusing(test::LoopbackPort::Mode::refusing);
+    nowhere.etcd = "http://127.0.0.1:" + std::to_string(refusing.port());
     const auto started = Clock::now();
     const std::string unreachable = error_of([&] {
         MultiChannelBuilder builder(ChannelBuilder().deadline(1s));

@@ -13,7 +13,7 @@
 
 #include "tests/soft/device_pair.hpp"
 #include "tests/soft/eventually.hpp"
-#include "tests/soft/loopback_port.hpp"
+#include "tests/loopback_port.hpp"
 #include "tests/soft/scoped_environment.hpp"
 
 namespace mlx5 = rdmachan::mlx5;

@@ -21,7 +21,7 @@
 #include <cstring>
 #include <vector>
 
-#include "tests/soft/loopback_port.hpp"
+#include "tests/loopback_port.hpp"
 #include "tests/soft/scoped_environment.hpp"
 #include "tests/soft/soft_endpoint.hpp"
 #include "transport/mlx5/wqe_layout.hpp"

@@ -1,6 +1,7 @@
-// Test helper: a TCP port on 127.0.0.1 held for the object's lifetime, where a device that is not
-// one answers (a device's LID is its port). Bound only, a connect to it is refused and no other
-// socket can take the port meanwhile; listening, the test accepts what connects.
+// Test helper: a TCP port on 127.0.0.1 held for the object's lifetime: where nothing answers (a
+// soft device that is not one, an etcd that is not there; a device's LID is its port). Bound only,
+// a connect to it is refused and no other socket can take the port meanwhile; listening, the test
+// accepts what connects.
 #pragma once
 
 #include <arpa/inet.h>
