@@ -11,6 +11,7 @@
 
 #include "src/engine.hpp"
 #include "src/linked_index_queue.hpp"
+#include "src/peer_pairing.hpp"
 
 namespace rdmachan::detail {
 
@@ -31,6 +32,7 @@ public:
     void forget(std::uint32_t peer) override;
     bool recover_shared_queues() override;
     std::uint32_t queue_pair_count() const override { return static_cast<std::uint32_t>(initiators_.size()) + 1; }
+    const PeerPairing& pairing() const override { return dc_pairing(); }
 
     std::uint32_t target_number() const { return target_->number(); }
     std::uint64_t key() const { return key_; }

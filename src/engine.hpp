@@ -78,8 +78,10 @@ public:
     // RC: INIT -> RTR -> RTS towards the peer's queue pair. Throws rdmachan::Error naming the peer.
     void connect(std::uint32_t peer, const ChannelEndpoint& remote);
 
+    // How a MultiChannel on this engine pairs with its peers: its mode's (src/peer_pairing.hpp).
+    const PeerPairing& pairing() const { return routing_->pairing(); }
+
     // DC mode.
-    bool dc_mode() const { return dc_ != nullptr; }
     std::uint32_t dc_target_number() const;
     std::uint64_t dc_key() const;
     std::vector<std::uint32_t> dc_initiator_numbers() const;

@@ -5,8 +5,8 @@
 #include "common/logger.hpp"
 #include "handshake/hex.hpp"
 #include "rdmachan/handshake.hpp"
-#include "src/endpoint_peer.hpp"
 #include "src/engine.hpp"
+#include "src/peer_pairing.hpp"
 #include "src/peer_regions.hpp"
 
 namespace rdmachan::detail {
@@ -37,8 +37,6 @@ handshake::StoreEvent as_put(const handshake::StoreEntry& entry) {
     return event;
 }
 
-bool is_dc(const Endpoint& endpoint) { return !endpoint.dc.empty(); }
-
 }  // namespace
 
 Membership::Membership(std::shared_ptr<Engine> engine, PeerRegions& regions,
@@ -51,14 +49,7 @@ Membership::Membership(std::shared_ptr<Engine> engine, PeerRegions& regions,
     endpoint_.rc.clear();
     lease_ = store_->grant_lease(settings_.lease_ttl, deadline());
     claim(requested);
-    // Its own slot: RC a queue pair connected to itself, DC its own target (a member's
-    // all-to-all code needs no special case, as in a fixed world).
-    if (engine_->dc_mode()) {
-        engine_->connect_dc_member(id_, dc_peer_of(endpoint_), kJoining);
-    } else {
-        const ChannelEndpoint local = engine_->prepare_rc_peer(id_, kJoining);
-        engine_->connect_prepared_rc(id_, local);
-    }
+    engine_->pairing().connect_own_slot(*engine_, id_, endpoint_, kJoining);
     engine_->mark_ready(id_);
     regions_.set(id_, endpoint_.regions);
     members_[id_].stage = Stage::ready;
@@ -167,13 +158,10 @@ void Membership::advance() {
 std::uint64_t Membership::pair_identity(std::uint32_t peer) const {
     const Member& member = members_[peer];
     if (member.stage != Stage::ready) return 0;
-    // Each side as (session, its queue pair for the other), in an order both sides agree on.
+    // Each side as (session, its queue pair for the other: 0 in DC), in an order both sides
+    // agree on.
     std::uint64_t first = endpoint_.session ^ (static_cast<std::uint64_t>(member.offered_qpn) << 40);
     std::uint64_t second = member.session ^ (static_cast<std::uint64_t>(member.connected_to) << 40);
-    if (engine_->dc_mode()) {
-        first = endpoint_.session;
-        second = member.session;
-    }
     if (second < first) std::swap(first, second);
     std::uint64_t mixed = first * 0x9e3779b97f4a7c15ull ^ second;
     mixed ^= mixed >> 31;
@@ -249,10 +237,8 @@ void Membership::on_member_put(const handshake::StoreEvent& event) {
         return refuse(event.key, key->id, "the endpoint says rank " + std::to_string(endpoint.rank));
     }
     if (endpoint.session == 0) return refuse(event.key, key->id, "the endpoint's session is 0");
-    if (is_dc(endpoint) != engine_->dc_mode() || (engine_->dc_mode() && endpoint.dci.empty())) {
-        return refuse(event.key, key->id,
-                      std::string("the member is in ") + (is_dc(endpoint) ? "DC" : "RC") + " mode, this process in " +
-                          (engine_->dc_mode() ? "DC (or it published no DC initiators)" : "RC"));
+    if (const std::optional<std::string> why = engine_->pairing().mismatch(endpoint)) {
+        return refuse(event.key, key->id, "the member " + *why);
     }
     if (member.stage != Stage::absent && member.session == endpoint.session) return;  // nothing new
     if (engaged(member)) {
@@ -308,20 +294,11 @@ void Membership::begin_pairing(std::uint32_t peer, Endpoint endpoint) {
     member.reconnect_attempts = 0;
     member.next_reconnect.reset();
     engine_->set_peer_name(peer, id_text(peer));
-    const Endpoint& theirs = *member.endpoint;
-    const char* const why = same_session ? kReconnecting : kJoining;
-    if (engine_->dc_mode()) {
-        try {
-            engine_->connect_dc_member(peer, dc_peer_of(theirs), why);
-        } catch (const Error& error) {
-            member.stage = Stage::absent;
-            return refuse(handshake::member_key(peer), peer, error.what());
-        }
-        member.connected = true;
-        say(peer, PairRecord::State::connected);
-    } else {
-        offer_queue_pair(peer, why);
-        say(peer, PairRecord::State::offered);
+    try {
+        start_pair(peer, same_session ? kReconnecting : kJoining);
+    } catch (const Error& error) {
+        member.stage = Stage::absent;
+        return refuse(handshake::member_key(peer), peer, error.what());
     }
     advance(peer);
 }
@@ -340,13 +317,14 @@ void Membership::say(std::uint32_t peer, PairRecord::State state) {
     said_.push_back({std::move(key), handshake::serialize_pair_record(record)});
 }
 
-void Membership::offer_queue_pair(std::uint32_t peer, const char* why) {
+void Membership::start_pair(std::uint32_t peer, const char* why) {
     Member& member = members_[peer];
-    const ChannelEndpoint& local = engine_->prepare_rc_peer(peer, why);
-    member.offered_qpn = local.qpn;
-    member.offered_psn = local.psn;
-    member.connected = false;
+    const PairStart start = engine_->pairing().begin(*engine_, peer, *member.endpoint, why);
+    member.offered_qpn = start.qpn;
+    member.offered_psn = start.psn;
+    member.connected = start.connected;
     member.stage = Stage::pairing;
+    say(peer, start.connected ? PairRecord::State::connected : PairRecord::State::offered);
 }
 
 void Membership::forget_pair_record(std::uint32_t peer) {
@@ -385,30 +363,26 @@ void Membership::advance(std::uint32_t peer) {
     const PairRecord& record = *member.theirs;
     if (record.state == PairRecord::State::released) return;  // an answer to this member's leave
     if (leaving_) return;
-    if (!engine_->dc_mode()) {
-        if (record.qpn == 0 || record.qpn == member.stale_qpn) return;
-        if (record.qpn != member.connected_to) {
+    // A queue pair it made for this member (RC; a DC record names none) that this side has not
+    // connected to: connect to it, after making a new one of its own if it was connected (the
+    // peer reconnects). A record still naming the queue pair this side left is an old one.
+    if (record.qpn != 0 && record.qpn != member.stale_qpn && record.qpn != member.connected_to) {
+        try {
             if (member.connected) {
-                // It made a new queue pair for this member (it reconnects): so does this side.
                 member.stale_qpn = member.connected_to;
-                offer_queue_pair(peer, kReconnecting);
+                start_pair(peer, kReconnecting);
             }
-            try {
-                engine_->connect_prepared_rc(peer, rc_peer_of(*member.endpoint, record.qpn, record.psn));
-            } catch (const Error& error) {
-                return refuse(handshake::pair_key(id_, peer), peer, error.what());
-            }
-            member.connected = true;
-            member.connected_to = record.qpn;
-            say(peer, PairRecord::State::connected);
+            engine_->pairing().answer(*engine_, peer, *member.endpoint, record.qpn, record.psn);
+        } catch (const Error& error) {
+            return refuse(handshake::pair_key(id_, peer), peer, error.what());
         }
-        if (member.stage == Stage::pairing && record.state == PairRecord::State::connected &&
-            record.connected_to == member.offered_qpn) {
-            become_ready(peer);
-        }
-        return;
+        member.connected = true;
+        member.connected_to = record.qpn;
+        say(peer, PairRecord::State::connected);
     }
-    if (member.stage == Stage::pairing && member.connected && record.state == PairRecord::State::connected) {
+    // Ready once both sides are connected, the other to what this side offered.
+    if (member.stage == Stage::pairing && member.connected && record.state == PairRecord::State::connected &&
+        record.connected_to == member.offered_qpn) {
         become_ready(peer);
     }
 }
@@ -453,17 +427,12 @@ void Membership::reconnect(std::uint32_t peer) {
         throw Error(me + ": no member holds id " + std::to_string(peer) + " (or it left)");
     }
     member.next_reconnect.reset();
-    if (engine_->dc_mode()) {
-        // DC pairs hold no per-pair connection: the peer's target is set up again, and its
-        // initiators were recovered by the engine.
-        begin_pairing(peer, Endpoint(*member.endpoint));  // the same session: was_ready is kept
-        flush_said();
-        return;
-    }
+    // RC: a new queue pair offered, the one connected until now left; DC: the peer's target set
+    // up again (its initiators were recovered by the engine).
     member.stale_qpn = member.connected_to;
-    offer_queue_pair(peer, kReconnecting);
     member.connected_to = 0;
-    say(peer, PairRecord::State::offered);
+    start_pair(peer, kReconnecting);
+    advance(peer);
     flush_said();
 }
 

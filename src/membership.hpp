@@ -73,9 +73,10 @@ private:
     handshake::StoreDeadline deadline() const;
     // Pairing or ready: a member this one is connecting or connected to.
     static bool engaged(const Member& member) { return member.stage == Stage::pairing || member.stage == Stage::ready; }
-    // RC: a fresh queue pair for `peer`, offered in place of what the slot held (`why` names the
-    // slot's state to its operations until the pair is ready).
-    void offer_queue_pair(std::uint32_t peer, const char* why);
+    // The pair's first step on this side, in the mode's way (PeerPairing::begin: RC a fresh queue
+    // pair offered in place of what the slot held, DC the member's target), and said to it.
+    // `why` names the slot's state to its operations until the pair is ready.
+    void start_pair(std::uint32_t peer, const char* why);
     // Removes the pair record `peer` put for this member (it is gone, so nobody reads it).
     void forget_pair_record(std::uint32_t peer);
     void claim(std::optional<std::uint32_t> requested);

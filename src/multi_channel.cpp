@@ -11,6 +11,7 @@
 #include "src/multi_barrier.hpp"
 #include "src/multi_channel_bootstrap.hpp"
 #include "src/operations.hpp"
+#include "src/peer_pairing.hpp"
 #include "src/peer_regions.hpp"
 #include "src/settings_environment.hpp"
 
@@ -199,13 +200,8 @@ PreparedMultiChannel::~PreparedMultiChannel() = default;
 std::uint32_t PreparedMultiChannel::world_size() const { return engine_->peer_count(); }
 
 std::vector<ChannelEndpoint> PreparedMultiChannel::endpoints() const {
-    if (engine_ != nullptr && engine_->dc_mode()) {
-        throw Error("PreparedMultiChannel::endpoints: a DC multi-channel has one endpoint per process, not one queue "
-                    "pair per peer: use endpoint()");
-    }
-    std::vector<ChannelEndpoint> endpoints;
-    for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) endpoints.push_back(engine_->local_endpoint(peer));
-    return endpoints;
+    if (engine_ == nullptr) throw Error("PreparedMultiChannel::endpoints: this prepared multi-channel was already used");
+    return engine_->pairing().per_peer_endpoints(*engine_, "PreparedMultiChannel::endpoints");
 }
 
 MemoryRegion PreparedMultiChannel::register_memory(void* data, std::size_t length, Access access) {
@@ -247,7 +243,7 @@ MultiChannel::~MultiChannel() = default;
 
 std::uint32_t MultiChannel::world_size() const { return engine_->peer_count(); }
 MultiChannelMode MultiChannel::mode() const {
-    return engine_->dc_mode() ? MultiChannelMode::dynamically_connected : MultiChannelMode::reliable_connected;
+    return engine_->pairing().mode();
 }
 std::uint32_t MultiChannel::queue_pair_count() const { return engine_->queue_pair_count(); }
 

@@ -4,9 +4,9 @@
 
 #include "handshake/peer_watch.hpp"
 #include "rdmachan/multi_channel.hpp"
-#include "src/endpoint_peer.hpp"
 #include "src/engine.hpp"
 #include "src/multi_barrier.hpp"
+#include "src/peer_pairing.hpp"
 #include "src/peer_regions.hpp"
 
 namespace rdmachan {
@@ -48,16 +48,7 @@ Endpoint PreparedMultiChannel::endpoint() const {
     endpoint.port.gid_index = port.gid_index;
     endpoint.port.link_layer = port.ethernet ? LinkLayer::ethernet : LinkLayer::infiniband;
     endpoint.port.mtu = engine_->local_endpoint(0).mtu;
-    if (engine_->dc_mode()) {
-        // O(1) per process: the target every peer addresses, and the initiators it sends from.
-        endpoint.dc.push_back(DcEntry{engine_->dc_target_number(), engine_->dc_key()});
-        endpoint.dci = engine_->dc_initiator_numbers();
-    } else {
-        for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
-            const ChannelEndpoint& local = engine_->local_endpoint(peer);
-            endpoint.rc.push_back(RcEntry{peer, local.qpn, local.psn});
-        }
-    }
+    engine_->pairing().describe(*engine_, endpoint);
     endpoint.regions = published_;
     return endpoint;
 }
@@ -70,9 +61,6 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
         throw Error(me + ": the endpoint table has " + std::to_string(table.size()) + " ranks, the world has " +
                     std::to_string(world));
     }
-    // RC: the queue pair each peer made for this rank (one entry per peer, not a world x world
-    // table: at thousands of ranks that would be gigabytes).
-    std::vector<ChannelEndpoint> remotes(engine_->dc_mode() ? 0 : world);
     auto regions = std::make_unique<detail::PeerRegions>();
     std::size_t region_count = 0;
     for (const Endpoint& endpoint : table) region_count += endpoint.regions.size();
@@ -88,32 +76,8 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
             throw Error(me + ": table entry " + std::to_string(peer) + " is the endpoint of " + rank_text(theirs.rank));
         }
         regions->set(peer, theirs.regions);
-        if (engine_->dc_mode()) {
-            if (theirs.dc.empty() || theirs.dci.empty()) {
-                throw Error(me + ": " + rank_text(peer) + " published no DC target or no DC initiators (is it in RC mode?)");
-            }
-            try {
-                engine_->connect_dc(peer, detail::dc_peer_of(theirs));
-            } catch (const Error& error) {
-                throw Error(me + ": " + error.what());
-            }
-            continue;
-        }
-        if (theirs.rc.empty() && !theirs.dc.empty()) {
-            throw Error(me + ": " + rank_text(peer) + " is in DC mode, this rank in RC mode");
-        }
-        // Their queue pair for us: the RC entry that names our rank.
-        const RcEntry* entry = nullptr;
-        for (const RcEntry& candidate : theirs.rc) {
-            if (candidate.peer == rank_) entry = &candidate;
-        }
-        if (entry == nullptr) throw Error(me + ": " + rank_text(peer) + " published no RC entry for " + rank_text(rank_));
-        remotes[peer] = detail::rc_peer_of(theirs, entry->qpn, entry->psn);
     }
-    // Queue pair `peer` of this rank talks to the queue pair that peer made for this rank.
-    if (!engine_->dc_mode()) {
-        for (std::uint32_t peer = 0; peer < world; ++peer) engine_->connect(peer, remotes[peer]);
-    }
+    engine_->pairing().connect_world(*engine_, rank_, table, me);
     MultiChannel channels = make_channel(rank_);
     channels.remote_regions_ = std::move(regions);
     channels.barrier_->set_peer_regions(channels.remote_regions_.get());

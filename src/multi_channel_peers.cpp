@@ -1,12 +1,13 @@
 // Peers added and removed by the application (PreparedMultiChannel::open, MultiChannel::offer_peer,
 // add_peer, remove_peer): the same engine calls that membership through etcd makes, with the
 // endpoints carried by the caller instead of a store.
+#include <optional>
 #include <string>
 
 #include "rdmachan/multi_channel.hpp"
-#include "src/endpoint_peer.hpp"
 #include "src/engine.hpp"
 #include "src/multi_barrier.hpp"
+#include "src/peer_pairing.hpp"
 #include "src/peer_regions.hpp"
 
 namespace rdmachan {
@@ -29,14 +30,7 @@ MultiChannel PreparedMultiChannel::open() && {
     own->rc.clear();
     detail::Engine& engine = *engine_;
     for (std::uint32_t peer = 0; peer < engine.peer_count(); ++peer) engine.mark_absent(peer, kNotAdded);
-    // Its own slot: RC a queue pair connected to itself, DC its own target, so that code that
-    // addresses every slot needs no special case (as in a fixed world).
-    if (engine.dc_mode()) {
-        engine.connect_dc_member(rank_, detail::dc_peer_of(*own), kNotAdded);
-    } else {
-        const ChannelEndpoint local = engine.prepare_rc_peer(rank_, kNotAdded);
-        engine.connect_prepared_rc(rank_, local);
-    }
+    engine.pairing().connect_own_slot(engine, rank_, *own, kNotAdded);
     engine.mark_ready(rank_);
     auto regions = std::make_unique<detail::PeerRegions>();
     regions->set(rank_, own->regions);
@@ -55,9 +49,8 @@ Endpoint MultiChannel::offer_peer(std::uint32_t peer) {
     check_peer("MultiChannel::offer_peer", peer);
     if (peer == rank_) throw Error(call + ": that is this process's own rank");
     Endpoint offer = *opened_;
-    if (!engine_->dc_mode()) {
-        const ChannelEndpoint& local = engine_->prepare_rc_peer(peer, kOffered);
-        offer.rc.push_back(RcEntry{peer, local.qpn, local.psn});
+    if (const std::optional<RcEntry> entry = engine_->pairing().offer(*engine_, peer, kOffered)) {
+        offer.rc.push_back(*entry);
         lives_[peer].offered = true;
     }
     return offer;
@@ -78,24 +71,10 @@ void MultiChannel::add_peer(const Endpoint& theirs) {
         throw Error(call + ": endpoint field 'device' is " + to_string(theirs.device) + ", this process's is " +
                     to_string(opened_->device));
     }
-    if (engine_->dc_mode()) {
-        if (theirs.dc.empty()) throw Error(call + ": endpoint field 'dc' is empty: the peer is not in DC mode, this process is");
-        engine_->connect_dc_member(peer, detail::dc_peer_of(theirs), kOffered);
-    } else {
-        const RcEntry* mine = nullptr;
-        for (const RcEntry& entry : theirs.rc) {
-            if (entry.peer == rank_) mine = &entry;
-        }
-        if (mine == nullptr) {
-            throw Error(call + ": endpoint field 'rc' has no entry for rank " + std::to_string(rank_) +
-                        (theirs.dc.empty() ? " (the peer's offer_peer for this rank gives one)"
-                                           : " (the peer is in DC mode, this process in RC)"));
-        }
-        if (!lives_[peer].offered) {
-            throw Error(call + ": this process offered it no queue pair since it was last connected: call "
-                               "offer_peer(" + std::to_string(peer) + ") first and give the peer that offer");
-        }
-        engine_->connect_prepared_rc(peer, detail::rc_peer_of(theirs, mine->qpn, mine->psn));
+    try {
+        engine_->pairing().connect_offered(*engine_, rank_, peer, theirs, lives_[peer].offered, kOffered);
+    } catch (const Error& error) {
+        throw Error(call + ": " + error.what());
     }
     engine_->mark_ready(peer);
     remote_regions_->set(peer, theirs.regions);

@@ -4,9 +4,9 @@
 #include "rdmachan/multi_channel.hpp"
 #include "handshake/hex.hpp"
 #include "handshake/peer_watch.hpp"
-#include "src/endpoint_peer.hpp"
 #include "src/engine.hpp"
 #include "src/membership.hpp"
+#include "src/peer_pairing.hpp"
 #include "src/peer_regions.hpp"
 
 namespace rdmachan {
@@ -144,21 +144,7 @@ void MultiChannel::reconnect(std::uint32_t peer) {
     }
     std::optional<RcEntry> mine;
     try {
-        if (engine_->dc_mode()) {
-            if (replacement.dc.empty() || replacement.dci.empty()) {
-                throw Error("the replacement published no DC target or no DC initiators (is it in RC mode?)");
-            }
-            engine_->replace_dc_peer(peer, detail::dc_peer_of(replacement));
-        } else {
-            const RcEntry* entry = nullptr;
-            for (const RcEntry& candidate : replacement.rc) {
-                if (candidate.peer == rank_) entry = &candidate;
-            }
-            if (entry == nullptr) throw Error("the replacement published no RC entry for this rank");
-            engine_->replace_rc_peer(peer, detail::rc_peer_of(replacement, entry->qpn, entry->psn));
-            const ChannelEndpoint& local = engine_->local_endpoint(peer);
-            mine = RcEntry{peer, local.qpn, local.psn};
-        }
+        mine = engine_->pairing().replace(*engine_, rank_, peer, replacement);
     } catch (const Error& error) {
         throw Error(me + ": " + error.what());
     }

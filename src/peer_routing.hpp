@@ -1,6 +1,6 @@
 // How the engine reaches its peers: the part of the engine that differs between RC (a queue pair
 // per peer, src/rc_routing.hpp) and DC (shared initiators and one target, src/dc_routing.hpp).
-// One is chosen when the engine is built. The engine's hot path calls none of this: an RC peer's
+// One is chosen when the engine is built, and with it how the peers pair (src/peer_pairing.hpp). The engine's hot path calls none of this: an RC peer's
 // single and batched posts go straight to its queue pair (Engine::Peer::direct), and completions
 // are told apart by their wr_id (kEngineReceiveBuffer), not by the mode. A general post or a
 // receive makes one call here; everything else is control path.
@@ -12,6 +12,8 @@
 #include "transport/device_interface.hpp"
 
 namespace rdmachan::detail {
+
+class PeerPairing;
 
 // Where a send goes, or why it cannot.
 struct SendRoute {
@@ -47,6 +49,8 @@ public:
     // any is still failed.
     virtual bool recover_shared_queues() = 0;
     virtual std::uint32_t queue_pair_count() const = 0;
+    // How a MultiChannel of this mode pairs with its peers in the endpoint schema.
+    virtual const PeerPairing& pairing() const = 0;
 };
 
 }  // namespace rdmachan::detail

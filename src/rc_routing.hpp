@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "src/engine.hpp"
+#include "src/peer_pairing.hpp"
 
 namespace rdmachan::detail {
 
@@ -27,6 +28,7 @@ public:
     void forget(std::uint32_t) override {}
     bool recover_shared_queues() override { return false; }
     std::uint32_t queue_pair_count() const override { return static_cast<std::uint32_t>(queues_.size()); }
+    const PeerPairing& pairing() const override { return rc_pairing(); }
 
     // INIT -> RTR -> RTS towards the peer's queue pair. Throws rdmachan::Error naming the peer.
     void connect(std::uint32_t peer, const ChannelEndpoint& remote);

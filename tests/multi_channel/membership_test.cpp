@@ -483,6 +483,17 @@ TEST_CASE("refusals: an id already held, a garbled or hostile value under the pr
     store->put("members/99", "{}", 0, Clock::now() + 5s);
     store->put("members/007", "{}", 0, Clock::now() + 5s);
     store->put("pairs/0/1", R"({"version":1,"state":"connected","from_session":"zz"})", 0, Clock::now() + 5s);
+    // A well-formed member of the other mode.
+    const bool rc = test_mode() == MultiChannelMode::reliable_connected;
+    Endpoint other_mode = MultiChannelBuilder()
+                              .rank(4)
+                              .world_size(kCapacity)
+                              .mode(rc ? MultiChannelMode::dynamically_connected : MultiChannelMode::reliable_connected)
+                              .dc_initiators(2)
+                              .build()
+                              .endpoint();
+    other_mode.session = 0x5eed;
+    store->put("members/4", nlohmann::json(other_mode).dump(), 0, Clock::now() + 5s);
     auto refused = [&](Member& member, const std::string& key) {
         return std::any_of(member.events.begin(), member.events.end(), [&](const PeerEvent& event) {
             return event.kind == PeerEvent::Kind::refused && event.reason.find("'" + key + "'") != std::string::npos;
@@ -491,7 +502,14 @@ TEST_CASE("refusals: an id already held, a garbled or hostile value under the pr
     Member& zero = *service.members()[0];
     REQUIRE(service.poll_until([&] {
         return refused(zero, "members/5") && refused(zero, "members/6") && refused(zero, "members/99") &&
-               refused(zero, "members/007") && refused(zero, "pairs/0/1");
+               refused(zero, "members/007") && refused(zero, "pairs/0/1") && refused(zero, "members/4");
+    }));
+    const std::string other_mode_reason =
+        rc ? "'members/4' refused: the member is in DC mode (endpoint field 'dc' is set), this process in RC mode"
+           : "'members/4' refused: the member has no DC target (endpoint field 'dc' is empty)";
+    CHECK(std::any_of(zero.events.begin(), zero.events.end(), [&](const PeerEvent& event) {
+        return event.kind == PeerEvent::Kind::refused && event.peer == 4 &&
+               event.reason.find(other_mode_reason) != std::string::npos;
     }));
     for (const PeerEvent& event : zero.events) {
         if (event.kind == PeerEvent::Kind::refused) MESSAGE(event.reason);

@@ -65,6 +65,33 @@ TEST_CASE("builder and handshake errors name the setting, the rank and the sizes
     CHECK_THROWS_WITH_AS(std::move(again).handshake(ragged), doctest::Contains("rank 1 published 1 endpoints"), Error);
 }
 
+TEST_CASE("a fixed world of two modes is refused on both sides, naming the rank and what its endpoint lacks") {
+    // Scatter-to-CQE off whatever the environment says (DC refuses it): this is about pairing.
+    const auto prepare = [](std::uint32_t rank, MultiChannelMode mode) {
+        return MultiChannelBuilder(ChannelBuilder().scatter_to_cqe(false)).rank(rank).world_size(2).mode(mode).dc_initiators(2).build();
+    };
+    PreparedMultiChannel rc = prepare(0, MultiChannelMode::reliable_connected);
+    PreparedMultiChannel dc = prepare(1, MultiChannelMode::dynamically_connected);
+    const std::vector<Endpoint> table{rc.endpoint(), dc.endpoint()};
+    CHECK_THROWS_WITH_AS(std::move(rc).handshake(table),
+                         doctest::Contains("(rank 0): rank 1 is in DC mode (endpoint field 'dc' is set), this process in RC mode"),
+                         Error);
+    CHECK_THROWS_WITH_AS(std::move(dc).handshake(table),
+                         doctest::Contains("(rank 1): rank 0 has no DC target (endpoint field 'dc' is empty)"), Error);
+    // A DC endpoint without initiators: its receives could not be told to come from it.
+    PreparedMultiChannel first = prepare(0, MultiChannelMode::dynamically_connected);
+    PreparedMultiChannel second = prepare(1, MultiChannelMode::dynamically_connected);
+    std::vector<Endpoint> silent{first.endpoint(), second.endpoint()};
+    silent[1].dci.clear();
+    CHECK_THROWS_WITH_AS(std::move(first).handshake(silent),
+                         doctest::Contains("rank 1 published no DC initiators (endpoint field 'dci' is empty)"), Error);
+    // One endpoint per peer exists only in RC.
+    CHECK_THROWS_WITH_AS(second.endpoints(), doctest::Contains("a DC multi-channel has one endpoint per process"), Error);
+    CHECK(second.endpoint().dc.size() == 1);
+    CHECK(second.endpoint().rc.empty());
+    CHECK(prepare(1, MultiChannelMode::reliable_connected).endpoint().rc.size() == 2);
+}
+
 TEST_CASE("three ranks in one process: all-to-all scatter_write and gather_read, the own rank included") {
     constexpr std::uint32_t kSize = 3;
     constexpr std::uint32_t kSlice = 1024;

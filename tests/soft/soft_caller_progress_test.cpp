@@ -194,7 +194,7 @@ TEST_CASE("an RNR NAK read by a caller is still retried by the device's thread")
     CHECK(bytes_differing(pair.target.buffer(), 32, 0x5a) == 0);
 }
 
-TEST_CASE("RDMACHAN_SOFT_CALLER_PROGRESS: 0 leaves everything to the device's thread; another value names the variable") {
+TEST_CASE("RDMACHAN_SOFT_CALLER_PROGRESS: 0 leaves everything to the device's thread; another value names the variable, as for the other switches") {
     SUBCASE("0") {
         Environment off("RDMACHAN_SOFT_CALLER_PROGRESS", "0");
         TcpDevicePair pair;
@@ -208,13 +208,15 @@ TEST_CASE("RDMACHAN_SOFT_CALLER_PROGRESS: 0 leaves everything to the device's th
         CHECK(pair.initiator_device->caller_progress_turns() == 0);
         CHECK(pair.target_device->caller_progress_turns() == 0);
     }
-    SUBCASE("a bad value") {
-        Environment bad("RDMACHAN_SOFT_CALLER_PROGRESS", "yes");
-        try {
-            (void)soft::Device::open();
-            FAIL("the device opened with RDMACHAN_SOFT_CALLER_PROGRESS=yes");
-        } catch (const soft::SoftDeviceError& error) {
-            CHECK(std::string(error.what()).find("RDMACHAN_SOFT_CALLER_PROGRESS = 'yes'") != std::string::npos);
+    SUBCASE("a bad value, of this switch or of the device's other two") {
+        for (const char* name : {"RDMACHAN_SOFT_CALLER_PROGRESS", "RDMACHAN_SOFT_ZERO_HOP", "RDMACHAN_SOFT_DOORBELL_REQUESTS"}) {
+            Environment bad(name, "yes");
+            try {
+                (void)soft::Device::open();
+                FAIL("the device opened with " << name << "=yes");
+            } catch (const soft::SoftDeviceError& error) {
+                CHECK(std::string(error.what()).find(std::string(name) + " = 'yes' is not 0 or 1") != std::string::npos);
+            }
         }
     }
 }

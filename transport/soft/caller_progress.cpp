@@ -33,6 +33,7 @@
 
 #include "transport/soft/flight_events.hpp"
 #include "transport/soft/device_core.hpp"
+#include "transport/soft/environment_switch.hpp"
 
 namespace rdmachan::soft {
 namespace {
@@ -46,12 +47,7 @@ constexpr auto kTrafficWindow = std::chrono::milliseconds(1);
 }  // namespace
 
 void DeviceCore::open_connections_set() {
-    if (const char* setting = std::getenv("RDMACHAN_SOFT_CALLER_PROGRESS"); setting != nullptr && *setting != '\0') {
-        if (std::strcmp(setting, "0") != 0 && std::strcmp(setting, "1") != 0) {
-            throw SoftDeviceError(std::string("RDMACHAN_SOFT_CALLER_PROGRESS = '") + setting + "' is not 0 or 1");
-        }
-        caller_progress_enabled_ = setting[0] == '1';
-    }
+    caller_progress_enabled_ = environment_switch("RDMACHAN_SOFT_CALLER_PROGRESS").value_or(caller_progress_enabled_);
     links_.open_set();
     connections_attached_ = false;
     attach_connections(true, "the device opened");

@@ -29,6 +29,7 @@
 #include "transport/soft/flight_events.hpp"
 #include "common/logger.hpp"
 #include "transport/mlx5/wqe_layout.hpp"
+#include "transport/soft/environment_switch.hpp"
 
 namespace rdmachan::soft {
 namespace {
@@ -54,18 +55,9 @@ DeviceCore::DeviceCore(Device& owner, const DeviceOptions& options)
     settings_.transport_mode = transport_mode_from_environment();
     completions_.set_transport_mode(settings_.transport_mode);
     if (settings_.transport_mode == TransportMode::same_host) settings_.by_reference_threshold = 1;
-    if (const char* zero_hop = std::getenv("RDMACHAN_SOFT_ZERO_HOP"); zero_hop != nullptr && *zero_hop != '\0') {
-        if (std::strcmp(zero_hop, "0") != 0 && std::strcmp(zero_hop, "1") != 0) {
-            throw SoftDeviceError(std::string("RDMACHAN_SOFT_ZERO_HOP = '") + zero_hop + "' is not 0 or 1");
-        }
-        settings_.zero_hop_enabled = zero_hop[0] == '1';
-    }
-    if (const char* setting = std::getenv("RDMACHAN_SOFT_DOORBELL_REQUESTS"); setting != nullptr && *setting != '\0') {
-        if (std::strcmp(setting, "0") != 0 && std::strcmp(setting, "1") != 0) {
-            throw SoftDeviceError(std::string("RDMACHAN_SOFT_DOORBELL_REQUESTS = '") + setting + "' is not 0 or 1");
-        }
-        settings_.doorbell_requests_enabled = setting[0] == '1';
-    }
+    settings_.zero_hop_enabled = environment_switch("RDMACHAN_SOFT_ZERO_HOP").value_or(settings_.zero_hop_enabled);
+    settings_.doorbell_requests_enabled =
+        environment_switch("RDMACHAN_SOFT_DOORBELL_REQUESTS").value_or(settings_.doorbell_requests_enabled);
     if (const char* setting = std::getenv("RDMACHAN_SOFT_POLL_US"); setting != nullptr && *setting != '\0') {
         char* end = nullptr;
         const unsigned long microseconds = std::strtoul(setting, &end, 10);

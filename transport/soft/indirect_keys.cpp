@@ -170,7 +170,7 @@ std::optional<MemoryTranslation::Refusal> MemoryTranslation::apply_umr(std::uint
             if (region == regions_.end() || region->second.protection_domain != protection_domain) {
                 return fail(kSyndromeLocalProtection, "entry " + std::to_string(i) + ": key is no region of the QP's protection domain");
             }
-            if (find_region(entry.key, protection_domain, entry.addr, span, 0) == nullptr) {
+            if (!region->second.admits(protection_domain, entry.addr, span, 0)) {
                 return fail(kSyndromeLocalProtection, "entry " + std::to_string(i) + ": outside its region");
             }
             if ((region->second.access & needed) != needed) {
