@@ -59,6 +59,12 @@ public:
         return PairStart{0, 0, true};
     }
 
+    std::optional<std::string> record_mismatch(std::uint32_t qpn, std::uint32_t connected_to) const override {
+        if (qpn == 0 && connected_to == 0) return std::nullopt;
+        return "it names queue pair " + std::to_string(qpn != 0 ? qpn : connected_to) +
+               ": a DC pair has no queue pair of its own, this process is in DC mode";
+    }
+
     void answer(Engine&, std::uint32_t peer, const Endpoint&, std::uint32_t qpn, std::uint32_t) const override {
         throw Error("peer " + std::to_string(peer) + " answered with queue pair " + std::to_string(qpn) +
                     ": a DC pair has no queue pair of its own to answer with");

@@ -275,6 +275,9 @@ void Membership::on_pair_put(const handshake::StoreEvent& event) {
     }
     // Said to an earlier holder of this id.
     if (record.to_session != endpoint_.session) return;
+    if (const std::optional<std::string> why = engine_->pairing().record_mismatch(record.qpn, record.connected_to)) {
+        return refuse(event.key, *from, *why);
+    }
     members_[*from].theirs = record;
     advance(*from);
 }

@@ -56,8 +56,11 @@ public:
                                  bool offered, const char* why) const = 0;
     // Membership: a pair's first step, once `theirs` is known.
     virtual PairStart begin(Engine& engine, std::uint32_t peer, const Endpoint& theirs, const char* why) const = 0;
+    // Membership: why a pair record naming queue pair `qpn` and, connected, this member's queue
+    // pair `connected_to` cannot be this mode's (DC names none); nothing when it can.
+    virtual std::optional<std::string> record_mismatch(std::uint32_t qpn, std::uint32_t connected_to) const = 0;
     // Membership: the peer answered with its queue pair `qpn` for this member (RC only: a DC
-    // pair answers none).
+    // pair answers none, record_mismatch refuses such a record first).
     virtual void answer(Engine& engine, std::uint32_t peer, const Endpoint& theirs, std::uint32_t qpn,
                         std::uint32_t psn) const = 0;
     // The peer's process was replaced by `replacement`: what this rank now offers the

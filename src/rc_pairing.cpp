@@ -91,6 +91,8 @@ public:
         return PairStart{local.qpn, local.psn, false};
     }
 
+    std::optional<std::string> record_mismatch(std::uint32_t, std::uint32_t) const override { return std::nullopt; }
+
     void answer(Engine& engine, std::uint32_t peer, const Endpoint& theirs, std::uint32_t qpn,
                 std::uint32_t psn) const override {
         engine.connect_prepared_rc(peer, rc_peer_of(theirs, qpn, psn));

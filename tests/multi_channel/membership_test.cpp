@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "handshake/etcd_store.hpp"
+#include "handshake/membership_records.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "tests/error_of.hpp"
 #include "tests/handshake/etcd_process.hpp"
@@ -513,6 +514,26 @@ TEST_CASE("refusals: an id already held, a garbled or hostile value under the pr
     }));
     for (const PeerEvent& event : zero.events) {
         if (event.kind == PeerEvent::Kind::refused) MESSAGE(event.reason);
+    }
+    if (!rc) {
+        // A pair record naming a queue pair, from member 1's session to member 0's: a DC pair
+        // has none to answer with, so it is refused, not taken as a reconnection.
+        const auto session_of = [&](const char* key) {
+            return nlohmann::json::parse(store->get(key, Clock::now() + 5s).entries.at(0).value).get<Endpoint>().session;
+        };
+        handshake::PairRecord hostile;
+        hostile.state = handshake::PairRecord::State::connected;
+        hostile.from_session = session_of("members/1");
+        hostile.to_session = session_of("members/0");
+        hostile.qpn = 77;
+        store->put("pairs/0/1", handshake::serialize_pair_record(hostile), 0, Clock::now() + 5s);
+        REQUIRE(service.poll_until([&] {
+            return std::any_of(zero.events.begin(), zero.events.end(), [](const PeerEvent& event) {
+                return event.kind == PeerEvent::Kind::refused && event.peer == 1 &&
+                       event.reason.find("'pairs/0/1' refused: it names queue pair 77: a DC pair has no queue pair") !=
+                           std::string::npos;
+            });
+        }));
     }
     // Nothing refused became a member, and the pair 0-1 still works.
     CHECK(zero.channel->members() == std::vector<std::uint32_t>{0, 1});
