@@ -28,8 +28,8 @@ Endpoint read_endpoint(const nlohmann::json& message, const std::string& peer) {
     return endpoint;
 }
 
-// Each side's hello says it confirms readiness (the "ready" step below); a side of before that
-// step says nothing, and with it the exchange ends as it did then, at the endpoints.
+// Each side's hello says it confirms readiness (the "ready" step below). With a protocol-version-2
+// side whose hello lacks the field (it predates that step) the exchange ends at the endpoints.
 constexpr const char* confirms_ready_field = "confirms_ready";
 
 nlohmann::json hello_body(const std::string& nonce) { return {{"nonce", nonce}, {confirms_ready_field, true}}; }

@@ -100,7 +100,7 @@ TEST_CASE("RDMACHAN_SCATTER_TO_CQE sets the builders' default; a value other tha
     }
 }
 
-TEST_CASE("with both formats off the software device builds the channel as before") {
+TEST_CASE("with both formats off the software device builds the channel") {
     CHECK(build_refusal(ChannelBuilder().device("soft")) == "");
 }
 

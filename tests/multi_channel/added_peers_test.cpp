@@ -120,7 +120,7 @@ TEST_CASE("peers added and removed by the application while the others keep movi
     CHECK_THROWS_WITH_AS(zero->channel->remote_region(1, "inbox"), doctest::Contains("no region"), Error);
     exchange({zero.get(), two.get()}, 4);
 
-    // A new process takes slot 1 (a new session); the others connect it as before.
+    // A new process takes slot 1 (a new session); the others connect it as they did the first.
     one.reset();
     auto newcomer = open_process(1);
     connect(*zero, *newcomer);

@@ -374,7 +374,7 @@ TEST_CASE("RC, 4 processes: the replacement dies too and is replaced again") { r
 TEST_CASE("DC, 4 processes: the replacement dies too and is replaced again") { run_replacement(4, true, true); }
 TEST_CASE("DC, 16 processes: a killed rank is replaced") { run_replacement(16, true); }
 
-TEST_CASE("replacement disabled: the failure is final, as before") {
+TEST_CASE("replacement disabled: the failure is final") {
     constexpr std::uint32_t world = 4;
     multi_test::SharedTable* table = multi_test::create_shared_table();
     void* memory = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

@@ -197,7 +197,7 @@ TEST_CASE("same host, two processes: write, write with immediate, send and read 
         CHECK(moved.zero_hop == 0);
         CHECK(moved.zero_hop_reads == 0);
     }
-    SUBCASE("zero-hop on (the default): the 64 KiB write and the read are zero-hop, the rest as before") {
+    SUBCASE("zero-hop on (the default): the 64 KiB write and the read are zero-hop, the rest as with it off") {
         const Moved moved = every_operation_against(ChildRestriction::none);
         CHECK(moved.by_reference == 2);
         CHECK(moved.zero_hop == 1);

@@ -7,7 +7,7 @@
 //
 // How the two threads share the sockets:
 //   - The connections' sockets are in their own epoll set. While the progress thread owns them,
-//     that set is inside the progress thread's set (nested epoll): a frame wakes it, as before.
+//     that set is inside the progress thread's set (nested epoll): a frame wakes that thread.
 //   - A caller of progress() that finds traffic on the connections (bytes came within
 //     kTrafficWindow) takes the set out of the progress thread's (one epoll_ctl), polls it with
 //     a zero timeout and handles what came, under the device mutex taken by try-lock (never a

@@ -13,7 +13,7 @@
 // ThreadSanitizer builds the copy is made with the thread's memory accesses ignored, as a
 // NIC's are; synchronisation (the CQE's release, the doorbell's acquire) is still tracked, and
 // the device's own structures (queue pairs, rings, CQEs) are still checked.
-// Elsewhere it is memcpy, the same machine code as before.
+// Elsewhere it is plain memcpy.
 
 #include <cstddef>
 #include <cstdint>

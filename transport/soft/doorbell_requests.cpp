@@ -7,7 +7,7 @@
 // Why it keeps the device's behaviour:
 //   - It runs only while the progress thread sleeps, under the device mutex taken by try-lock
 //     (the doorbell thread never waits for the progress thread; when that thread is awake or
-//     holds the lock it executes the WQEs, as before).
+//     holds the lock it executes the WQEs itself, at the top of its loop).
 //     Both threads advance the same cursor (`executed`) and append to the same connection output,
 //     so requests leave in WQE order and a frame the progress thread queued is never overtaken.
 //   - The socket is non-blocking: what the kernel does not take stays in the connection's output

@@ -67,7 +67,7 @@ void hold_responder_completions(std::chrono::microseconds delay, int reached_des
 // would take the answer with it, and the sender would report transport retry exceeded for a
 // message that arrived. Hardware gives no order between the responder's CQE and the requester's
 // completion, so this order is one a ConnectX may show too. What the request wrote into memory is
-// released before the answer leaves (respond), as before.
+// released before the answer leaves (respond).
 void Responder::hold_before_completion() {
     const std::int64_t delay = answer_hold_microseconds.load(std::memory_order_relaxed);
     if (delay == 0) [[likely]]
