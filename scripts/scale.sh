@@ -27,15 +27,16 @@ peer_cost="$build_dir/tests/multi_channel/peer_cost_benchmark"
 block="$(mktemp)"
 trap 'rm -f "$block"' EXIT
 # A failed or timed-out run is printed as such, not dropped: the document shows what happened.
+# Each command has 900 s: the 4,096-rank series alone gives its ranks a 300 s deadline.
 run() {
     local output status=0
-    output="$(timeout 300 "$@" 2>&1)" || status=$?
+    output="$(timeout 900 "$@" 2>&1)" || status=$?
     if [ "$status" -eq 0 ]; then
         printf '%s\n' "$output" | grep -E '^(rendezvous|peer cost|pmix)' || printf '%s\n' "$output"
     else
         printf '%s\n' "$output" | grep -E '^(rendezvous|peer cost|pmix)' || true
         if [ "$status" -eq 124 ]; then
-            printf 'FAILED (timed out after 300 s): %s\n' "$*"
+            printf 'FAILED (timed out after 900 s): %s\n' "$*"
         else
             printf 'FAILED (exit %s): %s\n' "$status" "$*"
         fi
@@ -50,9 +51,10 @@ run() {
     for mode in rc dc; do
         echo "\$ rendezvous_benchmark --mode $mode 64 128 256 512 1024"
         run "$rendezvous" --mode "$mode" --timeout 120 64 128 256 512 1024
-        # 4,096 ranks as 256 processes of 16 threads (docs/SCALE.md says why), with a deadline.
-        echo "\$ rendezvous_benchmark --mode $mode --threads-per-process 16 --timeout 120 1024 2048 4096"
-        run "$rendezvous" --mode "$mode" --threads-per-process 16 --timeout 120 1024 2048 4096
+        # 4,096 ranks as 256 processes of 16 threads (docs/SCALE.md says why), with a deadline
+        # long enough to give a figure where the target is missed (RC took 150 s here).
+        echo "\$ rendezvous_benchmark --mode $mode --threads-per-process 16 --timeout 300 1024 2048 4096"
+        run "$rendezvous" --mode "$mode" --threads-per-process 16 --timeout 300 1024 2048 4096
     done
     for mode in rc dc; do
         echo "\$ peer_cost_benchmark --mode $mode 1024 4096"
@@ -94,9 +96,12 @@ def row(what, value, target, unit, limit):
         rows.append("| %s | not measured | %s |  |" % (what, target)); return
     verdict = "met" if value <= limit else "missed: %.1fx the target" % (value / limit)
     rows.append("| %s | %s %s | %s | %s |" % (what, ("%.2f" % value) if unit == "s" else "%.0f" % value, unit, target, verdict))
-row("TCP rendezvous, 1,024 RC ranks as processes", seconds("rc", 1024, "processes"), "<= 3 s", "s", 3)
+row("TCP rendezvous, 1,024 RC ranks as processes", seconds("rc", 1024, "processes"), "<= 2 s", "s", 2)
 row("TCP rendezvous, 1,024 DC ranks as processes", seconds("dc", 1024, "processes"), "<= 3 s", "s", 3)
 row("TCP rendezvous, 4,096 DC ranks (256 processes of 16 threads)", seconds("dc", 4096, "processes_of_16_threads"), "<= 5 s", "s", 5)
+rc_4096 = seconds("rc", 4096, "processes_of_16_threads")
+rows.append("| TCP rendezvous, 4,096 RC ranks (256 processes of 16 threads) | %s | reported (no target) |  |" %
+            ("not measured" if rc_4096 is None else "%.2f s" % rc_4096))
 def pmix_seconds(ranks, start):
     for line in lines:
         if line.startswith("pmix exchange:"):
@@ -141,6 +146,12 @@ for c in costs:
         value = float(c["heap_per_peer"])
         rows.append("| DC memory per peer, %s peers | %.0f bytes | <= 512 bytes | %s |" %
                     (c["peers"], value, "met" if value <= 512 else "missed"))
+# A peer never contacted costs what any peer costs: every peer's DC state is made at the handshake.
+for c in costs:
+    if c.get("mode") == "dc":
+        value = float(c["heap_per_peer"])
+        rows.append("| DC memory per peer never contacted, %s peers (made at the handshake, as every peer's) | %.0f bytes | <= 16 bytes | %s |" %
+                    (c["peers"], value, "met" if value <= 16 else "missed: %.1fx the target" % (value / 16)))
 print()
 print("| what | measured | target | verdict |")
 print("|---|---:|---|---|")
