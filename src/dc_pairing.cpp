@@ -36,8 +36,12 @@ public:
     void connect_world(Engine& engine, std::uint32_t, const std::vector<Endpoint>& table,
                        const std::string& me) const override {
         for (std::uint32_t peer = 0; peer < table.size(); ++peer) {
-            connect_checked(table[peer], "rank " + std::to_string(peer), me + ": ",
-                            [&](const DcPeerAddress& address) { engine.connect_dc(peer, address); });
+            try {
+                connect_checked(table[peer], "rank " + std::to_string(peer),
+                                [&](const DcPeerAddress& address) { engine.connect_dc(peer, address); });
+            } catch (const Error& error) {
+                throw Error(me + ": " + error.what());
+            }
         }
     }
 
@@ -49,12 +53,12 @@ public:
 
     void connect_offered(Engine& engine, std::uint32_t, std::uint32_t peer, const Endpoint& theirs, bool,
                          const char* why) const override {
-        connect_checked(theirs, "the peer", "",
+        connect_checked(theirs, "the peer",
                         [&](const DcPeerAddress& address) { engine.connect_dc_member(peer, address, why); });
     }
 
     PairStart begin(Engine& engine, std::uint32_t peer, const Endpoint& theirs, const char* why) const override {
-        connect_checked(theirs, "the member", "",
+        connect_checked(theirs, "the member",
                         [&](const DcPeerAddress& address) { engine.connect_dc_member(peer, address, why); });
         return PairStart{0, 0, true};
     }
@@ -72,7 +76,7 @@ public:
 
     std::optional<RcEntry> replace(Engine& engine, std::uint32_t, std::uint32_t peer,
                                    const Endpoint& replacement) const override {
-        connect_checked(replacement, "the replacement", "",
+        connect_checked(replacement, "the replacement",
                         [&](const DcPeerAddress& address) { engine.replace_dc_peer(peer, address); });
         return std::nullopt;
     }
@@ -80,21 +84,11 @@ public:
 private:
     using DcPeerAddress = Engine::DcPeerAddress;
 
-    // Checks `theirs` (named `who` in the error), then connects through `connect`; every error
-    // starts with `context`.
+    // Checks `theirs` (named `who` in the error), then connects through `connect`.
     template <typename Connect>
-    void connect_checked(const Endpoint& theirs, const std::string& who, const std::string& context,
-                         Connect&& connect) const {
-        if (const std::optional<std::string> why = mismatch(theirs)) throw Error(context + who + " " + *why);
-        if (context.empty()) {
-            connect(dc_peer_of(theirs));
-            return;
-        }
-        try {
-            connect(dc_peer_of(theirs));
-        } catch (const Error& error) {
-            throw Error(context + error.what());
-        }
+    void connect_checked(const Endpoint& theirs, const std::string& who, Connect&& connect) const {
+        if (const std::optional<std::string> why = mismatch(theirs)) throw Error(who + " " + *why);
+        connect(dc_peer_of(theirs));
     }
 };
 

@@ -86,9 +86,10 @@ public:
         engine.connect_prepared_rc(peer, rc_peer_of(theirs, mine->qpn, mine->psn));
     }
 
+    // Membership offers a queue pair as offer_peer does, once the member's endpoint is known.
     PairStart begin(Engine& engine, std::uint32_t peer, const Endpoint&, const char* why) const override {
-        const ChannelEndpoint& local = engine.prepare_rc_peer(peer, why);
-        return PairStart{local.qpn, local.psn, false};
+        const RcEntry offered = *offer(engine, peer, why);
+        return PairStart{offered.qpn, offered.psn, false};
     }
 
     std::optional<std::string> record_mismatch(std::uint32_t, std::uint32_t) const override { return std::nullopt; }

@@ -103,14 +103,7 @@ class EtcdProcess {
     // A restart on another client port, of the fixture's choosing (chosen again while etcd finds
     // it taken); returns it. start() still restarts on the fixture's own client port.
     std::uint16_t start_elsewhere() {
-        std::string failure;
-        for (int choice = 0; choice < kChoices; ++choice) {
-            const std::uint16_t port = free_loopback_port();
-            failure = launch_and_wait(port);
-            if (failure.empty()) return port;
-            if (failure.find("address already in use") == std::string::npos) break;
-        }
-        throw std::runtime_error(failure);
+        return launch_choosing([](int) { return free_loopback_port(); });
     }
 
     // SIGTERM, then SIGKILL if it has not ended within 5 s.
@@ -136,14 +129,24 @@ class EtcdProcess {
     static constexpr int kChoices = 5;
 
     void start_choosing_ports() {
-        std::string failure;
-        for (int choice = 0; choice < kChoices; ++choice) {
+        launch_choosing([this](int choice) {
             if (choice > 0) {
                 client_port_ = free_loopback_port();
                 peer_port_ = free_loopback_port();
             }
-            failure = launch_and_wait(client_port_);
-            if (failure.empty()) return;
+            return client_port_;
+        });
+    }
+
+    // Launches on the client port `choose(choice)` gives, asking again while etcd finds a port
+    // taken (up to kChoices times); returns the port etcd listens on, or throws etcd's reason.
+    template <typename Choose>
+    std::uint16_t launch_choosing(Choose&& choose) {
+        std::string failure;
+        for (int choice = 0; choice < kChoices; ++choice) {
+            const std::uint16_t port = choose(choice);
+            failure = launch_and_wait(port);
+            if (failure.empty()) return port;
             if (failure.find("address already in use") == std::string::npos) break;
         }
         throw std::runtime_error(failure);
