@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/host_identity.hpp"
+
 namespace rdmachan::soft {
 
 // RDMACHAN_SOFT_TRANSPORT: auto (default) uses the same-host path when the peer is on this host
@@ -22,29 +24,16 @@ enum class TransportMode : std::uint8_t { automatic, same_host, tcp };
 TransportMode transport_mode_from_environment();
 const char* to_string(TransportMode mode);
 
-// What two devices compare to decide they share a host: a process's pid and memory are
-// meaningful to the other only with the same boot, user and PID namespace; the network
-// namespace makes 127.0.0.1 the same loopback.
-struct HostIdentity {
-    std::array<std::uint8_t, 16> boot_id{};  // /proc/sys/kernel/random/boot_id
-    std::uint32_t uid = 0;
-    std::uint64_t network_namespace = 0;  // inode of /proc/self/ns/net
-    std::uint64_t pid_namespace = 0;      // inode of /proc/self/ns/pid
-    std::uint32_t pid = 0;
-};
-
-// This process's identity: boot id and namespaces read once per process image (they do not change
-// across fork), uid and pid on every call (a forked child may change its user).
-HostIdentity this_host_identity();
+// What two devices compare to decide they share a host (common/host_identity.hpp).
+using detail::HostIdentity;
+using detail::this_host_identity;
+using detail::different_host_reason;
 
 // Whether process `pid` has exited (or was reaped): then none of its threads is in a write. A pid
 // that cannot be asked about (out of descriptors) counts as alive: a deregistration then fails
 // rather than returns too early. A pid reused by another process also counts as alive, with the
 // same safe outcome.
 bool process_exited(std::uint32_t pid);
-
-// Why `peer` is not on this host ("boot id differs", ...), or nullptr when it is.
-const char* different_host_reason(const HostIdentity& mine, const HostIdentity& peer);
 
 // Reads 8 bytes at `address` in process `pid` and compares them with `expected`: 0 when cross
 // memory attach works and `pid` is the process that published the word, else an errno (EPERM,
