@@ -14,8 +14,10 @@
 namespace rdmachan::handshake {
 
 // Version 2: the rendezvous table carries, per peer, only the RC entry that peer made for the
-// receiving rank (version 1 sent every peer's whole endpoint, O(N^2) bytes per rank).
-inline constexpr std::uint32_t protocol_version = 2;
+// receiving rank (version 1 sent every peer's whole endpoint, O(N^2) bytes per rank). Version 3:
+// the ranks of a host share one copy of the table (handshake/host_table.hpp); a version-3 server
+// still serves version-2 clients their own tables.
+inline constexpr std::uint32_t protocol_version = 3;
 inline constexpr std::uint32_t protocol_min_compatible_version = 2;
 inline constexpr std::array<std::uint8_t, 8> protocol_magic = {'R', 'D', 'M', 'A',
                                                                'C', 'H', 'A', 'N'};

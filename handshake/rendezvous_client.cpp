@@ -1,13 +1,18 @@
+#include <unistd.h>
+
+#include <cstdio>
 #include <optional>
 
 #include "handshake/authentication.hpp"
 #include "handshake/connection.hpp"
 #include "handshake/hex.hpp"
+#include "handshake/host_table.hpp"
 #include "handshake/rendezvous_protocol.hpp"
 #include "handshake/rendezvous_table.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
 #include "handshake/flight_events.hpp"
+#include "common/host_identity.hpp"
 #include "common/logger.hpp"
 
 namespace rdmachan {
@@ -21,6 +26,11 @@ struct Rendezvous::State {
     asio::io_context io;
     std::optional<FramedConnection> connection;
     std::vector<Endpoint> table;
+    std::uint32_t server_version = 0;
+    RendezvousTableSource source;
+    // The rank that published the host's copy holds it until the Rendezvous is destroyed, after
+    // the barrier, by which time every rank of the host has read it.
+    std::optional<PublishedTable> published;
     enum class Step { fresh, exchanged, released, broken } step = Step::fresh;
     // Peer replacement: what the watch read since the last poll_events(), and why it stopped.
     std::vector<RendezvousEvent> events;
@@ -44,6 +54,16 @@ struct Rendezvous::State {
         return "rank " + std::to_string(settings.rank) + " of job '" + settings.job + "'";
     }
 
+    // "rank 3 of job 'x' on host 1a2b3c4d (network namespace 4026531840)": the host named by the
+    // start of its boot id and its namespace, as same-host detection tells hosts apart.
+    std::string me_on_host() const {
+        const detail::HostIdentity host = detail::this_host_identity();
+        char boot[9];
+        std::snprintf(boot, sizeof boot, "%02x%02x%02x%02x", host.boot_id[0], host.boot_id[1], host.boot_id[2],
+                      host.boot_id[3]);
+        return me() + " on host " + boot + " (network namespace " + std::to_string(host.network_namespace) + ")";
+    }
+
     Task<void> exchange(const Endpoint& mine) {
         tcp::socket socket = co_await connect_with_retries(settings.host, settings.port);
         connection.emplace(std::move(socket), server_name(), unauthenticated_frame_size_cap);
@@ -55,9 +75,14 @@ struct Rendezvous::State {
                                            {"session", session},
                                            {"nonce", client_nonce}};
         if (*role() != '\0') hello_body["replacement"] = role();
+        // A replacement arrives after the others shared their table: it receives its own.
+        const bool names_host =
+            settings.share_table_per_host && settings.replacement != PeerReplacement::replace_failed_rank;
+        if (names_host) hello_body["host"] = detail::host_key(detail::this_host_identity());
         const std::string client_hello = encode_hello(hello_body.dump());
         co_await connection->write_frame(client_hello);
         const Hello hello = decode_hello(co_await connection->read_frame(), server_name());
+        server_version = hello.version;
         const nlohmann::json body = parse_json_object(hello.body, server_name(), "hello");
         if (body.contains("error") && body["error"].is_string())
             throw Error(server_name() + " rejected " + me() + ": " +
@@ -88,15 +113,117 @@ struct Rendezvous::State {
         co_await connection->write_message(registration);
         flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: registered"), settings.rank, settings.port);
 
-        const std::string table_frame = co_await connection->read_frame();
+        // A protocol-2 server, or a rank that named no host: its own table, as protocol 2 sends it.
+        if (server_version < 3 || !names_host) {
+            const std::string table_frame = co_await connection->read_frame();
+            flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: table received"), settings.rank, settings.port);
+            read_table(table_frame);
+            co_return;
+        }
+        co_await receive_table();
+    }
+
+    // Protocol 3: the header with the RC entries made for this rank, then the table: read from
+    // the host's copy where the server names one, else received (and published for the host
+    // when the server asks).
+    Task<void> receive_table() {
+        const nlohmann::json header = co_await connection->read_message("table_header");
+        const auto rc = header.find("rc");
+        if (rc == header.end()) throw Error(server_name() + " sent a table_header without 'rc'");
+        std::vector<RcEntry> entries;
+        try {
+            entries = parse_compact_rc_entries(*rc);
+        } catch (const Error& error) {
+            throw Error(server_name() + " sent invalid RC entries for " + me() + ": " + error.what());
+        }
+        // The answers are built before each co_await: GCC 12 cannot keep a braced JSON
+        // initializer of string literals across a suspension ("array used as initializer").
+        std::string refusal;
+        nlohmann::json answer;
+        if (const auto shared = header.find("shared"); shared != header.end()) {
+            const SharedTableLocation location = read_location(*shared);
+            try {
+                MappedTable copy(location, me_on_host());
+                read_table(copy.bytes());
+                source.kind = RendezvousTableSource::Kind::host_copy;
+                source.host_copy_bytes = copy.bytes().size();
+            } catch (const Error& error) {
+                refusal = error.what();
+            }
+            if (refusal.empty()) {
+                answer = {{"type", "table_read"}};
+                co_await connection->write_message(answer);
+            } else {
+                // A copy this rank cannot use costs it only its own copy.
+                detail::logger().warn("{}; receiving its own copy instead", refusal);
+                source.refused = refusal;
+                answer = {{"type", "send_table"}, {"why", refusal}};
+                co_await connection->write_message(answer);
+                const std::string own_frame = co_await connection->read_frame();
+                read_table(own_frame);
+            }
+        } else {
+            const std::string table_frame = co_await connection->read_frame();
+            read_table(table_frame);
+            if (const auto share = header.find("share"); share != header.end() && *share == true) {
+                try {
+                    published.emplace(table_frame);
+                } catch (const Error& error) {
+                    refusal = error.what();
+                }
+                if (refusal.empty()) {
+                    source.kind = RendezvousTableSource::Kind::published_for_host;
+                    answer = {{"type", "shared"}, {"pid", static_cast<std::uint32_t>(::getpid())}, {"fd", published->fd()}};
+                    co_await connection->write_message(answer);
+                } else {
+                    detail::logger().warn("{} could not share the table with its host: {}", me_on_host(), refusal);
+                    source.refused = refusal;
+                    answer = {{"type", "shared"}, {"error", refusal}};
+                    co_await connection->write_message(answer);
+                }
+            }
+        }
         flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: table received"), settings.rank, settings.port);
+        for (const RcEntry& entry : entries) {
+            if (entry.peer >= settings.world_size)
+                throw Error(server_name() + " sent an RC entry from rank " + std::to_string(entry.peer) +
+                            ", outside world size " + std::to_string(settings.world_size));
+            if (!table[entry.peer].rc.empty())
+                throw Error(server_name() + " sent two RC entries from rank " + std::to_string(entry.peer));
+            table[entry.peer].rc.push_back({settings.rank, entry.qpn, entry.psn});
+        }
+    }
+
+    SharedTableLocation read_location(const nlohmann::json& shared) const {
+        SharedTableLocation location;
+        const auto field = [&](const char* key) -> const nlohmann::json& {
+            const auto found = shared.find(key);
+            if (found == shared.end()) throw Error(server_name() + " named a shared table without '" + key + "'");
+            return *found;
+        };
+        const nlohmann::json& pid = field("pid");
+        const nlohmann::json& fd = field("fd");
+        const nlohmann::json& size = field("size");
+        const nlohmann::json& digest = field("digest");
+        if (!pid.is_number_unsigned() || pid.get<std::uint64_t>() > 0xffffffff || !fd.is_number_unsigned() ||
+            fd.get<std::uint64_t>() > 0x7fffffff || !size.is_number_unsigned() || !digest.is_string() ||
+            !from_hex(digest.get_ref<const std::string&>(), location.digest.data(), location.digest.size()))
+            throw Error(server_name() + " named a shared table with fields of the wrong type");
+        location.pid = pid.get<std::uint32_t>();
+        location.fd = fd.get<std::int32_t>();
+        location.size = size.get<std::uint64_t>();
+        return location;
+    }
+
+    // The table frame: the canonical text through the scanner, anything else through the JSON
+    // parser, which names what is wrong.
+    void read_table(std::string_view table_frame) {
         std::vector<Endpoint> scanned;
         if (scan_table(table_frame, settings.world_size, settings.rank, scanned)) {
             table = std::move(scanned);
-            co_return;
+            return;
         }
-        // Not the canonical form (or not valid): the JSON parse says what is wrong, if anything.
-        const nlohmann::json table_message = connection->parse_message(table_frame, "table");
+        const nlohmann::json table_message = connection->parse_message(std::string(table_frame), "table");
         const auto rows = table_message.find("rows");
         if (rows == table_message.end() || !rows->is_array() || rows->size() != settings.world_size)
             throw Error(server_name() + " sent a table that is not " +
@@ -213,6 +340,10 @@ std::uint16_t Rendezvous::port() const {
 
 std::uint64_t Rendezvous::bytes_received() const {
     return state_->connection ? state_->connection->bytes_received() : 0;
+}
+
+const RendezvousTableSource& Rendezvous::table_source() const {
+    return state_->source;
 }
 
 std::vector<Endpoint> Rendezvous::exchange(const Endpoint& mine) {

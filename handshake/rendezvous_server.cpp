@@ -3,12 +3,14 @@
 #include <condition_variable>
 #include <deque>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
 
 #include "handshake/authentication.hpp"
 #include "handshake/connection.hpp"
+#include "handshake/crypto.hpp"
 #include "handshake/hex.hpp"
 #include "handshake/rendezvous_protocol.hpp"
 #include "handshake/rendezvous_table.hpp"
@@ -85,6 +87,12 @@ std::vector<PackedRcEntry> index_rc_entries(const Endpoint& endpoint, std::uint3
     return by_peer;
 }
 
+// A rank's hello names its host in at most this many characters (common/host_identity.hpp's key
+// is 72).
+constexpr std::size_t max_host_key_size = 128;
+// table_for(no_recipient): every row without an RC entry, the table a host shares.
+constexpr std::uint32_t no_recipient = 0xffffffff;
+
 // Thrown inside a connection's coroutine to reject the peer with a message sent back to it.
 struct Rejection {
     std::string message;
@@ -116,6 +124,18 @@ struct RendezvousServer::State {
     std::vector<TableRowText> row_text;
     std::vector<std::vector<PackedRcEntry>> rc_for_peer;
     std::uint32_t registered_count = 0;
+    // Protocol 3, one copy of the table per host: the table every rank of a host reads, with no
+    // RC entries in its rows (each rank receives those apart), built once when the last rank
+    // registered, and its digest, which a reader checks the host's copy against.
+    std::string common_table;
+    Digest common_digest{};
+    struct HostShare {
+        enum class State { unclaimed, publishing, shared, unavailable } state = State::unclaimed;
+        std::uint32_t pid = 0;  // where the publishing rank holds the copy (shared)
+        std::int32_t fd = -1;
+    };
+    std::map<std::string, HostShare> hosts;  // by host key (the client's hello field 'host')
+    asio::steady_timer host_event{io};      // cancel(): a host's copy was shared or is unavailable
     std::vector<bool> in_barrier;
     std::uint32_t barrier_count = 0;
     std::uint32_t released_count = 0;
@@ -231,6 +251,15 @@ struct RendezvousServer::State {
                     throw Rejection{"hello field 'replacement' must be \"watch\" or \"replace\""};
                 role = found->get<std::string>();
             }
+            // Protocol 3: the host the rank runs on, so that its ranks can share one copy of the
+            // table. Absent (an older client, or sharing turned off): the rank receives its own.
+            std::string host;
+            if (auto found = body.find("host"); found != body.end() && hello.version >= 3) {
+                if (!found->is_string() || found->get_ref<const std::string&>().size() > max_host_key_size)
+                    throw Rejection{"hello field 'host' must be a string of at most " +
+                                    std::to_string(max_host_key_size) + " characters"};
+                host = found->get<std::string>();
+            }
             const std::string who =
                 "rank " + std::to_string(claimed_rank) + " at " + connection->peer();
             connection->set_peer(who);
@@ -306,25 +335,11 @@ struct RendezvousServer::State {
 
             co_await wait_for(table_event, Phase::table_sent);
             if (phase == Phase::failed) throw Rejection{failure};
-            // At most a few tables exist at once: at 4,096 ranks each is most of a megabyte.
-            while (tables_in_flight >= max_tables_in_flight && phase != Phase::failed) {
-                try {
-                    co_await table_slot_event.async_wait(asio::use_awaitable);
-                } catch (const boost::system::system_error&) {
-                    // Woken by cancel_one(): a table finished; look again.
-                }
+            if (!host.empty()) {
+                co_await send_host_table(*connection, *rank, host);
+            } else {
+                co_await send_own_table(*connection, *rank);
             }
-            if (phase == Phase::failed) throw Rejection{failure};
-            ++tables_in_flight;
-            std::exception_ptr write_failure;
-            try {
-                co_await connection->write_frame(table_for(*rank));
-            } catch (...) {
-                write_failure = std::current_exception();
-            }
-            --tables_in_flight;
-            table_slot_event.cancel_one();
-            if (write_failure) std::rethrow_exception(write_failure);
 
             co_await connection->read_message("barrier");
             in_barrier[*rank] = true;
@@ -372,6 +387,115 @@ struct RendezvousServer::State {
         connection->close();
         // A server that lives as long as the job (replacement) must not keep every refused one.
         connections.remove(connection);
+    }
+
+    // Waits for one of the few table slots: at 4,096 ranks a table is most of a megabyte, and at
+    // most max_tables_in_flight of them are being written at once.
+    Task<void> write_table_frame(FramedConnection& connection, std::string frame) {
+        while (tables_in_flight >= max_tables_in_flight && phase != Phase::failed) {
+            try {
+                co_await table_slot_event.async_wait(asio::use_awaitable);
+            } catch (const boost::system::system_error&) {
+                // Woken by cancel_one(): a table finished; look again.
+            }
+        }
+        if (phase == Phase::failed) throw Rejection{failure};
+        ++tables_in_flight;
+        std::exception_ptr write_failure;
+        try {
+            co_await connection.write_frame(std::move(frame));
+        } catch (...) {
+            write_failure = std::current_exception();
+        }
+        --tables_in_flight;
+        table_slot_event.cancel_one();
+        if (write_failure) std::rethrow_exception(write_failure);
+    }
+
+    // Protocol 2: the rank's own table, its RC entries in the rows.
+    Task<void> send_own_table(FramedConnection& connection, std::uint32_t rank) {
+        co_await write_table_frame(connection, table_for(rank));
+    }
+
+    // Protocol 3: a table_header with the rank's RC entries, then the common table in one of three
+    // ways. The host's first rank here receives it and is asked to publish it for the host; the
+    // host's other ranks are told where the published copy is and what it must hold, and
+    // receive the table themselves only when they refuse that copy or none was published.
+    Task<void> send_host_table(FramedConnection& connection, std::uint32_t rank, const std::string& host) {
+        HostShare& share = hosts[host];
+        nlohmann::json header = {{"type", "table_header"}, {"rc", rc_entries_for(rank)}};
+        if (share.state == HostShare::State::unclaimed) {
+            share.state = HostShare::State::publishing;
+            header["share"] = true;
+            bool published = false;
+            try {
+                co_await connection.write_message(header);
+                co_await write_table_frame(connection, common_table);
+                const nlohmann::json answer = co_await connection.read_message("shared");
+                const auto pid = answer.find("pid");
+                const auto fd = answer.find("fd");
+                if (pid != answer.end() && pid->is_number_unsigned() && pid->get<std::uint64_t>() <= 0xffffffff &&
+                    fd != answer.end() && fd->is_number_unsigned() && fd->get<std::uint64_t>() <= 0x7fffffff) {
+                    share.pid = pid->get<std::uint32_t>();
+                    share.fd = fd->get<std::int32_t>();
+                    published = true;
+                } else {
+                    const auto why = answer.find("error");
+                    detail::logger().warn("{}: rank {} could not share the table with its host: {}", name(), rank,
+                                          why != answer.end() && why->is_string()
+                                              ? why->get<std::string>().substr(0, 300)
+                                              : std::string("no reason given"));
+                }
+            } catch (...) {
+                share.state = HostShare::State::unavailable;
+                host_event.cancel();
+                throw;
+            }
+            share.state = published ? HostShare::State::shared : HostShare::State::unavailable;
+            host_event.cancel();
+            co_return;
+        }
+        while (share.state == HostShare::State::publishing && phase != Phase::failed) {
+            try {
+                co_await host_event.async_wait(asio::use_awaitable);
+            } catch (const boost::system::system_error&) {
+                // Cancelled: some host's copy changed state; look again.
+            }
+        }
+        if (phase == Phase::failed) throw Rejection{failure};
+        if (share.state != HostShare::State::shared) {
+            header["share"] = false;
+            co_await connection.write_message(header);
+            co_await write_table_frame(connection, common_table);
+            co_return;
+        }
+        header["shared"] = {{"pid", share.pid},
+                            {"fd", share.fd},
+                            {"size", common_table.size()},
+                            {"digest", to_hex(common_digest.data(), common_digest.size())}};
+        co_await connection.write_message(header);
+        const nlohmann::json answer = parse_json_object(co_await connection.read_frame(), connection.peer(), "answer");
+        const auto type = answer.find("type");
+        if (type != answer.end() && *type == "table_read") co_return;
+        if (type == answer.end() || *type != "send_table")
+            throw Rejection{connection.peer() +
+                            " answered the host's shared table with neither 'table_read' nor 'send_table'"};
+        const auto why = answer.find("why");
+        detail::logger().warn("{}: rank {} receives its own table: {}", name(), rank,
+                              why != answer.end() && why->is_string() ? why->get<std::string>().substr(0, 300)
+                                                                      : std::string("no reason given"));
+        co_await write_table_frame(connection, common_table);
+    }
+
+    // [[peer, qpn, psn], ...]: the RC entries every rank made for `recipient`.
+    nlohmann::json rc_entries_for(std::uint32_t recipient) const {
+        nlohmann::json entries = nlohmann::json::array();
+        for (std::uint32_t peer = 0; peer < settings.world_size; ++peer) {
+            const std::vector<PackedRcEntry>& made = rc_for_peer[peer];
+            if (recipient < made.size() && made[recipient].present)
+                entries.push_back({peer, static_cast<std::uint32_t>(made[recipient].qpn), made[recipient].psn});
+        }
+        return entries;
     }
 
     // The register message of `claimed_rank` as an endpoint and its RC entries by peer;
@@ -647,6 +771,8 @@ struct RendezvousServer::State {
     }
 
     void publish_table() {
+        common_table = table_for(no_recipient);
+        common_digest = sha256(as_bytes(common_table));
         phase = Phase::table_sent;
         table_event.cancel();
         detail::logger().debug("{}: all {} ranks registered", name(), settings.world_size);
@@ -703,6 +829,7 @@ struct RendezvousServer::State {
         table_event.cancel();
         release_event.cancel();
         table_slot_event.cancel();
+        host_event.cancel();
         boost::system::error_code ignored;
         acceptor.close(ignored);
         // Give waiting ranks a moment to receive the error, then drop everyone.
@@ -717,6 +844,7 @@ struct RendezvousServer::State {
         table_event.cancel();
         release_event.cancel();
         table_slot_event.cancel();
+        host_event.cancel();
         for (auto& connection : connections) connection->close();
         std::lock_guard lock(mutex);
         if (finished) return;
@@ -756,6 +884,7 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
     state.table_event.expires_at(asio::steady_timer::time_point::max());
     state.release_event.expires_at(asio::steady_timer::time_point::max());
     state.table_slot_event.expires_at(asio::steady_timer::time_point::max());
+    state.host_event.expires_at(asio::steady_timer::time_point::max());
 }
 
 RendezvousServer::~RendezvousServer() {

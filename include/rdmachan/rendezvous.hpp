@@ -4,7 +4,10 @@
 // with its `rc` cut down to the entry that rank made for i (so bytes per rank grow linearly
 // with the world size). With peer replacement the server stays for the life of the job and
 // each rank keeps its connection to hear of failed ranks and of the processes that replace them
-// (PeerReplacement). Wire protocol (version 2): handshake/README.md.
+// (PeerReplacement). The ranks of one host share one copy of the table: the server sends it to
+// one of them, which publishes it, and the host's others read that copy after checking it
+// against the server's digest (RendezvousSettings::share_table_per_host). Wire protocol
+// (version 3, which still serves version-2 clients): handshake/README.md.
 #pragma once
 
 #include <chrono>
@@ -96,6 +99,24 @@ struct RendezvousSettings {
     // in-process server (rank 0) that server dies with rank 0, so rank 0 cannot be replaced:
     // run the server apart (a launcher, or a process of its own) to replace any rank.
     PeerReplacement replacement = PeerReplacement::disabled;
+    // Protocol 3: the ranks of a host (same boot, user, network and PID namespaces) share one copy
+    // of the table. A rank that cannot use the host's copy receives its own and logs why
+    // (Rendezvous::table_source). false: this rank always receives its own.
+    bool share_table_per_host = true;
+};
+
+// How a rank obtained the table (Rendezvous::table_source, after exchange()).
+struct RendezvousTableSource {
+    enum class Kind {
+        own_copy,            // received from the server
+        published_for_host,  // received, and published for the host's other ranks
+        host_copy,           // read from the copy another rank of this host published
+    };
+    Kind kind = Kind::own_copy;
+    std::uint64_t host_copy_bytes = 0;  // host_copy: the bytes read from it
+    // Why the host's copy was refused, or why publishing it failed (then the host's other ranks
+    // receive their own): the error naming this rank and host. Empty when nothing failed.
+    std::string refused;
 };
 
 class Rendezvous {
@@ -127,6 +148,7 @@ class Rendezvous {
     std::uint16_t port() const;
     // Bytes received from the server so far (frame headers included); for measurements.
     std::uint64_t bytes_received() const;
+    const RendezvousTableSource& table_source() const;
 
   private:
     struct State;

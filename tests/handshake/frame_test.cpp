@@ -77,17 +77,18 @@ TEST_CASE("hello frames check the magic and both sides' versions") {
     CHECK(hello.min_compatible_version == protocol_min_compatible_version);
     CHECK(hello.body == "{\"a\":1}");
 
-    // A newer peer that can still talk to version 2 is accepted.
-    CHECK(decode_hello(encode_hello("{}", 3, 2), "peer F").version == 3);
+    // A newer peer that can still talk to version 3, and an older one of version 2, are accepted.
+    CHECK(decode_hello(encode_hello("{}", 4, 3), "peer F").version == 4);
+    CHECK(decode_hello(encode_hello("{}", 2, 2), "peer F2").version == 2);
 
-    CHECK_THROWS_WITH_AS(decode_hello(encode_hello("{}", 4, 3), "peer G"),
-                         "peer peer G speaks handshake protocol version 4 (compatible down to 3), "
-                         "incompatible with this side's version 2 (compatible down to 2)",
+    CHECK_THROWS_WITH_AS(decode_hello(encode_hello("{}", 5, 4), "peer G"),
+                         "peer peer G speaks handshake protocol version 5 (compatible down to 4), "
+                         "incompatible with this side's version 3 (compatible down to 2)",
                          rdmachan::Error);
     // Version 1 (every rank received the whole table) is refused, naming both versions.
     CHECK_THROWS_WITH_AS(decode_hello(encode_hello("{}", 1, 1), "peer old"),
                          "peer peer old speaks handshake protocol version 1 (compatible down to 1), "
-                         "incompatible with this side's version 2 (compatible down to 2)",
+                         "incompatible with this side's version 3 (compatible down to 2)",
                          rdmachan::Error);
     CHECK_THROWS_WITH_AS(decode_hello(encode_hello("{}", 0, 0), "peer H"),
                          doctest::Contains("version 0"), rdmachan::Error);

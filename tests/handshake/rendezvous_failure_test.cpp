@@ -2,9 +2,6 @@
 // proof replayed from another connection.
 #include <doctest/doctest.h>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/read.hpp>
-#include <boost/asio/write.hpp>
 #include <csignal>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +10,7 @@
 #include "handshake/rendezvous_protocol.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
+#include "tests/handshake/raw_client.hpp"
 #include "tests/handshake/rendezvous_support.hpp"
 
 using namespace std::chrono_literals;
@@ -36,32 +34,7 @@ rdmachan::RendezvousSettings client_settings(std::uint16_t port, std::uint32_t r
     return settings;
 }
 
-// A hand-driven client: frames in and out over a blocking socket.
-class RawClient {
-public:
-    explicit RawClient(std::uint16_t port) : socket_(io_), decoder_("server", 1 << 20) {
-        socket_.connect({boost::asio::ip::make_address("127.0.0.1"), port});
-    }
-    void send(const std::string& payload) {
-        boost::asio::write(socket_, boost::asio::buffer(rdmachan::handshake::encode_frame(payload)));
-    }
-    // The next frame, or "" when the server closed the connection.
-    std::string receive() {
-        for (;;) {
-            if (auto frame = decoder_.next_frame()) return *frame;
-            std::uint8_t chunk[4096];
-            boost::system::error_code error;
-            const std::size_t got = socket_.read_some(boost::asio::buffer(chunk), error);
-            if (error) return {};
-            decoder_.feed({chunk, got});
-        }
-    }
-
-private:
-    boost::asio::io_context io_;
-    boost::asio::ip::tcp::socket socket_;
-    rdmachan::handshake::FrameDecoder decoder_;
-};
+using rdmachan::test::RawClient;
 
 }  // namespace
 

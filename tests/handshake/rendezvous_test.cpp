@@ -374,7 +374,7 @@ TEST_CASE("old and new protocol versions refuse each other, naming both versions
     using rdmachan::handshake::decode_hello;
     using rdmachan::handshake::encode_frame;
     using rdmachan::handshake::encode_hello;
-    REQUIRE(rdmachan::handshake::protocol_version == 2);
+    REQUIRE(rdmachan::handshake::protocol_version == 3);
     REQUIRE(rdmachan::handshake::protocol_min_compatible_version == 2);
     const nlohmann::json hello_body = {{"rank", 0}, {"world_size", 1}, {"job", "job-A"},
                                        {"session", "5e55000000000abc"}, {"nonce", "00"}};
@@ -401,9 +401,9 @@ TEST_CASE("old and new protocol versions refuse each other, naming both versions
         const std::string reason = frame->substr(rdmachan::handshake::hello_header_size);
         CAPTURE(reason);
         CHECK(reason.find("speaks handshake protocol version 1 (compatible down to 1)") != std::string::npos);
-        CHECK(reason.find("this side's version 2 (compatible down to 2)") != std::string::npos);
+        CHECK(reason.find("this side's version 3 (compatible down to 2)") != std::string::npos);
         const rdmachan::handshake::Hello reply = decode_hello(*frame, "server");
-        CHECK(reply.version == 2);
+        CHECK(reply.version == 3);
         CHECK(reply.min_compatible_version == 2);  // above 1: a version-1 client refuses it
         CHECK_THROWS(server.wait());  // the lone rank never registered
     }
@@ -437,9 +437,9 @@ TEST_CASE("old and new protocol versions refuse each other, naming both versions
         old_server.join();
         CAPTURE(error);
         CHECK(error.find("speaks handshake protocol version 1 (compatible down to 1)") != std::string::npos);
-        CHECK(error.find("this side's version 2 (compatible down to 2)") != std::string::npos);
-        // And the client announced version 2, oldest 2, in its hello.
+        CHECK(error.find("this side's version 3 (compatible down to 2)") != std::string::npos);
+        // And the client announced version 3, oldest 2, in its hello.
         REQUIRE(client_hello.size() >= rdmachan::handshake::hello_header_size);
-        CHECK(client_hello.substr(8, 8) == std::string("\0\0\0\2\0\0\0\2", 8));
+        CHECK(client_hello.substr(8, 8) == std::string("\0\0\0\3\0\0\0\2", 8));
     }
 }

@@ -1,0 +1,287 @@
+// One copy of the rendezvous table per host (protocol 3): the ranks of a host share the copy one
+// of them published; a copy that is corrupted, truncated, unsealed or unreachable is refused
+// with the rank and host named, and that rank receives its own; a rank that cannot publish
+// leaves the others to receive their own; a protocol-2 client is still served.
+#include <doctest/doctest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <atomic>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/host_identity.hpp"
+#include "handshake/authentication.hpp"
+#include "handshake/frame.hpp"
+#include "handshake/rendezvous_protocol.hpp"
+#include "handshake/rendezvous_table.hpp"
+#include "rdmachan/error.hpp"
+#include "rdmachan/rendezvous.hpp"
+#include "tests/handshake/raw_client.hpp"
+#include "tests/handshake/rendezvous_support.hpp"
+
+using namespace std::chrono_literals;
+using rdmachan::RendezvousTableSource;
+using rdmachan::test::predictable_endpoint;
+using rdmachan::test::RawClient;
+
+namespace {
+
+constexpr const char* host_job = "job-H";
+constexpr const char* host_token = "host-token";
+
+rdmachan::RendezvousSettings host_client_settings(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size) {
+    rdmachan::RendezvousSettings settings;
+    settings.port = port;
+    settings.rank = rank;
+    settings.world_size = world_size;
+    settings.job = host_job;
+    settings.token = host_token;
+    settings.timeout = 30000ms;
+    return settings;
+}
+
+// Each rank's endpoint with only the RC entry it made for `recipient`, every row in place.
+bool table_matches(const std::vector<rdmachan::Endpoint>& table, std::uint32_t world_size, std::uint32_t recipient) {
+    if (table.size() != world_size) return false;
+    for (std::uint32_t rank = 0; rank < world_size; ++rank)
+        if (!(table[rank] == rdmachan::test::as_received_by(predictable_endpoint(rank, world_size), recipient)))
+            return false;
+    return true;
+}
+
+struct RankResult {
+    bool table_right = false;
+    RendezvousTableSource source;
+    std::uint64_t bytes_received = 0;
+    std::string error;
+};
+
+RankResult run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, bool share = true) {
+    RankResult result;
+    try {
+        rdmachan::RendezvousSettings settings = host_client_settings(port, rank, world_size);
+        settings.share_table_per_host = share;
+        rdmachan::Rendezvous session(settings);
+        const auto table = session.exchange(predictable_endpoint(rank, world_size));
+        result.source = session.table_source();
+        result.bytes_received = session.bytes_received();
+        session.barrier();
+        result.table_right = table_matches(table, world_size, rank);
+    } catch (const rdmachan::Error& error) {
+        result.error = error.what();
+    }
+    return result;
+}
+
+std::string to_hex_session(std::uint64_t value) {
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+    return text;
+}
+
+// Rank `rank` played by hand up to its registration, speaking protocol `version`, claiming
+// `host` (none when empty).
+void register_by_hand(RawClient& client, std::uint32_t rank, std::uint32_t world_size, const std::string& host,
+                      std::uint32_t version = rdmachan::handshake::protocol_version) {
+    using namespace rdmachan::handshake;
+    const rdmachan::Endpoint endpoint = predictable_endpoint(rank, world_size);
+    const std::string session = to_hex_session(endpoint.session);
+    const std::string client_nonce = "00112233445566778899aabbccddeeff";
+    nlohmann::json hello = {{"rank", rank},   {"world_size", world_size}, {"job", host_job},
+                            {"session", session}, {"nonce", client_nonce}};
+    if (!host.empty()) hello["host"] = host;
+    client.send(encode_hello(hello.dump(), version, 2));
+    const Hello reply = decode_hello(client.receive(), "server");
+    const std::string server_nonce = nlohmann::json::parse(reply.body).at("nonce").get<std::string>();
+    client.send(nlohmann::json{{"type", "proof"},
+                               {"proof", make_proof(host_token, rendezvous_client_label,
+                                                    {host_job, std::to_string(rank), session, client_nonce,
+                                                     server_nonce})}}
+                    .dump());
+    REQUIRE(nlohmann::json::parse(client.receive()).at("type") == "accepted");
+    rdmachan::Endpoint without_rc = endpoint;
+    without_rc.rc.clear();
+    client.send(nlohmann::json{{"type", "register"}, {"endpoint", without_rc}, {"rc", compact_rc_entries(endpoint.rc)}}
+                    .dump());
+}
+
+
+// A memfd holding `bytes`, sealed when asked: what a hostile or broken rank could publish.
+int memfd_holding(const std::string& bytes, bool sealed) {
+    const int fd = ::memfd_create("test-table", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    REQUIRE(fd >= 0);
+    REQUIRE(::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+    if (sealed) REQUIRE(::fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW) == 0);
+    return fd;
+}
+
+std::string this_host() {
+    // Any text names a host for the server; the real ranks send common/host_identity.hpp's key,
+    // and a hand-played rank on the same host must send the same to share with them.
+    return rdmachan::detail::host_key(rdmachan::detail::this_host_identity());
+}
+
+}  // namespace
+
+TEST_CASE("the ranks of one host read the one copy one of them published, every table right") {
+    constexpr std::uint32_t world_size = 6;
+    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
+    server.start();
+    std::vector<RankResult> results(world_size);
+    std::vector<std::thread> ranks;
+    for (std::uint32_t rank = 0; rank < world_size; ++rank)
+        ranks.emplace_back([&, rank] { results[rank] = run_rank(server.port(), rank, world_size); });
+    for (auto& thread : ranks) thread.join();
+    CHECK_NOTHROW(server.wait());
+    std::uint32_t published = 0;
+    std::uint32_t read_shared = 0;
+    std::uint64_t publisher_bytes = 0;
+    for (std::uint32_t rank = 0; rank < world_size; ++rank) {
+        CAPTURE(rank);
+        CAPTURE(results[rank].error);
+        CHECK(results[rank].table_right);
+        CHECK(results[rank].source.refused.empty());
+        if (results[rank].source.kind == RendezvousTableSource::Kind::published_for_host) {
+            ++published;
+            publisher_bytes = results[rank].bytes_received;
+        }
+        if (results[rank].source.kind == RendezvousTableSource::Kind::host_copy) {
+            ++read_shared;
+            CHECK(results[rank].source.host_copy_bytes > 0);
+        }
+    }
+    CHECK(published == 1);
+    CHECK(read_shared == world_size - 1);
+    // Only the publisher received the table; the others received their header and RC entries.
+    for (std::uint32_t rank = 0; rank < world_size; ++rank)
+        if (results[rank].source.kind == RendezvousTableSource::Kind::host_copy)
+            CHECK(results[rank].bytes_received * 2 < publisher_bytes);
+}
+
+TEST_CASE("with sharing turned off every rank receives its own copy") {
+    constexpr std::uint32_t world_size = 4;
+    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
+    server.start();
+    std::vector<RankResult> results(world_size);
+    std::vector<std::thread> ranks;
+    for (std::uint32_t rank = 0; rank < world_size; ++rank)
+        ranks.emplace_back([&, rank] { results[rank] = run_rank(server.port(), rank, world_size, false); });
+    for (auto& thread : ranks) thread.join();
+    CHECK_NOTHROW(server.wait());
+    for (const RankResult& result : results) {
+        CAPTURE(result.error);
+        CHECK(result.table_right);
+        CHECK(result.source.kind == RendezvousTableSource::Kind::own_copy);
+    }
+}
+
+TEST_CASE("a host's copy that is corrupted, truncated, unsealed or unreachable is refused, naming rank and host") {
+    // Rank 1 is a real rank; rank 0, played by hand, registers last and so is asked to publish
+    // (the last rank to register reaches the table first), and publishes a bad copy.
+    struct Case {
+        const char* name;
+        const char* refusal;
+    };
+    const Case cases[] = {
+        {"corrupted", "its SHA-256 differs from the server's"},
+        {"another job's", "its SHA-256 differs from the server's"},
+        {"truncated", "(truncated or grown)"},
+        {"unsealed", "not sealed against writing and resizing"},
+        {"unreachable", "cannot open it"},
+    };
+    for (const Case& bad : cases) {
+        CAPTURE(bad.name);
+        constexpr std::uint32_t world_size = 2;
+        rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
+        server.start();
+        RankResult real;
+        std::thread rank_one([&] { real = run_rank(server.port(), 1, world_size); });
+        REQUIRE(server.wait_registered(1, 20000ms));
+        RawClient leader(server.port());
+        register_by_hand(leader, 0, world_size, this_host());
+        const nlohmann::json header = nlohmann::json::parse(leader.receive());
+        CHECK(header.at("type") == "table_header");
+        CHECK(header.at("share") == true);
+        const std::string table = leader.receive();
+        REQUIRE(table.rfind(R"({"type":"table","rows":[)", 0) == 0);
+        std::string published = table;
+        bool sealed = true;
+        const std::string name = bad.name;
+        if (name == "corrupted") published[published.size() / 2] ^= 1;
+        if (name == "another job's") {
+            const auto at = published.find("5e55");
+            REQUIRE(at != std::string::npos);
+            published[at] = '6';  // another session: the same size, other bytes
+        }
+        if (name == "truncated") published.resize(published.size() - 10);
+        if (name == "unsealed") sealed = false;
+        const int fd = memfd_holding(published, sealed);
+        const int named_fd = name == "unreachable" ? 999999 : fd;
+        leader.send(nlohmann::json{{"type", "shared"}, {"pid", ::getpid()}, {"fd", named_fd}}.dump());
+        leader.send(R"({"type":"barrier"})");
+        CHECK(nlohmann::json::parse(leader.receive()).at("type") == "release");
+        rank_one.join();
+        ::close(fd);
+        CAPTURE(real.error);
+        CAPTURE(real.source.refused);
+        CHECK(real.table_right);
+        CHECK(real.source.kind == RendezvousTableSource::Kind::own_copy);
+        CHECK(real.source.refused.find("rank 1 of job 'job-H' on host ") == 0);
+        CHECK(real.source.refused.find("refused the host's shared job table") != std::string::npos);
+        CHECK(real.source.refused.find(bad.refusal) != std::string::npos);
+        CHECK_NOTHROW(server.wait());
+    }
+}
+
+TEST_CASE("when the publishing rank cannot share, the host's other ranks receive their own") {
+    constexpr std::uint32_t world_size = 3;
+    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
+    server.start();
+    std::vector<RankResult> results(world_size);
+    std::vector<std::thread> ranks;
+    for (std::uint32_t rank = 1; rank < world_size; ++rank)
+        ranks.emplace_back([&, rank] { results[rank] = run_rank(server.port(), rank, world_size); });
+    REQUIRE(server.wait_registered(2, 20000ms));
+    RawClient leader(server.port());
+    register_by_hand(leader, 0, world_size, this_host());
+    CHECK(nlohmann::json::parse(leader.receive()).at("share") == true);
+    CHECK(!leader.receive().empty());
+    leader.send(R"({"type":"shared","error":"no memfd on this test's host"})");
+    leader.send(R"({"type":"barrier"})");
+    CHECK(nlohmann::json::parse(leader.receive()).at("type") == "release");
+    for (auto& thread : ranks) thread.join();
+    CHECK_NOTHROW(server.wait());
+    for (std::uint32_t rank = 1; rank < world_size; ++rank) {
+        CAPTURE(results[rank].error);
+        CHECK(results[rank].table_right);
+        CHECK(results[rank].source.kind == RendezvousTableSource::Kind::own_copy);
+    }
+}
+
+TEST_CASE("a protocol-2 client is served its own table, RC entries in its rows") {
+    constexpr std::uint32_t world_size = 2;
+    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
+    server.start();
+    RankResult real;
+    std::thread rank_one([&] { real = run_rank(server.port(), 1, world_size); });
+    REQUIRE(server.wait_registered(1, 20000ms));
+    RawClient old(server.port());
+    register_by_hand(old, 0, world_size, "", 2);
+    const std::string frame = old.receive();
+    std::vector<rdmachan::Endpoint> table;
+    REQUIRE(rdmachan::handshake::scan_table(frame, world_size, 0, table));
+    CHECK(table_matches(table, world_size, 0));
+    CHECK(table[1].rc.size() == 1);  // the entry rank 1 made for rank 0, in its row
+    old.send(R"({"type":"barrier"})");
+    CHECK(nlohmann::json::parse(old.receive()).at("type") == "release");
+    rank_one.join();
+    CAPTURE(real.error);
+    CHECK(real.table_right);
+    CHECK_NOTHROW(server.wait());
+}
