@@ -423,13 +423,11 @@ struct RendezvousServer::State {
     // receive the table themselves only when they refuse that copy or none was published.
     Task<void> send_host_table(FramedConnection& connection, std::uint32_t rank, const std::string& host) {
         HostShare& share = hosts[host];
-        nlohmann::json header = {{"type", "table_header"}, {"rc", rc_entries_for(rank)}};
         if (share.state == HostShare::State::unclaimed) {
             share.state = HostShare::State::publishing;
-            header["share"] = true;
             bool published = false;
             try {
-                co_await connection.write_message(header);
+                co_await connection.write_frame(table_header(rank, R"("share":true)"));
                 co_await write_table_frame(connection, common_table);
                 const nlohmann::json answer = co_await connection.read_message("shared");
                 const auto pid = answer.find("pid");
@@ -464,16 +462,15 @@ struct RendezvousServer::State {
         }
         if (phase == Phase::failed) throw Rejection{failure};
         if (share.state != HostShare::State::shared) {
-            header["share"] = false;
-            co_await connection.write_message(header);
+            co_await connection.write_frame(table_header(rank, R"("share":false)"));
             co_await write_table_frame(connection, common_table);
             co_return;
         }
-        header["shared"] = {{"pid", share.pid},
-                            {"fd", share.fd},
-                            {"size", common_table.size()},
-                            {"digest", to_hex(common_digest.data(), common_digest.size())}};
-        co_await connection.write_message(header);
+        const std::string location = R"("shared":{"pid":)" + std::to_string(share.pid) +
+                                     R"(,"fd":)" + std::to_string(share.fd) + R"(,"size":)" +
+                                     std::to_string(common_table.size()) + R"(,"digest":")" +
+                                     to_hex(common_digest.data(), common_digest.size()) + "\"}";
+        co_await connection.write_frame(table_header(rank, location));
         const nlohmann::json answer = parse_json_object(co_await connection.read_frame(), connection.peer(), "answer");
         const auto type = answer.find("type");
         if (type != answer.end() && *type == "table_read") co_return;
@@ -487,15 +484,29 @@ struct RendezvousServer::State {
         co_await write_table_frame(connection, common_table);
     }
 
-    // [[peer, qpn, psn], ...]: the RC entries every rank made for `recipient`.
-    nlohmann::json rc_entries_for(std::uint32_t recipient) const {
-        nlohmann::json entries = nlohmann::json::array();
+    // {"type":"table_header","rc":[[peer,qpn,psn],...],<how>}: the RC entries every rank made
+    // for `recipient`, written as text (at 4,096 RC ranks a JSON tree of them per rank was most
+    // of the server's time), and how the rank gets the table.
+    std::string table_header(std::uint32_t recipient, std::string_view how) const {
+        std::string text = R"({"type":"table_header","rc":[)";
+        bool first = true;
         for (std::uint32_t peer = 0; peer < settings.world_size; ++peer) {
             const std::vector<PackedRcEntry>& made = rc_for_peer[peer];
-            if (recipient < made.size() && made[recipient].present)
-                entries.push_back({peer, static_cast<std::uint32_t>(made[recipient].qpn), made[recipient].psn});
+            if (recipient >= made.size() || !made[recipient].present) continue;
+            if (!first) text += ',';
+            first = false;
+            text += '[';
+            text += std::to_string(peer);
+            text += ',';
+            text += std::to_string(static_cast<std::uint32_t>(made[recipient].qpn));
+            text += ',';
+            text += std::to_string(made[recipient].psn);
+            text += ']';
         }
-        return entries;
+        text += "],";
+        text += how;
+        text += '}';
+        return text;
     }
 
     // The register message of `claimed_rank` as an endpoint and its RC entries by peer;

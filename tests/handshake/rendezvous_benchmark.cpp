@@ -5,9 +5,13 @@
 // (--threads-per-process T: each rank's client holds 4 descriptors — its socket and its
 // io_context's epoll, eventfd and timerfd — so 4,096 ranks in one process would need more than
 // a 20,000-descriptor limit allows, with the server's 4,096 sockets besides).
+// The ranks of a host share one copy of the table (protocol 3; all ranks here are on one host):
+// table_copies counts the ranks that received the table over their own connection, and
+// bytes_read_per_rank adds what a rank read from the host's copy to what it received;
+// --no-share makes every rank receive its own (RendezvousSettings::share_table_per_host).
 // Several world sizes in one call print, for each after the first, how bytes per rank grew
 // against how the world size grew (linear: the two ratios match).
-// Usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] [N ...]
+// Usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] [--no-share] [N ...]
 #include <sys/mman.h>
 
 #include <atomic>
@@ -30,6 +34,7 @@ struct Options {
     bool dc = false;
     int threads_per_process = 1;
     int timeout_seconds = 60;
+    bool share = true;
     std::vector<int> world_sizes;
 };
 
@@ -63,18 +68,29 @@ rdmachan::Endpoint realistic_endpoint(std::uint32_t rank, std::uint32_t world_si
 
 // Returns 0 when the table is the one a MultiChannel can connect from: every rank present, and
 // in RC mode exactly the entry each rank made for this one.
-int run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, bool dc,
-             int timeout_seconds, std::uint64_t& bytes) {
+// What a rank reports to the parent, in memory shared with it.
+struct RankReport {
+    std::uint64_t received = 0;   // from the server, frame headers included
+    std::uint64_t host_copy = 0;  // read from the host's copy of the table
+    std::uint64_t own_copy = 0;   // 1 when the table came over its own connection
+};
+
+int run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, const Options& options,
+             RankReport& report) {
+    const bool dc = options.dc;
     rdmachan::RendezvousSettings settings;
     settings.port = port;
     settings.rank = rank;
     settings.world_size = world_size;
     settings.job = "benchmark";
     settings.token = "bench-token";
-    settings.timeout = std::chrono::seconds(timeout_seconds);
+    settings.timeout = std::chrono::seconds(options.timeout_seconds);
+    settings.share_table_per_host = options.share;
     rdmachan::Rendezvous session(settings);
     const auto table = session.exchange(realistic_endpoint(rank, world_size, dc));
-    bytes = session.bytes_received();
+    report.received = session.bytes_received();
+    report.host_copy = session.table_source().host_copy_bytes;
+    report.own_copy = session.table_source().kind != rdmachan::RendezvousTableSource::Kind::host_copy;
     session.barrier();
     if (table.size() != world_size) return 3;
     if (!dc)
@@ -89,6 +105,8 @@ struct Outcome {
     double start_seconds = 0;  // forking the processes
     std::uint64_t min_bytes = 0, max_bytes = 0;
     double mean_bytes = 0;
+    double mean_read = 0;  // received plus read from the host's copy
+    std::uint64_t table_copies = 0;
 };
 
 Outcome run(const Options& options, int ranks) {
@@ -98,11 +116,11 @@ Outcome run(const Options& options, int ranks) {
                                        std::chrono::milliseconds(timeout)});
     const std::uint16_t port = server.port();
     // Shared with the children: each writes the bytes it received at its rank's slot.
-    const std::size_t slots_size = sizeof(std::uint64_t) * world_size;
+    const std::size_t slots_size = sizeof(RankReport) * world_size;
     void* mapping = mmap(nullptr, slots_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (mapping == MAP_FAILED) throw rdmachan::Error("rendezvous_benchmark: mmap failed");
-    auto* bytes = static_cast<std::uint64_t*>(mapping);
-    std::memset(bytes, 0, slots_size);
+    auto* reports = static_cast<RankReport*>(mapping);
+    std::memset(mapping, 0, slots_size);
 
     Outcome outcome;
     const auto begin = std::chrono::steady_clock::now();
@@ -117,8 +135,7 @@ Outcome run(const Options& options, int ranks) {
             const int last = std::min(ranks, first + per_process);
             if (per_process == 1) {
                 try {
-                    return run_rank(port, static_cast<std::uint32_t>(first), world_size, options.dc,
-                                    options.timeout_seconds, bytes[first]);
+                    return run_rank(port, static_cast<std::uint32_t>(first), world_size, options, reports[first]);
                 } catch (const rdmachan::Error& error) {
                     std::fprintf(stderr, "rank %d: %s\n", first, error.what());
                     return 2;
@@ -129,8 +146,7 @@ Outcome run(const Options& options, int ranks) {
             for (int rank = first; rank < last; ++rank)
                 threads.emplace_back([&, rank] {
                     try {
-                        if (run_rank(port, static_cast<std::uint32_t>(rank), world_size, options.dc,
-                                     options.timeout_seconds, bytes[rank]) == 0)
+                        if (run_rank(port, static_cast<std::uint32_t>(rank), world_size, options, reports[rank]) == 0)
                             good.fetch_add(1);
                     } catch (const rdmachan::Error& error) {
                         std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
@@ -152,14 +168,18 @@ Outcome run(const Options& options, int ranks) {
     // Rank 0 of the processes may still be exiting; the server saw every release already.
     outcome.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - server_start).count();
     outcome.start_seconds = std::chrono::duration<double>(server_start - begin).count();
-    outcome.min_bytes = bytes[0];
+    outcome.min_bytes = reports[0].received;
     double total = 0;
+    double read = 0;
     for (std::uint32_t rank = 0; rank < world_size; ++rank) {
-        outcome.min_bytes = std::min(outcome.min_bytes, bytes[rank]);
-        outcome.max_bytes = std::max(outcome.max_bytes, bytes[rank]);
-        total += static_cast<double>(bytes[rank]);
+        outcome.min_bytes = std::min(outcome.min_bytes, reports[rank].received);
+        outcome.max_bytes = std::max(outcome.max_bytes, reports[rank].received);
+        total += static_cast<double>(reports[rank].received);
+        read += static_cast<double>(reports[rank].received + reports[rank].host_copy);
+        outcome.table_copies += reports[rank].own_copy;
     }
     outcome.mean_bytes = total / world_size;
+    outcome.mean_read = read / world_size;
     munmap(mapping, slots_size);
     return outcome;
 }
@@ -167,7 +187,8 @@ Outcome run(const Options& options, int ranks) {
 [[noreturn]] void usage(const char* complaint) {
     std::fprintf(stderr,
                  "rendezvous_benchmark: %s\n"
-                 "usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] [N ...]\n",
+                 "usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] "
+                 "[--no-share] [N ...]\n",
                  complaint);
     std::exit(2);
 }
@@ -186,6 +207,8 @@ int main(int argc, char** argv) {
             options.threads_per_process = std::atoi(argv[++index]);
             if (options.threads_per_process < 1 || options.threads_per_process > 4096)
                 usage("--threads-per-process must be in 1..4096");
+        } else if (argument == "--no-share") {
+            options.share = false;
         } else if (argument == "--timeout" && index + 1 < argc) {
             options.timeout_seconds = std::atoi(argv[++index]);
             if (options.timeout_seconds < 1) usage("--timeout must be a positive number of seconds");
@@ -211,6 +234,9 @@ int main(int argc, char** argv) {
                     mode, ranks, runner.c_str(), outcome.seconds, outcome.start_seconds, outcome.mean_bytes,
                     static_cast<unsigned long long>(outcome.min_bytes),
                     static_cast<unsigned long long>(outcome.max_bytes));
+        std::printf(" table_copies=%llu bytes_read_per_rank=%.0f share=%s",
+                    static_cast<unsigned long long>(outcome.table_copies), outcome.mean_read,
+                    options.share ? "per_host" : "none");
         if (previous != nullptr && previous->mean_bytes > 0)
             std::printf(" bytes_ratio=%.2f for ranks_ratio=%.2f", outcome.mean_bytes / previous->mean_bytes,
                         static_cast<double>(ranks) / previous_ranks);
