@@ -75,10 +75,16 @@ MappedTable::MappedTable(const SharedTableLocation& location, const std::string&
     const auto refused = [&](const std::string& why) {
         return Error(reader + " refused the host's shared job table (" + path + "): " + why);
     };
-    Descriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-    if (file.get() < 0) throw refused("cannot open it: " + errno_text(errno));
+    // Only a regular file (a memfd is one) is opened: the pid and descriptor come from another
+    // rank, and opening a FIFO would block, a device could act on being opened. O_NONBLOCK and
+    // O_NOCTTY keep the open harmless should the descriptor change between the two calls.
     struct stat status{};
+    if (::stat(path.c_str(), &status) != 0) throw refused("cannot open it: " + errno_text(errno));
+    if (!S_ISREG(status.st_mode)) throw refused("it is not a regular file (a memfd)");
+    Descriptor file(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+    if (file.get() < 0) throw refused("cannot open it: " + errno_text(errno));
     if (::fstat(file.get(), &status) != 0) throw refused("cannot stat it: " + errno_text(errno));
+    if (!S_ISREG(status.st_mode)) throw refused("it is not a regular file (a memfd)");
     if (static_cast<std::uint64_t>(status.st_size) != location.size)
         throw refused("it holds " + std::to_string(status.st_size) + " bytes where the server announced " +
                       std::to_string(location.size) + " (truncated or grown)");

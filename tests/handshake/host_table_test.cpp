@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -111,6 +112,21 @@ TEST_CASE("a copy that could still change, or is no memfd, is refused") {
     REQUIRE(::write(file, table.data(), table.size()) == static_cast<ssize_t>(table.size()));
     CHECK(refusal(location_of(file, table)).find("it is not a sealable memfd") != std::string::npos);
     ::close(file);
+}
+
+TEST_CASE("a descriptor that is a FIFO or a socket is refused without being opened") {
+    const std::string table = table_text('x', 100);
+    int fifo[2];
+    REQUIRE(::pipe(fifo) == 0);
+    // Opening a FIFO's /proc link for reading with no writer would block: refused before that.
+    ::close(fifo[1]);
+    CHECK(refusal(location_of(fifo[0], table)).find("it is not a regular file (a memfd)") != std::string::npos);
+    ::close(fifo[0]);
+    int sockets[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, sockets) == 0);
+    CHECK(refusal(location_of(sockets[0], table)).find("not a regular file") != std::string::npos);
+    ::close(sockets[0]);
+    ::close(sockets[1]);
 }
 
 TEST_CASE("a copy that cannot be reached is refused naming the path") {
