@@ -7,58 +7,10 @@
 set -euo pipefail
 demo=${1:?usage: netns_test.sh <rdmachan-demo>}
 
-if ! command -v ip >/dev/null; then
-    echo "netns_test: FAILED: 'ip' (iproute2) is not installed" >&2
-    exit 1
-fi
-
-suffix=$$
-first=rdmachan-a-$suffix
-second=rdmachan-b-$suffix
-# An address pair from the link-local range, different per run so parallel runs do not collide.
-subnet=$((suffix % 250 + 1))
-first_address=169.254.$subnet.1
-second_address=169.254.$subnet.2
-work=$(mktemp -d)
-
-cleanup() {
-    local pids
-    pids=$(jobs -p)
-    [ -n "$pids" ] && kill $pids 2>/dev/null || true
-    ip netns del "$first" 2>/dev/null || true
-    ip netns del "$second" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-if ! ip netns add "$first" 2>"$work/error"; then
-    echo "netns_test: FAILED: cannot create a network namespace (needs root): $(cat "$work/error")" >&2
-    exit 1
-fi
-ip netns add "$second"
-ip link add "veth-a-$suffix" netns "$first" type veth peer name "veth-b-$suffix" netns "$second"
-ip -n "$first" addr add "$first_address/24" dev "veth-a-$suffix"
-ip -n "$second" addr add "$second_address/24" dev "veth-b-$suffix"
-for namespace in "$first" "$second"; do ip -n "$namespace" link set lo up; done
-ip -n "$first" link set "veth-a-$suffix" up
-ip -n "$second" link set "veth-b-$suffix" up
-
+source "$(dirname "${BASH_SOURCE[0]}")/../netns_hosts.sh"
+netns_hosts_create netns_test
 world=4
-port=$((20000 + suffix % 20000))
-ip netns exec "$first" "$demo" rendezvous --world-size $world --bind "$first_address" --port $port \
-    --job netns --timeout 60 >"$work/rendezvous.out" 2>"$work/rendezvous.err" &
-rendezvous_pid=$!
-# The rendezvous prints the token first; wait for it (bounded).
-for _ in $(seq 1 100); do
-    grep -q '^export RDMACHAN_JOB_TOKEN=' "$work/rendezvous.out" 2>/dev/null && break
-    sleep 0.1
-done
-token=$(sed -n 's/^export RDMACHAN_JOB_TOKEN=//p' "$work/rendezvous.out")
-if [ -z "$token" ]; then
-    echo "netns_test: FAILED: the rendezvous printed no token" >&2
-    cat "$work/rendezvous.err" >&2
-    exit 1
-fi
+netns_start_rendezvous "$demo" $world netns
 
 peer_pids=()
 for rank in 0 1 2 3; do

@@ -9,56 +9,10 @@ set -euo pipefail
 demo=${1:?usage: netns_host_table_test.sh <rdmachan-demo> <rendezvous_rank_program>}
 program=${2:?usage: netns_host_table_test.sh <rdmachan-demo> <rendezvous_rank_program>}
 
-if ! command -v ip >/dev/null; then
-    echo "netns_host_table_test: FAILED: 'ip' (iproute2) is not installed" >&2
-    exit 1
-fi
-
-suffix=$$
-first=rdmachan-ta-$suffix
-second=rdmachan-tb-$suffix
-subnet=$((suffix % 250 + 1))
-first_address=169.254.$subnet.1
-second_address=169.254.$subnet.2
-work=$(mktemp -d)
-
-cleanup() {
-    local pids
-    pids=$(jobs -p)
-    [ -n "$pids" ] && kill $pids 2>/dev/null || true
-    ip netns del "$first" 2>/dev/null || true
-    ip netns del "$second" 2>/dev/null || true
-    rm -rf "$work"
-}
-trap cleanup EXIT
-
-if ! ip netns add "$first" 2>"$work/error"; then
-    echo "netns_host_table_test: FAILED: cannot create a network namespace (needs root): $(cat "$work/error")" >&2
-    exit 1
-fi
-ip netns add "$second"
-ip link add "veth-ta-$suffix" netns "$first" type veth peer name "veth-tb-$suffix" netns "$second"
-ip -n "$first" addr add "$first_address/24" dev "veth-ta-$suffix"
-ip -n "$second" addr add "$second_address/24" dev "veth-tb-$suffix"
-for namespace in "$first" "$second"; do ip -n "$namespace" link set lo up; done
-ip -n "$first" link set "veth-ta-$suffix" up
-ip -n "$second" link set "veth-tb-$suffix" up
-
+source "$(dirname "${BASH_SOURCE[0]}")/../netns_hosts.sh"
+netns_hosts_create netns_host_table_test
 world=6
-port=$((20000 + suffix % 20000))
-ip netns exec "$first" "$demo" rendezvous --world-size $world --bind "$first_address" --port $port \
-    --job hosts --timeout 60 >"$work/rendezvous.out" 2>"$work/rendezvous.err" &
-rendezvous_pid=$!
-for _ in $(seq 1 100); do
-    grep -q '^export RDMACHAN_JOB_TOKEN=' "$work/rendezvous.out" 2>/dev/null && break
-    sleep 0.1
-done
-token=$(sed -n 's/^export RDMACHAN_JOB_TOKEN=//p' "$work/rendezvous.out")
-if [ -z "$token" ]; then
-    echo "netns_host_table_test: FAILED: the rendezvous printed no token" >&2
-    cat "$work/rendezvous.err" >&2
-    exit 1
-fi
+netns_start_rendezvous "$demo" $world hosts
 
 rank_pids=()
 for rank in $(seq 0 $((world - 1))); do

@@ -21,17 +21,9 @@ namespace {
 constexpr const char* job = "job-F";
 constexpr const char* token = "failure-token";
 
-rdmachan::RendezvousSettings client_settings(std::uint16_t port, std::uint32_t rank,
-                                             std::uint32_t world_size,
+rdmachan::RendezvousSettings client_settings(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size,
                                              std::chrono::milliseconds timeout) {
-    rdmachan::RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = world_size;
-    settings.job = job;
-    settings.token = token;
-    settings.timeout = timeout;
-    return settings;
+    return rdmachan::test::rendezvous_settings(port, rank, world_size, job, token, timeout);
 }
 
 using rdmachan::test::RawClient;

@@ -35,16 +35,6 @@ namespace {
 constexpr const char* host_job = "job-H";
 constexpr const char* host_token = "host-token";
 
-rdmachan::RendezvousSettings host_client_settings(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size) {
-    rdmachan::RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = world_size;
-    settings.job = host_job;
-    settings.token = host_token;
-    settings.timeout = 30000ms;
-    return settings;
-}
 
 // Each rank's endpoint with only the RC entry it made for `recipient`, every row in place.
 bool table_matches(const std::vector<rdmachan::Endpoint>& table, std::uint32_t world_size, std::uint32_t recipient) {
@@ -65,7 +55,8 @@ struct RankResult {
 RankResult run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, bool share = true) {
     RankResult result;
     try {
-        rdmachan::RendezvousSettings settings = host_client_settings(port, rank, world_size);
+        rdmachan::RendezvousSettings settings =
+            rdmachan::test::rendezvous_settings(port, rank, world_size, host_job, host_token, 30000ms);
         settings.share_table_per_host = share;
         rdmachan::Rendezvous session(settings);
         const auto table = session.exchange(predictable_endpoint(rank, world_size));
@@ -84,6 +75,28 @@ std::string to_hex_session(std::uint64_t value) {
     std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
     return text;
 }
+
+// Real ranks first..world_size-1 in threads of this process; join() waits for them.
+class RealRanks {
+  public:
+    RealRanks(std::uint16_t port, std::uint32_t first, std::uint32_t world_size, bool share = true)
+        : results_(world_size) {
+        for (std::uint32_t rank = first; rank < world_size; ++rank)
+            threads_.emplace_back([this, port, rank, world_size, share] {
+                results_[rank] = run_rank(port, rank, world_size, share);
+            });
+    }
+    ~RealRanks() { join(); }
+    const std::vector<RankResult>& join() {
+        for (auto& thread : threads_)
+            if (thread.joinable()) thread.join();
+        return results_;
+    }
+
+  private:
+    std::vector<RankResult> results_;
+    std::vector<std::thread> threads_;
+};
 
 // Rank `rank` played by hand up to its registration, speaking protocol `version`, claiming
 // `host` (none when empty).
@@ -133,11 +146,8 @@ TEST_CASE("the ranks of one host read the one copy one of them published, every 
     constexpr std::uint32_t world_size = 6;
     rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
     server.start();
-    std::vector<RankResult> results(world_size);
-    std::vector<std::thread> ranks;
-    for (std::uint32_t rank = 0; rank < world_size; ++rank)
-        ranks.emplace_back([&, rank] { results[rank] = run_rank(server.port(), rank, world_size); });
-    for (auto& thread : ranks) thread.join();
+    RealRanks ranks(server.port(), 0, world_size);
+    const std::vector<RankResult>& results = ranks.join();
     CHECK_NOTHROW(server.wait());
     std::uint32_t published = 0;
     std::uint32_t read_shared = 0;
@@ -168,13 +178,9 @@ TEST_CASE("with sharing turned off every rank receives its own copy") {
     constexpr std::uint32_t world_size = 4;
     rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
     server.start();
-    std::vector<RankResult> results(world_size);
-    std::vector<std::thread> ranks;
-    for (std::uint32_t rank = 0; rank < world_size; ++rank)
-        ranks.emplace_back([&, rank] { results[rank] = run_rank(server.port(), rank, world_size, false); });
-    for (auto& thread : ranks) thread.join();
+    RealRanks ranks(server.port(), 0, world_size, false);
     CHECK_NOTHROW(server.wait());
-    for (const RankResult& result : results) {
+    for (const RankResult& result : ranks.join()) {
         CAPTURE(result.error);
         CHECK(result.table_right);
         CHECK(result.source.kind == RendezvousTableSource::Kind::own_copy);
@@ -200,8 +206,7 @@ TEST_CASE("a host's copy that is corrupted, truncated, unsealed or unreachable i
         constexpr std::uint32_t world_size = 2;
         rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
         server.start();
-        RankResult real;
-        std::thread rank_one([&] { real = run_rank(server.port(), 1, world_size); });
+        RealRanks rank_one(server.port(), 1, world_size);
         REQUIRE(server.wait_registered(1, 20000ms));
         RawClient leader(server.port());
         register_by_hand(leader, 0, world_size, this_host());
@@ -226,7 +231,7 @@ TEST_CASE("a host's copy that is corrupted, truncated, unsealed or unreachable i
         leader.send(nlohmann::json{{"type", "shared"}, {"pid", ::getpid()}, {"fd", named_fd}}.dump());
         leader.send(R"({"type":"barrier"})");
         CHECK(nlohmann::json::parse(leader.receive()).at("type") == "release");
-        rank_one.join();
+        const RankResult real = rank_one.join()[1];
         ::close(fd);
         CAPTURE(real.error);
         CAPTURE(real.source.refused);
@@ -243,10 +248,7 @@ TEST_CASE("when the publishing rank cannot share, the host's other ranks receive
     constexpr std::uint32_t world_size = 3;
     rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
     server.start();
-    std::vector<RankResult> results(world_size);
-    std::vector<std::thread> ranks;
-    for (std::uint32_t rank = 1; rank < world_size; ++rank)
-        ranks.emplace_back([&, rank] { results[rank] = run_rank(server.port(), rank, world_size); });
+    RealRanks ranks(server.port(), 1, world_size);
     REQUIRE(server.wait_registered(2, 20000ms));
     RawClient leader(server.port());
     register_by_hand(leader, 0, world_size, this_host());
@@ -255,7 +257,7 @@ TEST_CASE("when the publishing rank cannot share, the host's other ranks receive
     leader.send(R"({"type":"shared","error":"no memfd on this test's host"})");
     leader.send(R"({"type":"barrier"})");
     CHECK(nlohmann::json::parse(leader.receive()).at("type") == "release");
-    for (auto& thread : ranks) thread.join();
+    const std::vector<RankResult>& results = ranks.join();
     CHECK_NOTHROW(server.wait());
     for (std::uint32_t rank = 1; rank < world_size; ++rank) {
         CAPTURE(results[rank].error);
@@ -268,8 +270,7 @@ TEST_CASE("a protocol-2 client is served its own table, RC entries in its rows")
     constexpr std::uint32_t world_size = 2;
     rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
     server.start();
-    RankResult real;
-    std::thread rank_one([&] { real = run_rank(server.port(), 1, world_size); });
+    RealRanks rank_one(server.port(), 1, world_size);
     REQUIRE(server.wait_registered(1, 20000ms));
     RawClient old(server.port());
     register_by_hand(old, 0, world_size, "", 2);
@@ -280,7 +281,7 @@ TEST_CASE("a protocol-2 client is served its own table, RC entries in its rows")
     CHECK(table[1].rc.size() == 1);  // the entry rank 1 made for rank 0, in its row
     old.send(R"({"type":"barrier"})");
     CHECK(nlohmann::json::parse(old.receive()).at("type") == "release");
-    rank_one.join();
+    const RankResult real = rank_one.join()[1];
     CAPTURE(real.error);
     CHECK(real.table_right);
     CHECK_NOTHROW(server.wait());

@@ -15,6 +15,7 @@
 
 #include "rdmachan/endpoint.hpp"
 #include "rdmachan/error.hpp"
+#include "rdmachan/rendezvous.hpp"
 #include "tests/error_of.hpp"
 
 namespace rdmachan::test {
@@ -35,6 +36,20 @@ inline Endpoint predictable_endpoint(std::uint32_t rank, std::uint32_t world_siz
     endpoint.dc.push_back({0x1000 + rank, 0xdc00000000000000ull | rank});
     endpoint.regions["buffer"] = {0x10000ull * (rank + 1), 4096, 0x100 + rank};
     return endpoint;
+}
+
+// A rank's rendezvous settings on the loopback server at `port`.
+inline RendezvousSettings rendezvous_settings(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size,
+                                              const std::string& job, const std::string& token,
+                                              std::chrono::milliseconds timeout) {
+    RendezvousSettings settings;
+    settings.port = port;
+    settings.rank = rank;
+    settings.world_size = world_size;
+    settings.job = job;
+    settings.token = token;
+    settings.timeout = timeout;
+    return settings;
 }
 
 // What `recipient` receives of `endpoint` from the rendezvous (protocol 2): everything but the
