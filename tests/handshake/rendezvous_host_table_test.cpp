@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -140,11 +141,29 @@ std::string this_host() {
     return rdmachan::detail::host_key(rdmachan::detail::this_host_identity());
 }
 
+rdmachan::RendezvousServerSettings host_server_settings(std::uint32_t world_size) {
+    return {"127.0.0.1", 0, world_size, host_job, host_token, 30000ms};
+}
+
+// A world whose ranks 1..N-1 are real and rank 0 is played by hand (`hand`), registered last:
+// the last rank to register reaches the table first, so on one host it is asked to publish.
+struct HandPlayedRankZero {
+    rdmachan::RendezvousServer server;
+    RealRanks real;
+    std::optional<RawClient> hand;
+    HandPlayedRankZero(std::uint32_t world_size, const std::string& host, std::uint32_t version)
+        : server(host_server_settings(world_size)), real((server.start(), server.port()), 1, world_size) {
+        REQUIRE(server.wait_registered(world_size - 1, 20000ms));
+        hand.emplace(server.port());
+        register_by_hand(*hand, 0, world_size, host, version);
+    }
+};
+
 }  // namespace
 
 TEST_CASE("the ranks of one host read the one copy one of them published, every table right") {
     constexpr std::uint32_t world_size = 6;
-    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
+    rdmachan::RendezvousServer server(host_server_settings(world_size));
     server.start();
     RealRanks ranks(server.port(), 0, world_size);
     const std::vector<RankResult>& results = ranks.join();
@@ -176,7 +195,7 @@ TEST_CASE("the ranks of one host read the one copy one of them published, every 
 
 TEST_CASE("with sharing turned off every rank receives its own copy") {
     constexpr std::uint32_t world_size = 4;
-    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
+    rdmachan::RendezvousServer server(host_server_settings(world_size));
     server.start();
     RealRanks ranks(server.port(), 0, world_size, false);
     CHECK_NOTHROW(server.wait());
@@ -204,12 +223,8 @@ TEST_CASE("a host's copy that is corrupted, truncated, unsealed or unreachable i
     for (const Case& bad : cases) {
         CAPTURE(bad.name);
         constexpr std::uint32_t world_size = 2;
-        rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
-        server.start();
-        RealRanks rank_one(server.port(), 1, world_size);
-        REQUIRE(server.wait_registered(1, 20000ms));
-        RawClient leader(server.port());
-        register_by_hand(leader, 0, world_size, this_host());
+        HandPlayedRankZero world(world_size, this_host(), rdmachan::handshake::protocol_version);
+        RawClient& leader = *world.hand;
         const nlohmann::json header = nlohmann::json::parse(leader.receive());
         CHECK(header.at("type") == "table_header");
         CHECK(header.at("share") == true);
@@ -231,7 +246,7 @@ TEST_CASE("a host's copy that is corrupted, truncated, unsealed or unreachable i
         leader.send(nlohmann::json{{"type", "shared"}, {"pid", ::getpid()}, {"fd", named_fd}}.dump());
         leader.send(R"({"type":"barrier"})");
         CHECK(nlohmann::json::parse(leader.receive()).at("type") == "release");
-        const RankResult real = rank_one.join()[1];
+        const RankResult real = world.real.join()[1];
         ::close(fd);
         CAPTURE(real.error);
         CAPTURE(real.source.refused);
@@ -240,25 +255,21 @@ TEST_CASE("a host's copy that is corrupted, truncated, unsealed or unreachable i
         CHECK(real.source.refused.find("rank 1 of job 'job-H' on host ") == 0);
         CHECK(real.source.refused.find("refused the host's shared job table") != std::string::npos);
         CHECK(real.source.refused.find(bad.refusal) != std::string::npos);
-        CHECK_NOTHROW(server.wait());
+        CHECK_NOTHROW(world.server.wait());
     }
 }
 
 TEST_CASE("when the publishing rank cannot share, the host's other ranks receive their own") {
     constexpr std::uint32_t world_size = 3;
-    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
-    server.start();
-    RealRanks ranks(server.port(), 1, world_size);
-    REQUIRE(server.wait_registered(2, 20000ms));
-    RawClient leader(server.port());
-    register_by_hand(leader, 0, world_size, this_host());
+    HandPlayedRankZero world(world_size, this_host(), rdmachan::handshake::protocol_version);
+    RawClient& leader = *world.hand;
     CHECK(nlohmann::json::parse(leader.receive()).at("share") == true);
     CHECK(!leader.receive().empty());
     leader.send(R"({"type":"shared","error":"no memfd on this test's host"})");
     leader.send(R"({"type":"barrier"})");
     CHECK(nlohmann::json::parse(leader.receive()).at("type") == "release");
-    const std::vector<RankResult>& results = ranks.join();
-    CHECK_NOTHROW(server.wait());
+    const std::vector<RankResult>& results = world.real.join();
+    CHECK_NOTHROW(world.server.wait());
     for (std::uint32_t rank = 1; rank < world_size; ++rank) {
         CAPTURE(results[rank].error);
         CHECK(results[rank].table_right);
@@ -268,12 +279,8 @@ TEST_CASE("when the publishing rank cannot share, the host's other ranks receive
 
 TEST_CASE("a protocol-2 client is served its own table, RC entries in its rows") {
     constexpr std::uint32_t world_size = 2;
-    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, host_job, host_token, 30000ms});
-    server.start();
-    RealRanks rank_one(server.port(), 1, world_size);
-    REQUIRE(server.wait_registered(1, 20000ms));
-    RawClient old(server.port());
-    register_by_hand(old, 0, world_size, "", 2);
+    HandPlayedRankZero world(world_size, "", 2);
+    RawClient& old = *world.hand;
     const std::string frame = old.receive();
     std::vector<rdmachan::Endpoint> table;
     REQUIRE(rdmachan::handshake::scan_table(frame, world_size, 0, table));
@@ -281,8 +288,8 @@ TEST_CASE("a protocol-2 client is served its own table, RC entries in its rows")
     CHECK(table[1].rc.size() == 1);  // the entry rank 1 made for rank 0, in its row
     old.send(R"({"type":"barrier"})");
     CHECK(nlohmann::json::parse(old.receive()).at("type") == "release");
-    const RankResult real = rank_one.join()[1];
+    const RankResult real = world.real.join()[1];
     CAPTURE(real.error);
     CHECK(real.table_right);
-    CHECK_NOTHROW(server.wait());
+    CHECK_NOTHROW(world.server.wait());
 }
