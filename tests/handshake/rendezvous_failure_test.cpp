@@ -34,39 +34,51 @@ TEST_CASE("a rank killed after the exchange, before the barrier: the others fail
     constexpr std::uint32_t world_size = 4;
     constexpr std::uint32_t victim = 2;
     constexpr auto deadline = 20000ms;
-    rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, job, token, deadline});
-    const std::uint16_t port = server.port();
-    const auto start = std::chrono::steady_clock::now();
-    // Exit status 0: this rank failed with an error naming the victim, well before the deadline.
-    const int named_the_victim = rdmachan::test::run_children(
-        world_size,
-        [&](int index) {
-            const auto rank = static_cast<std::uint32_t>(index);
-            rdmachan::Rendezvous session(client_settings(port, rank, world_size, deadline));
-            session.exchange(predictable_endpoint(rank, world_size));
-            if (rank == victim) raise(SIGKILL);
-            const auto entered = std::chrono::steady_clock::now();
-            try {
-                session.barrier();
-            } catch (const rdmachan::Error& error) {
-                const std::string text = error.what();
-                const bool named = text.find("rank 2 left before the barrier") != std::string::npos;
-                const bool early = std::chrono::steady_clock::now() - entered < deadline / 4;
-                return named && early ? 0 : 4;
-            }
-            return 3;  // released although rank 2 never entered the barrier
-        },
-        deadline + 5000ms, [&server] { server.start(); });
-    CHECK(named_the_victim == static_cast<int>(world_size - 1));
-    std::string server_error;
-    try {
-        server.wait();
-    } catch (const rdmachan::Error& error) {
-        server_error = error.what();
+    // With the table shared per host the victim may be the rank that published the host's copy:
+    // then the others, still reading it (or receiving their own after its copy vanished), fail in
+    // exchange() rather than in barrier(), with the same error. Without sharing, every other rank
+    // has its table before the victim dies and fails in barrier().
+    for (const bool share : {false, true}) {
+        CAPTURE(share);
+        rdmachan::RendezvousServer server({"127.0.0.1", 0, world_size, job, token, deadline});
+        const std::uint16_t port = server.port();
+        const auto start = std::chrono::steady_clock::now();
+        // Exit status 0: this rank failed with an error naming the victim, well before the deadline.
+        const int named_the_victim = rdmachan::test::run_children(
+            world_size,
+            [&](int index) {
+                const auto rank = static_cast<std::uint32_t>(index);
+                rdmachan::RendezvousSettings settings = client_settings(port, rank, world_size, deadline);
+                settings.share_table_per_host = share;
+                rdmachan::Rendezvous session(settings);
+                const auto entered = std::chrono::steady_clock::now();
+                bool exchanged = false;
+                try {
+                    session.exchange(predictable_endpoint(rank, world_size));
+                    exchanged = true;
+                    if (rank == victim) raise(SIGKILL);
+                    session.barrier();
+                } catch (const rdmachan::Error& error) {
+                    const std::string text = error.what();
+                    const bool named = text.find("rank 2 left before the barrier") != std::string::npos;
+                    const bool early = std::chrono::steady_clock::now() - entered < deadline / 4;
+                    if (!share && !exchanged) return 5;  // without sharing every table arrives first
+                    return named && early ? 0 : 4;
+                }
+                return 3;  // released although rank 2 never entered the barrier
+            },
+            deadline + 5000ms, [&server] { server.start(); });
+        CHECK(named_the_victim == static_cast<int>(world_size - 1));
+        std::string server_error;
+        try {
+            server.wait();
+        } catch (const rdmachan::Error& error) {
+            server_error = error.what();
+        }
+        CAPTURE(server_error);
+        CHECK(server_error.find("rank 2 left before the barrier") != std::string::npos);
+        CHECK(std::chrono::steady_clock::now() - start < deadline / 2);
     }
-    CAPTURE(server_error);
-    CHECK(server_error.find("rank 2 left before the barrier") != std::string::npos);
-    CHECK(std::chrono::steady_clock::now() - start < deadline / 2);
 }
 
 TEST_CASE("a proof replayed on another connection is refused; the job goes on") {
