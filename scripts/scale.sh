@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Regenerates the figures in docs/SCALE.md: the block between
 # "<!-- generated: scale -->" and "<!-- end: scale -->" is replaced by what this prints.
-#   rendezvous   tests/handshake/rendezvous_benchmark: wall time and bytes received per rank at
-#                64 to 1,024 ranks as processes, 1,024 to 4,096 as processes of 16 threads,
-#                doubling each time, RC- and DC-shaped endpoints
+#   rendezvous   tests/handshake/rendezvous_benchmark: wall time, bytes received and read per
+#                rank and table copies received at 64 to 1,024 ranks as processes, 1,024 to 4,096
+#                as processes of 16 threads, doubling each time, RC- and DC-shaped endpoints, the
+#                ranks of the host sharing one copy; and 4,096 DC ranks each receiving its own
 #   peer cost    tests/multi_channel/peer_cost_benchmark: heap and RSS per peer, RC and DC, at
 #                1,024 and 4,096 peers, and queue pairs per process
 #   pmix         scripts/pmix_exchange_benchmark.sh RANKS, if it exists: at 4, 16 and 64 ranks on
@@ -56,6 +57,10 @@ run() {
         echo "\$ rendezvous_benchmark --mode $mode --threads-per-process 16 --timeout 300 1024 2048 4096"
         run "$rendezvous" --mode "$mode" --threads-per-process 16 --timeout 300 1024 2048 4096
     done
+    # The same 4,096 DC ranks with every rank receiving its own copy of the table (protocol 2's
+    # way), for the gain of one copy per host.
+    echo "\$ rendezvous_benchmark --mode dc --threads-per-process 16 --timeout 300 --no-share 4096"
+    run "$rendezvous" --mode dc --threads-per-process 16 --timeout 300 --no-share 4096
     for mode in rc dc; do
         echo "\$ peer_cost_benchmark --mode $mode 1024 4096"
         run "$peer_cost" --mode "$mode" 1024 4096
@@ -85,11 +90,15 @@ def fields(line):
     return dict(re.findall(r"(\w+)=([\w.]+)", line))
 rendezvous = [fields(l) for l in lines if l.startswith("rendezvous:")]
 costs = [fields(l) for l in lines if l.startswith("peer cost:") and "heap_per_peer" in l]
-def seconds(mode, ranks, runner):
+def line_of(mode, ranks, runner, share="per_host"):
     for r in rendezvous:
-        if r.get("mode") == mode and r.get("ranks") == str(ranks) and r.get("runner") == runner:
-            return float(r["seconds"])
+        if (r.get("mode") == mode and r.get("ranks") == str(ranks) and r.get("runner") == runner and
+                r.get("share") == share):
+            return r
     return None
+def seconds(mode, ranks, runner, share="per_host"):
+    r = line_of(mode, ranks, runner, share)
+    return float(r["seconds"]) if r else None
 rows = []
 def row(what, value, target, unit, limit):
     if value is None:
@@ -102,6 +111,20 @@ row("TCP rendezvous, 4,096 DC ranks (256 processes of 16 threads)", seconds("dc"
 rc_4096 = seconds("rc", 4096, "processes_of_16_threads")
 rows.append("| TCP rendezvous, 4,096 RC ranks (256 processes of 16 threads) | %s | reported (no target) |  |" %
             ("not measured" if rc_4096 is None else "%.2f s" % rc_4096))
+own_4096 = seconds("dc", 4096, "processes_of_16_threads", "none")
+rows.append("| TCP rendezvous, 4,096 DC ranks, each receiving its own table (`--no-share`) | %s | reported (no target) |  |" %
+            ("not measured" if own_4096 is None else "%.2f s" % own_4096))
+# One host here: one copy of the table received for all its ranks; what a rank reads in all.
+for mode in ("dc", "rc"):
+    r = line_of(mode, 4096, "processes_of_16_threads")
+    if r is None or "table_copies" not in r:
+        rows.append("| table copies received on the one host, 4,096 %s ranks | not measured | 1 |  |" % mode.upper())
+        continue
+    copies = int(r["table_copies"])
+    rows.append("| table copies received on the one host, 4,096 %s ranks | %d | 1 | %s |" %
+                (mode.upper(), copies, "met" if copies == 1 else "missed: %d copies" % copies))
+    rows.append("| bytes a rank reads, 4,096 %s ranks (received, plus read from the host's copy) | %.0f bytes (received %.0f) | reported (no target) |  |" %
+                (mode.upper(), float(r["bytes_read_per_rank"]), float(r["bytes_per_rank"])))
 def pmix_seconds(ranks, start):
     for line in lines:
         if line.startswith("pmix exchange:"):
@@ -120,7 +143,7 @@ steps = [fields(l) for l in lines if l.startswith("rendezvous:") and not l.endsw
 worst = None
 previous = {}
 for r in steps:
-    command = (r.get("mode"), r.get("runner"))
+    command = (r.get("mode"), r.get("runner"), r.get("share"))
     if "bytes_per_rank" in r and command in previous:
         before = previous[command]
         bytes_ratio = float(r["bytes_per_rank"]) / float(before["bytes_per_rank"])
