@@ -243,7 +243,7 @@ struct RendezvousServer::State {
             const std::string job = field("job").get<std::string>();
             const std::string session = field("session").get<std::string>();
             const std::string client_nonce = field("nonce").get<std::string>();
-            // Peer replacement (an optional capability of protocol 2): "watch" for a rank of the
+            // Peer replacement (an optional capability since protocol 2): "watch" for a rank of the
             // first rendezvous, "replace" for a process taking over a rank whose process died.
             std::string role;
             if (auto found = body.find("replacement"); found != body.end()) {
