@@ -1,6 +1,5 @@
 #include <unistd.h>
 
-#include <cstdio>
 #include <optional>
 
 #include "handshake/authentication.hpp"
@@ -58,10 +57,8 @@ struct Rendezvous::State {
     // start of its boot id and its namespace, as same-host detection tells hosts apart.
     std::string me_on_host() const {
         const detail::HostIdentity host = detail::this_host_identity();
-        char boot[9];
-        std::snprintf(boot, sizeof boot, "%02x%02x%02x%02x", host.boot_id[0], host.boot_id[1], host.boot_id[2],
-                      host.boot_id[3]);
-        return me() + " on host " + boot + " (network namespace " + std::to_string(host.network_namespace) + ")";
+        return me() + " on host " + to_hex(host.boot_id.data(), 4) + " (network namespace " +
+               std::to_string(host.network_namespace) + ")";
     }
 
     Task<void> exchange(const Endpoint& mine) {

@@ -78,13 +78,8 @@ struct RankReport {
 int run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, const Options& options,
              RankReport& report) {
     const bool dc = options.dc;
-    rdmachan::RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = world_size;
-    settings.job = "benchmark";
-    settings.token = "bench-token";
-    settings.timeout = std::chrono::seconds(options.timeout_seconds);
+    rdmachan::RendezvousSettings settings = rdmachan::test::rendezvous_settings(
+        port, rank, world_size, "benchmark", "bench-token", std::chrono::seconds(options.timeout_seconds));
     settings.share_table_per_host = options.share;
     rdmachan::Rendezvous session(settings);
     const auto table = session.exchange(realistic_endpoint(rank, world_size, dc));

@@ -9,7 +9,6 @@
 #include <fcntl.h>
 
 #include <atomic>
-#include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -19,6 +18,7 @@
 #include "common/host_identity.hpp"
 #include "handshake/authentication.hpp"
 #include "handshake/frame.hpp"
+#include "handshake/hex.hpp"
 #include "handshake/rendezvous_protocol.hpp"
 #include "handshake/rendezvous_table.hpp"
 #include "rdmachan/error.hpp"
@@ -71,11 +71,6 @@ RankResult run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_
     return result;
 }
 
-std::string to_hex_session(std::uint64_t value) {
-    char text[17];
-    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-    return text;
-}
 
 // Real ranks first..world_size-1 in threads of this process; join() waits for them.
 class RealRanks {
@@ -105,7 +100,7 @@ void register_by_hand(RawClient& client, std::uint32_t rank, std::uint32_t world
                       std::uint32_t version = rdmachan::handshake::protocol_version) {
     using namespace rdmachan::handshake;
     const rdmachan::Endpoint endpoint = predictable_endpoint(rank, world_size);
-    const std::string session = to_hex_session(endpoint.session);
+    const std::string session = to_hex_u64(endpoint.session);
     const std::string client_nonce = "00112233445566778899aabbccddeeff";
     nlohmann::json hello = {{"rank", rank},   {"world_size", world_size}, {"job", host_job},
                             {"session", session}, {"nonce", client_nonce}};

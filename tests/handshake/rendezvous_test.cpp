@@ -32,14 +32,7 @@ rdmachan::RendezvousServerSettings server_settings(std::uint32_t world_size,
 rdmachan::RendezvousSettings client_settings(std::uint16_t port, std::uint32_t rank,
                                              std::uint32_t world_size,
                                              std::chrono::milliseconds timeout = 30000ms) {
-    rdmachan::RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = world_size;
-    settings.job = "job-A";
-    settings.token = "secret-token";
-    settings.timeout = timeout;
-    return settings;
+    return rdmachan::test::rendezvous_settings(port, rank, world_size, "job-A", "secret-token", timeout);
 }
 
 // Every rank's endpoint, with only the RC entry it made for `recipient` (protocol 2).
