@@ -4,6 +4,7 @@
 #include <string>
 
 #include "rdmachan/error.hpp"
+#include "src/dc_peer_directory.hpp"
 #include "src/endpoint_peer.hpp"
 #include "src/engine.hpp"
 #include "src/peer_pairing.hpp"
@@ -33,16 +34,16 @@ public:
                                         "use endpoint()");
     }
 
+    // Every rank is checked now; each is addressed when this process first posts to it or
+    // receives from it (src/dc_peer_directory.hpp).
     void connect_world(Engine& engine, std::uint32_t, const std::vector<Endpoint>& table,
                        const std::string& me) const override {
         for (std::uint32_t peer = 0; peer < table.size(); ++peer) {
-            try {
-                connect_checked(table[peer], "rank " + std::to_string(peer),
-                                [&](const DcPeerAddress& address) { engine.connect_dc(peer, address); });
-            } catch (const Error& error) {
-                throw Error(me + ": " + error.what());
+            if (const std::optional<std::string> why = mismatch(table[peer])) {
+                throw Error(me + ": rank " + std::to_string(peer) + " " + *why);
             }
         }
+        engine.use_dc_directory(DcPeerDirectory::from_endpoints(table, me));
     }
 
     void connect_own_slot(Engine& engine, std::uint32_t rank, const Endpoint& own, const char* why) const override {

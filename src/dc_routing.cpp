@@ -15,9 +15,8 @@
 namespace rdmachan::detail {
 namespace {
 
-std::uint64_t sender_key(std::uint16_t lid, std::uint32_t initiator) {
-    return static_cast<std::uint64_t>(lid) << 32 | initiator;
-}
+// Why a peer's posts fail when its first post could not make its address vector.
+constexpr const char* kNotAddressed = "its DC address vector could not be made (the log says why)";
 
 }  // namespace
 
@@ -60,12 +59,10 @@ DcRouting::DcRouting(Engine& engine, const DcSettings& settings) : engine_(engin
     own_.mtu = std::min(channel.mtu, engine.port_.active_mtu);
     own_.device = engine.device_->name();
 
-    // The initiators' send depth, plus one receive per peer and a receive depth more (receives
-    // wait here, not in a queue pair); more receives than that wait for a slot, as a full queue
-    // does, up to the deadline.
-    const auto peer_count = static_cast<std::uint32_t>(engine.peers_.size());
-    capacity_ = static_cast<std::uint64_t>(initiator_count) * channel.max_send_wr + peer_count + channel.max_recv_wr;
-    peers_.resize(peer_count);
+    // The initiators' send depth and a receive depth (receives wait here, not in a queue pair),
+    // and one receive more for each peer once it is contacted (first_post); more receives than
+    // that wait for a slot, as a full queue does, up to the deadline.
+    capacity_ = static_cast<std::uint64_t>(initiator_count) * channel.max_send_wr + channel.max_recv_wr;
     waiting_links_.assign(capacity_, LinkedIndexQueue::kNone);
     receive_targets_.resize(capacity_);
 
@@ -98,16 +95,55 @@ std::vector<std::uint32_t> DcRouting::initiator_numbers() const {
     return numbers;
 }
 
+DcRouting::Peer& DcRouting::peer_of(std::uint32_t index) {
+    Engine::Peer& common = engine_.peer_state(index);
+    if (common.routing_state == Engine::kNoRoutingState) {
+        common.routing_state = static_cast<std::uint32_t>(peers_.size());
+        peers_.emplace_back();
+    }
+    return peers_[common.routing_state];
+}
+
+bool DcRouting::address_from_directory(std::uint32_t index, Peer& peer) {
+    const DcPeerRecord* record = directory_ != nullptr ? directory_->record(index) : nullptr;
+    if (record == nullptr) return false;
+    try {
+        peer.address_vector =
+            engine_.domain_->dc_address_vector(engine_.port_, record->gid, record->lid, record->dctn, record->key);
+    } catch (const std::exception& error) {
+        // On the post path: the peer's operations fail naming why, nothing is thrown.
+        logger().error("rank {}: its DC address vector could not be made: {}", index, error.what());
+        engine_.peer_state(index).unavailable = kNotAddressed;
+        peer.addressed = Addressed::forgotten;
+        return false;
+    }
+    peer.addressed = Addressed::from_directory;
+    engine_.set_connected(index, true);
+    return true;
+}
+
+void DcRouting::first_post(std::uint32_t index) {
+    Peer& peer = peer_of(index);
+    if (peer.addressed == Addressed::not_yet) address_from_directory(index, peer);
+    // Its share of the slots: room for one receive from it besides everything else.
+    engine_.slots_.grow(1);
+    waiting_links_.push_back(LinkedIndexQueue::kNone);
+    receive_targets_.emplace_back();
+    ++capacity_;
+}
+
 void DcRouting::connect(std::uint32_t index, const DcPeerAddress& remote) {
-    Engine::Peer& common = engine_.peers_[index];
-    if (common.connected) throw Error("connect " + common.name + ": already connected");
-    // "rank N" (set at construction) stays the name: a longer one would be a heap block per
-    // peer, and at thousands of DC peers every byte per peer counts (docs/SCALE.md).
+    Engine::Peer& common = engine_.peer_state(index);
+    if (common.connected) throw Error("connect " + engine_.peer_name(index) + ": already connected");
+    // The name stays "rank N" (Engine::peer_name), made when asked for: a name of its own would
+    // be a heap block per peer, and at thousands of DC peers every byte per peer counts.
     logger().debug("rank {}: {} DC target {}", index, remote.device, remote.dctn);
-    peers_[index].address_vector =
+    Peer& peer = peer_of(index);
+    peer.address_vector =
         engine_.domain_->dc_address_vector(engine_.port_, remote.gid, remote.lid, remote.dctn, remote.key);
+    peer.addressed = Addressed::explicitly;
     for (std::uint32_t initiator : remote.initiators) {
-        const std::uint64_t key = sender_key(remote.lid, initiator);
+        const std::uint64_t key = dc_sender_key(remote.lid, initiator);
         auto position = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
                                          [](const auto& left, const auto& right) { return left.first < right.first; });
         if (position != senders_.end() && position->first == key && position->second != index) {
@@ -121,21 +157,22 @@ void DcRouting::connect(std::uint32_t index, const DcPeerAddress& remote) {
 }
 
 void DcRouting::forget(std::uint32_t index) {
-    Peer& peer = peers_[index];
+    Peer& peer = peer_of(index);
     // Messages the old process sent that no receive took: they belong to a session that has gone.
     while (!peer.arrivals.empty()) repost_receive_buffer(peer.arrivals.pop(arrival_links_));
     // Its old initiators name the old process: a late message from them is dropped, not matched.
     std::erase_if(senders_, [index](const auto& entry) { return entry.second == index; });
     peer.initiator = -1;
+    peer.addressed = Addressed::forgotten;
 }
 
 void DcRouting::replace(std::uint32_t index, const DcPeerAddress& remote) {
-    if (engine_.peers_[index].outstanding != 0) engine_.fail_and_flush(index, "its process was replaced");
+    if (engine_.peer_state(index).outstanding != 0) engine_.fail_and_flush(index, "its process was replaced");
     connect_member(index, remote, kReplacementNotConnected);
 }
 
 void DcRouting::connect_member(std::uint32_t index, const DcPeerAddress& remote, const char* why) {
-    Engine::Peer& common = engine_.peers_[index];
+    Engine::Peer& common = engine_.peer_state(index);
     if (common.outstanding != 0) engine_.fail_and_flush(index, why);
     forget(index);
     engine_.set_connected(index, false);  // forgotten: connect takes it as a peer never connected
@@ -162,7 +199,8 @@ bool DcRouting::fits_receive_buffers(const mlx5::SendWorkRequest* requests, std:
 
 SendRoute DcRouting::route_send(std::uint32_t index, std::uint64_t ticket, mlx5::SendWorkRequest* requests,
                                 std::uint32_t count) {
-    Engine::Peer& common = engine_.peers_[index];
+    // Engine::post_send made both states (first_post) before it claimed the slot.
+    Engine::Peer& common = *engine_.peers_[index];
     // A failed peer is not retried on initiators the live peers share (its next failure would
     // take their work down with it).
     if (!common.healthy) return {nullptr, mlx5::CompletionStatus::general_error, "the peer failed earlier"};
@@ -177,7 +215,7 @@ SendRoute DcRouting::route_send(std::uint32_t index, std::uint64_t ticket, mlx5:
         return {nullptr, mlx5::CompletionStatus::general_error,
                 "the send budget (max_send_wr) stayed full until the deadline"};
     }
-    Peer& peer = peers_[index];
+    Peer& peer = peers_[common.routing_state];
     const std::int32_t chosen = choose_initiator(common, peer, count);
     if (chosen < 0) {
         return {nullptr, mlx5::CompletionStatus::general_error, "no DC initiator had room until the deadline"};
@@ -262,10 +300,8 @@ void DcRouting::take_arrival(const mlx5::Completion& completion) {
         }
         return;
     }
-    const std::uint64_t key = sender_key(completion.slid, completion.src_qp);
-    auto found = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
-                                  [](const auto& left, const auto& right) { return left.first < right.first; });
-    if (found == senders_.end() || found->first != key) {
+    const std::optional<std::uint32_t> sender = sender_of(completion.slid, completion.src_qp);
+    if (!sender.has_value()) {
         logger().warn("DC: a message from initiator {} (LID {}) that no rank published; dropped", completion.src_qp,
                       completion.slid);
         repost_receive_buffer(buffer);
@@ -273,12 +309,28 @@ void DcRouting::take_arrival(const mlx5::Completion& completion) {
     }
     // A receive buffer is in no list until it is reposted, so arrivals never exceed the buffers.
     arrived_[buffer] = completion;
-    peers_[found->second].arrivals.push(arrival_links_, buffer);
-    match_receives(found->second);
+    peer_of(*sender).arrivals.push(arrival_links_, buffer);
+    match_receives(*sender);
+}
+
+std::optional<std::uint32_t> DcRouting::sender_of(std::uint16_t lid, std::uint32_t initiator) {
+    const std::uint64_t key = dc_sender_key(lid, initiator);
+    auto found = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
+                                  [](const auto& left, const auto& right) { return left.first < right.first; });
+    if (found != senders_.end() && found->first == key) return found->second;
+    if (directory_ == nullptr) return std::nullopt;
+    const std::optional<std::uint32_t> rank = directory_->sender(lid, initiator);
+    if (!rank.has_value()) return std::nullopt;
+    // The directory names the rank's process as the handshake knew it. A rank addressed since
+    // (replaced, or gone) is another process now: a late message from the old one is dropped.
+    Peer& peer = peer_of(*rank);
+    if (peer.addressed == Addressed::not_yet) address_from_directory(*rank, peer);
+    if (peer.addressed != Addressed::from_directory) return std::nullopt;
+    return rank;
 }
 
 void DcRouting::match_receives(std::uint32_t index) {
-    Peer& peer = peers_[index];
+    Peer& peer = peer_of(index);
     while (!peer.arrivals.empty() && !peer.waiting.empty()) {
         const std::uint32_t buffer = peer.arrivals.pop(arrival_links_);
         const std::uint32_t slot = peer.waiting.pop(waiting_links_);
@@ -299,8 +351,8 @@ void DcRouting::match_receives(std::uint32_t index) {
 }
 
 std::uint64_t DcRouting::post_receive(std::uint32_t index, const LocalSlice& local) {
-    Engine::Peer& common = engine_.peers_[index];
-    Peer& peer = peers_[index];
+    Engine::Peer& common = engine_.peer_for_post(index);
+    Peer& peer = peers_[common.routing_state];
     const std::uint64_t ticket = engine_.claim_slot(index, Operation::receive);
     if (ticket == kNoTicket) return ticket;
     if (common.unavailable != nullptr) [[unlikely]] {
@@ -331,10 +383,10 @@ std::uint64_t DcRouting::post_receive(std::uint32_t index, const LocalSlice& loc
 }
 
 void DcRouting::move_to_error(std::uint32_t index, const char* why) {
-    Engine::Peer& common = engine_.peers_[index];
-    Peer& peer = peers_[index];
+    Peer& peer = peer_of(index);
+    Engine::Peer& common = *engine_.peers_[index];
     flight::record(flight::ChannelEvent::qp_error, index, 0, flight::text(why));
-    logger().warn("{}: failing its work on DC: {}", common.name, why);
+    logger().warn("{}: failing its work on DC: {}", engine_.peer_name(index), why);
     common.healthy = false;
     // Its receives wait in the routing, not in the NIC: they end here.
     mlx5::Completion flushed;
@@ -349,7 +401,7 @@ void DcRouting::move_to_error(std::uint32_t index, const char* why) {
         try {
             initiator.queue_pair->move_to_error();
         } catch (const std::exception& error) {
-            logger().error("{}: moving DC initiator to ERR failed: {}", common.name, error.what());
+            logger().error("{}: moving DC initiator to ERR failed: {}", engine_.peer_name(index), error.what());
         }
     }
 }

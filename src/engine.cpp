@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "rdmachan/handshake.hpp"
+#include "src/dc_peer_directory.hpp"
 #include "src/dc_routing.hpp"
 #include "src/flight_events.hpp"
 #include "src/post_refusal.hpp"
@@ -62,9 +63,10 @@ Engine::Engine(const ChannelSettings& settings, std::uint32_t peer_count, const 
       port_(device_->port_identity(settings.port, settings.gid_index)),
       domain_(device_->allocate_protection_domain()),
       layouts_(domain_, port_, rc_queue_pair_settings(), settings.deadline) {
-    peers_.resize(peer_count);
-    for (std::uint32_t index = 0; index < peer_count; ++index) {
-        peers_[index].name = peer_count == 1 ? "unconnected peer" : "rank " + std::to_string(index);
+    peers_.resize(peer_count, nullptr);
+    // An RC peer has its queue pair from the start, and so its state and its share of the slots.
+    if (!dc.enabled) {
+        for (std::uint32_t index = 0; index < peer_count; ++index) make_peer_state(index).slot_share = true;
     }
     // The routing creates the completion queues (sized for what its queue pairs can hold) and
     // its queue pairs.
@@ -131,7 +133,9 @@ transport::CqeCompression Engine::cqe_compression() const {
 Engine::~Engine() {
     // Nothing may be left in the NIC's hands when the buffers go away.
     for (std::uint32_t peer = 0; peer < peers_.size(); ++peer) {
-        if (peers_[peer].outstanding != 0) fail_and_flush(peer, "channel destroyed with work outstanding");
+        if (peers_[peer] != nullptr && peers_[peer]->outstanding != 0) {
+            fail_and_flush(peer, "channel destroyed with work outstanding");
+        }
     }
     if (event_set_ >= 0) ::close(event_set_);
 }
@@ -201,9 +205,27 @@ void Engine::block_for_event(std::chrono::steady_clock::time_point until) {
 }
 
 PeerCounters Engine::counters(std::uint32_t peer) const {
-    PeerCounters counters = peers_[peer].counters;
-    counters.outstanding = peers_[peer].outstanding;
+    if (peers_[peer] == nullptr) return PeerCounters{};
+    PeerCounters counters = peers_[peer]->counters;
+    counters.outstanding = peers_[peer]->outstanding;
     return counters;
+}
+
+std::string Engine::default_peer_name(std::uint32_t index) const {
+    return peers_.size() == 1 ? "unconnected peer" : "rank " + std::to_string(index);
+}
+
+Engine::Peer& Engine::make_peer_state(std::uint32_t index) {
+    Peer& peer = peer_states_.emplace_back();
+    peers_[index] = &peer;
+    return peer;
+}
+
+Engine::Peer& Engine::first_post(std::uint32_t index) {
+    Peer& peer = peer_state(index);
+    routing_->first_post(index);
+    peer.slot_share = true;
+    return peer;
 }
 
 MemoryRegion Engine::register_memory(void* data, std::size_t length, Access access) {
@@ -219,7 +241,7 @@ MemoryRegion Engine::allocate_memory(std::size_t length, Access access) {
 
 RcRouting& Engine::rc_routing(const char* call, std::uint32_t peer) const {
     if (rc_ == nullptr) {
-        throw Error(std::string(call) + " " + peers_[peer].name + ": a DC multi-channel has no queue pair per peer");
+        throw Error(std::string(call) + " " + peer_name(peer) + ": a DC multi-channel has no queue pair per peer");
     }
     return *rc_;
 }
@@ -230,7 +252,7 @@ DcRouting& Engine::dc_routing(const char* call) const {
 }
 
 void Engine::set_connected(std::uint32_t index, bool connected) {
-    Peer& peer = peers_[index];
+    Peer& peer = peer_state(index);
     peer.connected = connected;
     peer.direct = connected ? routing_->own_queue_pair(index) : nullptr;
     peer.direct_qpn = peer.direct != nullptr ? peer.direct->qpn() : 0;
@@ -258,8 +280,8 @@ std::vector<std::uint32_t> Engine::dc_initiator_numbers() const {
     return dc_routing("dc_initiator_numbers").initiator_numbers();
 }
 
-void Engine::connect_dc(std::uint32_t index, const DcPeerAddress& remote) {
-    dc_routing("connect_dc").connect(index, remote);
+void Engine::use_dc_directory(std::shared_ptr<const DcPeerDirectory> directory) {
+    dc_routing("use_dc_directory").use_directory(std::move(directory));
 }
 
 void Engine::replace_dc_peer(std::uint32_t index, const DcPeerAddress& remote) {
@@ -271,7 +293,7 @@ void Engine::connect_dc_member(std::uint32_t index, const DcPeerAddress& remote,
 }
 
 void Engine::disconnect_peer(std::uint32_t index, const char* why) {
-    Peer& peer = peers_[index];
+    Peer& peer = peer_state(index);
     if (peer.outstanding != 0) fail_and_flush(index, why);
     routing_->forget(index);
     set_connected(index, false);
@@ -281,11 +303,11 @@ void Engine::disconnect_peer(std::uint32_t index, const char* why) {
 
 void Engine::mark_absent(std::uint32_t index, const char* why) {
     set_connected(index, false);
-    peers_[index].unavailable = why;
+    peer_state(index).unavailable = why;
 }
 
 void Engine::mark_replacement_connected(std::uint32_t index) {
-    peers_[index].unavailable = nullptr;
+    peer_state(index).unavailable = nullptr;
     set_connected(index, true);
 }
 
@@ -318,7 +340,7 @@ bool Engine::wait_for_send_budget(Peer& peer, std::uint32_t count) {
 
 std::uint64_t Engine::post_send(std::uint32_t index, mlx5::SendWorkRequest* requests, std::uint32_t count,
                                 Operation operation) {
-    Peer& peer = peers_[index];
+    Peer& peer = peer_for_post(index);
     const std::uint64_t ticket = claim_slot(index, operation);
     if (ticket == kNoTicket) return ticket;
     Slot& slot = slots_.of(ticket);
@@ -379,13 +401,13 @@ std::uint64_t Engine::finish_post(std::uint32_t index, std::uint64_t ticket, tra
 
 std::uint64_t Engine::post_batch(std::uint32_t index, const WorkBatch::Entry* entries, std::uint32_t count,
                                  Operation operation, std::uint64_t version) {
-    Peer& peer = peers_[index];
+    Peer* const peer = peers_[index];
     // The common case, a batch to a peer with its own queue pair (RC) that can go at once (a free
     // slot, send budget), takes its ticket first, so that each request gets its wr_id as it is
     // converted: one pass over the batch. Anything else is converted with no ticket and takes
     // post_send, which waits, routes (DC) and fails the operation naming why.
-    const bool at_once =
-        slots_.has_free() && peer.direct != nullptr && peer.send_in_flight + count <= settings_.max_send_wr;
+    const bool at_once = peer != nullptr && slots_.has_free() && peer->direct != nullptr &&
+                         peer->send_in_flight + count <= settings_.max_send_wr;
     const std::uint64_t ticket = at_once ? claim_free_slot(index, operation) : 0;
     mlx5::SendWorkRequest* const requests = scratch_requests_.data();
     if (at_once && version != 0 && version == scratch_version_ && count == scratch_count_) {
@@ -446,7 +468,7 @@ std::uint64_t Engine::post_scratch_requests(std::uint32_t index, std::uint64_t t
     Slot& slot = slots_.of(ticket);
     slot.bytes = bytes;
     slot.send_requests = count;
-    Peer& peer = peers_[index];
+    Peer& peer = *peers_[index];
     peer.send_in_flight += count;
     transport::QueuePair& queue_pair = *peer.direct;
     flight::record(flight::ChannelEvent::post_send, index, peer.direct_qpn, ticket, count,
@@ -472,7 +494,7 @@ void Engine::deliver_error_or_arrival(const mlx5::Completion& completion) {
     if (completion.status != mlx5::CompletionStatus::success && entry != nullptr) {
         // On a shared send queue, a flush says only that the queue failed, maybe for another peer.
         if (entry->shared_queue == nullptr || completion.status != mlx5::CompletionStatus::work_request_flushed) {
-            peers_[entry->peer].healthy = false;
+            peers_[entry->peer]->healthy = false;
         }
         if (entry->shared_queue != nullptr) mark_failed(*entry->shared_queue);
     }
@@ -542,7 +564,7 @@ WorkResult Engine::failure_of(const Slot& slot) const {
     error.status = static_cast<std::uint8_t>(completion.status);
     error.syndrome = completion.syndrome;
     error.vendor_syndrome = completion.vendor_error;
-    error.peer = peers_[slot.peer].name;
+    error.peer = peer_name(slot.peer);
     error.not_posted = slot.not_posted;
     return WorkResult::failure(std::move(error));
 }
@@ -593,7 +615,7 @@ WorkResult Engine::wait(std::uint64_t ticket, std::chrono::milliseconds deadline
             WorkError error;
             error.operation = entry->operation;
             error.deadline_expired = true;
-            error.peer = peers_[entry->peer].name;
+            error.peer = peer_name(entry->peer);
             return WorkResult::failure(error);
         }
         backoff(round, until);
@@ -619,7 +641,8 @@ void Engine::fail_and_flush(std::uint32_t index, const char* why) {
 
 void Engine::collect_flushes(std::uint32_t index) {
     // The device flushes everything it holds; collect those completions so no slot stays pending.
-    Peer& peer = peers_[index];
+    if (peers_[index] == nullptr) return;
+    Peer& peer = *peers_[index];
     const auto until = std::chrono::steady_clock::now() + settings_.deadline;
     std::uint32_t round = 0;
     while (peer.outstanding != 0 && std::chrono::steady_clock::now() < until) {
@@ -629,7 +652,7 @@ void Engine::collect_flushes(std::uint32_t index) {
     // what arrived meanwhile.
     if (peer.outstanding != 0) poll_once();
     if (peer.outstanding != 0) {
-        logger().error("{}: {} operations not flushed within the deadline", peer.name, peer.outstanding);
+        logger().error("{}: {} operations not flushed within the deadline", peer_name(index), peer.outstanding);
     }
 }
 

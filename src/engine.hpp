@@ -16,6 +16,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,6 +36,7 @@ namespace rdmachan::detail {
 
 class RcRouting;
 class DcRouting;
+class DcPeerDirectory;
 
 // Why a replaced peer's operations fail until its replacement has connected its side.
 inline constexpr const char* kReplacementNotConnected =
@@ -52,6 +54,10 @@ public:
 
     const ChannelSettings& settings() const { return settings_; }
     std::uint32_t peer_count() const { return static_cast<std::uint32_t>(peers_.size()); }
+    // What every peer has (below) is made when the peer is first used: in RC at construction
+    // (each has its queue pair), in DC when this process first posts to it, receives from it or
+    // changes its state. A DC peer never contacted is these defaults: healthy, no counters,
+    // connected when the directory has its record (src/dc_peer_directory.hpp).
     const transport::PortIdentity& port() const { return port_; }
     std::string device_name() const { return device_->name(); }
     bool progress() { return device_->progress(); }
@@ -64,10 +70,18 @@ public:
     // DC: one endpoint per process (any peer index gives it); RC: the queue pair for that peer.
     const ChannelEndpoint& local_endpoint(std::uint32_t peer) const { return routing_->local_endpoint(peer); }
     const ChannelEndpoint& remote_endpoint(std::uint32_t peer) const { return routing_->remote_endpoint(peer); }
-    const std::string& peer_name(std::uint32_t peer) const { return peers_[peer].name; }
-    void set_peer_name(std::uint32_t peer, std::string name) { peers_[peer].name = std::move(name); }
-    bool healthy(std::uint32_t peer) const { return peers_[peer].healthy; }
-    bool connected(std::uint32_t peer) const { return peers_[peer].connected; }
+    std::string peer_name(std::uint32_t peer) const {
+        return peers_[peer] != nullptr && peers_[peer]->name != nullptr ? *peers_[peer]->name : default_peer_name(peer);
+    }
+    void set_peer_name(std::uint32_t peer, std::string name) {
+        peer_state(peer).name = std::make_unique<std::string>(std::move(name));
+    }
+    bool healthy(std::uint32_t peer) const { return peers_[peer] == nullptr || peers_[peer]->healthy; }
+    bool connected(std::uint32_t peer) const {
+        return peers_[peer] != nullptr ? peers_[peer]->connected : routing_->reachable_before_contact(peer);
+    }
+    // DC peers whose state was made (for the memory figures and tests).
+    std::uint32_t contacted_peer_count() const { return static_cast<std::uint32_t>(peer_states_.size()); }
     PeerCounters counters(std::uint32_t peer) const;
 
     MemoryRegion register_memory(void* data, std::size_t length, Access access);
@@ -86,9 +100,8 @@ public:
     std::uint64_t dc_key() const;
     std::vector<std::uint32_t> dc_initiator_numbers() const;
     using DcPeerAddress = detail::DcPeerAddress;
-    // The peer's DC target, and the initiators its receives will name. Throws rdmachan::Error
-    // naming both ranks when two ranks' initiators could not be told apart.
-    void connect_dc(std::uint32_t peer, const DcPeerAddress& remote);
+    // The fixed world's DC peers, each addressed from `directory` on first use.
+    void use_dc_directory(std::shared_ptr<const DcPeerDirectory> directory);
 
     // Peer replacement: the peer's process died and a new one took its rank. Flushes what the
     // old one still holds, then RC: a new queue pair connected to `remote` (the replacement's
@@ -130,11 +143,12 @@ public:
     // connected) takes post_send, which waits or fails the operation naming why.
     [[gnu::always_inline]] std::uint64_t post_one(std::uint32_t index, mlx5::SendWorkRequest& request,
                                                   Operation operation) {
-        Peer& peer = peers_[index];
-        if (!slots_.has_free() || peer.direct == nullptr || peer.send_in_flight >= settings_.max_send_wr)
-            [[unlikely]] {
+        Peer* const state = peers_[index];
+        if (state == nullptr || !slots_.has_free() || state->direct == nullptr ||
+            state->send_in_flight >= settings_.max_send_wr) [[unlikely]] {
             return post_send(index, &request, 1, operation);
         }
+        Peer& peer = *state;
         const std::uint64_t ticket = claim_free_slot(index, operation);
         Slot& slot = slots_.of(ticket);
         request.wr_id = ticket | kFinalRequest;
@@ -236,17 +250,42 @@ private:
 
     // What every peer has, whatever the mode; the mode's own per-peer state is its routing's.
     struct Peer {
-        std::string name;
-        bool connected = false;
-        bool healthy = true;
-        const char* unavailable = nullptr;  // set while a replacement is being connected
         // Its own queue pair while connected (RC), which the post fast path uses; null otherwise.
         transport::QueuePair* direct = nullptr;
         std::uint32_t direct_qpn = 0;
         std::uint32_t send_in_flight = 0;  // send work requests posted and not yet completed
         std::uint32_t outstanding = 0;     // operations (slots) not yet completed
+        // DC: its routing state (DcRouting's), and whether the slot table has grown by its share
+        // (its first post). RC: no routing state here, and the share was counted at construction.
+        std::uint32_t routing_state = kNoRoutingState;
+        bool slot_share = false;
+        bool connected = false;
+        bool healthy = true;
+        const char* unavailable = nullptr;  // set while a replacement is being connected
+        // A name of its own (RC: the peer's device and queue pair; a member's id); null: "rank N",
+        // made when asked for. A string here cost 32 bytes per DC peer contacted.
+        std::unique_ptr<std::string> name;
         PeerCounters counters;
     };
+    // Kept small: a DC peer's state is made for every peer a process contacts (docs/SCALE.md).
+    static_assert(sizeof(Peer) <= 80);
+    static constexpr std::uint32_t kNoRoutingState = ~0u;
+    std::string default_peer_name(std::uint32_t index) const;
+    // The peer's state, made if it has none (control path: it may allocate).
+    Peer& peer_state(std::uint32_t index) {
+        if (peers_[index] != nullptr) [[likely]] return *peers_[index];
+        return make_peer_state(index);
+    }
+    Peer& make_peer_state(std::uint32_t index);
+    // The peer's state for a post. Its first post makes it (DC: addressed from the directory)
+    // and grows the slot table by its share: before any slot is claimed, so that no reference
+    // into the table is held while it moves.
+    Peer& peer_for_post(std::uint32_t index) {
+        Peer* const peer = peers_[index];
+        if (peer != nullptr && peer->slot_share) [[likely]] return *peer;
+        return first_post(index);
+    }
+    Peer& first_post(std::uint32_t index);
 
     void set_connected(std::uint32_t index, bool connected);
     transport::QueuePairSettings rc_queue_pair_settings() const;
@@ -263,7 +302,7 @@ private:
     // The caller saw slots_.has_free().
     std::uint64_t claim_free_slot(std::uint32_t peer, Operation operation) {
         ++outstanding_;
-        ++peers_[peer].outstanding;
+        ++peers_[peer]->outstanding;
         return slots_.claim(peer, operation);
     }
     bool reserve_send_budget(Peer& peer, std::uint32_t count) {
@@ -284,7 +323,7 @@ private:
     void report_error_completion(const mlx5::Completion& completion) const;
     void report_deadline(const Slot& slot, std::uint64_t ticket, std::chrono::milliseconds deadline) const;
     void finish(Slot& slot, const mlx5::Completion& completion) {
-        Peer& peer = peers_[slot.peer];
+        Peer& peer = *peers_[slot.peer];
         if (!slot.error_seen) slot.completion = completion;
         slot.state = SlotState::done;
         peer.send_in_flight -= slot.send_requests;
@@ -363,7 +402,10 @@ private:
     // directly, one wake-up fewer than through the epoll set.
     pollfd event_members_[2] = {};
     nfds_t event_member_count_ = 0;
-    std::vector<Peer> peers_;
+    // By rank: its state, or null for a DC peer not contacted yet (8 bytes, the whole cost of
+    // such a peer here). The states are in a deque, whose elements never move.
+    std::vector<Peer*> peers_;
+    std::deque<Peer> peer_states_;
     std::vector<mlx5::SendWorkRequest> scratch_requests_;
     std::vector<mlx5::ScatterGatherElement> scratch_elements_;
     // What the scratch space holds: the WorkBatch version it was converted from by an RC post

@@ -246,6 +246,7 @@ MultiChannelMode MultiChannel::mode() const {
     return engine_->pairing().mode();
 }
 std::uint32_t MultiChannel::queue_pair_count() const { return engine_->queue_pair_count(); }
+std::uint32_t MultiChannel::peers_contacted() const { return engine_->contacted_peer_count(); }
 
 MemoryRegion MultiChannel::register_memory(void* data, std::size_t length, Access access) {
     return engine_->register_memory(data, length, access);

@@ -49,6 +49,12 @@ public:
     // any is still failed.
     virtual bool recover_shared_queues() = 0;
     virtual std::uint32_t queue_pair_count() const = 0;
+    // The peer's first post, its engine state made (Engine::first_post): DC addresses it from the
+    // directory if nothing else did, and grows the slot table by the peer's share. RC: nothing
+    // (every peer has its state and share from the start).
+    virtual void first_post(std::uint32_t peer) = 0;
+    // Whether a peer the engine holds no state for can be reached (Engine::connected).
+    virtual bool reachable_before_contact(std::uint32_t peer) const = 0;
     // How a MultiChannel of this mode pairs with its peers in the endpoint schema.
     virtual const PeerPairing& pairing() const = 0;
 };

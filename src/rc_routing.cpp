@@ -46,11 +46,12 @@ std::uint64_t RcRouting::slot_capacity() const {
 }
 
 void RcRouting::connect(std::uint32_t index, const ChannelEndpoint& remote) {
-    Engine::Peer& peer = engine_.peers_[index];
-    if (peer.connected) throw Error("connect " + peer.name + ": already connected");
+    Engine::Peer& peer = *engine_.peers_[index];
+    if (peer.connected) throw Error("connect " + engine_.peer_name(index) + ": already connected");
     std::string name = remote.device.empty() ? "qpn " + std::to_string(remote.qpn)
                                              : remote.device + " qpn " + std::to_string(remote.qpn);
-    peer.name = engine_.peers_.size() == 1 ? name : "rank " + std::to_string(index) + " (" + name + ")";
+    peer.name = std::make_unique<std::string>(engine_.peers_.size() == 1 ? name
+                                                                         : "rank " + std::to_string(index) + " (" + name + ")");
     const ChannelSettings& settings = engine_.settings_;
     RcQueue& queue = queues_[index];
     transport::ConnectSettings connect;
@@ -70,7 +71,7 @@ void RcRouting::connect(std::uint32_t index, const ChannelEndpoint& remote) {
     try {
         queue.queue_pair->connect(connect);
     } catch (const std::exception& error) {
-        throw Error("handshake with " + peer.name + ": " + error.what());
+        throw Error("handshake with " + engine_.peer_name(index) + ": " + error.what());
     }
     queue.remote = remote;
     queue.used = true;
@@ -83,7 +84,7 @@ void RcRouting::renew(std::uint32_t index, const char* call) {
         queue.queue_pair = engine_.domain_->create_queue_pair(engine_.rc_queue_pair_settings(), engine_.send_completions_,
                                                               engine_.receive_completions_);
     } catch (const std::exception& error) {
-        throw Error(std::string(call) + " " + engine_.peers_[index].name + ": creating its new queue pair failed: " +
+        throw Error(std::string(call) + " " + engine_.peer_name(index) + ": creating its new queue pair failed: " +
                     error.what());
     }
     queue.local.qpn = queue.queue_pair->qpn();
@@ -91,7 +92,7 @@ void RcRouting::renew(std::uint32_t index, const char* call) {
 }
 
 void RcRouting::replace(std::uint32_t index, const ChannelEndpoint& remote) {
-    Engine::Peer& peer = engine_.peers_[index];
+    Engine::Peer& peer = *engine_.peers_[index];
     // The old queue pair may still hold work (a peer that died while idle is not in ERR yet).
     if (peer.outstanding != 0) engine_.fail_and_flush(index, "its process was replaced");
     renew(index, "replace");
@@ -104,7 +105,7 @@ void RcRouting::replace(std::uint32_t index, const ChannelEndpoint& remote) {
 }
 
 const ChannelEndpoint& RcRouting::prepare(std::uint32_t index, const char* why) {
-    Engine::Peer& peer = engine_.peers_[index];
+    Engine::Peer& peer = *engine_.peers_[index];
     if (peer.outstanding != 0) engine_.fail_and_flush(index, why);
     RcQueue& queue = queues_[index];
     if (queue.used) {
@@ -119,7 +120,7 @@ const ChannelEndpoint& RcRouting::prepare(std::uint32_t index, const char* why) 
 }
 
 void RcRouting::connect_prepared(std::uint32_t index, const ChannelEndpoint& remote) {
-    Engine::Peer& peer = engine_.peers_[index];
+    Engine::Peer& peer = *engine_.peers_[index];
     const char* const why = peer.unavailable;
     connect(index, remote);
     engine_.set_connected(index, false);
@@ -127,7 +128,7 @@ void RcRouting::connect_prepared(std::uint32_t index, const ChannelEndpoint& rem
 }
 
 SendRoute RcRouting::route_send(std::uint32_t index, std::uint64_t, mlx5::SendWorkRequest*, std::uint32_t count) {
-    if (!engine_.reserve_send_budget(engine_.peers_[index], count)) {
+    if (!engine_.reserve_send_budget(*engine_.peers_[index], count)) {
         return {nullptr, mlx5::CompletionStatus::general_error,
                 "the send budget (max_send_wr) stayed full until the deadline"};
     }
@@ -137,8 +138,8 @@ SendRoute RcRouting::route_send(std::uint32_t index, std::uint64_t, mlx5::SendWo
 std::uint64_t RcRouting::post_receive(std::uint32_t index, const LocalSlice& local) {
     const std::uint64_t ticket = engine_.claim_slot(index, Operation::receive);
     if (ticket == kNoTicket) return ticket;
-    if (engine_.peers_[index].unavailable != nullptr) [[unlikely]] {
-        return engine_.fail_immediately(ticket, mlx5::CompletionStatus::general_error, engine_.peers_[index].unavailable);
+    if (engine_.peers_[index]->unavailable != nullptr) [[unlikely]] {
+        return engine_.fail_immediately(ticket, mlx5::CompletionStatus::general_error, engine_.peers_[index]->unavailable);
     }
     const mlx5::ScatterGatherElement element{local.addr(), local.length(), local.lkey()};
     const mlx5::ReceiveWorkRequest request{ticket | kFinalRequest, &element, 1};
@@ -164,15 +165,15 @@ void RcRouting::take_arrival(const mlx5::Completion& completion) {
 }
 
 void RcRouting::move_to_error(std::uint32_t index, const char* why) {
-    Engine::Peer& peer = engine_.peers_[index];
+    Engine::Peer& peer = *engine_.peers_[index];
     RcQueue& queue = queues_[index];
     flight::record(flight::ChannelEvent::qp_error, index, queue.local.qpn, flight::text(why));
-    logger().warn("{}: moving QP {} to ERR: {}", peer.name, queue.local.qpn, why);
+    logger().warn("{}: moving QP {} to ERR: {}", engine_.peer_name(index), queue.local.qpn, why);
     peer.healthy = false;
     try {
         queue.queue_pair->move_to_error();
     } catch (const std::exception& error) {
-        logger().error("{}: modify to ERR failed: {}", peer.name, error.what());
+        logger().error("{}: modify to ERR failed: {}", engine_.peer_name(index), error.what());
     }
 }
 

@@ -29,6 +29,8 @@ public:
     bool recover_shared_queues() override { return false; }
     std::uint32_t queue_pair_count() const override { return static_cast<std::uint32_t>(queues_.size()); }
     const PeerPairing& pairing() const override { return rc_pairing(); }
+    void first_post(std::uint32_t) override {}
+    bool reachable_before_contact(std::uint32_t) const override { return false; }
 
     // INIT -> RTR -> RTS towards the peer's queue pair. Throws rdmachan::Error naming the peer.
     void connect(std::uint32_t peer, const ChannelEndpoint& remote);

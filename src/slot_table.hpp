@@ -1,9 +1,11 @@
 // The engine's table of outstanding operations. A ticket names one slot and the generation it
 // was claimed in (generation << 32 | slot), so a stale ticket never takes a later operation's
 // completion; the ticket is the work requests' wr_id, the last request's with kFinalRequest set.
-// Sized once (no allocation after construction); the free slots are a stack.
+// Sized at construction, and in DC grown by a peer's share at its first post (grow); the free
+// slots are a stack.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -67,6 +69,22 @@ public:
         for (std::uint64_t slot = capacity; slot-- > 0;) free_slots_[free_count_++] = static_cast<std::uint32_t>(slot);
     }
 
+    // DC: `extra` slots more, for a peer's first post (Engine::first_post). The table may move:
+    // the caller holds no slot reference. It grows by at least an eighth at a time, so that
+    // contacting N peers allocates O(log N) times and leaves at most an eighth unused.
+    void grow(std::uint32_t extra) {
+        const std::uint64_t capacity = static_cast<std::uint64_t>(count_) + extra;
+        if (capacity >= kFinalRequest - 1) throw Error("Engine: too many outstanding operations to track");
+        if (capacity > slots_.capacity()) {
+            const std::uint64_t reserved = std::max<std::uint64_t>(capacity, slots_.capacity() + slots_.capacity() / 8);
+            slots_.reserve(reserved);
+            free_slots_.reserve(reserved);
+        }
+        slots_.resize(capacity);
+        free_slots_.resize(capacity);
+        for (std::uint64_t slot = capacity; slot-- > count_;) free_slots_[free_count_++] = static_cast<std::uint32_t>(slot);
+        count_ = static_cast<std::uint32_t>(capacity);
+    }
     std::uint32_t size() const { return count_; }
     bool has_free() const { return free_count_ != 0; }
     Slot& operator[](std::uint32_t slot) { return slots_[slot]; }

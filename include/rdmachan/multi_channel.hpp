@@ -297,6 +297,11 @@ public:
     // in RC mode; the DC initiators plus the DC target in DC mode; plus, once a layout was
     // registered, the queue pair that configures layouts (register_layout).
     std::uint32_t queue_pair_count() const;
+    // Peers this process holds per-peer state for. RC: every peer, from the build on. DC: the
+    // peers it has posted to, received from, or changed (a failure, a replacement); a peer of the
+    // fixed world is addressed from the handshake's table when first used, so set-up cost and
+    // memory grow with the peers actually used (docs/SCALE.md).
+    std::uint32_t peers_contacted() const;
     MemoryRegion register_memory(void* data, std::size_t length, Access access = Access::remote_all);
     // Memory the library allocates and registers (see Channel::allocate_memory).
     MemoryRegion allocate_memory(std::size_t length, Access access = Access::remote_all);

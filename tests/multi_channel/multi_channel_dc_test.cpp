@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmachan/multi_channel.hpp"
@@ -200,5 +202,130 @@ TEST_CASE("queue pairs per process: RC one per peer, DC the initiators plus one 
         CHECK(rc.ranks[0].queue_pair_count() == size);
         CHECK(dc.ranks[0].queue_pair_count() == 5);
         CHECK(dc.ranks[0].mode() == MultiChannelMode::dynamically_connected);
+    }
+}
+
+TEST_CASE("DC: a peer's state is made on first use; peers never contacted cost none and keep their meaning") {
+    constexpr std::uint32_t kSize = 6;
+    World world = make_world(kSize, 4096, MultiChannelMode::dynamically_connected, 2);
+    const World rc = make_world(3, 256, MultiChannelMode::reliable_connected);
+    CHECK(rc.ranks[0].peers_contacted() == 3);  // RC: every peer has its queue pair from the build on
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) {
+        CHECK(world.ranks[rank].peers_contacted() == 0);
+        for (std::uint32_t peer = 0; peer < kSize; ++peer) {
+            // Never contacted: healthy, no counters, named as always, and still none made.
+            CHECK(world.ranks[rank].healthy(peer));
+            CHECK(world.ranks[rank].counters(peer).operations == 0);
+            CHECK(world.ranks[rank].peer_name(peer) == "rank " + std::to_string(peer));
+        }
+        CHECK(world.ranks[rank].healthy_peers().size() == kSize);
+        CHECK(world.ranks[rank].peers_contacted() == 0);
+    }
+    // Rank 4 posts a receive for rank 1 (its first use of rank 1); rank 1 sends (its first use of
+    // rank 4). Rank 4 also takes a message from rank 2, which it never posted to: the arrival
+    // makes rank 2's state, and the receive posted later finds the message waiting.
+    std::memset(world.memory[1].data(), 0x11, 64);
+    std::memset(world.memory[2].data(), 0x22, 64);
+    PendingWork from_one = world.ranks[4].post_receive(1, world.regions[4].slice(0, 64));
+    CHECK(world.ranks[4].peers_contacted() == 1);
+    REQUIRE(world.ranks[1].send(4, world.regions[1].slice(0, 64), 7).ok());
+    REQUIRE(world.ranks[2].send(4, world.regions[2].slice(0, 64), 9).ok());
+    const WorkResult one = from_one.wait();
+    REQUIRE(one.ok());
+    CHECK(one.completion().immediate == 7);
+    CHECK(world.memory[4][0] == 0x11);
+    CHECK(world.ranks[4].peers_contacted() == 2);  // rank 1, and rank 2 by its arrival
+    const WorkResult two = world.ranks[4].receive(2, world.regions[4].slice(64, 64));
+    REQUIRE(two.ok());
+    CHECK(two.completion().immediate == 9);
+    CHECK(world.memory[4][64] == 0x22);
+    CHECK(world.ranks[1].peers_contacted() == 1);
+    CHECK(world.ranks[2].peers_contacted() == 1);
+    CHECK(world.ranks[0].peers_contacted() == 0);
+    CHECK(world.ranks[4].counters(1).operations == 1);
+    CHECK(world.ranks[4].counters(2).operations == 1);
+    CHECK(world.ranks[4].counters(3).operations == 0);
+    // A one-sided first use: rank 0 writes into rank 5 and reads it back.
+    std::memset(world.memory[0].data(), 0x5a, 128);
+    const RemoteMemoryRegion remote = world.ranks[0].remote_region(5, "buffer").region;
+    REQUIRE(world.ranks[0].write(5, world.regions[0].slice(0, 128), remote.slice(1024, 128)).ok());
+    REQUIRE(world.ranks[0].read(5, world.regions[0].slice(2048, 128), remote.slice(1024, 128)).ok());
+    CHECK(std::memcmp(world.memory[0].data() + 2048, world.memory[0].data(), 128) == 0);
+    CHECK(world.memory[5][1024] == 0x5a);
+    CHECK(world.ranks[0].peers_contacted() == 1);
+    CHECK(world.ranks[5].peers_contacted() == 0);  // a write is the writer's use, not the target's
+    CHECK(world.ranks[0].queue_pair_count() == 3);  // 2 initiators + the target, as ever
+}
+
+TEST_CASE("DC: a receive outstanding from every peer at once: each peer's first post grows the slot table") {
+    // The slots are the initiators' send depth, max_recv_wr, and one per peer contacted: with one
+    // initiator of depth 1 and max_recv_wr 1 that is 2 before any peer is used, so receives for
+    // all 11 peers posted at once need every peer's share, which its first post adds.
+    constexpr std::uint32_t kSize = 12;
+    std::vector<PreparedMultiChannel> prepared;
+    std::vector<Endpoint> table;
+    World world;
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) {
+        prepared.push_back(MultiChannelBuilder(ChannelBuilder().deadline(std::chrono::seconds(5)).max_send_wr(1).max_recv_wr(1))
+                               .rank(rank)
+                               .world_size(kSize)
+                               .mode(MultiChannelMode::dynamically_connected)
+                               .dc_initiators(1)
+                               .build());
+        world.memory.emplace_back(kSize * 64, 0);
+        world.regions.push_back(prepared.back().register_memory(world.memory.back().data(), kSize * 64));
+        table.push_back(prepared.back().endpoint());
+    }
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) world.ranks.push_back(std::move(prepared[rank]).handshake(table));
+    std::vector<PeerTransfer> receives;
+    for (std::uint32_t peer = 1; peer < kSize; ++peer) receives.push_back({peer, world.regions[0].slice(peer * 64, 64), {}});
+    PendingMultiWork gathered = world.ranks[0].post_gather_receive(receives);
+    CHECK(world.ranks[0].peers_contacted() == kSize - 1);
+    for (std::uint32_t peer = 1; peer < kSize; ++peer) {
+        std::memset(world.memory[peer].data(), static_cast<int>(peer), 64);
+        REQUIRE(world.ranks[peer].send(0, world.regions[peer].slice(0, 64)).ok());
+    }
+    const MultiResult result = gathered.wait();
+    REQUIRE_MESSAGE(result.ok(), result.message());
+    for (std::uint32_t peer = 1; peer < kSize; ++peer) CHECK(world.memory[0][peer * 64] == peer);
+}
+
+TEST_CASE("DC: ranks on their own threads each contact every peer for the first time at once") {
+    // Each rank's channel on a thread of its own (as ranks that are threads of one process):
+    // every rank posts a receive for each peer and sends to each, so peer states are made by
+    // first posts and by arrivals on all threads at the same time. Under TSan (the CI's TSan
+    // build runs this folder) that is the check that first use shares nothing unguarded.
+    constexpr std::uint32_t kSize = 6;
+    constexpr std::uint32_t kBytes = 256;
+    World world = make_world(kSize, 2 * kSize * kBytes, MultiChannelMode::dynamically_connected, 2);
+    for (std::uint32_t rank = 0; rank < kSize; ++rank)
+        for (std::uint32_t i = 0; i < kBytes; ++i) world.memory[rank][i] = static_cast<std::uint8_t>(rank * 41 + i);
+    std::vector<std::string> failures(kSize);
+    std::vector<std::thread> threads;
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) {
+        threads.emplace_back([&, rank] {
+            MultiChannel& me = world.ranks[rank];
+            std::vector<PeerTransfer> receives;
+            std::vector<PeerTransfer> sends;
+            for (std::uint32_t peer = 0; peer < kSize; ++peer) {
+                if (peer == rank) continue;
+                receives.push_back({peer, world.regions[rank].slice((kSize + peer) * kBytes, kBytes), {}});
+                sends.push_back({peer, world.regions[rank].slice(0, kBytes), {}});
+            }
+            PendingMultiWork arrivals = me.post_gather_receive(receives);
+            const MultiResult sent = me.scatter_send(sends, rank);
+            const MultiResult arrived = arrivals.wait();
+            if (!sent.ok()) failures[rank] = "send: " + sent.message();
+            if (!arrived.ok()) failures[rank] += " receive: " + arrived.message();
+        });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) {
+        CHECK_MESSAGE(failures[rank].empty(), "rank ", rank, ": ", failures[rank]);
+        CHECK(world.ranks[rank].peers_contacted() == kSize - 1);
+        for (std::uint32_t peer = 0; peer < kSize; ++peer) {
+            if (peer == rank) continue;
+            CHECK(std::memcmp(world.memory[rank].data() + (kSize + peer) * kBytes, world.memory[peer].data(), kBytes) == 0);
+        }
     }
 }

@@ -3,6 +3,8 @@
 // cost only), and heap (mallinfo2) and RSS are read before and after. The per-peer figure is
 // the difference between N and a 2-rank world divided by N-2, so what every MultiChannel costs
 // regardless of its world (device, protection domain, DC receive buffers) is not counted.
+// DC then posts one receive to every peer, which makes each peer's state (a DC peer's state is
+// made on first use), and prints what that added per peer: the cost of a peer once contacted.
 // RC also prints the parts of that figure that one queue pair and its completion-queue entries
 // take, measured on their own (heap or RSS, whichever grew more: rings may be mapped memory).
 // Usage: peer_cost_benchmark [--mode rc|dc] [N ...]   (default: dc 1024 4096)
@@ -15,6 +17,7 @@
 #include <vector>
 
 #include "rdmachan/error.hpp"
+#include "rdmachan/logging.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "transport/device_interface.hpp"
 
@@ -67,6 +70,12 @@ struct Measured {
     Usage built;       // build() alone
     Usage handshaken;  // build() + handshake
     std::uint32_t queue_pairs = 0;
+    // DC: what one receive posted to every peer added, the handles' own memory left out: each
+    // peer's state is made by its first post (a receive needs no traffic, so the fabricated
+    // peers need not exist).
+    Usage contacted;
+    std::uint32_t peers_contacted_after_handshake = 0;
+    std::uint32_t peers_contacted = 0;
 };
 
 Measured measure(std::uint32_t world, bool dc) {
@@ -94,6 +103,23 @@ Measured measure(std::uint32_t world, bool dc) {
         measured.built = {built.heap - before.heap, built.rss - before.rss};
         measured.handshaken = {handshaken.heap - before.heap, handshaken.rss - before.rss};
         measured.queue_pairs = channels.queue_pair_count();
+        measured.peers_contacted_after_handshake = channels.peers_contacted();
+        if (dc) {
+            std::vector<PendingWork> receives;
+            receives.reserve(world);
+            std::vector<std::uint8_t> landing(64);
+            MemoryRegion region = channels.register_memory(landing.data(), landing.size());
+            const Usage before_posts = usage_now();
+            for (std::uint32_t peer = 1; peer < world; ++peer) receives.push_back(channels.post_receive(peer, region.slice(0, 64)));
+            const Usage after_posts = usage_now();
+            measured.contacted = {after_posts.heap - before_posts.heap, after_posts.rss - before_posts.rss};
+            measured.peers_contacted = channels.peers_contacted();
+            // Nothing will arrive from the fabricated peers: end the receives before the channel
+            // goes (each flush warns that it gave work up; thousands of such lines say nothing).
+            set_log_level("error");
+            for (PendingWork& receive : receives) (void)receive.flush();
+            set_log_level("warn");
+        }
     }
     return measured;
 }
@@ -183,6 +209,19 @@ int main(int argc, char** argv) {
                         per_peer(measured.built.heap, base.built.heap),
                         per_peer(measured.handshaken.heap - measured.built.heap,
                                  base.handshaken.heap - base.built.heap));
+            if (dc) {
+                const double contacted_peers = world - 1.0;
+                std::printf("peer cost: mode=dc peers=%u peers_contacted_after_handshake=%u never_contacted_heap_per_peer=%.0f "
+                            "contacted_heap_per_peer=%.0f contacted_rss_per_peer=%.0f (a first post, a receive, to each of "
+                            "%u peers: what it added per peer, plus the never-contacted figure)\n",
+                            world - 1, measured.peers_contacted_after_handshake,
+                            per_peer(measured.handshaken.heap, base.handshaken.heap),
+                            per_peer(measured.handshaken.heap, base.handshaken.heap) +
+                                static_cast<double>(measured.contacted.heap) / contacted_peers,
+                            per_peer(measured.handshaken.rss, base.handshaken.rss) +
+                                static_cast<double>(measured.contacted.rss) / contacted_peers,
+                            measured.peers_contacted);
+            }
             if (!dc) {
                 const RcParts parts = measure_rc_parts(world);
                 std::printf("peer cost: mode=rc peers=%u of which queue_pair=%.0f completion_queue_entries=%.0f "
