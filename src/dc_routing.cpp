@@ -112,9 +112,12 @@ bool DcRouting::address_from_directory(std::uint32_t index, Peer& peer) {
             engine_.domain_->dc_address_vector(engine_.port_, record->gid, record->lid, record->dctn, record->key);
     } catch (const std::exception& error) {
         // On the post path: the peer's operations fail naming why, nothing is thrown.
+        // Its sends fail (route_send says why); its messages are still its own, since a
+        // receive needs no address vector.
         logger().error("rank {}: its DC address vector could not be made: {}", index, error.what());
-        engine_.peer_state(index).unavailable = kNotAddressed;
-        peer.addressed = Addressed::forgotten;
+        peer.addressed = Addressed::from_directory;
+        peer.address_failed = true;
+        engine_.set_connected(index, true);
         return false;
     }
     peer.addressed = Addressed::from_directory;
@@ -135,6 +138,15 @@ void DcRouting::first_post(std::uint32_t index) {
 void DcRouting::connect(std::uint32_t index, const DcPeerAddress& remote) {
     Engine::Peer& common = engine_.peer_state(index);
     if (common.connected) throw Error("connect " + engine_.peer_name(index) + ": already connected");
+    // Refused before anything changes: a receive names only LID and initiator.
+    for (std::uint32_t initiator : remote.initiators) {
+        const std::optional<std::uint32_t> other = claimant(remote.lid, initiator);
+        if (other.has_value() && *other != index) {
+            throw Error("DC: rank " + std::to_string(*other) + " and rank " + std::to_string(index) +
+                        " both publish DC initiator " + std::to_string(initiator) + " on LID " +
+                        std::to_string(remote.lid) + ": their receives could not be told apart");
+        }
+    }
     // The name stays "rank N" (Engine::peer_name), made when asked for: a name of its own would
     // be a heap block per peer, and at thousands of DC peers every byte per peer counts.
     logger().debug("rank {}: {} DC target {}", index, remote.device, remote.dctn);
@@ -142,15 +154,11 @@ void DcRouting::connect(std::uint32_t index, const DcPeerAddress& remote) {
     peer.address_vector =
         engine_.domain_->dc_address_vector(engine_.port_, remote.gid, remote.lid, remote.dctn, remote.key);
     peer.addressed = Addressed::explicitly;
+    peer.address_failed = false;
     for (std::uint32_t initiator : remote.initiators) {
         const std::uint64_t key = dc_sender_key(remote.lid, initiator);
         auto position = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
                                          [](const auto& left, const auto& right) { return left.first < right.first; });
-        if (position != senders_.end() && position->first == key && position->second != index) {
-            throw Error("DC: rank " + std::to_string(position->second) + " and rank " + std::to_string(index) +
-                        " both publish DC initiator " + std::to_string(initiator) + " on LID " +
-                        std::to_string(remote.lid) + ": their receives could not be told apart");
-        }
         if (position == senders_.end() || position->first != key) senders_.insert(position, {key, index});
     }
     engine_.set_connected(index, true);
@@ -204,6 +212,8 @@ SendRoute DcRouting::route_send(std::uint32_t index, std::uint64_t ticket, mlx5:
     // A failed peer is not retried on initiators the live peers share (its next failure would
     // take their work down with it).
     if (!common.healthy) return {nullptr, mlx5::CompletionStatus::general_error, "the peer failed earlier"};
+    Peer& peer = peers_[common.routing_state];
+    if (peer.address_failed) [[unlikely]] return {nullptr, mlx5::CompletionStatus::general_error, kNotAddressed};
     if (!fits_receive_buffers(requests, count)) {
         // The target's receive buffer would be too short: the request would fail there, and
         // the error would take down the initiator every live peer shares.
@@ -215,7 +225,6 @@ SendRoute DcRouting::route_send(std::uint32_t index, std::uint64_t ticket, mlx5:
         return {nullptr, mlx5::CompletionStatus::general_error,
                 "the send budget (max_send_wr) stayed full until the deadline"};
     }
-    Peer& peer = peers_[common.routing_state];
     const std::int32_t chosen = choose_initiator(common, peer, count);
     if (chosen < 0) {
         return {nullptr, mlx5::CompletionStatus::general_error, "no DC initiator had room until the deadline"};
@@ -313,19 +322,25 @@ void DcRouting::take_arrival(const mlx5::Completion& completion) {
     match_receives(*sender);
 }
 
-std::optional<std::uint32_t> DcRouting::sender_of(std::uint16_t lid, std::uint32_t initiator) {
+std::optional<std::uint32_t> DcRouting::claimant(std::uint16_t lid, std::uint32_t initiator) const {
     const std::uint64_t key = dc_sender_key(lid, initiator);
     auto found = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
                                   [](const auto& left, const auto& right) { return left.first < right.first; });
     if (found != senders_.end() && found->first == key) return found->second;
-    if (directory_ == nullptr) return std::nullopt;
-    const std::optional<std::uint32_t> rank = directory_->sender(lid, initiator);
+    const std::optional<std::uint32_t> rank = directory_ != nullptr ? directory_->sender(lid, initiator) : std::nullopt;
     if (!rank.has_value()) return std::nullopt;
-    // The directory names the rank's process as the handshake knew it. A rank addressed since
-    // (replaced, or gone) is another process now: a late message from the old one is dropped.
+    const Engine::Peer* common = engine_.peers_[*rank];
+    if (common == nullptr || common->routing_state == Engine::kNoRoutingState) return rank;
+    const Addressed addressed = peers_[common->routing_state].addressed;
+    if (addressed == Addressed::not_yet || addressed == Addressed::from_directory) return rank;
+    return std::nullopt;  // the rank's directory entry names a process it no longer is
+}
+
+std::optional<std::uint32_t> DcRouting::sender_of(std::uint16_t lid, std::uint32_t initiator) {
+    const std::optional<std::uint32_t> rank = claimant(lid, initiator);
+    if (!rank.has_value()) return std::nullopt;
     Peer& peer = peer_of(*rank);
     if (peer.addressed == Addressed::not_yet) address_from_directory(*rank, peer);
-    if (peer.addressed != Addressed::from_directory) return std::nullopt;
     return rank;
 }
 

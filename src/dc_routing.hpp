@@ -62,6 +62,7 @@ private:
         std::array<std::uint8_t, 48> address_vector{};  // where its work requests go
         std::int32_t initiator = -1;                    // the initiator its sends in flight are on
         Addressed addressed = Addressed::not_yet;
+        bool address_failed = false;  // its address vector could not be made: its sends fail
         LinkedIndexQueue arrivals;  // receive buffers holding a message from it (arrival_links_)
         LinkedIndexQueue waiting;   // receive slots waiting for one (waiting_links_), at most max_recv_wr
     };
@@ -80,6 +81,9 @@ private:
     Peer& peer_of(std::uint32_t index);
     // Addresses a peer nothing addressed yet from the directory; false when it has no record.
     bool address_from_directory(std::uint32_t index, Peer& peer);
+    // The rank whose initiator `initiator` on LID `lid` is now, without making any state: a rank
+    // addressed explicitly, or the directory's while the rank is still its process.
+    std::optional<std::uint32_t> claimant(std::uint16_t lid, std::uint32_t initiator) const;
     // The rank a receive from initiator `initiator` on LID `lid` came from, if any.
     std::optional<std::uint32_t> sender_of(std::uint16_t lid, std::uint32_t initiator);
     bool fits_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const;

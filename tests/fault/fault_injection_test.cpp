@@ -2,6 +2,7 @@
 // completions with chosen statuses for one peer, and completions held back past the deadline.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -139,4 +140,45 @@ TEST_CASE("completions held back: within the deadline they arrive; past it the Q
     CHECK(plan->delayed == delayed_before + 1);  // the write's completion was held, then collected
     CHECK_FALSE(pair.a.healthy());
     CHECK(pair.a.counters().outstanding == 0);
+}
+
+TEST_CASE("DC: a peer whose address vector cannot be made at its first use fails its posts naming why, throws nothing") {
+    auto plan = std::make_shared<FaultPlan>();
+    FaultInjection injection(plan);
+    constexpr std::uint32_t kSize = 3;
+    std::vector<PreparedMultiChannel> prepared;
+    std::vector<Endpoint> table;
+    std::vector<std::vector<std::uint8_t>> memory(kSize, std::vector<std::uint8_t>(4096, 0));
+    std::vector<MemoryRegion> regions;
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) {
+        prepared.push_back(MultiChannelBuilder(ChannelBuilder().deadline(std::chrono::seconds(5)))
+                               .rank(rank)
+                               .world_size(kSize)
+                               .mode(MultiChannelMode::dynamically_connected)
+                               .dc_initiators(1)
+                               .build());
+        regions.push_back(prepared.back().register_memory(memory[rank].data(), 4096));
+        table.push_back(prepared.back().endpoint());
+    }
+    std::vector<MultiChannel> ranks;
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) ranks.push_back(std::move(prepared[rank]).handshake(table));
+    // Rank 0's first post to rank 1 asks for rank 1's address vector, which is refused.
+    plan->refuse_address_vectors = 1;
+    WorkResult refused = ranks[0].write(1, regions[0].slice(0, 64), regions[1].remote(0, 64));
+    CHECK(plan->refused == 1);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.error().message().find("rank 1") != std::string::npos);
+    CHECK(refused.error().message().find("its DC address vector could not be made") != std::string::npos);
+    CHECK(std::all_of(memory[1].begin(), memory[1].end(), [](std::uint8_t byte) { return byte == 0; }));
+    // Its later posts fail the same way; messages from it are still received (a receive needs no
+    // address vector); the other peers are untouched.
+    CHECK_FALSE(ranks[0].write(1, regions[0].slice(0, 64), regions[1].remote(0, 64)).ok());
+    PendingWork from_one = ranks[0].post_receive(1, regions[0].slice(128, 64));
+    std::memset(memory[1].data(), 0x77, 64);
+    REQUIRE(ranks[1].send(0, regions[1].slice(0, 64)).ok());
+    REQUIRE(from_one.wait().ok());
+    CHECK(memory[0][128] == 0x77);
+    memory[0][0] = 0x33;
+    CHECK(ranks[0].write(2, regions[0].slice(0, 64), regions[2].remote(0, 64)).ok());
+    CHECK(memory[2][0] == 0x33);
 }

@@ -149,6 +149,11 @@ public:
     }
     std::array<std::uint8_t, 48> dc_address_vector(const PortIdentity& local, const Gid& gid, std::uint16_t lid, std::uint32_t dctn,
                                                    std::uint64_t key) override {
+        if (plan_->refuse_address_vectors != 0) {
+            --plan_->refuse_address_vectors;
+            ++plan_->refused;
+            throw Error("fault injection: the address vector for DC target " + std::to_string(dctn) + " was refused");
+        }
         return inner_->dc_address_vector(local, gid, lid, dctn, key);
     }
 

@@ -34,6 +34,10 @@ struct FaultPlan {
     // a completion that arrives only once the consumer has given up, whatever the scheduling.
     bool hold_until_error = false;
 
+    // The next `refuse_address_vectors` DC address vectors asked for throw, as a failed
+    // ibv_create_ah would (made at a DC peer's first use).
+    std::uint32_t refuse_address_vectors = 0;
+
     // Set when a queue pair of the device was moved to ERR (releases what hold_until_error held).
     bool moved_to_error = false;
 
