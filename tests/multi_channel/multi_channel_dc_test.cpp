@@ -22,14 +22,17 @@ struct World {
     std::vector<MemoryRegion> regions;
 };
 
+ChannelBuilder default_channel() { return ChannelBuilder().deadline(std::chrono::seconds(5)).ack_timeout(14).retry_count(3); }
+
 // tamper: changes the table before the handshake (a wrong key, say).
 World make_world(std::uint32_t size, std::size_t bytes, MultiChannelMode mode, std::uint32_t initiators = 2,
-                 const std::function<void(std::vector<Endpoint>&)>& tamper = {}) {
+                 const std::function<void(std::vector<Endpoint>&)>& tamper = {},
+                 const ChannelBuilder& channel = default_channel()) {
     std::vector<PreparedMultiChannel> prepared;
     std::vector<Endpoint> table;
     World world;
     for (std::uint32_t rank = 0; rank < size; ++rank) {
-        prepared.push_back(MultiChannelBuilder(ChannelBuilder().deadline(std::chrono::seconds(5)).ack_timeout(14).retry_count(3))
+        prepared.push_back(MultiChannelBuilder(channel)
                                .rank(rank)
                                .world_size(size)
                                .mode(mode)
@@ -262,21 +265,8 @@ TEST_CASE("DC: a receive outstanding from every peer at once: each peer's first 
     // initiator of depth 1 and max_recv_wr 1 that is 2 before any peer is used, so receives for
     // all 11 peers posted at once need every peer's share, which its first post adds.
     constexpr std::uint32_t kSize = 12;
-    std::vector<PreparedMultiChannel> prepared;
-    std::vector<Endpoint> table;
-    World world;
-    for (std::uint32_t rank = 0; rank < kSize; ++rank) {
-        prepared.push_back(MultiChannelBuilder(ChannelBuilder().deadline(std::chrono::seconds(5)).max_send_wr(1).max_recv_wr(1))
-                               .rank(rank)
-                               .world_size(kSize)
-                               .mode(MultiChannelMode::dynamically_connected)
-                               .dc_initiators(1)
-                               .build());
-        world.memory.emplace_back(kSize * 64, 0);
-        world.regions.push_back(prepared.back().register_memory(world.memory.back().data(), kSize * 64));
-        table.push_back(prepared.back().endpoint());
-    }
-    for (std::uint32_t rank = 0; rank < kSize; ++rank) world.ranks.push_back(std::move(prepared[rank]).handshake(table));
+    World world = make_world(kSize, kSize * 64, MultiChannelMode::dynamically_connected, 1, {},
+                             ChannelBuilder().deadline(std::chrono::seconds(5)).max_send_wr(1).max_recv_wr(1));
     std::vector<PeerTransfer> receives;
     for (std::uint32_t peer = 1; peer < kSize; ++peer) receives.push_back({peer, world.regions[0].slice(peer * 64, 64), {}});
     PendingMultiWork gathered = world.ranks[0].post_gather_receive(receives);
