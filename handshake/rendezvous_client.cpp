@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <optional>
 
 #include "handshake/authentication.hpp"
@@ -8,6 +9,7 @@
 #include "handshake/host_table.hpp"
 #include "handshake/rendezvous_protocol.hpp"
 #include "handshake/rendezvous_table.hpp"
+#include "handshake/table_directory.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
 #include "handshake/flight_events.hpp"
@@ -18,6 +20,51 @@ namespace rdmachan {
 
 using namespace handshake;
 
+namespace {
+
+// The table as exchange_view() gives it: the bytes as received or mapped, each row parsed when
+// its endpoint is asked for, and the DC directory read in place.
+class LazyTable final : public RendezvousTableView {
+  public:
+    std::uint32_t size() const override { return world; }
+    std::string_view dc_directory() const override { return directory_text; }
+    Endpoint endpoint(std::uint32_t rank) const override {
+        if (rank >= world)
+            throw Error("RendezvousTableView::endpoint: rank " + std::to_string(rank) + " is outside world size " +
+                        std::to_string(world));
+        if (!materialised.empty()) return materialised[rank];
+        const auto [begin, end] = directory.row(rank);
+        Endpoint endpoint;
+        try {
+            endpoint = parse_table_row(nlohmann::json::parse(table_text.substr(begin, end - begin)), rank, recipient);
+        } catch (const nlohmann::json::exception& error) {
+            throw Error(server + " sent a row for rank " + std::to_string(rank) + " that is not JSON: " + error.what());
+        } catch (const Error& error) {
+            throw Error(server + " sent an invalid endpoint for rank " + std::to_string(rank) + ": " + error.what());
+        }
+        if (endpoint.rank != rank)
+            throw Error(server + " sent the endpoint of rank " + std::to_string(endpoint.rank) + " at index " +
+                        std::to_string(rank));
+        const auto entry = std::lower_bound(rc_for_me.begin(), rc_for_me.end(), rank,
+                                            [](const RcEntry& entry, std::uint32_t wanted) { return entry.peer < wanted; });
+        if (entry != rc_for_me.end() && entry->peer == rank) endpoint.rc.push_back({recipient, entry->qpn, entry->psn});
+        return endpoint;
+    }
+
+    std::string server;
+    std::uint32_t world = 0;
+    std::uint32_t recipient = 0;
+    std::optional<MappedTable> mapped;  // the host's copy, or
+    std::string owned;                  // the table and directory as received
+    std::string_view table_text;
+    std::string_view directory_text;
+    DirectoryView directory;
+    std::vector<RcEntry> rc_for_me;       // sorted by peer: the entry each rank made for this one
+    std::vector<Endpoint> materialised;  // a table that came without a directory, decoded whole
+};
+
+}  // namespace
+
 struct Rendezvous::State {
     RendezvousSettings settings;
     std::chrono::steady_clock::time_point deadline;
@@ -25,6 +72,9 @@ struct Rendezvous::State {
     asio::io_context io;
     std::optional<FramedConnection> connection;
     std::vector<Endpoint> table;
+    // exchange_view(): the table kept as bytes instead of decoded into `table`.
+    bool materialise = true;
+    std::shared_ptr<LazyTable> view;
     std::uint32_t server_version = 0;
     RendezvousTableSource source;
     // The rank that published the host's copy holds it until the Rendezvous is destroyed, after
@@ -115,6 +165,10 @@ struct Rendezvous::State {
             const std::string table_frame = co_await connection->read_frame();
             flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: table received"), settings.rank, settings.port);
             read_table(table_frame);
+            if (!materialise) {
+                view = make_view();
+                view->materialised = std::move(table);
+            }
             co_return;
         }
         co_await receive_table();
@@ -139,11 +193,13 @@ struct Rendezvous::State {
         nlohmann::json answer;
         if (const auto shared = header.find("shared"); shared != header.end()) {
             const SharedTableLocation location = read_location(*shared);
+            const std::uint64_t table_size = read_table_size(*shared, location.size);
             try {
                 MappedTable copy(location, me_on_host());
-                read_table(copy.bytes());
+                const std::string_view bytes = copy.bytes();
+                take_table(bytes.substr(0, table_size), bytes.substr(table_size), copy);
                 source.kind = RendezvousTableSource::Kind::host_copy;
-                source.host_copy_bytes = copy.bytes().size();
+                source.host_copy_bytes = bytes.size();
             } catch (const Error& error) {
                 refusal = error.what();
             }
@@ -156,39 +212,96 @@ struct Rendezvous::State {
                 source.refused = refusal;
                 answer = {{"type", "send_table"}, {"why", refusal}};
                 co_await connection->write_message(answer);
-                const std::string own_frame = co_await connection->read_frame();
-                read_table(own_frame);
+                std::string own = co_await connection->read_frame();
+                const std::size_t own_table_size = own.size();
+                own += co_await connection->read_frame();
+                take_owned(std::move(own), own_table_size);
             }
         } else {
-            const std::string table_frame = co_await connection->read_frame();
-            read_table(table_frame);
+            std::string received = co_await connection->read_frame();
+            const std::size_t received_table_size = received.size();
+            received += co_await connection->read_frame();
             if (const auto share = header.find("share"); share != header.end() && *share == true) {
                 try {
-                    published.emplace(table_frame);
+                    published.emplace(received);
                 } catch (const Error& error) {
                     refusal = error.what();
                 }
                 if (refusal.empty()) {
                     source.kind = RendezvousTableSource::Kind::published_for_host;
                     answer = {{"type", "shared"}, {"pid", static_cast<std::uint32_t>(::getpid())}, {"fd", published->fd()}};
-                    co_await connection->write_message(answer);
                 } else {
                     detail::logger().warn("{} could not share the table with its host: {}", me_on_host(), refusal);
                     source.refused = refusal;
                     answer = {{"type", "shared"}, {"error", refusal}};
-                    co_await connection->write_message(answer);
                 }
+                take_owned(std::move(received), received_table_size);
+                co_await connection->write_message(answer);
+            } else {
+                take_owned(std::move(received), received_table_size);
             }
         }
         flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: table received"), settings.rank, settings.port);
-        for (const RcEntry& entry : entries) {
+        std::sort(entries.begin(), entries.end(), [](const RcEntry& left, const RcEntry& right) { return left.peer < right.peer; });
+        for (std::size_t index = 0; index < entries.size(); ++index) {
+            const RcEntry& entry = entries[index];
             if (entry.peer >= settings.world_size)
                 throw Error(server_name() + " sent an RC entry from rank " + std::to_string(entry.peer) +
                             ", outside world size " + std::to_string(settings.world_size));
-            if (!table[entry.peer].rc.empty())
+            if (index != 0 && entries[index - 1].peer == entry.peer)
                 throw Error(server_name() + " sent two RC entries from rank " + std::to_string(entry.peer));
-            table[entry.peer].rc.push_back({settings.rank, entry.qpn, entry.psn});
+            if (materialise) table[entry.peer].rc.push_back({settings.rank, entry.qpn, entry.psn});
         }
+        if (!materialise) view->rc_for_me = std::move(entries);
+    }
+
+    std::shared_ptr<LazyTable> make_view() const {
+        auto made = std::make_shared<LazyTable>();
+        made->server = server_name();
+        made->world = settings.world_size;
+        made->recipient = settings.rank;
+        return made;
+    }
+
+    // Protocol 3's table and DC directory, received: kept (exchange_view) or decoded (exchange).
+    void take_owned(std::string bytes, std::size_t table_size) {
+        if (materialise) {
+            read_table(std::string_view(bytes).substr(0, table_size));
+            return;
+        }
+        view = make_view();
+        view->owned = std::move(bytes);
+        const std::string_view kept = view->owned;
+        keep_view_bytes(kept.substr(0, table_size), kept.substr(table_size));
+    }
+
+    // The same from the host's copy, which a view keeps mapped.
+    void take_table(std::string_view table_text, std::string_view directory_text, MappedTable& copy) {
+        if (materialise) {
+            read_table(table_text);
+            return;
+        }
+        view = make_view();
+        view->mapped.emplace(std::move(copy));
+        // The mapping stays where it was: the views into it stay valid after the move.
+        keep_view_bytes(table_text, directory_text);
+    }
+
+    void keep_view_bytes(std::string_view table_text, std::string_view directory_text) {
+        view->table_text = table_text;
+        view->directory_text = directory_text;
+        try {
+            view->directory = DirectoryView(directory_text, settings.world_size, table_text.size());
+        } catch (const Error& error) {
+            throw Error(server_name() + " sent a table whose " + error.what());
+        }
+    }
+
+    std::uint64_t read_table_size(const nlohmann::json& shared, std::uint64_t size) const {
+        const auto found = shared.find("table_size");
+        if (found == shared.end() || !found->is_number_unsigned() || found->get<std::uint64_t>() > size)
+            throw Error(server_name() + " named a shared table without a 'table_size' inside its size");
+        return found->get<std::uint64_t>();
     }
 
     SharedTableLocation read_location(const nlohmann::json& shared) const {
@@ -354,6 +467,20 @@ std::vector<Endpoint> Rendezvous::exchange(const Endpoint& mine) {
     state.run("exchange", [&] { return state.exchange(mine); });
     state.step = State::Step::exchanged;
     return state.table;
+}
+
+std::shared_ptr<const RendezvousTableView> Rendezvous::exchange_view(const Endpoint& mine) {
+    State& state = *state_;
+    if (state.step != State::Step::fresh)
+        throw Error("Rendezvous::exchange_view: " + state.me() + " already exchanged (or failed)");
+    if (mine.rank != state.settings.rank)
+        throw Error("Rendezvous::exchange_view: endpoint rank " + std::to_string(mine.rank) +
+                    " differs from the settings' rank " + std::to_string(state.settings.rank));
+    validate(mine);
+    state.materialise = false;
+    state.run("exchange_view", [&] { return state.exchange(mine); });
+    state.step = State::Step::exchanged;
+    return std::move(state.view);
 }
 
 void Rendezvous::barrier() {

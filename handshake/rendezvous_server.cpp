@@ -14,6 +14,7 @@
 #include "handshake/hex.hpp"
 #include "handshake/rendezvous_protocol.hpp"
 #include "handshake/rendezvous_table.hpp"
+#include "handshake/table_directory.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
 #include "common/logger.hpp"
@@ -128,7 +129,11 @@ struct RendezvousServer::State {
     // RC entries in its rows (each rank receives those apart), built once when the last rank
     // registered, and its digest, which a reader checks the host's copy against.
     std::string common_table;
+    // Its DC directory (handshake/table_directory.hpp), sent and shared after it; the digest
+    // covers both.
+    std::string common_directory;
     Digest common_digest{};
+    std::vector<DirectoryEntry> directory_entries;  // per registered rank
     struct HostShare {
         enum class State { unclaimed, publishing, shared, unavailable } state = State::unclaimed;
         std::uint32_t pid = 0;  // where the publishing rank holds the copy (shared)
@@ -324,6 +329,7 @@ struct RendezvousServer::State {
             rank = static_cast<std::uint32_t>(claimed_rank);
             registered[*rank] = endpoint.session;
             row_text[*rank] = table_row_text(endpoint);
+            directory_entries[*rank] = directory_entry(endpoint);
             rc_for_peer[*rank] = std::move(rc_entries);
             ++registered_count;
             {
@@ -428,7 +434,7 @@ struct RendezvousServer::State {
             bool published = false;
             try {
                 co_await connection.write_frame(table_header(rank, R"("share":true)"));
-                co_await write_table_frame(connection, common_table);
+                co_await write_common_table(connection);
                 const nlohmann::json answer = co_await connection.read_message("shared");
                 const auto pid = answer.find("pid");
                 const auto fd = answer.find("fd");
@@ -463,12 +469,13 @@ struct RendezvousServer::State {
         if (phase == Phase::failed) throw Rejection{failure};
         if (share.state != HostShare::State::shared) {
             co_await connection.write_frame(table_header(rank, R"("share":false)"));
-            co_await write_table_frame(connection, common_table);
+            co_await write_common_table(connection);
             co_return;
         }
         const std::string location = R"("shared":{"pid":)" + std::to_string(share.pid) +
                                      R"(,"fd":)" + std::to_string(share.fd) + R"(,"size":)" +
-                                     std::to_string(common_table.size()) + R"(,"digest":")" +
+                                     std::to_string(common_table.size() + common_directory.size()) +
+                                     R"(,"table_size":)" + std::to_string(common_table.size()) + R"(,"digest":")" +
                                      to_hex(common_digest.data(), common_digest.size()) + "\"}";
         co_await connection.write_frame(table_header(rank, location));
         const nlohmann::json answer = parse_json_object(co_await connection.read_frame(), connection.peer(), "answer");
@@ -481,7 +488,13 @@ struct RendezvousServer::State {
         detail::logger().warn("{}: rank {} receives its own table: {}", name(), rank,
                               why != answer.end() && why->is_string() ? why->get<std::string>().substr(0, 300)
                                                                       : std::string("no reason given"));
+        co_await write_common_table(connection);
+    }
+
+    // Protocol 3's table as a rank receives it: the common table's frame, then its DC directory's.
+    Task<void> write_common_table(FramedConnection& connection) {
         co_await write_table_frame(connection, common_table);
+        co_await write_table_frame(connection, common_directory);
     }
 
     // {"type":"table_header","rc":[[peer,qpn,psn],...],<how>}: the RC entries every rank made
@@ -782,8 +795,10 @@ struct RendezvousServer::State {
     }
 
     void publish_table() {
-        common_table = table_for(no_recipient);
-        common_digest = sha256(as_bytes(common_table));
+        std::vector<std::uint32_t> row_offsets;
+        common_table = table_for(no_recipient, &row_offsets);
+        common_directory = encode_directory(directory_entries, row_offsets);
+        common_digest = sha256(as_bytes(common_table + common_directory));
         phase = Phase::table_sent;
         table_event.cancel();
         detail::logger().debug("{}: all {} ranks registered", name(), settings.world_size);
@@ -791,7 +806,9 @@ struct RendezvousServer::State {
 
     // {"type":"table","rows":[...]} for `recipient`: each rank's pre-serialized row around the
     // RC entry it made for `recipient` (or none).
-    std::string table_for(std::uint32_t recipient) const {
+    // `row_offsets`, if given, receives where each row starts in the frame, and one more: one
+    // past the byte that ends the last row (the DC directory's row offsets).
+    std::string table_for(std::uint32_t recipient, std::vector<std::uint32_t>* row_offsets = nullptr) const {
         std::size_t size = 64;
         for (const TableRowText& text : row_text) size += text.prefix.size() + text.suffix.size() + 24;
         std::string frame;
@@ -799,6 +816,7 @@ struct RendezvousServer::State {
         frame += R"({"type":"table","rows":[)";
         for (std::uint32_t rank = 0; rank < settings.world_size; ++rank) {
             if (rank != 0) frame += ',';
+            if (row_offsets != nullptr) row_offsets->push_back(static_cast<std::uint32_t>(frame.size()));
             frame += row_text[rank].prefix;
             const std::vector<PackedRcEntry>& entries = rc_for_peer[rank];
             if (recipient < entries.size() && entries[recipient].present) {
@@ -809,6 +827,7 @@ struct RendezvousServer::State {
             }
             frame += row_text[rank].suffix;
         }
+        if (row_offsets != nullptr) row_offsets->push_back(static_cast<std::uint32_t>(frame.size() + 1));
         frame += "]}";
         return frame;
     }
@@ -873,6 +892,7 @@ RendezvousServer::RendezvousServer(RendezvousServerSettings settings)
         throw Error("RendezvousServer: world size 0 for job '" + state.settings.job + "'");
     state.registered.resize(state.settings.world_size);
     state.row_text.resize(state.settings.world_size);
+    state.directory_entries.resize(state.settings.world_size);
     state.rc_for_peer.resize(state.settings.world_size);
     state.in_barrier.resize(state.settings.world_size);
     state.watchers.resize(state.settings.world_size);

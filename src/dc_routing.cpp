@@ -105,8 +105,8 @@ DcRouting::Peer& DcRouting::peer_of(std::uint32_t index) {
 }
 
 bool DcRouting::address_from_directory(std::uint32_t index, Peer& peer) {
-    const DcPeerRecord* record = directory_ != nullptr ? directory_->record(index) : nullptr;
-    if (record == nullptr) return false;
+    const std::optional<DcPeerRecord> record = directory_ != nullptr ? directory_->record(index) : std::nullopt;
+    if (!record.has_value()) return false;
     try {
         peer.address_vector =
             engine_.domain_->dc_address_vector(engine_.port_, record->gid, record->lid, record->dctn, record->key);

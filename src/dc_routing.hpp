@@ -41,7 +41,7 @@ public:
     const PeerPairing& pairing() const override { return dc_pairing(); }
     void first_post(std::uint32_t peer) override;
     bool reachable_before_contact(std::uint32_t peer) const override {
-        return directory_ != nullptr && directory_->record(peer) != nullptr;
+        return directory_ != nullptr && directory_->record(peer).has_value();
     }
 
     std::uint32_t target_number() const { return target_->number(); }

@@ -1,9 +1,11 @@
 // MultiChannel set-up in the versioned endpoint schema (handshake/): endpoint(), the checks on a
 // peer's endpoint, and connect() through the rendezvous.
+#include <limits>
 #include <random>
 
 #include "handshake/peer_watch.hpp"
 #include "rdmachan/multi_channel.hpp"
+#include "src/dc_peer_directory.hpp"
 #include "src/engine.hpp"
 #include "src/multi_barrier.hpp"
 #include "src/peer_pairing.hpp"
@@ -82,7 +84,42 @@ MultiChannel PreparedMultiChannel::handshake(const std::vector<Endpoint>& table)
     channels.remote_regions_ = std::move(regions);
     channels.barrier_->set_peer_regions(channels.remote_regions_.get());
     channels.lives_.resize(world);
-    for (std::uint32_t peer = 0; peer < world; ++peer) channels.lives_[peer].session = table[peer].session;
+    auto sessions = std::make_shared<std::vector<std::uint64_t>>(world);
+    for (std::uint32_t peer = 0; peer < world; ++peer) (*sessions)[peer] = table[peer].session;
+    channels.session_of_ = [sessions](std::uint32_t peer) { return (*sessions)[peer]; };
+    return channels;
+}
+
+MultiChannel PreparedMultiChannel::handshake_view(const std::shared_ptr<const RendezvousTableView>& view) && {
+    const std::uint32_t world = engine_->peer_count();
+    const std::string me = "PreparedMultiChannel::connect (" + rank_text(rank_) + ")";
+    if (view->size() != world) {
+        throw Error(me + ": the endpoint table has " + std::to_string(view->size()) + " ranks, the world has " +
+                    std::to_string(world));
+    }
+    if (view->dc_directory().empty() || engine_->pairing().mode() != MultiChannelMode::dynamically_connected) {
+        // RC needs every peer's entry, and a table without a directory is decoded whole anyway.
+        std::vector<Endpoint> table;
+        table.reserve(world);
+        for (std::uint32_t peer = 0; peer < world; ++peer) table.push_back(view->endpoint(peer));
+        return std::move(*this).handshake(table);
+    }
+    // Nothing per peer is read here: the directory stays in the table's bytes (on a host that
+    // shares the table, its one mapped copy), a peer's endpoint is parsed when its regions are
+    // first asked for, and its session comes from its record.
+    const std::shared_ptr<const detail::DcPeerDirectory> directory =
+        detail::DcPeerDirectory::from_bytes(view->dc_directory(), std::numeric_limits<std::size_t>::max(), view, world, me);
+    engine_->use_dc_directory(directory);
+    MultiChannel channels = make_channel(rank_);
+    auto regions = std::make_unique<detail::PeerRegions>();
+    regions->set_loader([view](std::uint32_t peer) { return view->endpoint(peer).regions; }, world);
+    channels.remote_regions_ = std::move(regions);
+    channels.barrier_->set_peer_regions(channels.remote_regions_.get());
+    channels.lives_.resize(world);
+    channels.session_of_ = [directory](std::uint32_t peer) {
+        const std::optional<detail::DcPeerRecord> record = directory->record(peer);
+        return record.has_value() ? record->session : 0;
+    };
     return channels;
 }
 
@@ -103,8 +140,9 @@ MultiChannel PreparedMultiChannel::connect(RendezvousSettings settings) && {
                     std::to_string(engine_->peer_count()));
     }
     auto rendezvous = std::make_shared<Rendezvous>(settings);
-    const std::vector<Endpoint> table = rendezvous->exchange(endpoint());
-    MultiChannel channels = std::move(*this).handshake(table);
+    MultiChannel channels = engine_->pairing().mode() == MultiChannelMode::dynamically_connected
+                                ? std::move(*this).handshake_view(rendezvous->exchange_view(endpoint()))
+                                : std::move(*this).handshake(rendezvous->exchange(endpoint()));
     // Nobody posts to a peer whose queue pair may not be connected yet.
     rendezvous->barrier();
     // With replacement the connection stays: the server reports failures and replacements.

@@ -56,7 +56,7 @@ MultiChannel PreparedMultiChannel::join(MembershipSettings settings) && {
     channels.barrier_->set_peer_regions(channels.remote_regions_.get());
     channels.barrier_->set_membership(membership, std::move(member_barrier));
     channels.lives_.resize(channels.engine_->peer_count());
-    channels.lives_[rank_].session = membership->session();
+    channels.life(rank_).session = membership->session();
     channels.membership_ = std::move(membership);
     return channels;
 }

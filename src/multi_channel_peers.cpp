@@ -38,7 +38,7 @@ MultiChannel PreparedMultiChannel::open() && {
     channels.remote_regions_ = std::move(regions);
     channels.barrier_->set_peer_regions(channels.remote_regions_.get());
     channels.lives_.resize(channels.engine_->peer_count());
-    channels.lives_[rank_].session = own->session;
+    channels.life(rank_).session = own->session;
     channels.opened_ = std::move(own);
     return channels;
 }
@@ -51,7 +51,7 @@ Endpoint MultiChannel::offer_peer(std::uint32_t peer) {
     Endpoint offer = *opened_;
     if (const std::optional<RcEntry> entry = engine_->pairing().offer(*engine_, peer, kOffered)) {
         offer.rc.push_back(*entry);
-        lives_[peer].offered = true;
+        life(peer).offered = true;
     }
     return offer;
 }
@@ -72,15 +72,16 @@ void MultiChannel::add_peer(const Endpoint& theirs) {
                     to_string(opened_->device));
     }
     try {
-        engine_->pairing().connect_offered(*engine_, rank_, peer, theirs, lives_[peer].offered, kOffered);
+        engine_->pairing().connect_offered(*engine_, rank_, peer, theirs, life(peer).offered, kOffered);
     } catch (const Error& error) {
         throw Error(call + ": " + error.what());
     }
     engine_->mark_ready(peer);
     remote_regions_->set(peer, theirs.regions);
-    lives_[peer].session = theirs.session;
-    lives_[peer].failure_reported = false;
-    lives_[peer].offered = false;
+    PeerLife& added = life(peer);
+    added.session = theirs.session;
+    added.failure_reported = false;
+    added.offered = false;
 }
 
 void MultiChannel::remove_peer(std::uint32_t peer) {
@@ -90,7 +91,7 @@ void MultiChannel::remove_peer(std::uint32_t peer) {
     if (peer == rank_) throw Error(call + ": that is this process's own rank");
     engine_->disconnect_peer(peer, kRemoved);
     remote_regions_->set(peer, {});
-    lives_[peer] = PeerLife{};
+    lives_[peer].reset();
 }
 
 }  // namespace rdmachan

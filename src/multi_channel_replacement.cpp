@@ -42,16 +42,26 @@ std::string_view to_string(PeerEvent::Kind kind) {
     return "unknown";
 }
 
+MultiChannel::PeerLife& MultiChannel::life(std::uint32_t peer) {
+    std::unique_ptr<PeerLife>& made = lives_[peer];
+    if (made == nullptr) {
+        made = std::make_unique<PeerLife>();
+        made->session = session_of_ ? session_of_(peer) : 0;
+    }
+    return *made;
+}
+
 std::uint64_t MultiChannel::peer_session(std::uint32_t peer) const {
     check_peer("MultiChannel::peer_session", peer);
     if (membership_ != nullptr) return membership_->member_session(peer);
-    return lives_[peer].session;
+    if (lives_[peer] != nullptr) return lives_[peer]->session;
+    return session_of_ ? session_of_(peer) : 0;
 }
 
 std::vector<PeerEvent> MultiChannel::poll_peer_events() {
     std::vector<PeerEvent> events;
     auto report_failure = [&](std::uint32_t peer, std::string reason) {
-        PeerLife& life = lives_[peer];
+        PeerLife& life = this->life(peer);
         if (life.failure_reported) return;
         life.failure_reported = true;
         events.push_back({PeerEvent::Kind::failed, peer, life.session, std::move(reason)});
@@ -61,7 +71,7 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
         // pair that failed; a pair connected again may fail again and be reported again.
         for (PeerEvent& event : membership_->poll()) {
             if (event.peer < lives_.size()) {
-                PeerLife& life = lives_[event.peer];
+                PeerLife& life = this->life(event.peer);
                 switch (event.kind) {
                     case PeerEvent::Kind::joined:
                     case PeerEvent::Kind::reconnected: life.failure_reported = false; break;
@@ -76,11 +86,11 @@ std::vector<PeerEvent> MultiChannel::poll_peer_events() {
     // The queue pairs' view: a peer whose operations failed. A peer being replaced is not
     // reported again: its old queue pair's failure is what made it be replaced.
     for (std::uint32_t peer = 0; peer < engine_->peer_count(); ++peer) {
-        if (!engine_->healthy(peer) && !lives_[peer].connecting) report_failure(peer, "its operations failed");
+        if (!engine_->healthy(peer) && (lives_[peer] == nullptr || !lives_[peer]->connecting)) report_failure(peer, "its operations failed");
     }
     if (watch_ == nullptr) return events;
     for (RendezvousEvent& event : watch_->poll_events()) {
-        PeerLife& life = lives_[event.rank];
+        PeerLife& life = this->life(event.rank);
         switch (event.kind) {
             case RendezvousEvent::Kind::failed:
                 // A session that is not the connected one (a replacement that died before it
@@ -128,7 +138,7 @@ void MultiChannel::reconnect(std::uint32_t peer) {
     }
     const std::string me = replacement_call("MultiChannel::reconnect", rank_, peer, watch_ != nullptr);
     if (peer == rank_) throw Error(me + ": a rank does not replace itself");
-    PeerLife& life = lives_[peer];
+    PeerLife& life = this->life(peer);
     if (!life.pending) {
         throw Error(me + ": no replacement of rank " + std::to_string(peer) +
                     " is available (wait for PeerEvent::Kind::replacement_available)");

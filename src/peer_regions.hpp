@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -22,6 +23,11 @@ public:
     void set(std::uint32_t peer, const std::map<std::string, RemoteRegion>& regions);
     // The region `peer` published as `name`, or null.
     const RemoteRegion* find(std::uint32_t peer, std::string_view name) const;
+    // Regions read when a peer's are first asked for (a table decoded on demand), for `peers`
+    // peers: a peer never asked about costs a bit. A loader that throws leaves the peer with
+    // none, and the error is logged naming it.
+    using Loader = std::function<std::map<std::string, RemoteRegion>(std::uint32_t peer)>;
+    void set_loader(Loader loader, std::uint32_t peers);
 
 private:
     struct Entry {
@@ -29,9 +35,14 @@ private:
         std::uint32_t name;  // index into names_
         RemoteRegion region;
     };
-    std::uint32_t name_index(const std::string& name);
-    std::vector<std::string> names_;
-    std::vector<Entry> entries_;  // sorted by peer
+    // Const: find() stores a peer's regions the first time it is asked about them.
+    std::uint32_t name_index(const std::string& name) const;
+    void store(std::uint32_t peer, const std::map<std::string, RemoteRegion>& regions) const;
+    void load(std::uint32_t peer) const;
+    mutable std::vector<std::string> names_;
+    mutable std::vector<Entry> entries_;  // sorted by peer
+    Loader loader_;
+    mutable std::vector<bool> loaded_;  // by peer, with a loader
 };
 
 }  // namespace rdmachan::detail

@@ -451,7 +451,12 @@ private:
     std::shared_ptr<detail::PeerWatch> watch_;  // with replacement enabled: the rendezvous's or PMIx's
     std::shared_ptr<detail::Membership> membership_;  // joined through etcd
     std::unique_ptr<Endpoint> opened_;  // from open(): this process's endpoint, without RC entries
-    std::vector<PeerLife> lives_;  // by peer
+    // By peer, made when something first happens to it (8 bytes per peer until then: at
+    // thousands of DC peers most are never touched, docs/SCALE.md); a peer with none has the
+    // session the handshake learned, from session_of_.
+    std::vector<std::unique_ptr<PeerLife>> lives_;
+    std::function<std::uint64_t(std::uint32_t)> session_of_;
+    PeerLife& life(std::uint32_t peer);
     MultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
     void check_peer(const char* call, std::uint32_t peer) const;
     PendingMultiWork post_shares(const char* call, std::span<const PeerTransfer> shares, WorkBatch::Kind kind,
@@ -530,6 +535,9 @@ public:
 private:
     friend class MultiChannelBuilder;
     PreparedMultiChannel(std::shared_ptr<detail::Engine> engine, std::uint32_t rank);
+    // connect(RendezvousSettings) in DC mode: the table decoded on demand, its DC directory read
+    // in place (src/multi_channel_endpoint.cpp).
+    MultiChannel handshake_view(const std::shared_ptr<const RendezvousTableView>& view) &&;
     BootstrapChoice bootstrap_;
     std::optional<std::uint32_t> requested_id_;  // etcd: the member id to claim (the builder's rank)
     std::shared_ptr<detail::PmixSession> pmix_;  // set under the PMIx bootstrap

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "rdmachan/endpoint.hpp"
@@ -119,6 +120,21 @@ struct RendezvousTableSource {
     std::string refused;
 };
 
+// The table as Rendezvous::exchange_view() gives it: each rank's endpoint decoded only when it
+// is asked for, so a rank that uses a few peers of thousands parses only theirs. Safe to read
+// from several threads at once (nothing in it changes after exchange_view returned).
+class RendezvousTableView {
+  public:
+    virtual ~RendezvousTableView() = default;
+    virtual std::uint32_t size() const = 0;
+    // Rank `rank`'s endpoint, as exchange() gives it (its rc holding the entry that rank made for
+    // this one, if any). Throws rdmachan::Error naming the rank when its row is invalid.
+    virtual Endpoint endpoint(std::uint32_t rank) const = 0;
+    // The table's DC directory (handshake/README.md, "The DC directory"), read in place; empty
+    // when the server sent none (a protocol-2 server, or a rank that shares no table).
+    virtual std::string_view dc_directory() const = 0;
+};
+
 class Rendezvous {
   public:
     explicit Rendezvous(RendezvousSettings settings);
@@ -132,6 +148,9 @@ class Rendezvous {
     // else (port, session, device, dc, dci, regions) is as that rank registered it. Throws rdmachan::Error naming the
     // server and the reason (rejection, deadline, protocol error).
     std::vector<Endpoint> exchange(const Endpoint& mine);
+    // The same exchange, the table kept as the bytes received (or the host's copy, mapped) and
+    // decoded on demand. Instead of exchange(), not after it.
+    std::shared_ptr<const RendezvousTableView> exchange_view(const Endpoint& mine);
     // Returns once every rank has entered the barrier; on the same connection as exchange().
     // With replacement the connection stays open afterwards (poll_events).
     void barrier();

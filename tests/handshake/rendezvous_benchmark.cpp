@@ -9,9 +9,14 @@
 // table_copies counts the ranks that received the table over their own connection, and
 // bytes_read_per_rank adds what a rank read from the host's copy to what it received;
 // --no-share makes every rank receive its own (RendezvousSettings::share_table_per_host).
+// --on-demand takes the table as a DC MultiChannel's connect() does (Rendezvous::exchange_view:
+// kept as received or mapped, each row parsed only when asked for; the rank reads the DC
+// directory and decodes the endpoint of one peer); without it every rank decodes every row
+// (exchange()). The line says which: decode=on_demand or decode=whole.
 // Several world sizes in one call print, for each after the first, how bytes per rank grew
 // against how the world size grew (linear: the two ratios match).
-// Usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] [--no-share] [N ...]
+// Usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] [--no-share]
+//                             [--on-demand] [N ...]
 #include <sys/mman.h>
 
 #include <atomic>
@@ -35,6 +40,7 @@ struct Options {
     int threads_per_process = 1;
     int timeout_seconds = 60;
     bool share = true;
+    bool on_demand = false;
     std::vector<int> world_sizes;
 };
 
@@ -82,6 +88,18 @@ int run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, c
         port, rank, world_size, "benchmark", "bench-token", std::chrono::seconds(options.timeout_seconds));
     settings.share_table_per_host = options.share;
     rdmachan::Rendezvous session(settings);
+    if (options.on_demand) {
+        const auto view = session.exchange_view(realistic_endpoint(rank, world_size, dc));
+        report.received = session.bytes_received();
+        report.host_copy = session.table_source().host_copy_bytes;
+        report.own_copy = session.table_source().kind != rdmachan::RendezvousTableSource::Kind::host_copy;
+        session.barrier();
+        if (view->size() != world_size) return 3;
+        if (dc && view->dc_directory().empty()) return 5;
+        const std::uint32_t peer = (rank + 1) % world_size;
+        if (view->endpoint(peer).rank != peer) return 6;
+        return 0;
+    }
     const auto table = session.exchange(realistic_endpoint(rank, world_size, dc));
     report.received = session.bytes_received();
     report.host_copy = session.table_source().host_copy_bytes;
@@ -183,7 +201,7 @@ Outcome run(const Options& options, int ranks) {
     std::fprintf(stderr,
                  "rendezvous_benchmark: %s\n"
                  "usage: rendezvous_benchmark [--mode rc|dc] [--threads-per-process T] [--timeout SECONDS] "
-                 "[--no-share] [N ...]\n",
+                 "[--no-share] [--on-demand] [N ...]\n",
                  complaint);
     std::exit(2);
 }
@@ -204,6 +222,8 @@ int main(int argc, char** argv) {
                 usage("--threads-per-process must be in 1..4096");
         } else if (argument == "--no-share") {
             options.share = false;
+        } else if (argument == "--on-demand") {
+            options.on_demand = true;
         } else if (argument == "--timeout" && index + 1 < argc) {
             options.timeout_seconds = std::atoi(argv[++index]);
             if (options.timeout_seconds < 1) usage("--timeout must be a positive number of seconds");
@@ -229,9 +249,9 @@ int main(int argc, char** argv) {
                     mode, ranks, runner.c_str(), outcome.seconds, outcome.start_seconds, outcome.mean_bytes,
                     static_cast<unsigned long long>(outcome.min_bytes),
                     static_cast<unsigned long long>(outcome.max_bytes));
-        std::printf(" table_copies=%llu bytes_read_per_rank=%.0f share=%s",
+        std::printf(" table_copies=%llu bytes_read_per_rank=%.0f share=%s decode=%s",
                     static_cast<unsigned long long>(outcome.table_copies), outcome.mean_read,
-                    options.share ? "per_host" : "none");
+                    options.share ? "per_host" : "none", options.on_demand ? "on_demand" : "whole");
         if (previous != nullptr && previous->mean_bytes > 0)
             std::printf(" bytes_ratio=%.2f for ranks_ratio=%.2f", outcome.mean_bytes / previous->mean_bytes,
                         static_cast<double>(ranks) / previous_ranks);

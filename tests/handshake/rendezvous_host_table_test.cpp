@@ -23,6 +23,7 @@
 #include "handshake/rendezvous_table.hpp"
 #include "rdmachan/error.hpp"
 #include "rdmachan/rendezvous.hpp"
+#include "handshake/table_directory.hpp"
 #include "tests/handshake/raw_client.hpp"
 #include "tests/handshake/rendezvous_support.hpp"
 
@@ -48,18 +49,44 @@ bool table_matches(const std::vector<rdmachan::Endpoint>& table, std::uint32_t w
 
 struct RankResult {
     bool table_right = false;
+    bool has_directory = false;    // on demand: the table came with a DC directory
+    bool directory_right = false;  // and its every record is right
     RendezvousTableSource source;
     std::uint64_t bytes_received = 0;
     std::string error;
 };
 
-RankResult run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, bool share = true) {
+// on_demand: Rendezvous::exchange_view, every row decoded from the view afterwards.
+RankResult run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_size, bool share = true,
+                    bool on_demand = false) {
     RankResult result;
     try {
         rdmachan::RendezvousSettings settings =
             rdmachan::test::rendezvous_settings(port, rank, world_size, host_job, host_token, 30000ms);
         settings.share_table_per_host = share;
         rdmachan::Rendezvous session(settings);
+        if (on_demand) {
+            const auto view = session.exchange_view(predictable_endpoint(rank, world_size));
+            result.source = session.table_source();
+            result.bytes_received = session.bytes_received();
+            session.barrier();
+            std::vector<rdmachan::Endpoint> table;
+            for (std::uint32_t peer = 0; peer < view->size(); ++peer) table.push_back(view->endpoint(peer));
+            result.table_right = table_matches(table, world_size, rank);
+            result.has_directory = !view->dc_directory().empty();
+            if (!result.has_directory) return result;
+            const rdmachan::handshake::DirectoryView directory(view->dc_directory(), world_size, ~std::size_t{0});
+            result.directory_right = true;
+            for (std::uint32_t peer = 0; peer < world_size; ++peer) {
+                const rdmachan::Endpoint expected = predictable_endpoint(peer, world_size);
+                const rdmachan::handshake::DirectoryRecord record = directory.record(peer);
+                result.directory_right = result.directory_right && record.has_target && !record.has_initiators &&
+                                         record.session == expected.session && record.lid == expected.port.lid &&
+                                         record.gid == expected.port.gid && record.dctn == expected.dc[0].dctn &&
+                                         record.key == expected.dc[0].dc_key;
+            }
+            return result;
+        }
         const auto table = session.exchange(predictable_endpoint(rank, world_size));
         result.source = session.table_source();
         result.bytes_received = session.bytes_received();
@@ -75,11 +102,12 @@ RankResult run_rank(std::uint16_t port, std::uint32_t rank, std::uint32_t world_
 // Real ranks first..world_size-1 in threads of this process; join() waits for them.
 class RealRanks {
   public:
-    RealRanks(std::uint16_t port, std::uint32_t first, std::uint32_t world_size, bool share = true)
+    RealRanks(std::uint16_t port, std::uint32_t first, std::uint32_t world_size, bool share = true,
+              bool on_demand = false)
         : results_(world_size) {
         for (std::uint32_t rank = first; rank < world_size; ++rank)
-            threads_.emplace_back([this, port, rank, world_size, share] {
-                results_[rank] = run_rank(port, rank, world_size, share);
+            threads_.emplace_back([this, port, rank, world_size, share, on_demand] {
+                results_[rank] = run_rank(port, rank, world_size, share, on_demand);
             });
     }
     ~RealRanks() { join(); }
@@ -186,6 +214,30 @@ TEST_CASE("the ranks of one host read the one copy one of them published, every 
     for (std::uint32_t rank = 0; rank < world_size; ++rank)
         if (results[rank].source.kind == RendezvousTableSource::Kind::host_copy)
             CHECK(results[rank].bytes_received * 2 < publisher_bytes);
+}
+
+// Without sharing a rank speaks protocol 2's form, which has no directory: a DC MultiChannel then
+// decodes the whole table, as before.
+TEST_CASE("exchange_view: every row decoded on demand is exchange()'s, and the DC directory is read in place") {
+    constexpr std::uint32_t world_size = 5;
+    for (const bool share : {true, false}) {
+        CAPTURE(share);
+        rdmachan::RendezvousServer server(host_server_settings(world_size));
+        server.start();
+        RealRanks ranks(server.port(), 0, world_size, share, true);
+        const std::vector<RankResult>& results = ranks.join();
+        CHECK_NOTHROW(server.wait());
+        std::uint32_t read_shared = 0;
+        for (std::uint32_t rank = 0; rank < world_size; ++rank) {
+            CAPTURE(rank);
+            CAPTURE(results[rank].error);
+            CHECK(results[rank].table_right);
+            CHECK(results[rank].has_directory == share);
+            if (share) CHECK(results[rank].directory_right);
+            if (results[rank].source.kind == RendezvousTableSource::Kind::host_copy) ++read_shared;
+        }
+        CHECK(read_shared == (share ? world_size - 1 : 0));
+    }
 }
 
 TEST_CASE("with sharing turned off every rank receives its own copy") {

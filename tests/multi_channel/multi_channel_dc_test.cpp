@@ -319,3 +319,52 @@ TEST_CASE("DC: ranks on their own threads each contact every peer for the first 
         }
     }
 }
+
+TEST_CASE("DC through the rendezvous: the ranks connect from the host's one table, nothing per peer made until used") {
+    // Ranks as threads of one process, one host: one of them receives the table and its DC
+    // directory and publishes them, the others map that copy; each reads a peer's row only when
+    // it asks for its regions, and makes a peer's state only when it first uses it.
+    constexpr std::uint32_t kSize = 5;
+    std::vector<std::string> failures(kSize);
+    std::vector<std::thread> threads;
+    RendezvousServer server({"127.0.0.1", 0, kSize, "dc-view", "dc-view-token", std::chrono::milliseconds(20000)});
+    server.start();
+    const std::uint16_t port = server.port();
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) {
+        threads.emplace_back([&, rank] {
+            try {
+                PreparedMultiChannel prepared = MultiChannelBuilder(default_channel())
+                                                    .rank(rank)
+                                                    .world_size(kSize)
+                                                    .mode(MultiChannelMode::dynamically_connected)
+                                                    .dc_initiators(2)
+                                                    .build();
+                std::vector<std::uint8_t> memory(4096, static_cast<std::uint8_t>(rank));
+                MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
+                prepared.publish_region("buffer", region);
+                RendezvousSettings settings;
+                settings.port = port;
+                settings.rank = rank;
+                settings.world_size = kSize;
+                settings.job = "dc-view";
+                settings.token = "dc-view-token";
+                settings.timeout = std::chrono::seconds(20);
+                MultiChannel channels = std::move(prepared).connect(settings);
+                if (channels.peers_contacted() != 0) throw Error("peers made by the handshake");
+                const std::uint32_t next = (rank + 1) % kSize;
+                const RemoteMemoryRegion remote = channels.remote_region(next, "buffer").region;
+                if (!channels.write(next, region.slice(0, 64), remote.slice(1024 + rank * 64, 64)).ok())
+                    throw Error("write to the next rank failed");
+                if (!channels.barrier().ok()) throw Error("barrier failed");
+                const std::uint32_t previous = (rank + kSize - 1) % kSize;
+                if (memory[1024 + previous * 64] != previous) throw Error("the previous rank's bytes did not arrive");
+                if (channels.peer_session(previous) == 0) throw Error("no session for the previous rank");
+            } catch (const std::exception& error) {
+                failures[rank] = error.what();
+            }
+        });
+    }
+    for (std::thread& thread : threads) thread.join();
+    CHECK_NOTHROW(server.wait());
+    for (std::uint32_t rank = 0; rank < kSize; ++rank) CHECK_MESSAGE(failures[rank].empty(), "rank ", rank, ": ", failures[rank]);
+}
