@@ -54,20 +54,29 @@ PublishedTable::PublishedTable(std::string_view bytes) {
     if (::fcntl(memory.get(), F_ADD_SEALS, required_seals | F_SEAL_SEAL) != 0)
         throw Error("sharing the job table: sealing it failed: " + errno_text(errno));
     fd_ = memory.release();
+    size_ = bytes.size();
 }
 
 PublishedTable::~PublishedTable() {
     if (fd_ >= 0) ::close(fd_);
 }
 
-PublishedTable::PublishedTable(PublishedTable&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+PublishedTable::PublishedTable(PublishedTable&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), size_(std::exchange(other.size_, 0)) {}
 
 PublishedTable& PublishedTable::operator=(PublishedTable&& other) noexcept {
     if (this != &other) {
         if (fd_ >= 0) ::close(fd_);
         fd_ = std::exchange(other.fd_, -1);
+        size_ = std::exchange(other.size_, 0);
     }
     return *this;
+}
+
+MappedTable::MappedTable(const PublishedTable& published) : size_(published.size()) {
+    void* address = size_ == 0 ? MAP_FAILED : ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, published.fd(), 0);
+    if (address == MAP_FAILED) throw Error("mapping this rank's own copy of the table failed: " + errno_text(errno));
+    address_ = address;
 }
 
 MappedTable::MappedTable(const SharedTableLocation& location, const std::string& reader) {

@@ -36,9 +36,11 @@ class PublishedTable {
     PublishedTable& operator=(const PublishedTable&) = delete;
 
     int fd() const { return fd_; }
+    std::size_t size() const { return size_; }
 
   private:
     int fd_ = -1;
+    std::size_t size_ = 0;
 };
 
 // A host's copy as another rank reads it: mapped read-only after its checks.
@@ -49,6 +51,9 @@ class MappedTable {
     // not the announced one (truncated or grown), it is not sealed against writing and resizing,
     // or its digest is not the server's (corrupted, or another job's or session's table).
     MappedTable(const SharedTableLocation& location, const std::string& reader);
+    // The publishing rank's own copy, mapped read-only: what it wrote, so nothing to check.
+    // Throws rdmachan::Error when the mapping fails.
+    explicit MappedTable(const PublishedTable& published);
     ~MappedTable();
     MappedTable(MappedTable&& other) noexcept;
     MappedTable& operator=(MappedTable&& other) noexcept;

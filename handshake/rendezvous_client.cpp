@@ -212,15 +212,13 @@ struct Rendezvous::State {
                 source.refused = refusal;
                 answer = {{"type", "send_table"}, {"why", refusal}};
                 co_await connection->write_message(answer);
-                std::string own = co_await connection->read_frame();
-                const std::size_t own_table_size = own.size();
-                own += co_await connection->read_frame();
+                std::string own = co_await read_table_frames();
+                const std::size_t own_table_size = table_frame_size;
                 take_owned(std::move(own), own_table_size);
             }
         } else {
-            std::string received = co_await connection->read_frame();
-            const std::size_t received_table_size = received.size();
-            received += co_await connection->read_frame();
+            std::string received = co_await read_table_frames();
+            const std::size_t received_table_size = table_frame_size;
             if (const auto share = header.find("share"); share != header.end() && *share == true) {
                 try {
                     published.emplace(received);
@@ -235,7 +233,14 @@ struct Rendezvous::State {
                     source.refused = refusal;
                     answer = {{"type", "shared"}, {"error", refusal}};
                 }
-                take_owned(std::move(received), received_table_size);
+                if (refusal.empty() && !materialise) {
+                    // Its own copy, mapped: the received bytes need not stay in this rank's heap.
+                    MappedTable own(*published);
+                    const std::string_view bytes = own.bytes();
+                    take_table(bytes.substr(0, received_table_size), bytes.substr(received_table_size), own);
+                } else {
+                    take_owned(std::move(received), received_table_size);
+                }
                 co_await connection->write_message(answer);
             } else {
                 take_owned(std::move(received), received_table_size);
@@ -253,6 +258,20 @@ struct Rendezvous::State {
             if (materialise) table[entry.peer].rc.push_back({settings.rank, entry.qpn, entry.psn});
         }
         if (!materialise) view->rc_for_me = std::move(entries);
+    }
+
+    // Protocol 3's table frame and DC directory frame, one after the other (the table's size in
+    // table_frame_size). Either may instead be the server's error (the rendezvous failed while
+    // it sent them): that is thrown, naming the server and what it reported.
+    std::size_t table_frame_size = 0;
+    Task<std::string> read_table_frames() {
+        std::string frames = co_await connection->read_frame();
+        if (frames.rfind(R"({"type":"table",)", 0) != 0) connection->parse_message(frames, "table");
+        table_frame_size = frames.size();
+        const std::string directory = co_await connection->read_frame();
+        if (directory.rfind("RDCDIR01", 0) != 0) connection->parse_message(directory, "DC directory");
+        frames += directory;
+        co_return frames;
     }
 
     std::shared_ptr<LazyTable> make_view() const {

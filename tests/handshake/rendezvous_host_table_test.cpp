@@ -277,10 +277,13 @@ TEST_CASE("a host's copy that is corrupted, truncated, unsealed or unreachable i
         CHECK(header.at("share") == true);
         const std::string table = leader.receive();
         REQUIRE(table.rfind(R"({"type":"table","rows":[)", 0) == 0);
-        std::string published = table;
+        const std::string directory = leader.receive();
+        REQUIRE(directory.rfind("RDCDIR01", 0) == 0);
+        // What a rank publishes: the table, then its DC directory.
+        std::string published = table + directory;
         bool sealed = true;
         const std::string name = bad.name;
-        if (name == "corrupted") published[published.size() / 2] ^= 1;
+        if (name == "corrupted") published[table.size() / 2] ^= 1;
         if (name == "another job's") {
             const auto at = published.find("5e55");
             REQUIRE(at != std::string::npos);
@@ -311,7 +314,8 @@ TEST_CASE("when the publishing rank cannot share, the host's other ranks receive
     HandPlayedRankZero world(world_size, this_host(), rdmachan::handshake::protocol_version);
     RawClient& leader = *world.hand;
     CHECK(nlohmann::json::parse(leader.receive()).at("share") == true);
-    CHECK(!leader.receive().empty());
+    CHECK(!leader.receive().empty());                      // the table
+    CHECK(leader.receive().rfind("RDCDIR01", 0) == 0);   // its DC directory
     leader.send(R"({"type":"shared","error":"no memfd on this test's host"})");
     leader.send(R"({"type":"barrier"})");
     CHECK(nlohmann::json::parse(leader.receive()).at("type") == "release");
