@@ -5,20 +5,29 @@
 // regardless of its world (device, protection domain, DC receive buffers) is not counted.
 // DC then posts one receive to every peer, which makes each peer's state (a DC peer's state is
 // made on first use), and prints what that added per peer: the cost of a peer once contacted.
+// DC is also measured connected through the TCP rendezvous, as connect(RendezvousSettings) does
+// on a host whose ranks share the table: the server and the N-1 fabricated ranks are processes
+// of their own (this program, started again with --serve and --fabricated-ranks), so only rank
+// 0's memory is counted, and the table it maps is the host's one copy.
 // RC also prints the parts of that figure that one queue pair and its completion-queue entries
 // take, measured on their own (heap or RSS, whichever grew more: rings may be mapped memory).
 // Usage: peer_cost_benchmark [--mode rc|dc] [N ...]   (default: dc 1024 4096)
 #include <malloc.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmachan/error.hpp"
 #include "rdmachan/logging.hpp"
 #include "rdmachan/multi_channel.hpp"
+#include "rdmachan/rendezvous.hpp"
 #include "transport/device_interface.hpp"
 
 namespace {
@@ -124,6 +133,114 @@ Measured measure(std::uint32_t world, bool dc) {
     return measured;
 }
 
+constexpr const char* kJob = "peer-cost";
+constexpr const char* kToken = "peer-cost-token";
+constexpr std::chrono::seconds kRendezvousDeadline{300};
+
+RendezvousSettings rank_settings(std::uint16_t port, std::uint32_t rank, std::uint32_t world) {
+    RendezvousSettings settings;
+    settings.port = port;
+    settings.rank = rank;
+    settings.world_size = world;
+    settings.job = kJob;
+    settings.token = kToken;
+    settings.timeout = kRendezvousDeadline;
+    return settings;
+}
+
+// --serve WORLD: the rendezvous server; writes its port to standard output, then serves.
+int serve(std::uint32_t world) {
+    RendezvousServer server({"127.0.0.1", 0, world, kJob, kToken, kRendezvousDeadline});
+    server.start();
+    std::printf("%u\n", server.port());
+    std::fflush(stdout);
+    server.wait();
+    return 0;
+}
+
+// --fabricated-ranks PORT WORLD FIRST LAST: ranks [FIRST, LAST) on threads, each registering a
+// fabricated DC endpoint and taking the table as a DC MultiChannel does.
+int fabricated_ranks(std::uint16_t port, std::uint32_t world, std::uint32_t first, std::uint32_t last) {
+    std::vector<std::thread> threads;
+    std::vector<int> failed(last - first, 0);
+    for (std::uint32_t rank = first; rank < last; ++rank) {
+        threads.emplace_back([&, rank] {
+            try {
+                Rendezvous session(rank_settings(port, rank, world));
+                (void)session.exchange_view(fabricated_peer(rank, 0, true));
+                session.barrier();
+            } catch (const Error& error) {
+                std::fprintf(stderr, "peer_cost_benchmark: fabricated rank %u: %s\n", rank, error.what());
+                failed[rank - first] = 1;
+            }
+        });
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (int one : failed)
+        if (one != 0) return 1;
+    return 0;
+}
+
+pid_t start_self(const std::vector<std::string>& arguments, posix_spawn_file_actions_t* actions) {
+    std::vector<char*> argv;
+    for (const std::string& argument : arguments) argv.push_back(const_cast<char*>(argument.c_str()));
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, "/proc/self/exe", actions, nullptr, argv.data(), environ) != 0)
+        throw Error("peer_cost_benchmark: starting " + arguments[1] + " failed");
+    return pid;
+}
+
+// Rank 0 of a DC world of `world` connected through the rendezvous: what build() and connect()
+// added to its heap and RSS.
+Usage measure_through_rendezvous(std::uint32_t world) {
+    int port_pipe[2];
+    if (::pipe(port_pipe) != 0) throw Error("peer_cost_benchmark: pipe failed");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, port_pipe[1], 1);
+    posix_spawn_file_actions_addclose(&actions, port_pipe[0]);
+    const pid_t server = start_self({"peer_cost_benchmark", "--serve", std::to_string(world)}, &actions);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(port_pipe[1]);
+    char text[16] = {};
+    const ssize_t length = ::read(port_pipe[0], text, sizeof text - 1);
+    ::close(port_pipe[0]);
+    if (length <= 0) throw Error("peer_cost_benchmark: the rendezvous server gave no port");
+    const auto port = static_cast<std::uint16_t>(std::atoi(text));
+    std::vector<pid_t> children{server};
+    // 16 ranks a process: each client holds a few descriptors, and thousands in one process
+    // would pass the descriptor limit (docs/SCALE.md).
+    for (std::uint32_t first = 1; first < world; first += 16) {
+        const std::uint32_t last = std::min(world, first + 16);
+        children.push_back(start_self({"peer_cost_benchmark", "--fabricated-ranks", std::to_string(port),
+                                       std::to_string(world), std::to_string(first), std::to_string(last)},
+                                      nullptr));
+    }
+    const Usage before = usage_now();
+    Usage connected;
+    {
+        PreparedMultiChannel prepared = MultiChannelBuilder(ChannelBuilder().device("soft"))
+                                            .rank(0)
+                                            .world_size(world)
+                                            .mode(MultiChannelMode::dynamically_connected)
+                                            .dc_initiators(4)
+                                            .build();
+        MultiChannel channels = std::move(prepared).connect(rank_settings(port, 0, world));
+        const Usage after = usage_now();
+        connected = {after.heap - before.heap, after.rss - before.rss};
+        if (channels.peers_contacted() != 0) throw Error("peer_cost_benchmark: the handshake made peer states");
+    }
+    bool all_succeeded = true;
+    for (const pid_t child : children) {
+        int status = 0;
+        if (::waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            all_succeeded = false;
+    }
+    if (!all_succeeded) throw Error("peer_cost_benchmark: a fabricated rank or the server failed (see above)");
+    return connected;
+}
+
 // RC: the parts of the per-peer figure that the device objects take, measured on their own
 // with the engine's default settings: one queue pair (its rings and the device's state for it),
 // and the completion-queue entries the engine provisions per peer (its send and receive CQs
@@ -168,6 +285,11 @@ RcParts measure_rc_parts(std::uint32_t count) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc == 3 && std::string(argv[1]) == "--serve") return serve(static_cast<std::uint32_t>(std::atol(argv[2])));
+    if (argc == 6 && std::string(argv[1]) == "--fabricated-ranks") {
+        return fabricated_ranks(static_cast<std::uint16_t>(std::atol(argv[2])), static_cast<std::uint32_t>(std::atol(argv[3])),
+                                static_cast<std::uint32_t>(std::atol(argv[4])), static_cast<std::uint32_t>(std::atol(argv[5])));
+    }
     bool dc = true;
     std::vector<std::uint32_t> worlds;
     for (int index = 1; index < argc; ++index) {
@@ -195,6 +317,9 @@ int main(int argc, char** argv) {
         // (logger, the device's statics): measured once and dropped, so the base is a fair one.
         (void)measure(2, dc);
         const Measured base = measure(2, dc);
+        // The same for the rendezvous' own first use (OpenSSL, Asio).
+        if (dc) (void)measure_through_rendezvous(2);
+        const Usage rendezvous_base = dc ? measure_through_rendezvous(2) : Usage{};
         for (std::uint32_t world : worlds) {
             const Measured measured = measure(world, dc);
             const double peers = world - 2.0;
@@ -221,6 +346,11 @@ int main(int argc, char** argv) {
                             per_peer(measured.handshaken.rss, base.handshaken.rss) +
                                 static_cast<double>(measured.contacted.rss) / contacted_peers,
                             measured.peers_contacted);
+                const Usage through = measure_through_rendezvous(world);
+                std::printf("peer cost: mode=dc peers=%u through=rendezvous never_contacted_heap_per_peer=%.0f "
+                            "rss_per_peer=%.0f (connect(RendezvousSettings) on a host sharing the table; its RSS "
+                            "includes the pages of the host's one copy it read)\n",
+                            world - 1, per_peer(through.heap, rendezvous_base.heap), per_peer(through.rss, rendezvous_base.rss));
             }
             if (!dc) {
                 const RcParts parts = measure_rc_parts(world);
