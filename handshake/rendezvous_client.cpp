@@ -422,6 +422,19 @@ struct Rendezvous::State {
         return event;
     }
 
+    // exchange() (materialise) or exchange_view(), once.
+    void run_exchange(const char* call, const Endpoint& mine, bool decode_whole) {
+        const std::string name = std::string("Rendezvous::") + call;
+        if (step != Step::fresh) throw Error(name + ": " + me() + " already exchanged (or failed)");
+        if (mine.rank != settings.rank)
+            throw Error(name + ": endpoint rank " + std::to_string(mine.rank) + " differs from the settings' rank " +
+                        std::to_string(settings.rank));
+        validate(mine);
+        materialise = decode_whole;
+        run(call, [&] { return exchange(mine); });
+        step = Step::exchanged;
+    }
+
     template <typename Body>
     void run(const char* call, Body body) {
         bool completed = false;
@@ -476,30 +489,13 @@ const RendezvousTableSource& Rendezvous::table_source() const {
 }
 
 std::vector<Endpoint> Rendezvous::exchange(const Endpoint& mine) {
-    State& state = *state_;
-    if (state.step != State::Step::fresh)
-        throw Error("Rendezvous::exchange: " + state.me() + " already exchanged (or failed)");
-    if (mine.rank != state.settings.rank)
-        throw Error("Rendezvous::exchange: endpoint rank " + std::to_string(mine.rank) +
-                    " differs from the settings' rank " + std::to_string(state.settings.rank));
-    validate(mine);
-    state.run("exchange", [&] { return state.exchange(mine); });
-    state.step = State::Step::exchanged;
-    return state.table;
+    state_->run_exchange("exchange", mine, true);
+    return state_->table;
 }
 
 std::shared_ptr<const RendezvousTableView> Rendezvous::exchange_view(const Endpoint& mine) {
-    State& state = *state_;
-    if (state.step != State::Step::fresh)
-        throw Error("Rendezvous::exchange_view: " + state.me() + " already exchanged (or failed)");
-    if (mine.rank != state.settings.rank)
-        throw Error("Rendezvous::exchange_view: endpoint rank " + std::to_string(mine.rank) +
-                    " differs from the settings' rank " + std::to_string(state.settings.rank));
-    validate(mine);
-    state.materialise = false;
-    state.run("exchange_view", [&] { return state.exchange(mine); });
-    state.step = State::Step::exchanged;
-    return std::move(state.view);
+    state_->run_exchange("exchange_view", mine, false);
+    return std::move(state_->view);
 }
 
 void Rendezvous::barrier() {

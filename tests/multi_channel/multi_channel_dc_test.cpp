@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "rdmachan/multi_channel.hpp"
+#include "tests/handshake/rendezvous_support.hpp"
 
 using namespace rdmachan;
 
@@ -342,14 +343,8 @@ TEST_CASE("DC through the rendezvous: the ranks connect from the host's one tabl
                 std::vector<std::uint8_t> memory(4096, static_cast<std::uint8_t>(rank));
                 MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
                 prepared.publish_region("buffer", region);
-                RendezvousSettings settings;
-                settings.port = port;
-                settings.rank = rank;
-                settings.world_size = kSize;
-                settings.job = "dc-view";
-                settings.token = "dc-view-token";
-                settings.timeout = std::chrono::seconds(20);
-                MultiChannel channels = std::move(prepared).connect(settings);
+                MultiChannel channels = std::move(prepared).connect(
+                    test::rendezvous_settings(port, rank, kSize, "dc-view", "dc-view-token", std::chrono::seconds(20)));
                 if (channels.peers_contacted() != 0) throw Error("peers made by the handshake");
                 const std::uint32_t next = (rank + 1) % kSize;
                 const RemoteMemoryRegion remote = channels.remote_region(next, "buffer").region;

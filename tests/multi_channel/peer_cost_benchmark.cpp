@@ -28,6 +28,7 @@
 #include "rdmachan/logging.hpp"
 #include "rdmachan/multi_channel.hpp"
 #include "rdmachan/rendezvous.hpp"
+#include "tests/handshake/rendezvous_support.hpp"
 #include "transport/device_interface.hpp"
 
 namespace {
@@ -138,14 +139,7 @@ constexpr const char* kToken = "peer-cost-token";
 constexpr std::chrono::seconds kRendezvousDeadline{300};
 
 RendezvousSettings rank_settings(std::uint16_t port, std::uint32_t rank, std::uint32_t world) {
-    RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = world;
-    settings.job = kJob;
-    settings.token = kToken;
-    settings.timeout = kRendezvousDeadline;
-    return settings;
+    return test::rendezvous_settings(port, rank, world, kJob, kToken, kRendezvousDeadline);
 }
 
 // --serve WORLD: the rendezvous server; writes its port to standard output, then serves.
