@@ -77,19 +77,4 @@ BootstrapChoice choose_bootstrap(Bootstrap requested, const EnvironmentLookup& g
             false};
 }
 
-namespace detail {
-
-std::string pmix_endpoint_key(std::uint64_t sequence) { return "rdmachan." + std::to_string(sequence) + ".endpoint"; }
-
-std::string pmix_rc_key(std::uint64_t sequence, std::uint32_t block) {
-    return "rdmachan." + std::to_string(sequence) + ".rc." + std::to_string(block);
-}
-
-std::uint32_t pmix_rc_block_size(std::uint32_t world_size) {
-    std::uint32_t size = 1;
-    while (static_cast<std::uint64_t>(size) * size < world_size) ++size;
-    return size;
-}
-
-}  // namespace detail
 }  // namespace rdmachan

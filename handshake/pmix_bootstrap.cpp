@@ -241,28 +241,38 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     state.last_sequence = sequence;
     const Clock::time_point started = Clock::now();
 
-    // Publish: the endpoint without its RC entries under one key, and the RC entries in blocks
-    // of consecutive peers (pmix_rc_block_size), a key each: every PMIx_Put waits for libpmix's
-    // progress thread, so a key per peer made N puts per rank (at 256 ranks on 2 cores the
-    // publishing alone took up to 3.9 s), while one key of all N entries would make every reader
-    // fetch N² bytes. A block of about √N entries is √N puts, and √N entries read per peer.
+    // Publish. The endpoint JSON under one key, for peer replacement's readers; the exchange's
+    // readers take the row keys (pmix_row_text): one value per reader and peer, in the table
+    // row form the rendezvous's fast scanner reads. RC: the row's common part and the entries of
+    // one block of consecutive peers (pmix_rc_block_size), a key per block: every PMIx_Put waits
+    // for libpmix's progress thread, so a key per peer made N puts per rank (at 256 ranks on 2
+    // cores the publishing alone took up to 3.9 s), while one key of all N entries would make
+    // every reader fetch N² bytes. A block of about √N entries is √N puts, and √N entries read
+    // per peer. DC: the common part alone, one key.
+    const bool rc_mode = mine.dc.empty();
     Endpoint common = mine;
     common.rc.clear();
     put_string(me, pmix_endpoint_key(sequence), serialize_endpoint(common));
     const std::uint32_t block_size = pmix_rc_block_size(state.world_size);
-    std::vector<Endpoint> blocks((state.world_size + block_size - 1) / block_size);
-    for (const RcEntry& entry : mine.rc) {
-        if (entry.peer >= state.world_size) {
-            throw Error(me + ": the endpoint has an RC entry for rank " + std::to_string(entry.peer) +
-                        ", outside the world of " + std::to_string(state.world_size));
+    const std::uint32_t block_count = (state.world_size + block_size - 1) / block_size;
+    const handshake::TableRowText row = handshake::table_row_text(common);
+    if (rc_mode) {
+        std::vector<const RcEntry*> entry_for(state.world_size, nullptr);
+        for (const RcEntry& entry : mine.rc) {
+            if (entry.peer >= state.world_size) {
+                throw Error(me + ": the endpoint has an RC entry for rank " + std::to_string(entry.peer) +
+                            ", outside the world of " + std::to_string(state.world_size));
+            }
+            entry_for[entry.peer] = &entry;
         }
-        blocks[entry.peer / block_size].rc.push_back(entry);
-    }
-    for (std::uint32_t block = 0; block < blocks.size(); ++block) {
-        if (blocks[block].rc.empty()) continue;
-        nlohmann::json json;
-        to_json(json, blocks[block]);
-        put_string(me, pmix_rc_key(sequence, block), json["rc"].dump());
+        for (std::uint32_t block = 0; block < block_count; ++block) {
+            const std::uint32_t first = block * block_size;
+            const std::uint32_t end = std::min(state.world_size, first + block_size);
+            put_string(me, pmix_row_block_key(sequence, block),
+                       pmix_row_text(row, std::span(entry_for).subspan(first, end - first)));
+        }
+    } else {
+        put_string(me, pmix_row_key(sequence), pmix_row_text(row, {}));
     }
     if (const pmix_status_t status = PMIx_Commit(); status != PMIX_SUCCESS) {
         throw Error(me + ": PMIx_Commit failed: " + status_text(status));
@@ -272,53 +282,46 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     fence(state, true, deadline, "exchanging endpoints");
     const Clock::time_point fenced = Clock::now();
 
-    // Read: every peer's common endpoint, then (RC) the entry each RC peer created for this
-    // rank, each round's gets started together (get_strings). The schema's reader (from_json)
-    // checks the reassembled endpoint field by field.
-    const std::string endpoint_key = pmix_endpoint_key(sequence);
+    // Read: one get per peer, all started together (get_strings), of the key that holds this
+    // rank's entry (RC) or the common part (DC). The rows go through the rendezvous's table
+    // scanner; a table it does not take is read row by row as JSON, which names the field.
+    const std::uint32_t my_block = my_rank / block_size;
+    const std::string key = rc_mode ? pmix_row_block_key(sequence, my_block) : pmix_row_key(sequence);
     std::vector<BatchGet::Request> requests(state.world_size);
-    for (std::uint32_t peer = 0; peer < state.world_size; ++peer) requests[peer] = {peer, endpoint_key};
-    const std::vector<std::string> endpoint_texts = get_strings(state, me, std::move(requests), deadline);
-    std::vector<nlohmann::json> endpoints(state.world_size);
+    for (std::uint32_t peer = 0; peer < state.world_size; ++peer) requests[peer] = {peer, key};
+    std::vector<std::string> texts;
+    try {
+        texts = get_strings(state, me, std::move(requests), deadline);
+    } catch (const Error& error) {
+        const std::string text = error.what();
+        if (text.find("never published key") == std::string::npos) throw;
+        throw Error(text + (rc_mode ? "; a rank in DC mode publishes no RC block keys: do all ranks use RC mode?"
+                                    : "; a rank in RC mode publishes only RC block keys: do all ranks use DC mode?"));
+    }
     state.last_exchange_bytes = 0;
-    std::vector<BatchGet::Request> rc_requests;
-    const std::string rc_key = pmix_rc_key(sequence, my_rank / pmix_rc_block_size(state.world_size));
+    std::string frame = R"({"type":"table","rows":[)";
+    std::vector<std::string> rows(state.world_size);
     for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
-        state.last_exchange_bytes += endpoint_texts[peer].size();
-        nlohmann::json& json = endpoints[peer];
-        json = parse_json(me, peer, endpoint_key, endpoint_texts[peer]);
-        if (!json.is_object()) throw Error(me + ": the value of key '" + endpoint_key + "' from rank " +
-                                           std::to_string(peer) + " is not a JSON object");
-        json["rc"] = nlohmann::json::array();
-        const bool peer_in_dc_mode = json.contains("dc") && json["dc"].is_array() && !json["dc"].empty();
-        if (!peer_in_dc_mode) rc_requests.push_back({peer, rc_key});
+        state.last_exchange_bytes += texts[peer].size();
+        const std::string what = me + ": key '" + key + "' from rank " + std::to_string(peer);
+        rows[peer] = pmix_row_for(texts[peer], rc_mode ? std::optional(my_rank - my_block * block_size) : std::nullopt,
+                                  my_rank, what);
+        if (peer != 0) frame += ',';
+        frame += rows[peer];
     }
-    const std::vector<std::string> rc_texts = get_strings(state, me, rc_requests, deadline);
-    for (std::size_t index = 0; index < rc_requests.size(); ++index) {
-        state.last_exchange_bytes += rc_texts[index].size();
-        const std::uint32_t peer = rc_requests[index].peer;
-        const nlohmann::json block = parse_json(me, peer, rc_key, rc_texts[index]);
-        if (!block.is_array()) {
-            throw Error(me + ": the value of key '" + rc_key + "' from rank " + std::to_string(peer) +
-                        " is not a JSON array of RC entries");
-        }
-        // The entry the peer made for this rank; the schema's reader checks its fields.
-        const auto mine_in_block = std::find_if(block.begin(), block.end(), [&](const nlohmann::json& entry) {
-            return entry.is_object() && entry.contains("peer") && entry["peer"].is_number_unsigned() &&
-                   entry["peer"].get<std::uint64_t>() == my_rank;
-        });
-        if (mine_in_block == block.end()) {
-            throw Error(me + ": rank " + std::to_string(peer) + " published no RC entry for rank " +
-                        std::to_string(my_rank) + " in key '" + rc_key + "'");
-        }
-        endpoints[peer]["rc"].push_back(*mine_in_block);
-    }
-    std::vector<Endpoint> table(state.world_size);
-    for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
-        try {
-            from_json(endpoints[peer], table[peer]);
-        } catch (const Error& error) {
-            throw Error(me + ": the endpoint rank " + std::to_string(peer) + " published: " + error.what());
+    frame += "]}";
+    std::vector<Endpoint> table;
+    if (!handshake::scan_table(frame, state.world_size, my_rank, table)) {
+        table.resize(state.world_size);
+        for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
+            const nlohmann::json json = parse_json(me, peer, key, rows[peer]);
+            try {
+                table[peer] = handshake::parse_table_row(json, peer, my_rank);
+                if (table[peer].rank != peer) throw Error("field 'rank' = " + std::to_string(table[peer].rank));
+            } catch (const Error& error) {
+                throw Error(me + ": the endpoint rank " + std::to_string(peer) + " published under key '" + key +
+                            "': " + error.what());
+            }
         }
     }
     const auto seconds = [](Clock::duration span) { return std::chrono::duration<double>(span).count(); };

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "handshake/pmix_rows.hpp"
 #include "rdmachan/endpoint.hpp"
 
 namespace rdmachan::detail {
@@ -98,13 +99,5 @@ class PmixSession {
     explicit PmixSession(std::unique_ptr<State> state);
     std::unique_ptr<State> state_;
 };
-
-// The keys the exchange uses, for error messages and tests: `sequence` counts the exchanges in
-// this process (1 for the first), so a second MultiChannel never reads the first one's values.
-std::string pmix_endpoint_key(std::uint64_t sequence);
-// The RC entries a rank made for peers [block * B, (block + 1) * B), B = pmix_rc_block_size(world
-// size): the whole number just at or above the square root of the world size.
-std::string pmix_rc_key(std::uint64_t sequence, std::uint32_t block);
-std::uint32_t pmix_rc_block_size(std::uint32_t world_size);
 
 }  // namespace rdmachan::detail

@@ -6,14 +6,18 @@
 //   wrong-identity           a rank or world size that disagrees with PMIx is refused, naming both
 //   skip-put                 rank 1 fences but never publishes: the others name rank 1 and the key
 //   skip-fence               rank 1 never reaches the fence: the others name the deadline
-//   wrong-type               rank 1 publishes its endpoint as a number: the others name the
+//   wrong-type               rank 1 publishes its rows as a number: the others name the
 //                            rank, the key and the type
-//   not-json                 rank 1 publishes a string that is not JSON: the others name the
+//   not-json                 rank 1 publishes a row that is not JSON: the others name the
 //                            rank and the key
-//   rc-block-without-entry   rank 1 publishes an RC endpoint whose blocks of RC entries hold
-//                            none for the reader: the others name rank 1, themselves and the key
-//   rc-block-not-array       rank 1 publishes an RC block that is not a JSON array: the others
-//                            name rank 1 and the key
+//   not-a-row                rank 1 publishes a string that is not in the row keys' form: the
+//                            others name the rank and the key
+//   rc-block-without-entry   rank 1 publishes RC rows whose blocks of RC entries hold none for
+//                            the reader: the others name rank 1, themselves and the key
+//   rc-block-not-array       rank 1 publishes RC rows whose entries are not a JSON array: the
+//                            others name rank 1 and the key
+//   mixed-modes              rank 1 connects in DC mode, the others in RC: every rank names the
+//                            key it missed and says that the modes may differ
 //   init-fails               (outside any launcher) PMIx_Init fails: the error names its code
 #include <pmix.h>
 
@@ -28,6 +32,7 @@
 #include <vector>
 
 #include "handshake/pmix_bootstrap.hpp"
+#include "handshake/rendezvous_table.hpp"
 #include "rdmachan/multi_channel.hpp"
 
 namespace {
@@ -131,14 +136,17 @@ int wrong_identity() {
     return status;
 }
 
-// Ranks other than 1 run connect() and must fail with `expected` in the message.
-int expect_connect_failure(const char* expected, std::chrono::milliseconds deadline) {
+// Ranks other than 1 run connect() and must fail with every one of `expected` in the message.
+int expect_connect_failure(const std::vector<std::string>& expected, std::chrono::milliseconds deadline,
+                           const std::string& mode = "rc") {
     try {
-        rdmachan::PreparedMultiChannel prepared = builder(deadline).build();
+        rdmachan::PreparedMultiChannel prepared = builder(deadline, mode).build();
         (void)std::move(prepared).connect();
     } catch (const rdmachan::Error& error) {
         const std::string text = error.what();
-        if (!contains(text, expected)) return failed("unexpected error: " + text);
+        for (const std::string& part : expected) {
+            if (!contains(text, part)) return failed("unexpected error (without '" + part + "'): " + text);
+        }
         std::printf("expected error: %s\n", text.c_str());
         return 0;
     }
@@ -151,8 +159,7 @@ int skip_put() {
         raw.fence(true);  // the exchange's fence, with nothing published
         return 0;
     }
-    const std::string key = rdmachan::detail::pmix_endpoint_key(1);
-    return expect_connect_failure(("rank 1 never published key '" + key + "'").c_str(), 20s);
+    return expect_connect_failure({"rank 1 never published key '" + rdmachan::detail::pmix_row_key(1) + "."}, 20s);
 }
 
 std::uint32_t job_size(const pmix_proc_t& self);
@@ -174,7 +181,7 @@ PublishedValue string_value(std::string key, std::string text) {
 
 // Rank 1 publishes `values_for(world size)` as they are, commits them and joins the exchange's
 // fence; the others must fail with `expected`.
-int publish_instead(PublishedValues (*values_for)(std::uint32_t world), const std::string& expected) {
+int publish_instead(PublishedValues (*values_for)(std::uint32_t world), const std::vector<std::string>& expected) {
     const RawPmix raw;
     if (raw.self.rank == 1) {
         for (PublishedValue& published : values_for(job_size(raw.self))) {
@@ -190,54 +197,81 @@ int publish_instead(PublishedValues (*values_for)(std::uint32_t world), const st
         raw.fence(true);
         return 0;
     }
-    return expect_connect_failure(expected.c_str(), 20s);
+    return expect_connect_failure(expected, 20s);
 }
 
-// An endpoint object in RC mode (no "dc"), which the reader takes as far as the RC entries.
-constexpr const char* kRcEndpointOfRankOne = "{\"version\": 2, \"rank\": 1}";
-
-// Every block of RC entries rank 1 publishes names only a rank that does not exist.
-// The endpoint key, and every block key of a job of `world` ranks holding `block_text`.
-PublishedValues rc_blocks_of_rank_one(std::uint32_t world, const std::string& block_text) {
+// Every RC row key of a job of `world` ranks, each holding `text`.
+PublishedValues rows_of_rank_one(std::uint32_t world, const std::string& text) {
     PublishedValues values;
-    values.push_back(string_value(rdmachan::detail::pmix_endpoint_key(1), kRcEndpointOfRankOne));
     const std::uint32_t block_size = rdmachan::detail::pmix_rc_block_size(world);
     for (std::uint32_t block = 0; block * block_size < world; ++block) {
-        values.push_back(string_value(rdmachan::detail::pmix_rc_key(1, block), block_text));
+        values.push_back(string_value(rdmachan::detail::pmix_row_block_key(1, block), text));
     }
     return values;
 }
 
+// Rank 1's row as the library writes it, before and after its RC part, followed by `entries`.
+std::string row_of_rank_one_with(const std::string& entries) {
+    rdmachan::Endpoint endpoint;
+    endpoint.rank = 1;
+    const rdmachan::handshake::TableRowText row = rdmachan::handshake::table_row_text(endpoint);
+    return row.prefix + "\n" + row.suffix + "\n" + entries;
+}
+
+// The key each reader misses names rank 1 and a row key; which block depends on the reader.
+std::string from_rank_one_key() { return "key '" + rdmachan::detail::pmix_row_key(1) + "."; }
+
 int rc_block_without_entry() {
-    return publish_instead(
-        [](std::uint32_t world) { return rc_blocks_of_rank_one(world, "[{\"peer\": 4000000, \"qpn\": 1, \"psn\": 1}]"); },
-        "rank 1 published no RC entry for rank ");
+    return publish_instead([](std::uint32_t world) { return rows_of_rank_one(world, row_of_rank_one_with("[]")); },
+                           {from_rank_one_key(), "' from rank 1 holds 0 RC entries, none for rank "});
 }
 
 int rc_block_not_array() {
     return publish_instead(
-        [](std::uint32_t world) { return rc_blocks_of_rank_one(world, "{\"peer\": 0, \"qpn\": 1, \"psn\": 1}"); },
-        "from rank 1 is not a JSON array of RC entries");
+        [](std::uint32_t world) { return rows_of_rank_one(world, row_of_rank_one_with("{\"peer\": 0, \"qpn\": 1}")); },
+        {from_rank_one_key(), "' from rank 1: its RC entries are not a JSON array of [] or [qpn, psn]"});
 }
 
 int wrong_type() {
-    const std::string key = rdmachan::detail::pmix_endpoint_key(1);
     return publish_instead(
-        [](std::uint32_t) {
-            PublishedValue published{rdmachan::detail::pmix_endpoint_key(1), {}, {}};
-            PMIX_VALUE_CONSTRUCT(&published.value);
-            published.value.type = PMIX_UINT32;
-            published.value.data.uint32 = 4711;
-            return PublishedValues{published};
+        [](std::uint32_t world) {
+            PublishedValues values = rows_of_rank_one(world, "");
+            for (PublishedValue& published : values) {
+                published.value.type = PMIX_UINT32;
+                published.value.data.uint32 = 4711;
+            }
+            return values;
         },
-        "rank 1 published key '" + key + "' as PMIX_UINT32, not a string");
+        {"rank 1 published " + from_rank_one_key(), "' as PMIX_UINT32, not a string"});
 }
 
 int not_json() {
-    const std::string key = rdmachan::detail::pmix_endpoint_key(1);
+    // Rows in the form, whose JSON is cut short: the scanner refuses it, and the JSON reader names it.
     return publish_instead(
-        [](std::uint32_t) { return PublishedValues{string_value(rdmachan::detail::pmix_endpoint_key(1), "{\"version\": 1, \"rank\":")}; },
-        "the value of key '" + key + "' from rank 1 is not JSON");
+        [](std::uint32_t world) {
+            const std::string block = "[" + std::string("[1,1],[1,1],[1,1],[1,1],[1,1],[1,1],[1,1],[1,1]") + "]";
+            return rows_of_rank_one(world, "[1,\"00\n,\n" + block);
+        },
+        {"the value of " + from_rank_one_key(), "' from rank 1 is not JSON"});
+}
+
+int not_a_row() {
+    return publish_instead(
+        [](std::uint32_t world) { return rows_of_rank_one(world, "{\"version\": 2, \"rank\": 1}"); },
+        {from_rank_one_key(), "' from rank 1 is not a table row in the form of this rdmachan"});
+}
+
+// Rank 1 in DC mode, the others in RC: each side misses the other's keys and says why it may be.
+int mixed_modes() {
+    const RawPmix raw;
+    if (raw.self.rank == 1) {
+        return expect_connect_failure({"never published key '" + rdmachan::detail::pmix_row_key(1) + "'",
+                                       "a rank in RC mode publishes only RC block keys"},
+                                      20s, "dc");
+    }
+    return expect_connect_failure({"rank 1 never published " + from_rank_one_key(),
+                                   "a rank in DC mode publishes no RC block keys"},
+                                  20s, "rc");
 }
 
 // The ranks that expect the fence's deadline tell rank 1 they saw it through a file each (named
@@ -281,7 +315,7 @@ int skip_fence() {
         return 0;
     }
     const int status =
-        expect_connect_failure("the fence exchanging endpoints did not complete within its deadline (", deadline);
+        expect_connect_failure({"the fence exchanging endpoints did not complete within its deadline ("}, deadline);
     std::ofstream(seen_deadline_marker(raw.self, raw.self.rank)) << status << '\n';
     return status;
 }
@@ -313,6 +347,8 @@ int main(int argc, char** argv) {
         if (scenario == "skip-fence") return skip_fence();
         if (scenario == "wrong-type") return wrong_type();
         if (scenario == "not-json") return not_json();
+        if (scenario == "not-a-row") return not_a_row();
+        if (scenario == "mixed-modes") return mixed_modes();
         if (scenario == "rc-block-without-entry") return rc_block_without_entry();
         if (scenario == "rc-block-not-array") return rc_block_not_array();
         if (scenario == "init-fails") return init_fails();
