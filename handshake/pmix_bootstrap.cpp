@@ -106,6 +106,7 @@ struct BatchGetAnswer {
 void batch_get_answered(pmix_status_t status, pmix_value_t* value, void* data) {
     std::unique_ptr<BatchGetAnswer> answer(static_cast<BatchGetAnswer*>(data));
     BatchGet& batch = *answer->batch;
+    bool last = false;
     {
         const std::lock_guard<std::mutex> lock(batch.mutex);
         batch.statuses[answer->index] = value == nullptr && status == PMIX_SUCCESS ? PMIX_ERR_NOT_FOUND : status;
@@ -116,12 +117,13 @@ void batch_get_answered(pmix_status_t status, pmix_value_t* value, void* data) {
                 batch.wrong_types[answer->index] = PMIx_Data_type_string(value->type);
             }
         }
-        --batch.unanswered;
+        last = --batch.unanswered == 0;
     }
     // The value is the callback's to release, as PMIx_Get's is its caller's (LeakSanitizer
     // showed one pmix_value_t left per get while it was not released here).
     if (value != nullptr) PMIX_VALUE_RELEASE(value);
-    batch.changed.notify_all();
+    // Only the last answer wakes the reader: a wake per answer cost a thread switch per get.
+    if (last) batch.changed.notify_all();
 }
 
 // The strings the requests name, each `key` as `peer` published it, looking only at what the
@@ -241,10 +243,8 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     state.last_sequence = sequence;
     const Clock::time_point started = Clock::now();
 
-    // Publish. The endpoint JSON under one key, for peer replacement's readers; the exchange's
-    // readers take the row keys (pmix_row_text): one value per reader and peer, in the table
-    // row form the rendezvous's fast scanner reads. RC: the row's common part and the entries of
-    // one block of consecutive peers (pmix_rc_block_size), a key per block: every PMIx_Put waits
+    // Publish the row keys (pmix_row_text): one value per reader and peer, in the table row form
+    // the rendezvous's fast scanner reads. RC: the row's common part and the entries of one block of consecutive peers (pmix_rc_block_size), a key per block: every PMIx_Put waits
     // for libpmix's progress thread, so a key per peer made N puts per rank (at 256 ranks on 2
     // cores the publishing alone took up to 3.9 s), while one key of all N entries would make
     // every reader fetch N² bytes. A block of about √N entries is √N puts, and √N entries read
@@ -252,7 +252,6 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     const bool rc_mode = mine.dc.empty();
     Endpoint common = mine;
     common.rc.clear();
-    put_string(me, pmix_endpoint_key(sequence), serialize_endpoint(common));
     const std::uint32_t block_size = pmix_rc_block_size(state.world_size);
     const std::uint32_t block_count = (state.world_size + block_size - 1) / block_size;
     const handshake::TableRowText row = handshake::table_row_text(common);

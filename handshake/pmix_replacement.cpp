@@ -421,11 +421,20 @@ PmixReplacementTable pmix_announce_replacement(PmixSession& session, const Endpo
         if (auto found = replaced.find(peer); found != replaced.end()) {
             result.table[peer] = found->second.endpoint;
         } else {
-            const std::string text = session.get(job, peer, pmix_endpoint_key(result.sequence), deadline);
+            const std::string key = pmix_common_row_key(result.sequence, mine.dc.empty());
+            const std::string text = session.get(job, peer, key, deadline);
             try {
-                result.table[peer] = parse_endpoint(text);
+                const std::string row = pmix_row_for(text, std::nullopt, mine.rank, "key '" + key + "'");
+                result.table[peer] = handshake::parse_table_row(nlohmann::json::parse(row), peer, mine.rank);
+            } catch (const nlohmann::json::exception& error) {
+                throw Error(me + ": rank " + std::to_string(peer) + "'s endpoint (key '" + key + "') is not JSON: " +
+                            error.what());
             } catch (const Error& error) {
                 throw Error(me + ": rank " + std::to_string(peer) + "'s endpoint: " + error.what());
+            }
+            if (result.table[peer].rank != peer) {
+                throw Error(me + ": rank " + std::to_string(peer) + " published the endpoint of rank " +
+                            std::to_string(result.table[peer].rank));
             }
         }
         result.table[peer].rc.clear();

@@ -6,7 +6,6 @@
 namespace rdmachan::detail {
 
 
-std::string pmix_endpoint_key(std::uint64_t sequence) { return "rdmachan." + std::to_string(sequence) + ".endpoint"; }
 
 std::string pmix_row_key(std::uint64_t sequence) { return "rdmachan." + std::to_string(sequence) + ".row"; }
 
@@ -32,7 +31,7 @@ std::string pmix_row_for(std::string_view text, std::optional<std::uint32_t> pos
                          const std::string& what) {
     const std::size_t prefix_end = text.find('\n');
     const std::size_t suffix_end = prefix_end == std::string_view::npos ? prefix_end : text.find('\n', prefix_end + 1);
-    if (prefix_end == std::string_view::npos || (position.has_value() != (suffix_end != std::string_view::npos))) {
+    if (prefix_end == std::string_view::npos || (position && suffix_end == std::string_view::npos)) {
         throw Error(what + " is not a table row in the form of this rdmachan (" +
                     (position ? "row start, row end and RC entries" : "row start and row end") +
                     ", one per line); is every rank the same version, in the same mode?");
@@ -42,7 +41,7 @@ std::string pmix_row_for(std::string_view text, std::optional<std::uint32_t> pos
     std::string row;
     row.reserve(text.size());
     row.append(prefix);
-    if (!position) {
+    if (!position) {  // a third line, if any, is not this reader's
         row.append("[]").append(suffix);
         return row;
     }
@@ -75,6 +74,10 @@ std::string pmix_row_for(std::string_view text, std::optional<std::uint32_t> pos
             throw malformed();
         }
     }
+}
+
+std::string pmix_common_row_key(std::uint64_t sequence, bool rc_mode) {
+    return rc_mode ? pmix_row_block_key(sequence, 0) : pmix_row_key(sequence);
 }
 
 std::uint32_t pmix_rc_block_size(std::uint32_t world_size) {

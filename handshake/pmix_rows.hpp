@@ -15,7 +15,6 @@ namespace rdmachan::detail {
 
 // The keys the exchange uses, for error messages and tests: `sequence` counts the exchanges in
 // this process (1 for the first), so a second MultiChannel never reads the first one's values.
-std::string pmix_endpoint_key(std::uint64_t sequence);
 // What the exchange's readers take (handshake/README.md, "PMIx bootstrap"): a DC rank's table
 // row under pmix_row_key; an RC rank's under pmix_row_block_key for each block of peers [block *
 // B, (block + 1) * B), B = pmix_rc_block_size(world size), the whole number just at or above the
@@ -29,10 +28,13 @@ std::uint32_t pmix_rc_block_size(std::uint32_t world_size);
 // (`[qpn,psn]`, or `[]` for none) for each peer of the block in order.
 std::string pmix_row_text(const handshake::TableRowText& row, std::span<const RcEntry* const> block);
 // The table row a reader takes from such a value: with `position` (RC: the reader's place in its
-// block), the row holding that entry; without, the row with no RC entry. Throws rdmachan::Error
+// block), the row holding that entry; without, the row with no RC entry (from either form: peer
+// replacement reads a rank's common part from its first RC block). Throws rdmachan::Error
 // beginning with `what` (the key and its owner) when the value is not of that form or holds no
 // entry at `position`; the row itself is checked by the table's readers.
 std::string pmix_row_for(std::string_view text, std::optional<std::uint32_t> position, std::uint32_t reader,
                          const std::string& what);
+// The key that holds a rank's row with no RC entry needed: its only key (DC) or its first block (RC).
+std::string pmix_common_row_key(std::uint64_t sequence, bool rc_mode);
 
 }  // namespace rdmachan::detail

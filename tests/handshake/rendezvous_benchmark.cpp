@@ -26,6 +26,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -43,6 +44,17 @@ struct Options {
     bool on_demand = false;
     std::vector<int> world_sizes;
 };
+
+std::string read_first_line(const char* path) {
+    std::string line;
+    if (std::FILE* file = std::fopen(path, "r")) {
+        char buffer[64] = {};
+        if (std::fgets(buffer, sizeof buffer, file) != nullptr) line = buffer;
+        std::fclose(file);
+    }
+    while (!line.empty() && line.back() == '\n') line.pop_back();
+    return line.empty() ? "unknown" : line;
+}
 
 // What a MultiChannel of `world_size` ranks on one port publishes (see
 // PreparedMultiChannel::endpoint()): values as wide as real ones, so the byte counts are honest.
@@ -156,15 +168,23 @@ Outcome run(const Options& options, int ranks) {
             }
             std::atomic<int> good{0};
             std::vector<std::thread> threads;
-            for (int rank = first; rank < last; ++rank)
-                threads.emplace_back([&, rank] {
-                    try {
-                        if (run_rank(port, static_cast<std::uint32_t>(rank), world_size, options, reports[rank]) == 0)
-                            good.fetch_add(1);
-                    } catch (const rdmachan::Error& error) {
-                        std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
-                    }
-                });
+            for (int rank = first; rank < last; ++rank) {
+                try {
+                    threads.emplace_back([&, rank] {
+                        try {
+                            if (run_rank(port, static_cast<std::uint32_t>(rank), world_size, options, reports[rank]) == 0)
+                                good.fetch_add(1);
+                        } catch (const rdmachan::Error& error) {
+                            std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+                        }
+                    });
+                } catch (const std::system_error& error) {
+                    // Every thread is a task of the kernel's: kernel.pid_max and threads-max bound them.
+                    std::fprintf(stderr, "rank %d: its thread could not be started: %s (kernel.pid_max is %s)\n", rank,
+                                 error.what(), read_first_line("/proc/sys/kernel/pid_max").c_str());
+                    break;
+                }
+            }
             for (auto& thread : threads) thread.join();
             return good.load() == last - first ? 0 : 3;
         },
@@ -229,7 +249,7 @@ int main(int argc, char** argv) {
             if (options.timeout_seconds < 1) usage("--timeout must be a positive number of seconds");
         } else {
             const int ranks = std::atoi(argument.c_str());
-            if (ranks < 1 || ranks > 8192) usage(("rank count '" + argument + "' is not in 1..8192").c_str());
+            if (ranks < 1 || ranks > 16384) usage(("rank count '" + argument + "' is not in 1..16384").c_str());
             options.world_sizes.push_back(ranks);
         }
     }

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <csignal>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "handshake/authentication.hpp"
@@ -124,5 +125,55 @@ TEST_CASE("a proof replayed on another connection is refused; the job goes on") 
     // The real rank 0 still completes the job.
     const auto table = rdmachan::rendezvous(client_settings(server.port(), 0, 1, 20000ms), predictable_endpoint(0, 1));
     CHECK(table.size() == 1);
+    CHECK_NOTHROW(server.wait());
+}
+
+TEST_CASE("connections ended before the server answered are made again: the rank still completes") {
+    // What an overflowing accept queue does to a rank at scale: the kernel resets a connection
+    // the server never took. Here a stand-in on the server's port resets the first connection
+    // and closes the second without a word, then gives the port to the real server.
+    namespace asio = boost::asio;
+    asio::io_context io;
+    asio::ip::tcp::acceptor stand_in(io, {asio::ip::make_address("127.0.0.1"), 0});
+    const std::uint16_t port = stand_in.local_endpoint().port();
+    std::vector<rdmachan::Endpoint> table;
+    std::string failure;
+    std::thread rank([&] {
+        try {
+            table = rdmachan::rendezvous(client_settings(port, 0, 1, 20000ms), predictable_endpoint(0, 1));
+        } catch (const rdmachan::Error& error) {
+            failure = error.what();
+        }
+    });
+    // Accepts within 10 s (a rank that gave up never comes back: the test must fail, not hang).
+    stand_in.non_blocking(true);
+    const auto accepted_within = [&](asio::ip::tcp::socket& socket) {
+        const auto give_up = std::chrono::steady_clock::now() + 10s;
+        for (boost::system::error_code error;; error.clear()) {
+            stand_in.accept(socket, error);
+            if (!error) return true;
+            if (std::chrono::steady_clock::now() > give_up) return false;
+            std::this_thread::sleep_for(5ms);
+        }
+    };
+    asio::ip::tcp::socket first(io);
+    asio::ip::tcp::socket second(io);
+    bool came_back = false;
+    if (accepted_within(first)) {
+        first.set_option(asio::socket_base::linger(true, 0));  // close() sends a reset
+        first.close();
+        if (accepted_within(second)) {
+            second.close();  // an orderly end, before the hello's answer
+            came_back = true;
+        }
+    }
+    stand_in.close();
+    rdmachan::RendezvousServer server({"127.0.0.1", port, 1, job, token, 20000ms});
+    server.start();
+    rank.join();
+    CHECK(came_back);
+    CHECK(failure == "");
+    REQUIRE(table.size() == 1);
+    CHECK(table[0] == predictable_endpoint(0, 1));
     CHECK_NOTHROW(server.wait());
 }

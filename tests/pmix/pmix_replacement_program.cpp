@@ -403,12 +403,14 @@ void publish_announcement(const pmix_proc_t& raw, std::uint32_t announced_rank, 
     pmix_proc_t owner;
     PMIX_LOAD_PROCID(&owner, raw.nspace, announced_rank);
     pmix_value_t* value = nullptr;
-    const std::string endpoint_key = detail::pmix_endpoint_key(1);
-    expect(PMIx_Get(&owner, endpoint_key.c_str(), nullptr, 0, &value) == PMIX_SUCCESS && value != nullptr &&
+    // The scenarios that publish announcements (stale, impostor) run in RC mode (CMakeLists.txt).
+    const std::string row_key = detail::pmix_common_row_key(1, true);
+    expect(PMIx_Get(&owner, row_key.c_str(), nullptr, 0, &value) == PMIX_SUCCESS && value != nullptr &&
                value->type == PMIX_STRING,
-           "rank " + std::to_string(announced_rank) + "'s published endpoint");
-    Endpoint endpoint = parse_endpoint(value->data.string);
+           "rank " + std::to_string(announced_rank) + "'s published row");
+    const std::string row = detail::pmix_row_for(value->data.string, std::nullopt, raw.rank, row_key);
     PMIX_VALUE_RELEASE(value);
+    Endpoint endpoint = handshake::parse_table_row(nlohmann::json::parse(row), announced_rank, raw.rank);
     endpoint.session = session;
     const auto expires = std::chrono::duration_cast<std::chrono::milliseconds>(
         (std::chrono::system_clock::now() + 5s).time_since_epoch()).count();
