@@ -22,8 +22,6 @@ std::uint64_t get(const std::uint8_t* at, int bytes) {
     return value;
 }
 
-std::uint64_t sender_key(std::uint16_t lid, std::uint32_t initiator) { return static_cast<std::uint64_t>(lid) << 32 | initiator; }
-
 std::string count_text(std::uint64_t value) { return std::to_string(value); }
 
 }  // namespace
@@ -56,7 +54,7 @@ std::string encode_directory(std::span<const DirectoryEntry> entries, std::span<
     std::vector<Sender> senders;
     for (std::uint32_t rank = 0; rank < entries.size(); ++rank) {
         for (std::uint32_t initiator : entries[rank].initiators)
-            senders.push_back({sender_key(entries[rank].record.lid, initiator), rank});
+            senders.push_back({dc_sender_key(entries[rank].record.lid, initiator), rank});
     }
     std::sort(senders.begin(), senders.end(), [](const Sender& left, const Sender& right) {
         return left.key != right.key ? left.key < right.key : left.rank < right.rank;
@@ -139,6 +137,12 @@ DirectoryView::DirectoryView(std::string_view bytes, std::uint32_t world_size, s
     }
 }
 
+std::string DirectoryView::describe(const Collision& collision) {
+    return "DC: rank " + std::to_string(collision.first_rank) + " and rank " + std::to_string(collision.second_rank) +
+           " both publish DC initiator " + std::to_string(collision.initiator) + " on LID " +
+           std::to_string(collision.lid) + ": their receives could not be told apart";
+}
+
 std::uint64_t DirectoryView::sender_key_at(std::size_t index) const {
     return get(sender_table_ + index * directory_sender_size, 8);
 }
@@ -159,7 +163,7 @@ DirectoryRecord DirectoryView::record(std::uint32_t rank) const {
 }
 
 std::optional<std::uint32_t> DirectoryView::sender(std::uint16_t lid, std::uint32_t initiator) const {
-    const std::uint64_t key = sender_key(lid, initiator);
+    const std::uint64_t key = dc_sender_key(lid, initiator);
     std::size_t low = 0;
     std::size_t high = senders_;
     while (low < high) {

@@ -53,6 +53,12 @@ std::string encode_directory(std::span<const DirectoryEntry> entries, std::span<
 // the world size, every section inside the bytes, row offsets rising inside a table of
 // `table_size` bytes (when it has them), senders sorted. Throws rdmachan::Error naming the
 // field that is wrong.
+// How the table of senders orders a DC initiator: by LID, then initiator number (what a receive's
+// completion names).
+inline std::uint64_t dc_sender_key(std::uint16_t lid, std::uint32_t initiator) {
+    return static_cast<std::uint64_t>(lid) << 32 | initiator;
+}
+
 class DirectoryView {
   public:
     DirectoryView() = default;
@@ -71,6 +77,8 @@ class DirectoryView {
         std::uint16_t lid = 0;
     };
     std::optional<Collision> first_collision() const;
+    // "DC: rank A and rank B both publish DC initiator I on LID L: ...", the one wording of it.
+    static std::string describe(const Collision& collision);
     bool has_rows() const { return offsets_ != nullptr; }
     // Row `rank`'s bytes in the table frame (has_rows()).
     std::pair<std::size_t, std::size_t> row(std::uint32_t rank) const;

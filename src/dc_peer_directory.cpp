@@ -45,10 +45,7 @@ void DcPeerDirectory::check(const std::string& me) const {
         }
     }
     if (const std::optional<handshake::DirectoryView::Collision> collision = view_.first_collision()) {
-        throw Error(me + ": DC: rank " + std::to_string(collision->first_rank) + " and rank " +
-                    std::to_string(collision->second_rank) + " both publish DC initiator " +
-                    std::to_string(collision->initiator) + " on LID " + std::to_string(collision->lid) +
-                    ": their receives could not be told apart");
+        throw Error(me + ": " + handshake::DirectoryView::describe(*collision));
     }
 }
 

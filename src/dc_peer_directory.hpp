@@ -62,8 +62,4 @@ private:
     handshake::DirectoryView view_;
 };
 
-inline std::uint64_t dc_sender_key(std::uint16_t lid, std::uint32_t initiator) {
-    return static_cast<std::uint64_t>(lid) << 32 | initiator;
-}
-
 }  // namespace rdmachan::detail

@@ -142,9 +142,7 @@ void DcRouting::connect(std::uint32_t index, const DcPeerAddress& remote) {
     for (std::uint32_t initiator : remote.initiators) {
         const std::optional<std::uint32_t> other = claimant(remote.lid, initiator);
         if (other.has_value() && *other != index) {
-            throw Error("DC: rank " + std::to_string(*other) + " and rank " + std::to_string(index) +
-                        " both publish DC initiator " + std::to_string(initiator) + " on LID " +
-                        std::to_string(remote.lid) + ": their receives could not be told apart");
+            throw Error(handshake::DirectoryView::describe({*other, index, initiator, remote.lid}));
         }
     }
     // The name stays "rank N" (Engine::peer_name), made when asked for: a name of its own would
@@ -156,7 +154,7 @@ void DcRouting::connect(std::uint32_t index, const DcPeerAddress& remote) {
     peer.addressed = Addressed::explicitly;
     peer.address_failed = false;
     for (std::uint32_t initiator : remote.initiators) {
-        const std::uint64_t key = dc_sender_key(remote.lid, initiator);
+        const std::uint64_t key = handshake::dc_sender_key(remote.lid, initiator);
         auto position = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
                                          [](const auto& left, const auto& right) { return left.first < right.first; });
         if (position == senders_.end() || position->first != key) senders_.insert(position, {key, index});
@@ -323,7 +321,7 @@ void DcRouting::take_arrival(const mlx5::Completion& completion) {
 }
 
 std::optional<std::uint32_t> DcRouting::claimant(std::uint16_t lid, std::uint32_t initiator) const {
-    const std::uint64_t key = dc_sender_key(lid, initiator);
+    const std::uint64_t key = handshake::dc_sender_key(lid, initiator);
     auto found = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
                                   [](const auto& left, const auto& right) { return left.first < right.first; });
     if (found != senders_.end() && found->first == key) return found->second;
