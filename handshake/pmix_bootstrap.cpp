@@ -244,11 +244,12 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     const Clock::time_point started = Clock::now();
 
     // Publish the row keys (pmix_row_text): one value per reader and peer, in the table row form
-    // the rendezvous's fast scanner reads. RC: the row's common part and the entries of one block of consecutive peers (pmix_rc_block_size), a key per block: every PMIx_Put waits
-    // for libpmix's progress thread, so a key per peer made N puts per rank (at 256 ranks on 2
-    // cores the publishing alone took up to 3.9 s), while one key of all N entries would make
-    // every reader fetch N² bytes. A block of about √N entries is √N puts, and √N entries read
-    // per peer. DC: the common part alone, one key.
+    // the rendezvous's fast scanner reads. RC: the row's common part and the entries of one block
+    // of consecutive peers (pmix_rc_block_size), a key per block: every PMIx_Put waits for
+    // libpmix's progress thread, so a key per peer made N puts per rank (at 256 ranks on 2 cores
+    // the publishing alone took up to 3.9 s), while one key of all N entries would make every
+    // reader fetch N² bytes. A block of about √N entries is √N puts, and √N entries read per
+    // peer. DC: the common part alone, one key.
     const bool rc_mode = mine.dc.empty();
     Endpoint common = mine;
     common.rc.clear();
