@@ -1,7 +1,5 @@
 #include "handshake/connection.hpp"
 
-#include <random>
-
 #include "rdmachan/error.hpp"
 #include "handshake/flight_events.hpp"
 
@@ -95,13 +93,18 @@ nlohmann::json parse_json_object(const std::string& text, const std::string& pee
     return json;
 }
 
+Task<void> RetryBackoff::pause() {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    timer.expires_after(next_ + std::chrono::milliseconds(random_() % (next_.count() + 1)));
+    co_await timer.async_wait(asio::use_awaitable);
+    next_ = std::min(next_ * 2, std::chrono::milliseconds(100));
+}
+
 Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port,
                                        std::function<void()> on_refused) {
     auto executor = co_await asio::this_coro::executor;
     tcp::resolver resolver(executor);
-    asio::steady_timer pause(executor);
-    std::minstd_rand random(std::random_device{}());
-    std::chrono::milliseconds backoff(5);
+    RetryBackoff backoff;
     for (;;) {
         tcp::socket socket(executor);
         bool connected = false;
@@ -115,9 +118,7 @@ Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port,
         }
         if (connected) co_return socket;
         if (on_refused) on_refused();
-        pause.expires_after(backoff + std::chrono::milliseconds(random() % (backoff.count() + 1)));
-        co_await pause.async_wait(asio::use_awaitable);
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+        co_await backoff.pause();
     }
 }
 

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -46,6 +47,17 @@ class FramedConnection {
 // Parses JSON text received from `peer`, requiring an object; errors name the peer.
 nlohmann::json parse_json_object(const std::string& text, const std::string& peer,
                                  const char* what);
+
+// The pause between two attempts at something that may succeed later: from 5 ms, doubling to
+// 100 ms, with jitter so many ranks retrying at once do not retry in lockstep.
+class RetryBackoff {
+  public:
+    Task<void> pause();
+
+  private:
+    std::chrono::milliseconds next_{5};
+    std::minstd_rand random_{std::random_device{}()};
+};
 
 // Resolves and connects until it succeeds; the caller's deadline ends it. Backs off from 5 ms
 // to 100 ms with jitter so many late starters do not retry in lockstep. `on_refused`, if set,

@@ -127,9 +127,11 @@ void batch_get_answered(pmix_status_t status, pmix_value_t* value, void* data) {
 }
 
 // The strings the requests name, each `key` as `peer` published it, looking only at what the
-// fence delivered (PMIX_OPTIONAL). Throws naming the first request that failed, in order.
+// fence delivered (PMIX_OPTIONAL). Throws naming the first request that failed, in order; a key
+// that was never published adds `why_missing` (what may explain it) to the error.
 std::vector<std::string> get_strings(const PmixSession::State& state, const std::string& me,
-                                     std::vector<BatchGet::Request> requests, PmixSession::Clock::time_point deadline) {
+                                     std::vector<BatchGet::Request> requests, PmixSession::Clock::time_point deadline,
+                                     const std::string& why_missing) {
     auto batch = std::make_shared<BatchGet>();
     batch->requests = std::move(requests);
     const std::size_t count = batch->requests.size();
@@ -169,7 +171,7 @@ std::vector<std::string> get_strings(const PmixSession::State& state, const std:
         const BatchGet::Request& request = batch->requests[index];
         if (batch->statuses[index] != PMIX_SUCCESS) {
             throw Error(me + ": rank " + std::to_string(request.peer) + " never published key '" + request.key +
-                        "' (PMIx_Get: " + status_text(batch->statuses[index]) + ")");
+                        "' (PMIx_Get: " + status_text(batch->statuses[index]) + ")" + why_missing);
         }
         if (!batch->wrong_types[index].empty()) {
             throw Error(me + ": rank " + std::to_string(request.peer) + " published key '" + request.key + "' as " +
@@ -289,32 +291,29 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
     const std::string key = rc_mode ? pmix_row_block_key(sequence, my_block) : pmix_row_key(sequence);
     std::vector<BatchGet::Request> requests(state.world_size);
     for (std::uint32_t peer = 0; peer < state.world_size; ++peer) requests[peer] = {peer, key};
-    std::vector<std::string> texts;
-    try {
-        texts = get_strings(state, me, std::move(requests), deadline);
-    } catch (const Error& error) {
-        const std::string text = error.what();
-        if (text.find("never published key") == std::string::npos) throw;
-        throw Error(text + (rc_mode ? "; a rank in DC mode publishes no RC block keys: do all ranks use RC mode?"
-                                    : "; a rank in RC mode publishes only RC block keys: do all ranks use DC mode?"));
-    }
+    const std::vector<std::string> texts =
+        get_strings(state, me, std::move(requests), deadline,
+                    rc_mode ? "; a rank in DC mode publishes no RC block keys: do all ranks use RC mode?"
+                            : "; a rank in RC mode publishes only RC block keys: do all ranks use DC mode?");
     state.last_exchange_bytes = 0;
     std::string frame = R"({"type":"table","rows":[)";
-    std::vector<std::string> rows(state.world_size);
+    std::vector<std::size_t> row_starts(state.world_size + 1);  // peer p's row: [p, p + 1) less its ','
     for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
         state.last_exchange_bytes += texts[peer].size();
         const std::string what = me + ": key '" + key + "' from rank " + std::to_string(peer);
-        rows[peer] = pmix_row_for(texts[peer], rc_mode ? std::optional(my_rank - my_block * block_size) : std::nullopt,
-                                  my_rank, what);
         if (peer != 0) frame += ',';
-        frame += rows[peer];
+        row_starts[peer] = frame.size();
+        frame += pmix_row_for(texts[peer], rc_mode ? std::optional(my_rank - my_block * block_size) : std::nullopt,
+                              my_rank, what);
     }
+    row_starts[state.world_size] = frame.size() + 1;
     frame += "]}";
     std::vector<Endpoint> table;
     if (!handshake::scan_table(frame, state.world_size, my_rank, table)) {
         table.resize(state.world_size);
         for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
-            const nlohmann::json json = parse_json(me, peer, key, rows[peer]);
+            const std::size_t start = row_starts[peer];
+            const nlohmann::json json = parse_json(me, peer, key, frame.substr(start, row_starts[peer + 1] - 1 - start));
             try {
                 table[peer] = handshake::parse_table_row(json, peer, my_rank);
                 if (table[peer].rank != peer) throw Error("field 'rank' = " + std::to_string(table[peer].rank));

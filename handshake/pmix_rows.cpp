@@ -5,8 +5,6 @@
 
 namespace rdmachan::detail {
 
-
-
 std::string pmix_row_key(std::uint64_t sequence) { return "rdmachan." + std::to_string(sequence) + ".row"; }
 
 std::string pmix_row_block_key(std::uint64_t sequence, std::uint32_t block) {

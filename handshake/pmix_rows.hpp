@@ -13,10 +13,9 @@
 
 namespace rdmachan::detail {
 
-// The keys the exchange uses, for error messages and tests: `sequence` counts the exchanges in
-// this process (1 for the first), so a second MultiChannel never reads the first one's values.
-// What the exchange's readers take (handshake/README.md, "PMIx bootstrap"): a DC rank's table
-// row under pmix_row_key; an RC rank's under pmix_row_block_key for each block of peers [block *
+// The keys the exchange uses (handshake/README.md, "PMIx bootstrap"); `sequence` counts the
+// exchanges in this process (1 for the first), so a second MultiChannel never reads the first
+// one's values. A DC rank publishes its table row under pmix_row_key; an RC rank's under pmix_row_block_key for each block of peers [block *
 // B, (block + 1) * B), B = pmix_rc_block_size(world size), the whole number just at or above the
 // square root of the world size, with the RC entries it made for that block's peers.
 std::string pmix_row_key(std::uint64_t sequence);

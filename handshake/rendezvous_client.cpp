@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <random>
 
 #include "handshake/authentication.hpp"
 #include "handshake/connection.hpp"
@@ -106,10 +105,7 @@ struct Rendezvous::State {
     // ranks on 2 cores: 87 ranks reset). Nothing of this rank is held by the server then, so it
     // connects again, backing off, until the caller's deadline.
     Task<std::string> say_hello(const std::string& client_hello) {
-        auto executor = co_await asio::this_coro::executor;
-        asio::steady_timer pause(executor);
-        std::chrono::milliseconds backoff(5);
-        std::minstd_rand random(std::random_device{}() ^ settings.rank);
+        RetryBackoff backoff;
         for (bool warned = false;;) {
             tcp::socket socket = co_await connect_with_retries(settings.host, settings.port);
             connection.emplace(std::move(socket), server_name(), unauthenticated_frame_size_cap);
@@ -126,9 +122,7 @@ struct Rendezvous::State {
                 warned = true;
             }
             connection->close();
-            pause.expires_after(backoff + std::chrono::milliseconds(random() % (backoff.count() + 1)));
-            co_await pause.async_wait(asio::use_awaitable);
-            backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+            co_await backoff.pause();
         }
     }
 
