@@ -20,9 +20,21 @@ HttpAnswer post_once(const EtcdAddress& address, const std::string& ca_file, con
     };
     asio::io_context io;
     if (!run_until(io, exchange(address, ca_file, target, std::move(body), token, answer), deadline))
-        throw Error("no answer by the deadline");
+        throw EtcdDeadlinePassed("");
     return std::move(*answer);
 }
+
+namespace {
+
+// One wording however the deadline is met: between attempts, or with one under way (the
+// authentication, or the request itself).
+[[noreturn]] void deadline_passed(const AnswerReader& reader, const std::string& under_way,
+                                  const std::string& last_failure) {
+    throw Error(reader.context() + ": no answer by the deadline" + (under_way.empty() ? "" : " " + under_way) +
+                (last_failure.empty() ? "" : " (earlier: " + last_failure + ")"));
+}
+
+}  // namespace
 
 bool refuses_token(const HttpAnswer& answer) {
     if (answer.status == 401) return true;
@@ -66,12 +78,13 @@ nlohmann::json EtcdClient::call(const std::string& target, const nlohmann::json&
             // etcd not up yet, or restarting: worth another try while the deadline allows.
             last_failure = failure.what();
             const auto now = std::chrono::steady_clock::now();
-            if (now >= deadline) throw Error(reader.context() + ": no answer by the deadline (" + last_failure + ")");
+            if (now >= deadline) deadline_passed(reader, "", last_failure);
             std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
             pause = std::min(pause * 2, std::chrono::milliseconds(500));
-            if (std::chrono::steady_clock::now() >= deadline)
-                throw Error(reader.context() + ": no answer by the deadline (" + last_failure + ")");
+            if (std::chrono::steady_clock::now() >= deadline) deadline_passed(reader, "", last_failure);
             continue;
+        } catch (const EtcdDeadlinePassed& failure) {
+            deadline_passed(reader, failure.what(), last_failure);
         } catch (const Error& failure) {
             throw Error(reader.context() + ": " + failure.what() +
                         (last_failure.empty() ? "" : " (earlier: " + last_failure + ")"));
@@ -107,6 +120,8 @@ std::string EtcdClient::authenticate(StoreDeadline deadline) {
     } catch (const EtcdUnreachable& failure) {
         // Kept apart: the caller tries again while its deadline allows (a watch, at once).
         throw EtcdUnreachable(reader.context() + ": " + failure.what());
+    } catch (const EtcdDeadlinePassed&) {
+        throw EtcdDeadlinePassed("while authenticating as '" + settings_.user + "'");
     } catch (const Error& failure) {
         throw Error(reader.context() + ": " + failure.what());
     }

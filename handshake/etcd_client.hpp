@@ -43,7 +43,7 @@ class EtcdClient {
 };
 
 // One POST on a fresh connection, ended by the deadline. Throws EtcdUnreachable (nothing was
-// sent), EtcdConnectionLost, or rdmachan::Error saying the deadline passed.
+// sent), EtcdConnectionLost, or EtcdDeadlinePassed.
 HttpAnswer post_once(const EtcdAddress& address, const std::string& ca_file, const std::string& target,
                      std::string body, const std::string& token, StoreDeadline deadline);
 

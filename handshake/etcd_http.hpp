@@ -36,6 +36,13 @@ class EtcdConnectionLost : public Error {
     using Error::Error;
 };
 
+// The call's deadline passed while an attempt was under way; its text says what was under way
+// ("" for the call's own request), so that every call ends its deadline with one wording.
+class EtcdDeadlinePassed : public Error {
+  public:
+    using Error::Error;
+};
+
 struct HttpAnswer {
     unsigned status = 0;
     std::string body;

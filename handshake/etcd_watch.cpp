@@ -184,6 +184,10 @@ class EtcdWatch final : public StoreWatch {
             } catch (const EtcdConnectionLost& failure) {
                 note_transient(failure.what());
                 backoff = std::chrono::milliseconds(20);
+            } catch (const EtcdDeadlinePassed& failure) {
+                // etcd slow to answer an authentication (just restarted, loaded): tried again.
+                note_transient(reader_.context() + ": no answer within " + std::to_string(attempt_limit.count()) + " s " +
+                               failure.what());
             } catch (const Error& failure) {
                 fail(failure.what());
                 co_return;

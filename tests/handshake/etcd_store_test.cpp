@@ -449,6 +449,17 @@ TEST_CASE("etcd that accepts and never answers: each call and the watch's start 
     const std::string watch_error = error_of([&] { store->watch_prefix("members/", 0, Clock::now() + 1s); });
     CHECK(Clock::now() - started < 2s);
     CHECK(watch_error.find("watch 'rdmachan/members/': not accepted by the deadline") != std::string::npos);
+
+    // A deadline met inside the authentication reads as any other: the call, then what was under way.
+    settings.user = "root";
+    settings.password = "secret";
+    auto authenticating = connect_etcd_store(settings);
+    started = Clock::now();
+    const std::string get_error = error_of([&] { authenticating->get("members/1", Clock::now() + 1s); });
+    CHECK(Clock::now() - started < 2s);
+    INFO(get_error);
+    CHECK(get_error.find("get 'members/1': no answer by the deadline while authenticating as 'root'") !=
+          std::string::npos);
 }
 
 TEST_CASE("a garbled answer is refused naming the field") {
