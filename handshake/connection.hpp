@@ -59,9 +59,8 @@ class RetryBackoff {
     std::minstd_rand random_{std::random_device{}()};
 };
 
-// Resolves and connects until it succeeds; the caller's deadline ends it. Backs off from 5 ms
-// to 100 ms with jitter so many late starters do not retry in lockstep. `on_refused`, if set,
-// is called after each failed attempt.
+// Resolves and connects until it succeeds, pausing between attempts as RetryBackoff does; the
+// caller's deadline ends it. `on_refused`, if set, is called after each failed attempt.
 Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port,
                                        std::function<void()> on_refused = {});
 

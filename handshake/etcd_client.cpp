@@ -26,12 +26,18 @@ HttpAnswer post_once(const EtcdAddress& address, const std::string& ca_file, con
 
 namespace {
 
+// What went wrong before the final failure, for its message: etcd refusing connections, say,
+// before the deadline passed.
+std::string earlier(const std::string& last_failure) {
+    return last_failure.empty() ? std::string() : " (earlier: " + last_failure + ")";
+}
+
 // One wording however the deadline is met: between attempts, or with one under way (the
 // authentication, or the request itself).
 [[noreturn]] void deadline_passed(const AnswerReader& reader, const std::string& under_way,
                                   const std::string& last_failure) {
     throw Error(reader.context() + ": no answer by the deadline" + (under_way.empty() ? "" : " " + under_way) +
-                (last_failure.empty() ? "" : " (earlier: " + last_failure + ")"));
+                earlier(last_failure));
 }
 
 }  // namespace
@@ -86,8 +92,7 @@ nlohmann::json EtcdClient::call(const std::string& target, const nlohmann::json&
         } catch (const EtcdDeadlinePassed& failure) {
             deadline_passed(reader, failure.what(), last_failure);
         } catch (const Error& failure) {
-            throw Error(reader.context() + ": " + failure.what() +
-                        (last_failure.empty() ? "" : " (earlier: " + last_failure + ")"));
+            throw Error(reader.context() + ": " + failure.what() + earlier(last_failure));
         }
         if (answer.status != 200) throw Error(reader.context() + ": etcd refused: " + describe_refusal(answer.status, answer.body));
         return reader.parse(answer.body);

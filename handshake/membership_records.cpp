@@ -33,7 +33,7 @@ const nlohmann::json& field_of(const nlohmann::json& record, const char* name) {
 std::uint32_t read_number(const nlohmann::json& record, const char* name, std::uint32_t largest) {
     const nlohmann::json& value = field_of(record, name);
     if (!value.is_number_unsigned() || value.get<std::uint64_t>() > largest)
-        refuse(name, "is not a whole number in 0.." + std::to_string(largest));
+        refuse(name, std::string("is not a whole number in 0..").append(std::to_string(largest)));
     return static_cast<std::uint32_t>(value.get<std::uint64_t>());
 }
 

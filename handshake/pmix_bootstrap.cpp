@@ -297,23 +297,26 @@ std::vector<Endpoint> PmixSession::exchange(const Endpoint& mine, Clock::time_po
                             : "; a rank in RC mode publishes only RC block keys: do all ranks use DC mode?");
     state.last_exchange_bytes = 0;
     std::string frame = R"({"type":"table","rows":[)";
-    std::vector<std::size_t> row_starts(state.world_size + 1);  // peer p's row: [p, p + 1) less its ','
+    struct RowSpan {
+        std::size_t start = 0;
+        std::size_t length = 0;
+    };
+    std::vector<RowSpan> rows(state.world_size);  // where each peer's row lies in `frame`
     for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
         state.last_exchange_bytes += texts[peer].size();
         const std::string what = me + ": key '" + key + "' from rank " + std::to_string(peer);
         if (peer != 0) frame += ',';
-        row_starts[peer] = frame.size();
+        rows[peer].start = frame.size();
         frame += pmix_row_for(texts[peer], rc_mode ? std::optional(my_rank - my_block * block_size) : std::nullopt,
                               my_rank, what);
+        rows[peer].length = frame.size() - rows[peer].start;
     }
-    row_starts[state.world_size] = frame.size() + 1;
     frame += "]}";
     std::vector<Endpoint> table;
     if (!handshake::scan_table(frame, state.world_size, my_rank, table)) {
         table.resize(state.world_size);
         for (std::uint32_t peer = 0; peer < state.world_size; ++peer) {
-            const std::size_t start = row_starts[peer];
-            const nlohmann::json json = parse_json(me, peer, key, frame.substr(start, row_starts[peer + 1] - 1 - start));
+            const nlohmann::json json = parse_json(me, peer, key, frame.substr(rows[peer].start, rows[peer].length));
             try {
                 table[peer] = handshake::parse_table_row(json, peer, my_rank);
                 if (table[peer].rank != peer) throw Error("field 'rank' = " + std::to_string(table[peer].rank));

@@ -15,9 +15,10 @@ namespace rdmachan::detail {
 
 // The keys the exchange uses (handshake/README.md, "PMIx bootstrap"); `sequence` counts the
 // exchanges in this process (1 for the first), so a second MultiChannel never reads the first
-// one's values. A DC rank publishes its table row under pmix_row_key; an RC rank's under pmix_row_block_key for each block of peers [block *
-// B, (block + 1) * B), B = pmix_rc_block_size(world size), the whole number just at or above the
-// square root of the world size, with the RC entries it made for that block's peers.
+// one's values. A DC rank publishes its table row under pmix_row_key; an RC rank publishes it
+// under pmix_row_block_key for each block of peers [block * B, (block + 1) * B), with the RC
+// entries it made for that block's peers. B = pmix_rc_block_size(world size), the whole number
+// just at or above the square root of the world size.
 std::string pmix_row_key(std::uint64_t sequence);
 std::string pmix_row_block_key(std::uint64_t sequence, std::uint32_t block);
 std::uint32_t pmix_rc_block_size(std::uint32_t world_size);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <variant>
 
 #include "handshake/authentication.hpp"
 #include "handshake/connection.hpp"
@@ -220,10 +221,9 @@ struct Rendezvous::State {
             const std::uint64_t table_size = read_table_size(*shared, location.size);
             try {
                 MappedTable copy(location, me_on_host());
-                const std::string_view bytes = copy.bytes();
-                take_table(bytes.substr(0, table_size), bytes.substr(table_size), copy);
+                source.host_copy_bytes = copy.bytes().size();
+                take_table(std::move(copy), table_size);
                 source.kind = RendezvousTableSource::Kind::host_copy;
-                source.host_copy_bytes = bytes.size();
             } catch (const Error& error) {
                 refusal = error.what();
             }
@@ -237,8 +237,7 @@ struct Rendezvous::State {
                 answer = {{"type", "send_table"}, {"why", refusal}};
                 co_await connection->write_message(answer);
                 std::string own = co_await read_table_frames();
-                const std::size_t own_table_size = table_frame_size;
-                take_owned(std::move(own), own_table_size);
+                take_table(std::move(own), table_frame_size);
             }
         } else {
             std::string received = co_await read_table_frames();
@@ -259,15 +258,13 @@ struct Rendezvous::State {
                 }
                 if (refusal.empty() && !materialise) {
                     // Its own copy, mapped: the received bytes need not stay in this rank's heap.
-                    MappedTable own(*published);
-                    const std::string_view bytes = own.bytes();
-                    take_table(bytes.substr(0, received_table_size), bytes.substr(received_table_size), own);
+                    take_table(MappedTable(*published), received_table_size);
                 } else {
-                    take_owned(std::move(received), received_table_size);
+                    take_table(std::move(received), received_table_size);
                 }
                 co_await connection->write_message(answer);
             } else {
-                take_owned(std::move(received), received_table_size);
+                take_table(std::move(received), received_table_size);
             }
         }
         flight::record(flight::HandshakeEvent::state, flight::text("rendezvous: table received"), settings.rank, settings.port);
@@ -306,35 +303,28 @@ struct Rendezvous::State {
         return made;
     }
 
-    // Protocol 3's table and DC directory, received: kept (exchange_view) or decoded (exchange).
-    void take_owned(std::string bytes, std::size_t table_size) {
+    // Protocol 3's table frame (its first `table_size` bytes) and DC directory, as received or
+    // in a mapped copy: decoded whole (exchange) or kept, each row parsed when asked for
+    // (exchange_view).
+    void take_table(std::variant<std::string, MappedTable> bytes, std::size_t table_size) {
         if (materialise) {
-            read_table(std::string_view(bytes).substr(0, table_size));
+            const std::string_view text = std::holds_alternative<std::string>(bytes)
+                                              ? std::string_view(std::get<std::string>(bytes))
+                                              : std::get<MappedTable>(bytes).bytes();
+            read_table(text.substr(0, table_size));
             return;
         }
         view = make_view();
-        view->owned = std::move(bytes);
-        const std::string_view kept = view->owned;
-        keep_view_bytes(kept.substr(0, table_size), kept.substr(table_size));
-    }
-
-    // The same from the host's copy, which a view keeps mapped.
-    void take_table(std::string_view table_text, std::string_view directory_text, MappedTable& copy) {
-        if (materialise) {
-            read_table(table_text);
-            return;
+        if (std::holds_alternative<std::string>(bytes)) {
+            view->owned = std::move(std::get<std::string>(bytes));
+        } else {
+            view->mapped.emplace(std::move(std::get<MappedTable>(bytes)));
         }
-        view = make_view();
-        view->mapped.emplace(std::move(copy));
-        // The mapping stays where it was: the views into it stay valid after the move.
-        keep_view_bytes(table_text, directory_text);
-    }
-
-    void keep_view_bytes(std::string_view table_text, std::string_view directory_text) {
-        view->table_text = table_text;
-        view->directory_text = directory_text;
+        const std::string_view kept = view->mapped ? view->mapped->bytes() : std::string_view(view->owned);
+        view->table_text = kept.substr(0, table_size);
+        view->directory_text = kept.substr(table_size);
         try {
-            view->directory = DirectoryView(directory_text, settings.world_size, table_text.size());
+            view->directory = DirectoryView(view->directory_text, settings.world_size, table_size);
         } catch (const Error& error) {
             throw Error(server_name() + " sent a table whose " + error.what());
         }

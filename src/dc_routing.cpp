@@ -155,9 +155,10 @@ void DcRouting::connect(std::uint32_t index, const DcPeerAddress& remote) {
     peer.address_failed = false;
     for (std::uint32_t initiator : remote.initiators) {
         const std::uint64_t key = handshake::dc_sender_key(remote.lid, initiator);
-        auto position = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
-                                         [](const auto& left, const auto& right) { return left.first < right.first; });
-        if (position == senders_.end() || position->first != key) senders_.insert(position, {key, index});
+        const std::size_t position = sender_position(key);
+        // Already there: this rank named the initiator twice (any other claimant was refused above).
+        if (position == senders_.size() || senders_[position].first != key)
+            senders_.insert(senders_.begin() + static_cast<std::ptrdiff_t>(position), {key, index});
     }
     engine_.set_connected(index, true);
 }
@@ -320,11 +321,16 @@ void DcRouting::take_arrival(const mlx5::Completion& completion) {
     match_receives(*sender);
 }
 
+std::size_t DcRouting::sender_position(std::uint64_t key) const {
+    const auto found = std::lower_bound(senders_.begin(), senders_.end(), key,
+                                        [](const auto& entry, std::uint64_t wanted) { return entry.first < wanted; });
+    return static_cast<std::size_t>(found - senders_.begin());
+}
+
 std::optional<std::uint32_t> DcRouting::claimant(std::uint16_t lid, std::uint32_t initiator) const {
     const std::uint64_t key = handshake::dc_sender_key(lid, initiator);
-    auto found = std::lower_bound(senders_.begin(), senders_.end(), std::make_pair(key, 0u),
-                                  [](const auto& left, const auto& right) { return left.first < right.first; });
-    if (found != senders_.end() && found->first == key) return found->second;
+    if (const std::size_t position = sender_position(key); position != senders_.size() && senders_[position].first == key)
+        return senders_[position].second;
     const std::optional<std::uint32_t> rank = directory_ != nullptr ? directory_->sender(lid, initiator) : std::nullopt;
     if (!rank.has_value()) return std::nullopt;
     const Engine::Peer* common = engine_.peers_[*rank];

@@ -84,6 +84,8 @@ private:
     // The rank whose initiator `initiator` on LID `lid` is now, without making any state: a rank
     // addressed explicitly, or the directory's while the rank is still its process.
     std::optional<std::uint32_t> claimant(std::uint16_t lid, std::uint32_t initiator) const;
+    // Where `key` (handshake::dc_sender_key) is in senders_, or would be inserted.
+    std::size_t sender_position(std::uint64_t key) const;
     // The rank a receive from initiator `initiator` on LID `lid` came from, if any.
     std::optional<std::uint32_t> sender_of(std::uint16_t lid, std::uint32_t initiator);
     bool fits_receive_buffers(const mlx5::SendWorkRequest* requests, std::uint32_t count) const;

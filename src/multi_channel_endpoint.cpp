@@ -106,7 +106,9 @@ MultiChannel PreparedMultiChannel::handshake_view(const std::shared_ptr<const Re
     }
     // Nothing per peer is read here: the directory stays in the table's bytes (on a host that
     // shares the table, its one mapped copy), a peer's endpoint is parsed when its regions are
-    // first asked for, and its session comes from its record.
+    // first asked for, and its session comes from its record. The directory's form is checked
+    // again although Rendezvous checked it on receipt: the view may be any RendezvousTableView,
+    // and the check is a pass over the directory (under a millisecond at 16,384 ranks).
     const std::shared_ptr<const detail::DcPeerDirectory> directory =
         detail::DcPeerDirectory::from_bytes(view->dc_directory(), std::numeric_limits<std::size_t>::max(), view, world, me);
     engine_->use_dc_directory(directory);

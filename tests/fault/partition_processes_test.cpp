@@ -103,13 +103,7 @@ int partitioned_rank(std::uint16_t port, std::uint32_t rank, MultiChannelMode mo
     std::vector<std::uint8_t> memory(2 * kWorld * kSlice, 0);
     MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
     prepared.publish_region("buffer", region);
-    RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = kWorld;
-    settings.job = "partition";
-    settings.token = "partition-token";
-    settings.timeout = 20000ms;
+    RendezvousSettings settings = test::rendezvous_settings(port, rank, kWorld, "partition", "partition-token", 20000ms);
     MultiChannel channels = std::move(prepared).connect(settings);
 
     // Every rank writes its slice into every other rank's buffer, before the partition.

@@ -65,13 +65,7 @@ Process start(std::uint16_t port, std::uint32_t rank, std::uint32_t world, bool 
     std::vector<std::uint8_t> memory(layout.end(), 0);
     MemoryRegion region = prepared.register_memory(memory.data(), memory.size());
     prepared.publish_region("buffer", region);
-    RendezvousSettings settings;
-    settings.port = port;
-    settings.rank = rank;
-    settings.world_size = world;
-    settings.job = kJob;
-    settings.token = kToken;
-    settings.timeout = timeout;
+    RendezvousSettings settings = test::rendezvous_settings(port, rank, world, kJob, kToken, timeout);
     settings.replacement = replacement;
     MultiChannel channels = std::move(prepared).connect(settings);
     return Process{std::move(channels), std::move(memory), std::move(region)};
@@ -345,13 +339,7 @@ std::uint64_t session_of_rank(std::uint32_t rank) { return test::predictable_end
 std::string join_error(std::uint16_t port, std::uint32_t rank, std::uint32_t world, PeerReplacement replacement,
                        const std::string& token, std::uint64_t session, std::chrono::milliseconds timeout = 5000ms) {
     return test::error_of([&] {
-        RendezvousSettings settings;
-        settings.port = port;
-        settings.rank = rank;
-        settings.world_size = world;
-        settings.job = kJob;
-        settings.token = token;
-        settings.timeout = timeout;
+        RendezvousSettings settings = test::rendezvous_settings(port, rank, world, kJob, token, timeout);
         settings.replacement = replacement;
         Rendezvous rendezvous(settings);
         Endpoint endpoint = test::predictable_endpoint(rank, world);
@@ -417,13 +405,7 @@ TEST_CASE("bad input to a replacement rendezvous is refused by name") {
     for (std::uint32_t rank = 0; rank < world; ++rank) {
         ranks.emplace_back([&, rank] {
             errors[rank] = test::error_of([&] {
-                RendezvousSettings settings;
-                settings.port = port;
-                settings.rank = rank;
-                settings.world_size = world;
-                settings.job = kJob;
-                settings.token = kToken;
-                settings.timeout = 20000ms;
+                RendezvousSettings settings = test::rendezvous_settings(port, rank, world, kJob, kToken, 20000ms);
                 settings.replacement = PeerReplacement::enabled;
                 Rendezvous rendezvous(settings);
                 rendezvous.exchange(test::predictable_endpoint(rank, world));
@@ -519,13 +501,7 @@ TEST_CASE("the rendezvous side of a replacement: new RC entries reach the replac
     const std::uint16_t port = server.port();
     server.start();
     auto settings_for = [&](std::uint32_t rank, PeerReplacement replacement) {
-        RendezvousSettings settings;
-        settings.port = port;
-        settings.rank = rank;
-        settings.world_size = world;
-        settings.job = kJob;
-        settings.token = kToken;
-        settings.timeout = 20000ms;
+        RendezvousSettings settings = test::rendezvous_settings(port, rank, world, kJob, kToken, 20000ms);
         settings.replacement = replacement;
         return settings;
     };
