@@ -1,5 +1,7 @@
 #include "handshake/connection.hpp"
 
+#include "handshake/resolve.hpp"
+
 #include "rdmachan/error.hpp"
 #include "handshake/flight_events.hpp"
 
@@ -103,14 +105,12 @@ Task<void> RetryBackoff::pause() {
 Task<tcp::socket> connect_with_retries(std::string host, std::uint16_t port,
                                        std::function<void()> on_refused) {
     auto executor = co_await asio::this_coro::executor;
-    tcp::resolver resolver(executor);
     RetryBackoff backoff;
     for (;;) {
         tcp::socket socket(executor);
         bool connected = false;
         try {
-            auto endpoints =
-                co_await resolver.async_resolve(host, std::to_string(port), asio::use_awaitable);
+            const std::vector<tcp::endpoint> endpoints = co_await resolve(host, std::to_string(port));
             co_await asio::async_connect(socket, endpoints, asio::use_awaitable);
             connected = true;
         } catch (const boost::system::system_error&) {

@@ -10,6 +10,8 @@
 #include <boost/beast/http.hpp>
 #include <optional>
 
+#include "handshake/resolve.hpp"
+
 namespace rdmachan::handshake {
 
 namespace http = boost::beast::http;
@@ -102,12 +104,11 @@ HttpConnection::~HttpConnection() = default;
 Task<void> HttpConnection::connect() {
     State& state = *state_;
     auto executor = co_await asio::this_coro::executor;
-    tcp::resolver resolver(executor);
     // In the state from the start, so that close() can end the connect.
     tcp::socket& socket = state.socket.emplace(executor);
     std::string step = "resolving " + state.address.host;
     try {
-        auto endpoints = co_await resolver.async_resolve(state.address.host, state.address.port, asio::use_awaitable);
+        const std::vector<tcp::endpoint> endpoints = co_await resolve(state.address.host, state.address.port);
         if (state.closed) throw EtcdUnreachable(step + ": closed before connecting");
         step = "connecting";
         co_await asio::async_connect(socket, endpoints, asio::use_awaitable);
