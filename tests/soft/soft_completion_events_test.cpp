@@ -5,12 +5,15 @@
 // completing a receive into it. An arm with a CQE already past its consumer index raises the
 // event at once. The arm/complete race is run a million times at the ring level, where it is.
 #include <doctest/doctest.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -130,6 +133,64 @@ struct RaceRing {
     mlx5::SendQueueTracking tracking{wr_ids.data(), wqe_ends.data(), 0, 0, nullptr};
     mlx5::CompletionTarget target{&tracking, 1, nullptr, nullptr};
     mlx5::CompletionQueue queue{consumer_ring};
+};
+
+// A value the two threads of the race below hand each other. A waiter spins first, for as long
+// as the other thread takes to answer on a free core, so that on an idle machine the CQE and the
+// arm still meet within microseconds; past that the other is not running (the cores are busy with
+// other work), and a waiter that kept spinning would hold a core it needs for a whole time slice,
+// a million times over (the test took over 120 s beside two busy loops and a compiler, 6 s
+// idle). So it then sleeps on the value's futex. A store wakes it only when it sleeps: a wake-up
+// call on every store would delay the storer by a system call each time, and the other thread,
+// still spinning, would publish the next CQE before the consumer got to arm.
+class Handoff {
+  public:
+    using Clock = std::chrono::steady_clock;
+
+    explicit Handoff(std::uint32_t initial) : value_(initial) {}
+
+    // Waits until `done(value)`, or until `stop` is set or `deadline` passes (false).
+    template <typename Done>
+    bool wait(Done done, const std::atomic<bool>& stop, Clock::time_point deadline) {
+        const Clock::time_point spin_until = Clock::now() + std::chrono::microseconds(50);
+        for (;;) {
+            const std::uint32_t seen = value_.load(std::memory_order_seq_cst);
+            if (done(seen)) return true;
+            if (stop.load(std::memory_order_relaxed)) return false;
+            const Clock::time_point now = Clock::now();
+            if (now >= deadline) return false;
+            if (now < spin_until) continue;
+            // Counted before the value is compared again (the kernel compares it with `seen`), so
+            // a store either comes before the comparison or sees a sleeper to wake. At most a
+            // millisecond asleep at a time, so that `stop` and the deadline are seen.
+            sleepers_.fetch_add(1, std::memory_order_seq_cst);
+            const timespec nap{0, 1'000'000};
+            ::syscall(SYS_futex, &value_, FUTEX_WAIT_PRIVATE, seen, &nap, nullptr, 0);
+            sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        }
+    }
+
+    void store(std::uint32_t stored) {
+        value_.store(stored, std::memory_order_seq_cst);
+        if (sleepers_.load(std::memory_order_seq_cst) != 0)
+            ::syscall(SYS_futex, &value_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+    }
+
+  private:
+    static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
+                  std::atomic<std::uint32_t>::is_always_lock_free);
+    std::atomic<std::uint32_t> value_;  // the futex word
+    std::atomic<std::uint32_t> sleepers_{0};
+};
+
+// Ends the race's writer however the consumer's side ends (a failed REQUIRE throws).
+struct StopAndJoin {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    ~StopAndJoin() {
+        stop.store(true, std::memory_order_relaxed);
+        if (thread.joinable()) thread.join();
+    }
 };
 
 }  // namespace
@@ -293,21 +354,24 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
     const std::uint32_t total = rdmachan::test::kSanitizerBuild ? 100'000 : 1'000'000;
     RaceRing race(256);
 
-    std::atomic<std::uint32_t> taken{0};
-    std::atomic<std::uint32_t> found_empty{0};  // 1 + the CQEs consumed when the consumer last found none
-    std::atomic<std::uint32_t> placed_published{0};  // 1 + the index of the last placed CQE published
-    std::atomic<bool> failed{false};
+    Handoff taken(0);
+    Handoff found_empty(0);       // 1 + the CQEs consumed when the consumer last found none
+    Handoff placed_published(0);  // 1 + the index of the last placed CQE published
+    std::atomic<bool> stop{false};
+    std::atomic<bool> writer_gave_up{false};
     const auto placed = [](std::uint32_t index) { return index % 4 == 0; };
+    // The writer's waits outlast the consumer's (10 s), so that a stall is reported by the consumer.
+    const auto writer_deadline = [] { return Handoff::Clock::now() + std::chrono::seconds(30); };
     std::thread writer([&] {
         std::uint32_t jitter = 1;
         for (std::uint32_t written = 0; written < total; ++written) {
-            while (taken.load(std::memory_order_acquire) < written) {
-                if (failed.load(std::memory_order_relaxed)) return;
-            }
-            if (placed(written)) {
-                while (found_empty.load(std::memory_order_acquire) != written + 1) {
-                    if (failed.load(std::memory_order_relaxed)) return;
-                }
+            const bool ready =
+                taken.wait([written](std::uint32_t seen) { return seen >= written; }, stop, writer_deadline()) &&
+                (!placed(written) ||
+                 found_empty.wait([written](std::uint32_t seen) { return seen == written + 1; }, stop, writer_deadline()));
+            if (!ready) {
+                writer_gave_up = !stop.load();
+                return;
             }
             // A varying delay spreads the CQE over the consumer's poll, arm and sleep, whose
             // lengths differ between builds (sanitizers slow the consumer several times).
@@ -316,9 +380,10 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
                 __atomic_signal_fence(__ATOMIC_SEQ_CST);
             }
             race.ring.publish(race.claim(static_cast<std::uint16_t>(written)), mlx5::kCqeRequester, false);
-            if (placed(written)) placed_published.store(written + 1, std::memory_order_release);
+            if (placed(written)) placed_published.store(written + 1);
         }
     });
+    const StopAndJoin ends_writer{stop, writer};
 
     std::uint32_t consumed = 0;
     std::uint64_t arms = 0;
@@ -327,20 +392,17 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
     std::uint64_t placed_raised_at_arm = 0;
     while (consumed < total) {
         if (race.poll_one()) {
-            taken.store(++consumed, std::memory_order_release);
+            taken.store(++consumed);
             continue;
         }
         const bool in_window = placed(consumed);
         if (in_window) {
-            found_empty.store(consumed + 1, std::memory_order_release);
-            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-            while (placed_published.load(std::memory_order_acquire) != consumed + 1) {
-                if (std::chrono::steady_clock::now() >= until) {
-                    failed = true;
-                    writer.join();
-                    FAIL("the writer did not publish placed CQE " << consumed << " within 10 s");
-                }
-            }
+            found_empty.store(consumed + 1);
+            const std::uint32_t wanted = consumed + 1;
+            if (!placed_published.wait([wanted](std::uint32_t seen) { return seen == wanted; }, stop,
+                                       Handoff::Clock::now() + std::chrono::seconds(10)))
+                FAIL("the writer did not publish placed CQE " << consumed << " within 10 s"
+                                                              << std::string(writer_gave_up ? " (it gave up waiting)" : ""));
         }
         // Arm for CQEs past what was consumed, then sleep until the event.
         race.arm(consumed, static_cast<std::uint32_t>(arms));
@@ -351,16 +413,13 @@ TEST_CASE("a million arm/complete races on the ring: no lost wake-up, one event 
             ++placed_arms;
             placed_raised_at_arm += raised_at_once ? 1 : 0;
         }
-        if (!readable(race.descriptor, std::chrono::seconds(10))) {
-            failed = true;
-            writer.join();
-            FAIL("lost wake-up: asleep for 10 s with " << consumed << " of " << total << " CQEs consumed, the next one written");
-        }
+        if (!readable(race.descriptor, std::chrono::seconds(10)))
+            FAIL("lost wake-up: asleep for 10 s with " << consumed << " of " << total << " CQEs consumed, the next one written"
+                                                       << std::string(writer_gave_up ? " (the writer gave up waiting)" : ""));
         std::uint64_t raised = 0;
         REQUIRE(::read(race.descriptor, &raised, sizeof raised) == sizeof raised);
         REQUIRE(raised == 1);  // one event per arm
     }
-    writer.join();
     MESSAGE(total << " CQEs, " << arms << " arms, " << raised_at_arm << " of them raised at once by a CQE already there; of the "
                   << placed_arms << " arms with a CQE placed between the poll and the arm, " << placed_raised_at_arm
                   << " raised at once");
