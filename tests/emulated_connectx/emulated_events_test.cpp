@@ -28,6 +28,7 @@
 
 #include "tests/emulated_connectx/emulated_connectx.hpp"
 #include "tests/sanitizer_build.hpp"
+#include "tests/thread_handoff.hpp"
 #include "transport/device_interface.hpp"
 #include "transport/mlx5/completion_queue.hpp"
 #include "transport/verbs/completion_queue.hpp"
@@ -66,7 +67,7 @@ struct Lane {
     std::shared_ptr<transport::QueuePair> initiator;
     std::shared_ptr<transport::QueuePair> target;
     transport::Registration memory;
-    std::atomic<std::uint32_t> taken{0};
+    rdmachan::test::Handoff taken{0};  // the writer waits on it (tests/thread_handoff.hpp says why)
     // The consumer's counts.
     std::uint64_t sleeps = 0;
     std::uint64_t arm_refused = 0;     // arm() false: a CQE landed between the poll and the arm
@@ -124,7 +125,7 @@ void consume(Lane& lane, std::uint32_t lane_index, std::uint32_t total, std::ato
                     return;
                 }
             }
-            lane.taken.store(consumed, std::memory_order_release);
+            lane.taken.store(consumed);
             continue;
         }
         // Half the time the consumer does a few tens of microseconds of other work between the
@@ -190,8 +191,14 @@ TEST_CASE("a million arm/complete races on the emulated ConnectX: no lost wake-u
         std::uint64_t outstanding = 0;
         for (std::uint32_t written = 0; written < per_lane; ++written) {
             for (std::unique_ptr<Lane>& lane : lanes) {
-                while (lane->taken.load(std::memory_order_acquire) < written) {
-                    if (failed.load(std::memory_order_relaxed)) return;
+                // Longer than a consumer's 10 s sleep, so that a lost wake-up is reported by the lane.
+                const auto deadline = rdmachan::test::Handoff::Clock::now() + std::chrono::seconds(30);
+                if (!lane->taken.wait([written](std::uint32_t seen) { return seen >= written; }, failed, deadline)) {
+                    if (!failed.load()) {
+                        writer_failure = "a lane did not take message " + std::to_string(written) + " within 30 s";
+                        failed = true;
+                    }
+                    return;
                 }
                 // A varying delay spreads the CQE over the consumer's poll, arm and sleep.
                 jitter = jitter * 1103515245u + 12345u;

@@ -5,21 +5,19 @@
 // completing a receive into it. An arm with a CQE already past its consumer index raises the
 // event at once. The arm/complete race is run a million times at the ring level, where it is.
 #include <doctest/doctest.h>
-#include <linux/futex.h>
 #include <poll.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
-#include <climits>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/sanitizer_build.hpp"
 #include "tests/soft/device_pair.hpp"
+#include "tests/thread_handoff.hpp"
 #include "transport/mlx5/barriers.hpp"
 #include "transport/mlx5/byte_order.hpp"
 #include "transport/soft/completion_ring.hpp"
@@ -28,6 +26,7 @@ namespace mlx5 = rdmachan::mlx5;
 namespace soft = rdmachan::soft;
 using rdmachan::test::DevicePair;
 using rdmachan::test::DevicePairSettings;
+using rdmachan::test::Handoff;
 using rdmachan::test::send_request;
 using rdmachan::test::settle_path;
 using rdmachan::test::SoftEndpoint;
@@ -133,54 +132,6 @@ struct RaceRing {
     mlx5::SendQueueTracking tracking{wr_ids.data(), wqe_ends.data(), 0, 0, nullptr};
     mlx5::CompletionTarget target{&tracking, 1, nullptr, nullptr};
     mlx5::CompletionQueue queue{consumer_ring};
-};
-
-// A value the two threads of the race below hand each other. A waiter spins first, for as long
-// as the other thread takes to answer on a free core, so that on an idle machine the CQE and the
-// arm still meet within microseconds; past that the other is not running (the cores are busy with
-// other work), and a waiter that kept spinning would hold a core it needs for a whole time slice,
-// a million times over (the test took over 120 s beside two busy loops and a compiler, 6 s
-// idle). So it then sleeps on the value's futex. A store wakes it only when it sleeps: a wake-up
-// call on every store would delay the storer by a system call each time, and the other thread,
-// still spinning, would publish the next CQE before the consumer got to arm.
-class Handoff {
-  public:
-    using Clock = std::chrono::steady_clock;
-
-    explicit Handoff(std::uint32_t initial) : value_(initial) {}
-
-    // Waits until `done(value)`, or until `stop` is set or `deadline` passes (false).
-    template <typename Done>
-    bool wait(Done done, const std::atomic<bool>& stop, Clock::time_point deadline) {
-        const Clock::time_point spin_until = Clock::now() + std::chrono::microseconds(50);
-        for (;;) {
-            const std::uint32_t seen = value_.load(std::memory_order_seq_cst);
-            if (done(seen)) return true;
-            if (stop.load(std::memory_order_relaxed)) return false;
-            const Clock::time_point now = Clock::now();
-            if (now >= deadline) return false;
-            if (now < spin_until) continue;
-            // Counted before the value is compared again (the kernel compares it with `seen`), so
-            // a store either comes before the comparison or sees a sleeper to wake. At most a
-            // millisecond asleep at a time, so that `stop` and the deadline are seen.
-            sleepers_.fetch_add(1, std::memory_order_seq_cst);
-            const timespec nap{0, 1'000'000};
-            ::syscall(SYS_futex, &value_, FUTEX_WAIT_PRIVATE, seen, &nap, nullptr, 0);
-            sleepers_.fetch_sub(1, std::memory_order_relaxed);
-        }
-    }
-
-    void store(std::uint32_t stored) {
-        value_.store(stored, std::memory_order_seq_cst);
-        if (sleepers_.load(std::memory_order_seq_cst) != 0)
-            ::syscall(SYS_futex, &value_, FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
-    }
-
-  private:
-    static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t) &&
-                  std::atomic<std::uint32_t>::is_always_lock_free);
-    std::atomic<std::uint32_t> value_;  // the futex word
-    std::atomic<std::uint32_t> sleepers_{0};
 };
 
 // Ends the race's writer however the consumer's side ends (a failed REQUIRE throws).
